@@ -1,0 +1,56 @@
+/* Kronecker-matrix multiplication: launch functions shared by the CPU and CUDA kernels.
+ *
+ * Computes, for every row m of X, Y[m, :] = alpha * X[m, :] @ (F_0 ⊗ … ⊗ F_{n-1}) + beta * Y[m, :]
+ * with the sliced multiply of FastKron: factors are applied last to first, each output element is
+ * one P_i-slice of the current row times one factor column, written straight to its final index.
+ * Rows are addressed in two levels, m = (m1, m2), so a batched left product (kron @ X, seen as
+ * Xᵀ @ kron(Fᵀ)) needs no transpose copy: the caller passes Xᵀ's strides and the factors' transposes
+ * as strides.  beta == 0 means Y is not read (it may hold garbage).
+ */
+#ifndef KRONLINALG_KRON_H
+#define KRONLINALG_KRON_H
+
+#include <stdint.h>
+
+#include "kronlinalg/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kl_dtype { KL_FLOAT32 = 0, KL_FLOAT64 = 1 };
+
+typedef struct kl_kron_problem {
+  int64_t m1, m2;              /* row index m = m1 * m2 (outer, inner); either may be 0 */
+  int32_t nfactors;            /* >= 1 */
+  const int64_t *P, *Q;        /* factor i is P[i] x Q[i] */
+  const void *const *F;        /* factor data pointers */
+  const int64_t *F_rs, *F_cs;  /* factor row / column strides, in elements */
+  const void *x;               /* X[m1, m2, k] at x + m1*x_rs1 + m2*x_rs2 + k*x_es */
+  int64_t x_rs1, x_rs2, x_es;
+  void *y;                     /* Y[m1, m2, l] likewise */
+  int64_t y_rs1, y_rs2, y_es;
+  double alpha, beta;
+  int32_t max_fused;           /* most factors fused per memory pass; 0 = kernel's own choice */
+} kl_kron_problem;
+
+/* CPU (OpenMP).  Scratch for intermediates between fused passes is allocated internally. */
+int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads);
+
+/* Number of memory passes the CPU kernel makes for this problem (for the cost model). */
+int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype);
+
+/* CUDA: enqueues on `stream` (a cudaStream_t, 0 = legacy default) without synchronising.
+ * scratch0/scratch1 each hold at least kl_kron_cuda_scratch_elems() elements of the dtype
+ * (may be NULL when that is 0). */
+int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0, void *scratch1,
+                        void *stream);
+int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p);
+/* 0 if a CUDA device is usable, else KL_ERR_NO_DEVICE with kl_last_error() saying why. */
+int kl_cuda_device_check(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

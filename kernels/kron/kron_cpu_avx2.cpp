@@ -1,0 +1,3 @@
+// The CPU kernel compiled for one instruction set; kron_cpu.cpp picks the best one at run time.
+#define KL_ISA avx2
+#include "kron_cpu_impl.hpp"

@@ -1,0 +1,14 @@
+"""kronlinalg: structured and fast matrix multiplications for array-API code.
+
+    >>> import numpy as np, kronlinalg
+    >>> x = np.ones((3, 4 * 5)); fs = [np.eye(4), np.eye(5)]
+    >>> kronlinalg.kron_matmul(x, fs).shape
+    (3, 20)
+"""
+
+from ._namespace import namespace
+from .kron import kron, kron_matmul
+
+__version__ = "0.1.0"
+
+__all__ = ["kron", "kron_matmul", "namespace", "__version__"]

@@ -1,0 +1,19 @@
+"""``python -m kronlinalg demo``: the main job, on the GPU when there is one."""
+
+import argparse
+import sys
+
+from . import demo
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kronlinalg")
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="CG solves with a Kronecker-structured GP kernel matrix")
+    demo.add_arguments(d)
+    args = parser.parse_args(argv)
+    return demo.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

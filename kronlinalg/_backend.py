@@ -1,0 +1,119 @@
+"""Where arrays live and how the kernels see them.
+
+The only module that knows about NumPy / CuPy / PyTorch specifics: it classifies an array as
+host or CUDA memory, exposes its pointer and element strides, allocates outputs in the caller's
+library and names the stream to launch on.  Operations above it never touch pointers.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+_HALF_NAMES = ("float16", "bfloat16")
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _cupy():
+    return sys.modules.get("cupy")
+
+
+def is_torch(a) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
+def is_cupy(a) -> bool:
+    cupy = _cupy()
+    return cupy is not None and isinstance(a, cupy.ndarray)
+
+
+def on_cuda(a) -> bool:
+    """True for CuPy arrays and CUDA torch tensors: the arrays the CUDA kernels take."""
+    return is_cupy(a) or (is_torch(a) and a.is_cuda)
+
+
+def dtype_name(dtype) -> str:
+    """'float32' for numpy, CuPy, torch and array-api-strict dtypes alike."""
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def to_numpy(a) -> np.ndarray:
+    """Zero-copy host view of a CPU array from any DLPack-capable library."""
+    if isinstance(a, np.ndarray):
+        return a
+    if is_torch(a):
+        return a.detach().numpy() if a.requires_grad else a.numpy()
+    try:
+        return np.from_dlpack(a)
+    except (TypeError, AttributeError, BufferError, RuntimeError):
+        return np.asarray(a)
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A CUDA array as the kernels see it: pointer, shape and strides in elements."""
+
+    ptr: int
+    shape: tuple
+    strides: tuple
+
+
+def device_view(a) -> DeviceView:
+    if is_cupy(a):
+        item = a.itemsize
+        return DeviceView(a.data.ptr, tuple(a.shape), tuple(s // item for s in a.strides))
+    return DeviceView(a.data_ptr(), tuple(a.shape), tuple(a.stride()))
+
+
+def host_view(a: np.ndarray) -> DeviceView:
+    item = a.itemsize
+    return DeviceView(a.ctypes.data, a.shape, tuple(s // item for s in a.strides))
+
+
+def cuda_stream(a) -> int:
+    """Handle of the stream the caller's library is working on (no synchronisation)."""
+    if is_cupy(a):
+        return _cupy().cuda.get_current_stream().ptr
+    return _torch().cuda.current_stream(a.device).cuda_stream
+
+
+def cuda_device_scope(a):
+    """Context manager that makes a's GPU current while we launch."""
+    if is_cupy(a):
+        return a.device
+    return _torch().cuda.device(a.device)
+
+
+def empty_like_lib(a, shape, dtype_name_: str):
+    """Uninitialised array of `shape` in a's library, on a's device."""
+    if is_cupy(a):
+        return _cupy().empty(shape, dtype=dtype_name_)
+    torch = _torch()
+    return torch.empty(shape, dtype=getattr(torch, dtype_name_), device=a.device)
+
+
+def kernel_dtype(name: str) -> str:
+    """The dtype a kernel computes in: half types accumulate (and are computed) in float32."""
+    return "float32" if name in _HALF_NAMES else name
+
+
+def from_host(like, xp, out: np.ndarray):
+    """A host result as an array of like's library (zero-copy where the library allows)."""
+    if isinstance(like, np.ndarray):
+        return out
+    if is_torch(like):
+        return _torch().from_numpy(out)
+    return xp.from_dlpack(out)
+
+
+def contiguous(a):
+    """C-contiguous copy of a CUDA array (or a itself if it already is)."""
+    if is_cupy(a):
+        return _cupy().ascontiguousarray(a)
+    return a.contiguous()

@@ -1,0 +1,24 @@
+# cython: language_level=3
+"""Thin wrapper of the CPU Kronecker-matmul kernel: pointers, shapes, strides in; status out."""
+from .kron_abi cimport (fill_problem, kl_kron_cpu_passes, kl_kron_matmul_cpu,
+                        kl_kron_problem, kl_last_error)
+
+
+def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
+           int num_threads=0):
+    """Run Y = alpha * X @ kron(F) + beta * Y in place on Y; raises RuntimeError on failure."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, y, alpha, beta, max_fused)
+    cdef int status
+    with nogil:
+        status = kl_kron_matmul_cpu(&c, dtype, num_threads)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def passes(m1, m2, factors, int dtype, int max_fused=0):
+    """Number of passes over memory the CPU kernel makes for these factors."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
+                                            1.0, 0.0, max_fused)
+    return kl_kron_cpu_passes(&c, dtype)

@@ -1,0 +1,64 @@
+"""Argument checks shared by the operations: every error names the argument at fault."""
+
+from __future__ import annotations
+
+import operator
+
+import array_api_compat
+
+from . import _backend
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def namespace_of(named: dict):
+    """The one array namespace of all named arrays; TypeError naming the odd one out."""
+    first_name, first = next(iter(named.items()))
+    try:
+        xp = array_api_compat.array_namespace(first)
+    except TypeError:
+        raise TypeError(f"{first_name}: expected an array, got {type(first).__name__}") from None
+    for name, a in named.items():
+        try:
+            other = array_api_compat.array_namespace(a)
+        except TypeError:
+            raise TypeError(f"{name}: expected an array, got {type(a).__name__}") from None
+        if other is not xp:
+            raise TypeError(
+                f"{name}: array from {other.__name__}, but {first_name} is from {xp.__name__}; "
+                "all arrays must come from one library"
+            )
+    return xp
+
+
+def same_device(named: dict) -> None:
+    """ValueError naming the first array that is not on the first array's device."""
+    first_name, first = next(iter(named.items()))
+    dev = array_api_compat.device(first)
+    for name, a in named.items():
+        if array_api_compat.device(a) != dev:
+            raise ValueError(
+                f"{name}: on device {array_api_compat.device(a)}, but {first_name} is on {dev}"
+            )
+
+
+def float_dtype(name: str, a) -> str:
+    """The dtype name of a, which must be real floating point."""
+    dt = _backend.dtype_name(a.dtype)
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {dt}")
+    return dt
+
+
+def scalar(name: str, value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real scalar, got {value!r}") from None
+
+
+def count(name: str, value) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {value!r}") from None
