@@ -20,6 +20,7 @@
 
 #include "kron.h"
 #include "kron_cpu_plan.hpp"
+#include "scratch.hpp"
 
 namespace kl {
 namespace KL_ISA {
@@ -74,29 +75,38 @@ static void step(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_
   }
 }
 
-struct LaneMap {
-  // Instance t -> offsets of its first input / output element.  Instances are numbered with
-  // the axis that is contiguous in memory fastest, so a full tile usually has unit lane stride.
-  bool j_fast;
-  int64_t S, m2n, Bin;
-  int64_t irs1, irs2, ies, ors1, ors2, oes;
+// The three axes of block instances: rows m1, rows m2 and prefixes j, each with its input and
+// output stride.  One axis runs across the SIMD lanes, the other two are walked per tile.
+struct Axis {
+  int64_t n, in, out;
+};
 
-  void offsets(int64_t t, int64_t &in_off, int64_t &out_off) const {
-    int64_t m1, m2, j;
-    if (j_fast) {
-      j = t % S;
-      const int64_t m = t / S;
-      m2 = m % m2n;
-      m1 = m / m2n;
-    } else {
-      m2 = t % m2n;
-      const int64_t u = t / m2n;
-      j = u % S;
-      m1 = u / S;
+struct TileMap {
+  Axis lane, a, b;  // lanes, outer, middle
+  int64_t chunks;   // tiles along the lane axis
+
+  // Lanes go along the axis whose outputs are contiguous (a vector store), unless it is too short
+  // to fill the lanes; then along the longest axis.
+  TileMap(Axis m1, Axis m2, Axis j, int lw) {
+    Axis ax[3] = {m1, m2, j};
+    int pick = -1;
+    for (int i = 2; i >= 0; --i)
+      if (ax[i].out == 1 && ax[i].n >= lw) pick = i;
+    if (pick < 0) {
+      pick = 2;
+      for (int i = 1; i >= 0; --i)
+        if (ax[i].n > ax[pick].n) pick = i;
     }
-    in_off = m1 * irs1 + m2 * irs2 + j * Bin * ies;
-    out_off = m1 * ors1 + m2 * ors2 + j * oes;
+    lane = ax[pick];
+    int k = 0;
+    Axis rest[2];
+    for (int i = 0; i < 3; ++i)
+      if (i != pick) rest[k++] = ax[i];
+    a = rest[0];
+    b = rest[1];
+    chunks = (lane.n + lw - 1) / lw;
   }
+  int64_t tiles() const { return a.n * b.n * chunks; }
 };
 
 template <class T>
@@ -113,33 +123,22 @@ struct PassArgs {
 };
 
 template <class T>
-static bool uniform_stride(const int64_t *off, int n, int64_t &stride) {
-  stride = n > 1 ? off[1] - off[0] : 1;
-  for (int l = 2; l < n; ++l)
-    if (off[l] - off[l - 1] != stride) return false;
-  return true;
-}
-
-template <class T>
-static void gather(const PassArgs<T> &a, const int64_t *off, int nv, vec_t<T> *buf) {
+static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t<T> *buf) {
   constexpr int LW = Lanes<T>::width;
   T *b = reinterpret_cast<T *>(buf);
-  int64_t ls;
-  const bool uni = nv == LW && uniform_stride<T>(off, nv, ls);
-  if (uni && ls == 1) {  // lanes contiguous (left products): whole-vector loads
-    const T *src = a.in + off[0];
+  if (nv == LW && ls == 1) {  // lanes contiguous (left products): whole-vector loads
     for (int64_t e = 0; e < a.Bin; ++e) std::memcpy(b + e * LW, src + e * a.ies, sizeof(vec_t<T>));
     return;
   }
   if (a.ies == 1) {  // each lane reads a contiguous block (right products): transpose in cache
     for (int l = 0; l < nv; ++l) {
-      const T *src = a.in + off[l];
-      for (int64_t e = 0; e < a.Bin; ++e) b[e * LW + l] = src[e];
+      const T *row = src + l * ls;
+      for (int64_t e = 0; e < a.Bin; ++e) b[e * LW + l] = row[e];
     }
   } else {
     for (int l = 0; l < nv; ++l) {
-      const T *src = a.in + off[l];
-      for (int64_t e = 0; e < a.Bin; ++e) b[e * LW + l] = src[e * a.ies];
+      const T *row = src + l * ls;
+      for (int64_t e = 0; e < a.Bin; ++e) b[e * LW + l] = row[e * a.ies];
     }
   }
   if (nv < LW)  // idle lanes compute on zeros and are never stored
@@ -148,15 +147,13 @@ static void gather(const PassArgs<T> &a, const int64_t *off, int nv, vec_t<T> *b
 }
 
 template <class T>
-static void scatter(const PassArgs<T> &a, const int64_t *off, int nv, const vec_t<T> *buf) {
+static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec_t<T> *buf) {
   constexpr int LW = Lanes<T>::width;
   typedef vec_t<T> V;
   const T *b = reinterpret_cast<const T *>(buf);
   const int64_t ks = a.S * a.oes;  // output element k of an instance sits k*S*oes further on
-  int64_t ls;
-  const bool uni = nv == LW && uniform_stride<T>(off, nv, ls);
-  if (uni && ls == 1) {
-    T *dst = a.out + off[0];
+  if (nv == LW && ls == 1) {
+    T *dst = dst0;
     for (int64_t k = 0; k < a.Bout; ++k) {
       V v = buf[k] * a.alpha;
       if (a.beta != T(0)) {
@@ -169,7 +166,7 @@ static void scatter(const PassArgs<T> &a, const int64_t *off, int nv, const vec_
     return;
   }
   for (int l = 0; l < nv; ++l) {
-    T *dst = a.out + off[l];
+    T *dst = dst0 + l * ls;
     if (a.beta != T(0)) {
       for (int64_t k = 0; k < a.Bout; ++k)
         dst[k * ks] = a.alpha * b[k * LW + l] + a.beta * dst[k * ks];
@@ -185,19 +182,9 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   typedef vec_t<T> V;
   const int64_t ninst = a.m1 * a.m2 * a.S;
   if (ninst == 0) return;
-  LaneMap map;
-  // Output contiguous along j (right products) -> j fastest; otherwise rows (left products).
-  map.j_fast = a.oes == 1 || a.m2 == 1;
-  map.S = a.S;
-  map.m2n = a.m2;
-  map.Bin = a.Bin;
-  map.irs1 = a.irs1;
-  map.irs2 = a.irs2;
-  map.ies = a.ies;
-  map.ors1 = a.ors1;
-  map.ors2 = a.ors2;
-  map.oes = a.oes;
-  const int64_t ntiles = (ninst + LW - 1) / LW;
+  const TileMap map(Axis{a.m1, a.irs1, a.ors1}, Axis{a.m2, a.irs2, a.ors2},
+                    Axis{a.S, a.Bin * a.ies, a.oes}, LW);
+  const int64_t ntiles = map.tiles();
   // Threads only pay off with real work per tile; tiny products stay on the caller's thread.
   const double work = double(ntiles) * double(a.maxblock) * double(a.nsteps);
   int threads = num_threads;
@@ -206,13 +193,15 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   {
     V *buf0 = static_cast<V *>(::operator new(sizeof(V) * a.maxblock, std::align_val_t(64)));
     V *buf1 = static_cast<V *>(::operator new(sizeof(V) * a.maxblock, std::align_val_t(64)));
-    int64_t in_off[LW], out_off[LW];
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ntiles; ++tile) {
-      const int64_t t0 = tile * LW;
-      const int nv = int(std::min<int64_t>(LW, ninst - t0));
-      for (int l = 0; l < nv; ++l) map.offsets(t0 + l, in_off[l], out_off[l]);
-      gather(a, in_off, nv, buf0);
+      const int64_t c = tile % map.chunks, ab = tile / map.chunks;
+      const int64_t ib = ab % map.b.n, ia = ab / map.b.n;
+      const int64_t f0 = c * LW;
+      const int nv = int(std::min<int64_t>(LW, map.lane.n - f0));
+      const T *src = a.in + ia * map.a.in + ib * map.b.in + f0 * map.lane.in;
+      T *dst = a.out + ia * map.a.out + ib * map.b.out + f0 * map.lane.out;
+      gather(a, src, map.lane.in, nv, buf0);
       V *cur = buf0, *nxt = buf1;
       int64_t size = a.Bin;
       for (int s = 0; s < a.nsteps; ++s) {
@@ -221,7 +210,7 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
         size = R * a.Q[s];
         std::swap(cur, nxt);
       }
-      scatter(a, out_off, nv, cur);
+      scatter(a, dst, map.lane.out, nv, cur);
     }
     ::operator delete(buf0, std::align_val_t(64));
     ::operator delete(buf1, std::align_val_t(64));
@@ -248,9 +237,8 @@ static int kron_matmul(const kl_kron_problem *p, int num_threads) {
   const bool row_layout = p->y_es == 1 || p->m2 == 1;
   int64_t scratch = 0;
   for (size_t g = 0; g + 1 < passes.size(); ++g) scratch = std::max(scratch, passes[g].len_out);
-  std::vector<T> tmp[2];
-  if (passes.size() > 1)
-    for (int b = 0; b < (passes.size() > 2 ? 2 : 1); ++b) tmp[b].resize(size_t(scratch * M));
+  ScratchLease lease(passes.size() > 1 ? size_t(scratch * M) * sizeof(T) * (passes.size() > 2 ? 2 : 1) : 0);
+  T *tmp[2] = {static_cast<T *>(lease.data()), static_cast<T *>(lease.data()) + scratch * M};
 
   const T *in = static_cast<const T *>(p->x);
   int64_t irs1 = p->x_rs1, irs2 = p->x_rs2, ies = p->x_es;
@@ -288,7 +276,7 @@ static int kron_matmul(const kl_kron_problem *p, int num_threads) {
       a.alpha = T(p->alpha);
       a.beta = T(p->beta);
     } else {
-      a.out = tmp[g % 2].data();
+      a.out = tmp[g % 2];
       if (row_layout) {
         a.ors1 = p->m2 * pp.len_out;
         a.ors2 = pp.len_out;
