@@ -1,3 +1,4 @@
 // The CPU kernel compiled for one instruction set; kron_cpu.cpp picks the best one at run time.
 #define KL_ISA avx2
+#define KL_VEC_BYTES 32
 #include "kron_cpu_impl.hpp"

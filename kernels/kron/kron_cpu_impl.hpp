@@ -22,55 +22,71 @@
 #include "kron_cpu_plan.hpp"
 #include "scratch.hpp"
 
+#if KL_VEC_BYTES == 64 && defined(__AVX512F__)
+#define KL_AVX512_PATHS 1
+#include "transpose_avx512.hpp"
+#endif
+
 namespace kl {
 namespace KL_ISA {
 
+// A lane group is two native SIMD registers (KL_VEC_BYTES each, set per ISA build): enough
+// independent FMA chains to hide latency while every accumulator stays in a register.
 template <class T>
 struct Lanes {
-  // Two 512-bit registers' worth of lanes: enough independent FMA chains to hide latency.
-  static constexpr int width = 128 / sizeof(T);
-  typedef T vec __attribute__((vector_size(128), aligned(64)));
+  static constexpr int width = 2 * KL_VEC_BYTES / int(sizeof(T));
+  typedef T native __attribute__((vector_size(KL_VEC_BYTES)));
+  struct vec {
+    native lo, hi;
+  };
 };
 
 template <class T>
 using vec_t = typename Lanes<T>::vec;
 
-// One step inside a block: out[q*R + r] = sum_p in[r*P + p] * F[p, q] (F packed row-major).
+// Columns of a factor handled together: each input vector is loaded once per QB outputs.
+constexpr int64_t QB = 4;
+
+// A factor packed for step(): blocks of QB columns, each block p-major with its QB values
+// contiguous (zero-padded past Q), so the inner loop walks memory with unit stride.
+template <class T>
+static std::vector<T> pack_factor(const T *f, int64_t P, int64_t Q, int64_t rs, int64_t cs) {
+  const int64_t nb = (Q + QB - 1) / QB;
+  std::vector<T> out(size_t(nb * P * QB), T(0));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t i = 0; i < QB && b * QB + i < Q; ++i)
+        out[size_t((b * P + p) * QB + i)] = f[p * rs + (b * QB + i) * cs];
+  return out;
+}
+
+// One step inside a block: out[q*R + r] = sum_p in[r*P + p] * F[p, q] (F packed by pack_factor).
 // Writing q-major is what puts each output at its final place after the last step.
 template <class T>
 static void step(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R, int64_t P,
                  int64_t Q, const T *__restrict F) {
-  typedef vec_t<T> V;
+  typedef typename Lanes<T>::native N;
   for (int64_t r = 0; r < R; ++r) {
-    const V *a = in + r * P;
-    int64_t q = 0;
-    for (; q + 4 <= Q; q += 4) {
-      V c0 = {}, c1 = {}, c2 = {}, c3 = {};
-      const T *f = F + q;
-      for (int64_t p = 0; p < P; ++p) {
-        const V x = a[p];
-        c0 += x * f[0];
-        c1 += x * f[1];
-        c2 += x * f[2];
-        c3 += x * f[3];
-        f += Q;
+    const vec_t<T> *a = in + r * P;
+    for (int64_t q = 0; q < Q; q += QB) {
+      N c0 = {}, c1 = {}, c2 = {}, c3 = {}, d0 = {}, d1 = {}, d2 = {}, d3 = {};
+      const T *f = F + q * P;  // block q / QB starts at (q / QB) * P * QB
+      for (int64_t p = 0; p < P; ++p, f += QB) {
+        const N lo = a[p].lo, hi = a[p].hi;
+        c0 += lo * f[0];
+        d0 += hi * f[0];
+        c1 += lo * f[1];
+        d1 += hi * f[1];
+        c2 += lo * f[2];
+        d2 += hi * f[2];
+        c3 += lo * f[3];
+        d3 += hi * f[3];
       }
-      out[(q + 0) * R + r] = c0;
-      out[(q + 1) * R + r] = c1;
-      out[(q + 2) * R + r] = c2;
-      out[(q + 3) * R + r] = c3;
-    }
-    for (; q < Q; ++q) {
-      V c0 = {}, c1 = {};
-      const T *f = F + q;
-      int64_t p = 0;
-      for (; p + 2 <= P; p += 2) {
-        c0 += a[p] * f[0];
-        c1 += a[p + 1] * f[Q];
-        f += 2 * Q;
-      }
-      if (p < P) c0 += a[p] * f[0];
-      out[q * R + r] = c0 + c1;
+      vec_t<T> *o = out + q * R + r;
+      o[0] = {c0, d0};
+      if (q + 1 < Q) o[R] = {c1, d1};
+      if (q + 2 < Q) o[2 * R] = {c2, d2};
+      if (q + 3 < Q) o[3 * R] = {c3, d3};
     }
   }
 }
@@ -120,6 +136,7 @@ struct PassArgs {
   T *out;
   int64_t ors1, ors2, oes;
   T alpha, beta;
+  bool stream_out;  // output far larger than the caches: non-temporal stores
 };
 
 template <class T>
@@ -130,10 +147,41 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
     for (int64_t e = 0; e < a.Bin; ++e) std::memcpy(b + e * LW, src + e * a.ies, sizeof(vec_t<T>));
     return;
   }
-  if (a.ies == 1) {  // each lane reads a contiguous block (right products): transpose in cache
-    for (int l = 0; l < nv; ++l) {
-      const T *row = src + l * ls;
-      for (int64_t e = 0; e < a.Bin; ++e) b[e * LW + l] = row[e];
+#ifdef KL_AVX512_PATHS
+  if (a.ies == 1 && nv == LW) {  // LW/2 lanes x LW/2 elements at a time, transposed in registers
+    constexpr int H = LW / 2;
+    int64_t e0 = 0;
+    for (; e0 + H <= a.Bin; e0 += H)
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (sizeof(T) == 4) {
+          __m512 r[16];
+          for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + (h * 16 + i) * ls + e0);
+          transpose16(r);
+          for (int i = 0; i < 16; ++i) _mm512_store_ps(b + (e0 + i) * LW + h * 16, r[i]);
+        } else {
+          __m512d r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm512_loadu_pd(src + (h * 8 + i) * ls + e0);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm512_store_pd(b + (e0 + i) * LW + h * 8, r[i]);
+        }
+      }
+    for (int l = 0; l < LW; ++l)
+      for (int64_t e = e0; e < a.Bin; ++e) b[e * LW + l] = src[l * ls + e];
+    return;
+  }
+#endif
+  if (a.ies == 1) {
+    // Each lane reads a contiguous block (right products): transpose in chunks of one cache
+    // line per lane, so the stores stay within a few lines of L1 instead of Bin of them.
+    constexpr int64_t C = 64 / sizeof(T);
+    for (int64_t e0 = 0; e0 < a.Bin; e0 += C) {
+      const int64_t e1 = std::min<int64_t>(a.Bin, e0 + C);
+      for (int l = 0; l < nv; ++l) {
+        const T *row = src + l * ls;
+        // the next tile's lanes start LW*ls further on: fetch them while this one computes
+        __builtin_prefetch(row + LW * ls + e0, 0, 0);
+        for (int64_t e = e0; e < e1; ++e) b[e * LW + l] = row[e];
+      }
     }
   } else {
     for (int l = 0; l < nv; ++l) {
@@ -154,14 +202,42 @@ static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec
   const int64_t ks = a.S * a.oes;  // output element k of an instance sits k*S*oes further on
   if (nv == LW && ls == 1) {
     T *dst = dst0;
-    for (int64_t k = 0; k < a.Bout; ++k) {
-      V v = buf[k] * a.alpha;
-      if (a.beta != T(0)) {
-        V old;
-        std::memcpy(&old, dst + k * ks, sizeof(V));
-        v += old * a.beta;
+    typedef typename Lanes<T>::native N;
+    constexpr int H = LW / 2;
+    const T alpha = a.alpha, beta = a.beta;
+    if (beta == T(0)) {
+#ifdef KL_AVX512_PATHS
+      // Big outputs bypass the cache: every line is written whole, so reading it first (the
+      // write-allocate a normal store does) would only add a third to the memory traffic.
+      if (a.stream_out && (reinterpret_cast<uintptr_t>(dst) % 64) == 0 && (ks * sizeof(T)) % 64 == 0) {
+        for (int64_t k = 0; k < a.Bout; ++k) {
+          const N lo = buf[k].lo * alpha, hi = buf[k].hi * alpha;
+          if constexpr (sizeof(T) == 4) {
+            _mm512_stream_ps(dst + k * ks, (__m512)lo);
+            _mm512_stream_ps(dst + k * ks + H, (__m512)hi);
+          } else {
+            _mm512_stream_pd(dst + k * ks, (__m512d)lo);
+            _mm512_stream_pd(dst + k * ks + H, (__m512d)hi);
+          }
+        }
+        return;
       }
-      std::memcpy(dst + k * ks, &v, sizeof(V));
+#endif
+      for (int64_t k = 0; k < a.Bout; ++k) {
+        const N lo = buf[k].lo * alpha, hi = buf[k].hi * alpha;
+        std::memcpy(dst + k * ks, &lo, sizeof(N));
+        std::memcpy(dst + k * ks + H, &hi, sizeof(N));
+      }
+    } else {
+      for (int64_t k = 0; k < a.Bout; ++k) {
+        N lo, hi;
+        std::memcpy(&lo, dst + k * ks, sizeof(N));
+        std::memcpy(&hi, dst + k * ks + H, sizeof(N));
+        lo = buf[k].lo * alpha + lo * beta;
+        hi = buf[k].hi * alpha + hi * beta;
+        std::memcpy(dst + k * ks, &lo, sizeof(N));
+        std::memcpy(dst + k * ks + H, &hi, sizeof(N));
+      }
     }
     return;
   }
@@ -212,25 +288,25 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
       }
       scatter(a, dst, map.lane.out, nv, cur);
     }
+#ifdef KL_AVX512_PATHS
+    _mm_sfence();  // order this thread's streaming stores before the pass ends
+#endif
     ::operator delete(buf0, std::align_val_t(64));
     ::operator delete(buf1, std::align_val_t(64));
   }
 }
+
+// Outputs beyond this many bytes are written with streaming stores (far past L2, near L3 size).
+constexpr double kStreamBytes = 32.0 * 1024 * 1024;
 
 template <class T>
 static int kron_matmul(const kl_kron_problem *p, int num_threads) {
   constexpr int LW = Lanes<T>::width;
   const int n = p->nfactors;
   const int64_t M = p->m1 * p->m2;
-  // Pack each factor row-major once: the inner loop then walks it with unit stride.
   std::vector<std::vector<T>> packed(n);
-  for (int i = 0; i < n; ++i) {
-    const T *f = static_cast<const T *>(p->F[i]);
-    packed[i].resize(size_t(p->P[i] * p->Q[i]));
-    for (int64_t r = 0; r < p->P[i]; ++r)
-      for (int64_t c = 0; c < p->Q[i]; ++c)
-        packed[i][size_t(r * p->Q[i] + c)] = f[r * p->F_rs[i] + c * p->F_cs[i]];
-  }
+  for (int i = 0; i < n; ++i)
+    packed[i] = pack_factor(static_cast<const T *>(p->F[i]), p->P[i], p->Q[i], p->F_rs[i], p->F_cs[i]);
   const std::vector<PassPlan> passes = plan_passes(p, sizeof(T) * LW);
 
   // Intermediates follow the output's layout so each pass's writes stay contiguous.
@@ -289,6 +365,7 @@ static int kron_matmul(const kl_kron_problem *p, int num_threads) {
       a.alpha = T(1);
       a.beta = T(0);
     }
+    a.stream_out = double(M) * double(pp.len_out) * sizeof(T) > kStreamBytes;
     run_pass(a, num_threads);
     in = a.out;
     irs1 = a.ors1;
