@@ -8,7 +8,14 @@
 
 from ._namespace import namespace
 from .kron import kron, kron_matmul
+from .planner import calibrate, explain, plan
 
 __version__ = "0.1.0"
 
 __all__ = ["kron", "kron_matmul", "namespace", "__version__"]
+__all__ += ["plan", "explain", "calibrate"]
+
+from . import structured
+from .structured import structured_matmul
+
+__all__ += ["structured", "structured_matmul"]

@@ -38,9 +38,20 @@ def on_cuda(a) -> bool:
     return is_cupy(a) or (is_torch(a) and a.is_cuda)
 
 
+_dtype_names: dict = {}
+
+
 def dtype_name(dtype) -> str:
-    """'float32' for numpy, CuPy, torch and array-api-strict dtypes alike."""
-    return str(dtype).rsplit(".", 1)[-1]
+    """'float32' for numpy, CuPy, torch and array-api-strict dtypes alike (memoised: hot path)."""
+    try:
+        return _dtype_names[dtype]
+    except (KeyError, TypeError):
+        name = str(dtype).rsplit(".", 1)[-1]
+        try:
+            _dtype_names[dtype] = name
+        except TypeError:  # unhashable dtype object
+            pass
+        return name
 
 
 def to_numpy(a) -> np.ndarray:
@@ -73,7 +84,8 @@ def device_view(a) -> DeviceView:
 
 def host_view(a: np.ndarray) -> DeviceView:
     item = a.itemsize
-    return DeviceView(a.ctypes.data, a.shape, tuple(s // item for s in a.strides))
+    ptr = a.__array_interface__["data"][0]  # cheaper than a.ctypes on the per-call path
+    return DeviceView(ptr, a.shape, tuple(s // item for s in a.strides))
 
 
 def cuda_stream(a) -> int:

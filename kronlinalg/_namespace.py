@@ -54,7 +54,9 @@ def namespace(x_or_namespace, /):
         linalg = _Extended(
             f"kronlinalg.namespace({base.__name__}).linalg",
             getattr(base, "linalg", types.ModuleType("linalg")),
-            {"kron_matmul": _kron.kron_matmul, "kron": _kron.kron},
+            {"kron_matmul": _kron.kron_matmul, "kron": _kron.kron,
+             "structured_matmul": __import__(f"{__package__}.structured",
+                                             fromlist=["_"]).structured_matmul},
         )
         _cache[key] = _Extended(f"kronlinalg.namespace({base.__name__})", base, {"linalg": linalg})
     return _cache[key]

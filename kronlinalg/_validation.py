@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 
 import array_api_compat
+import numpy as np
 
 from . import _backend
 
@@ -14,6 +15,13 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 def namespace_of(named: dict):
     """The one array namespace of all named arrays; TypeError naming the odd one out."""
     first_name, first = next(iter(named.items()))
+    kinds = {type(a) for a in named.values()}
+    if len(kinds) == 1 and kinds.pop() is not object:
+        # one array type: one namespace (the common case, and the per-call hot path)
+        try:
+            return array_api_compat.array_namespace(first)
+        except TypeError:
+            raise TypeError(f"{first_name}: expected an array, got {type(first).__name__}") from None
     try:
         xp = array_api_compat.array_namespace(first)
     except TypeError:
@@ -34,6 +42,8 @@ def namespace_of(named: dict):
 def same_device(named: dict) -> None:
     """ValueError naming the first array that is not on the first array's device."""
     first_name, first = next(iter(named.items()))
+    if all(type(a) is np.ndarray for a in named.values()):
+        return  # host memory, one device
     dev = array_api_compat.device(first)
     for name, a in named.items():
         if array_api_compat.device(a) != dev:

@@ -20,7 +20,7 @@ from ._ext import kron_cpu, kron_cuda
 __all__ = ["kron", "kron_matmul"]
 
 ALGORITHMS = ("auto", "sliced", "shuffle")
-_KERNEL_DTYPE = {"float32": 0, "float64": 1}
+_KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # kron.h codes
 
 
 @dataclass
@@ -127,6 +127,16 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
     spec = _prepare(x, factors, side, alpha, beta, y)
     if 0 in spec.out_shape or spec.in_len == 0:
         return _degenerate(spec)
+    if algorithm == "auto":
+        from . import planner  # the cost model picks; its plans are cached per shape
+
+        algorithm = planner.choose("kron_matmul", tuple(spec.x.shape),
+                                   *(tuple(f.shape) for f in spec.factors),
+                                   dtype=spec.compute_dtype, device=spec.x, side=spec.side)
+    if algorithm != "shuffle" and _needs_autograd(spec):
+        from ._autograd import kron_matmul_differentiable  # compiled kernels, kron_matmul backward
+
+        return kron_matmul_differentiable(spec)
     if algorithm == "shuffle" or _needs_autograd(spec):
         return _shuffle(spec)
     if _backend.on_cuda(x):
@@ -239,7 +249,10 @@ def _run_cuda(spec: _Spec):
             "(reinstall with nvcc on PATH, or -Csetup-args=-Dcuda=enabled)"
         )
     kron_cuda.device_check()
-    xp, cdt = spec.xp, spec.compute_dtype
+    xp = spec.xp
+    # half types stay half in memory: the tensor-core kernels accumulate in float32
+    half = spec.result_dtype in ("float16", "bfloat16")
+    cdt = spec.result_dtype if half else spec.compute_dtype
     x = _cast(xp, spec.x, cdt)
     fs = [_cast(xp, f, cdt) for f in spec.factors]
     with _backend.cuda_device_scope(x):
@@ -253,14 +266,18 @@ def _run_cuda(spec: _Spec):
             rows = _rows(spec, _backend.device_view(x), ov)
         m1, m2, xd, od = rows
         descs = _factor_descs(spec, [_backend.device_view(f) for f in fs])
-        n = kron_cuda.scratch_elems(m1, m2, descs)
+        try:
+            n, nbuf = kron_cuda.workspace(m1, m2, descs, xd, _KERNEL_DTYPE[cdt])
+        except RuntimeError as err:  # a factor too large for one block's shared memory
+            if "does not fit" not in str(err):
+                raise
+            return _shuffle(spec)
         # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
-        nbuf = 0 if n == 0 else (2 if len(fs) > 2 else 1)
         scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
         ptrs = [_backend.device_view(s).ptr for s in scratch] + [0, 0]
         kron_cuda.matmul(m1, m2, descs, xd, od, spec.alpha, spec.beta, _KERNEL_DTYPE[cdt],
                          ptrs[0], ptrs[1], _backend.cuda_stream(x))
-    return _finish(spec, out)
+    return out if cdt == spec.result_dtype else _finish(spec, out)
 
 
 # ---------------------------------------------------------------------------------------------

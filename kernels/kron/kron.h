@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-enum kl_dtype { KL_FLOAT32 = 0, KL_FLOAT64 = 1 };
+/* FLOAT16 / BFLOAT16: CUDA only (storage in half precision, products accumulated in float32). */
+enum kl_dtype { KL_FLOAT32 = 0, KL_FLOAT64 = 1, KL_FLOAT16 = 2, KL_BFLOAT16 = 3 };
 
 typedef struct kl_kron_problem {
   int64_t m1, m2;              /* row index m = m1 * m2 (outer, inner); either may be 0 */
@@ -46,6 +47,14 @@ int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype);
 int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0, void *scratch1,
                         void *stream);
 int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p);
+/* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements. */
+int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems, int *nbufs);
+/* The plan the CUDA path picks (passes, kernel, tile, threads, grid) as text in buf (NUL-terminated,
+ * truncated to len); returns a status. */
+int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len);
+/* Tuning overrides for benchmarks (0 = automatic): lines per tile, column tile, threads,
+ * shared-memory budget in KiB, kernel kind (-1 auto, 0 CUDA cores, 1 tensor cores). */
+int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_budget_kb, int kind);
 /* 0 if a CUDA device is usable, else KL_ERR_NO_DEVICE with kl_last_error() saying why. */
 int kl_cuda_device_check(void);
 

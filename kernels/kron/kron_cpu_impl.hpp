@@ -44,50 +44,64 @@ struct Lanes {
 template <class T>
 using vec_t = typename Lanes<T>::vec;
 
-// Columns of a factor handled together: each input vector is loaded once per QB outputs.
-constexpr int64_t QB = 4;
+// Columns of a factor handled together: each input vector is loaded once per qb outputs.  Eight
+// (16 accumulators) only where there are 32 vector registers and enough columns to fill them.
+inline int columns_per_block(int64_t Q) {
+  if (KL_VEC_BYTES == 64 && (Q % 8 == 0 || Q >= 32)) return 8;
+  if (Q % 4 == 0 || Q > 4) return 4;
+  return int(Q);  // 1, 2 or 3: exact, no padded columns
+}
 
-// A factor packed for step(): blocks of QB columns, each block p-major with its QB values
+// A factor packed for step(): blocks of qb columns, each block p-major with its qb values
 // contiguous (zero-padded past Q), so the inner loop walks memory with unit stride.
 template <class T>
 static std::vector<T> pack_factor(const T *f, int64_t P, int64_t Q, int64_t rs, int64_t cs) {
-  const int64_t nb = (Q + QB - 1) / QB;
-  std::vector<T> out(size_t(nb * P * QB), T(0));
+  const int qb = columns_per_block(Q);
+  const int64_t nb = (Q + qb - 1) / qb;
+  std::vector<T> out(size_t(nb * P * qb), T(0));
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t p = 0; p < P; ++p)
-      for (int64_t i = 0; i < QB && b * QB + i < Q; ++i)
-        out[size_t((b * P + p) * QB + i)] = f[p * rs + (b * QB + i) * cs];
+      for (int64_t i = 0; i < qb && b * qb + i < Q; ++i)
+        out[size_t((b * P + p) * qb + i)] = f[p * rs + (b * qb + i) * cs];
   return out;
 }
 
 // One step inside a block: out[q*R + r] = sum_p in[r*P + p] * F[p, q] (F packed by pack_factor).
 // Writing q-major is what puts each output at its final place after the last step.
-template <class T>
-static void step(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R, int64_t P,
-                 int64_t Q, const T *__restrict F) {
+template <class T, int QB>
+static void step_qb(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R,
+                    int64_t P, int64_t Q, const T *__restrict F) {
   typedef typename Lanes<T>::native N;
   for (int64_t r = 0; r < R; ++r) {
     const vec_t<T> *a = in + r * P;
     for (int64_t q = 0; q < Q; q += QB) {
-      N c0 = {}, c1 = {}, c2 = {}, c3 = {}, d0 = {}, d1 = {}, d2 = {}, d3 = {};
+      N c[QB], d[QB];
+      for (int i = 0; i < QB; ++i) c[i] = d[i] = N{};
       const T *f = F + q * P;  // block q / QB starts at (q / QB) * P * QB
       for (int64_t p = 0; p < P; ++p, f += QB) {
         const N lo = a[p].lo, hi = a[p].hi;
-        c0 += lo * f[0];
-        d0 += hi * f[0];
-        c1 += lo * f[1];
-        d1 += hi * f[1];
-        c2 += lo * f[2];
-        d2 += hi * f[2];
-        c3 += lo * f[3];
-        d3 += hi * f[3];
+        for (int i = 0; i < QB; ++i) {
+          c[i] += lo * f[i];
+          d[i] += hi * f[i];
+        }
       }
       vec_t<T> *o = out + q * R + r;
-      o[0] = {c0, d0};
-      if (q + 1 < Q) o[R] = {c1, d1};
-      if (q + 2 < Q) o[2 * R] = {c2, d2};
-      if (q + 3 < Q) o[3 * R] = {c3, d3};
+      const int64_t n = Q - q;  // constant trip count keeps c, d in registers
+      for (int i = 0; i < QB; ++i)
+        if (i < n) o[i * R] = {c[i], d[i]};
     }
+  }
+}
+
+template <class T>
+static void step(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R, int64_t P,
+                 int64_t Q, const T *__restrict F) {
+  switch (columns_per_block(Q)) {
+    case 8: return step_qb<T, 8>(in, out, R, P, Q, F);
+    case 4: return step_qb<T, 4>(in, out, R, P, Q, F);
+    case 3: return step_qb<T, 3>(in, out, R, P, Q, F);
+    case 2: return step_qb<T, 2>(in, out, R, P, Q, F);
+    default: return step_qb<T, 1>(in, out, R, P, Q, F);
   }
 }
 
@@ -124,6 +138,30 @@ struct TileMap {
   }
   int64_t tiles() const { return a.n * b.n * chunks; }
 };
+
+// Per-thread tile buffers that persist across calls: a fresh 100 KB+ allocation per call is an
+// mmap, and its page faults cost more than a small product's whole computation.
+struct TileBuffers {
+  void *ptr[2] = {nullptr, nullptr};
+  size_t bytes[2] = {0, 0};
+  ~TileBuffers() {
+    for (void *p : ptr) ::operator delete(p, std::align_val_t(64));
+  }
+};
+
+template <class V>
+static V *tile_buffer(int which, size_t count) {
+  thread_local TileBuffers tb;
+  const size_t need = count * sizeof(V);
+  if (tb.bytes[which] < need) {
+    ::operator delete(tb.ptr[which], std::align_val_t(64));
+    tb.ptr[which] = nullptr;
+    tb.bytes[which] = 0;
+    tb.ptr[which] = ::operator new(need, std::align_val_t(64));
+    tb.bytes[which] = need;
+  }
+  return static_cast<V *>(tb.ptr[which]);
+}
 
 template <class T>
 struct PassArgs {
@@ -267,8 +305,8 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   if (work < 4.0e4) threads = 1;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    V *buf0 = static_cast<V *>(::operator new(sizeof(V) * a.maxblock, std::align_val_t(64)));
-    V *buf1 = static_cast<V *>(::operator new(sizeof(V) * a.maxblock, std::align_val_t(64)));
+    V *buf0 = tile_buffer<V>(0, size_t(a.maxblock));
+    V *buf1 = tile_buffer<V>(1, size_t(a.maxblock));
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       const int64_t c = tile % map.chunks, ab = tile / map.chunks;
@@ -291,8 +329,6 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
 #ifdef KL_AVX512_PATHS
     _mm_sfence();  // order this thread's streaming stores before the pass ends
 #endif
-    ::operator delete(buf0, std::align_val_t(64));
-    ::operator delete(buf1, std::align_val_t(64));
   }
 }
 

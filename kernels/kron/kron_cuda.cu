@@ -1,109 +1,578 @@
-// CUDA sliced multiply: one launch per factor, each output element one P-slice of a row of the
-// current matrix times one factor column, written to its final index (no transpose pass).
-// The fused, tiled kernels of the "CUDA kron_matmul" issue replace this on the hot shapes.
+// Host side of the CUDA kron_matmul: the planner (which factors share a memory pass, which compiled
+// kernel and tile each pass uses) and the launches.  The kernels are in kron_cuda_ffma.cuh (CUDA
+// cores: float32, float64, half fallback) and kron_cuda_mma.cuh (tensor cores: float16, bfloat16);
+// the table of compiled configurations in kron_cuda_{f32,f64,f16,bf16}.cu.
+//
+// choose_config() in a sentence: group consecutive factors (from the last) into as few passes as
+// fit on chip — a pass is feasible when its tile of L lines, transformed in place step after step,
+// fits the shared memory and (CUDA-core kernel) the register tiles of one block — spread the
+// factors evenly over that many passes, then give each pass the largest tile that still leaves
+// work for every SM.  kl_kron_cuda_config() prints the choice.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kron.h"
+#include "kron_cuda_common.cuh"
+#include "kron_cuda_kernels.cuh"
 
 namespace kl {
+namespace cu {
 namespace {
-
-struct Strides {
-  int64_t rs1, rs2, es;
-};
-
-// out[m, q*S + j] = alpha * sum_p in[m, j*P + p] * F[p, q] + beta * out[m, q*S + j]
-template <class T>
-__global__ void sliced_multiply(int64_t m1n, int64_t m2n, int64_t S, int64_t P, int64_t Q,
-                                const T *__restrict__ F, int64_t frs, int64_t fcs,
-                                const T *__restrict__ in, Strides is, T *__restrict__ out,
-                                Strides os, T alpha, T beta, bool j_fast) {
-  const int64_t total = m1n * m2n * Q * S;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    int64_t m1, m2, q, j;
-    if (j_fast) {  // consecutive threads write consecutive j: coalesced for row layouts
-      j = t % S;
-      int64_t u = t / S;
-      q = u % Q;
-      u /= Q;
-      m2 = u % m2n;
-      m1 = u / m2n;
-    } else {  // consecutive threads take consecutive rows: coalesced for column layouts
-      m2 = t % m2n;
-      int64_t u = t / m2n;
-      j = u % S;
-      u /= S;
-      q = u % Q;
-      m1 = u / Q;
-    }
-    const T *x = in + m1 * is.rs1 + m2 * is.rs2 + j * P * is.es;
-    const T *f = F + q * fcs;
-    T acc = T(0);
-    for (int64_t p = 0; p < P; ++p) acc += x[p * is.es] * f[p * frs];
-    T *y = out + m1 * os.rs1 + m2 * os.rs2 + (q * S + j) * os.es;
-    *y = beta == T(0) ? alpha * acc : alpha * acc + beta * *y;
-  }
-}
 
 int cuda_fail(cudaError_t e, const char *what) {
   std::string msg = std::string("kron_matmul_cuda: ") + what + ": " + cudaGetErrorString(e);
   return fail(KL_ERR_CUDA, msg.c_str());
 }
 
-// Row length after the first `applied` factors (counted from the last) have been applied.
-int64_t length_after(const kl_kron_problem *p, int applied) {
-  int64_t len = 1;
-  for (int i = 0; i < p->nfactors; ++i) len *= i >= p->nfactors - applied ? p->Q[i] : p->P[i];
-  return len;
+struct DeviceInfo {
+  int id = 0, sms = 0, smem_optin = 0, smem_sm = 0;
+};
+
+std::mutex g_mutex, g_occ_mutex, g_plan_mutex;
+
+int device_info(DeviceInfo *out) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
+  static std::map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = cache.find(dev);
+  if (it == cache.end()) {
+    DeviceInfo d;
+    d.id = dev;
+    if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                    dev)) != cudaSuccess)
+      return cuda_fail(e, "cudaDeviceGetAttribute");
+    it = cache.emplace(dev, d).first;
+  }
+  *out = it->second;
+  return KL_OK;
 }
 
-template <class T>
-int launch_all(const kl_kron_problem *p, T *scratch[2], cudaStream_t stream) {
-  const int n = p->nfactors;
-  const bool row_layout = p->y_es == 1 || p->m2 == 1;
-  const T *in = static_cast<const T *>(p->x);
-  Strides is{p->x_rs1, p->x_rs2, p->x_es};
-  for (int s = 0; s < n; ++s) {
-    const int i = n - 1 - s;
-    const bool last = s == n - 1;
-    const int64_t len_in = length_after(p, s), len_out = length_after(p, s + 1);
-    const int64_t S = len_in / p->P[i];
-    T *out;
-    Strides os;
-    if (last) {
-      out = static_cast<T *>(p->y);
-      os = {p->y_rs1, p->y_rs2, p->y_es};
+// Overrides for tuning sweeps (0 / -1 = the planner's own choice).
+struct Tuning {
+  int L = 0, tile_q = 0, threads = 0, budget_kb = 0, kind = -1;
+};
+Tuning g_tune;
+
+const KernelDesc *kernel_table(int dtype, int *n) {
+  switch (dtype) {
+    case KL_FLOAT32: return kernels_f32(n);
+    case KL_FLOAT64: return kernels_f64(n);
+    case KL_FLOAT16: return kernels_f16(n);
+    case KL_BFLOAT16: return kernels_bf16(n);
+    default: *n = 0; return nullptr;
+  }
+}
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+struct StepGeo {
+  int P, Q, Qpad, R, ld, f_off, f_ld;
+};
+
+struct PassCfg {
+  int last = 0, count = 0;  // factors [last - count + 1, last], applied last first
+  const KernelDesc *k = nullptr;
+  int L = 0, TM = 0, C = 0, NT = 0, TQ = 0, nqt = 1;
+  int64_t S = 0, ntiles = 0;
+  int Bin = 0, Bout = 0, fs_elems = 0, buf_elems = 0;
+  size_t smem = 0;
+  int grid = 0, occ = 0;
+  StepGeo st[kMaxSteps];
+};
+
+struct Plan {
+  std::vector<PassCfg> passes;
+  int rows_fast = 0;           // lines run along rows (rows are adjacent in memory)
+  int64_t scratch_elems = 0;  // per scratch buffer
+  int nscratch = 0;
+};
+
+// Geometry of a group for a tile of L lines: shared-memory pitches, factor area, buffer size.
+// Returns false if some per-step constraint fails (register tiles of one block, tile sizes).
+bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelDesc *k, int L,
+                    int TQ, PassCfg *c) {
+  const int es = k->elem_bytes, V = 16 / es, padc = es == 8 ? 2 : 1;
+  int64_t bin = 1, bout = 1;
+  for (int s = 0; s < count; ++s) {
+    bin *= p->P[last - s];
+    bout *= p->Q[last - s];
+  }
+  if (bin > (1 << 24) || bout > (1 << 24) || int64_t(L) * std::max(bin, bout) > (1 << 28))
+    return false;
+  c->Bin = int(bin);
+  c->Bout = int(bout);
+  int64_t lin = bin, fs = 0, buf = 0;
+  for (int s = 0; s < count; ++s) {
+    StepGeo &g = c->st[s];
+    g.P = int(p->P[last - s]);
+    g.Q = int(p->Q[last - s]);
+    g.R = int(lin / g.P);
+    if (k->kind == kFfma) {
+      g.Qpad = TQ > 0 ? TQ : int(round_up(g.Q, k->tile_q));
+      g.f_ld = g.Qpad;
     } else {
-      out = scratch[s % 2];
-      os = row_layout ? Strides{p->m2 * len_out, len_out, 1} : Strides{p->m2 * len_out, 1, p->m2};
+      g.Qpad = int(round_up(g.Q, k->tile_q));
+      g.f_ld = g.P + 8;
     }
-    const int64_t total = p->m1 * p->m2 * p->Q[i] * S;
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t(1) << 20);
-    sliced_multiply<T><<<unsigned(blocks), threads, 0, stream>>>(
-        p->m1, p->m2, S, p->P[i], p->Q[i], static_cast<const T *>(p->F[i]), p->F_rs[i],
-        p->F_cs[i], in, is, out, os, last ? T(p->alpha) : T(1), last ? T(p->beta) : T(0),
-        row_layout);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return cuda_fail(e, "launch");
-    in = out;
-    is = os;
+    const int64_t nch = int64_t(g.R) * L / V;
+    const int64_t ldc = nch <= 8 ? nch + (((padc - nch) % 8) + 8) % 8 : round_up(nch, 8) + padc;
+    if (ldc * V > (1 << 24)) return false;
+    g.ld = int(ldc * V);
+    g.f_off = int(fs);
+    fs += round_up(int64_t(k->kind == kFfma ? g.P : g.Qpad) * g.f_ld, 8);
+    buf = std::max<int64_t>(buf, int64_t(g.P) * g.ld);
+    if (k->kind == kFfma && s + 1 < count) {
+      // the in-place step needs every register tile of the step in one block
+      const int64_t items = nch * (g.Qpad / k->tile_q);
+      if (items > k->max_threads) return false;
+    }
+    lin = lin / g.P * g.Q;
+  }
+  if (k->kind == kMma) {  // staging of the last step: [k][line]
+    const int64_t nch = int64_t(bout) * L / 8;
+    buf = std::max<int64_t>(buf, (nch <= 8 ? nch : round_up(nch, 8)) * 8);
+  }
+  c->fs_elems = int(round_up(fs, 8));
+  c->buf_elems = int(round_up(buf, 8));
+  const int tables = k->kind == kFfma ? 2 : 1;
+  c->smem = size_t(c->fs_elems + 2 * int64_t(c->buf_elems)) * es + size_t(tables) * 16 * L;
+  return true;
+}
+
+int pow2_divisor(int64_t v, int cap) {
+  int a = 1;
+  while (a < cap && v % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+// The kernel of a group: tensor cores for half types when every P is a multiple of 8, else CUDA
+// cores; the narrowest compiled column tile that covers the widest factor.
+const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int count) {
+  int n = 0;
+  const KernelDesc *tab = kernel_table(dtype, &n);
+  int maxq = 1;
+  bool p8 = true;
+  for (int s = 0; s < count; ++s) {
+    maxq = std::max<int>(maxq, int(p->Q[last - s]));
+    p8 = p8 && p->P[last - s] % 8 == 0;
+  }
+  const bool half = dtype == KL_FLOAT16 || dtype == KL_BFLOAT16;
+  const int want_kind = half && p8 && g_tune.kind != kFfma ? kMma : kFfma;
+  const KernelDesc *fit = nullptr, *widest = nullptr;
+  for (int i = 0; i < n; ++i) {
+    const KernelDesc *k = &tab[i];
+    if (k->kind != want_kind) continue;
+    if (g_tune.tile_q > 0 && k->tile_q == g_tune.tile_q) return k;
+    if (!widest || k->tile_q > widest->tile_q) widest = k;
+    if (k->tile_q >= maxq && (!fit || k->tile_q < fit->tile_q)) fit = k;
+  }
+  return fit ? fit : widest;
+}
+
+int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks);
+
+// Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
+bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev, int rows_fast,
+                    int last, int count, int64_t S, PassCfg *out) {
+  const KernelDesc *k = pick_kernel(p, dtype, last, count);
+  if (!k) return false;
+  const int64_t M = p->m1 * p->m2;
+  const int V = k->kind == kMma ? 8 : 16 / k->elem_bytes;
+  const int lmult = V;  // a thread's register tile (CUDA cores) / a 16-byte chunk (tensor cores)
+  const size_t hard = size_t(dev.smem_optin);
+  const size_t budget = g_tune.budget_kb > 0 ? std::min(hard, size_t(g_tune.budget_kb) << 10) : hard;
+  // q tiles: a single-factor pass whose factor would crowd out the data
+  int TQ = 0;
+  if (k->kind == kFfma && count == 1) {
+    const int P = int(p->P[last]), Q = int(p->Q[last]);
+    const int64_t qpad = round_up(Q, k->tile_q);
+    const int64_t cap = 64 * 1024 / k->elem_bytes;
+    if (int64_t(P) * qpad > cap)
+      TQ = int(std::max<int64_t>(k->tile_q, cap / P / k->tile_q * k->tile_q));
+  }
+  static const int cand[] = {256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 4, 2};
+  PassCfg best;
+  bool found = false;
+  int64_t best_score = -1;
+  int prev_tm = -1, prev_c = -1;
+  for (int target : cand) {
+    if (g_tune.L > 0 && target != g_tune.L) continue;
+    if (target % lmult) continue;
+    PassCfg c;
+    c.last = last;
+    c.count = count;
+    c.k = k;
+    c.S = S;
+    // lines: C consecutive instances of TM rows (instances fastest), or the other way round;
+    // neither beyond what the matrix has, rounded up to the register tile
+    if (!rows_fast) {
+      c.C = int(std::min<int64_t>(S, target));
+      c.TM = int(std::min<int64_t>(std::max(1, target / c.C), M));
+      while ((c.TM * c.C) % lmult) ++c.TM;
+    } else {
+      c.TM = int(std::min<int64_t>(M, target));
+      c.C = int(std::min<int64_t>(std::max(1, target / c.TM), S));
+      while ((c.TM * c.C) % lmult) ++c.C;
+    }
+    if (c.TM == prev_tm && c.C == prev_c) continue;
+    prev_tm = c.TM;
+    prev_c = c.C;
+    c.L = c.TM * c.C;
+    if (c.L > 512) continue;
+    if (!group_geometry(p, last, count, k, c.L, TQ, &c)) continue;
+    if (c.smem > budget) continue;
+    c.TQ = TQ > 0 ? TQ : c.st[0].Qpad;
+    c.nqt = TQ > 0 ? int((p->Q[last] + TQ - 1) / TQ) : 1;
+    c.ntiles = ((M + c.TM - 1) / c.TM) * ((S + c.C - 1) / c.C) * c.nqt;
+    // threads: one per register tile of the largest step (the in-place steps need them all)
+    int64_t items = 1;
+    for (int s = 0; s < c.count; ++s) {
+      const StepGeo &g = c.st[s];
+      int64_t t;
+      if (k->kind == kFfma) {
+        t = (int64_t(g.R) * c.L / V) * (g.Qpad / k->tile_q);
+      } else {
+        const int64_t nmt = (int64_t(g.R) * c.L + 15) / 16;
+        t = ((nmt + 1) / 2) * (g.Qpad / k->tile_q) * 32;  // one warp per 32 x tile_q
+      }
+      items = std::max(items, t);
+    }
+    c.NT = int(std::min<int64_t>(k->max_threads, round_up(items, 32)));
+    if (g_tune.threads > 0) c.NT = std::max(c.NT, std::min(g_tune.threads, k->max_threads));
+    int blocks = 0;
+    if (occupancy(k, dev.id, c.NT, c.smem, &blocks) != KL_OK || blocks < 1) continue;
+    c.occ = blocks;
+    // score: work for every SM, then threads with work per SM (latency hiding), then tile size
+    const int64_t grid = std::min<int64_t>(c.ntiles, int64_t(blocks) * dev.sms);
+    const int64_t per_sm = (grid + dev.sms - 1) / dev.sms;
+    const int64_t busy = std::min<int64_t>(512, per_sm * std::min<int64_t>(items, c.NT));
+    const int64_t score = (c.ntiles >= 2 * dev.sms ? 2000000 : 0) + busy * 1000 + c.L;
+    if (!found || score > best_score) {
+      best = c;
+      best_score = score;
+      found = true;
+    }
+  }
+  if (!found) return false;
+  *out = best;
+  return true;
+}
+
+int64_t prod_range(const int64_t *v, int lo, int hi) {  // v[lo..hi]
+  int64_t r = 1;
+  for (int i = lo; i <= hi; ++i) r *= v[i];
+  return r;
+}
+
+// Rows adjacent in memory (the contiguous direction of a transposed x of kron @ x).
+int rows_adjacent(int64_t m1, int64_t m2, int64_t rs1, int64_t rs2, int64_t es) {
+  if (es == 1) return 0;
+  if (m2 > 1) return rs2 == 1;
+  return m1 > 1 && rs1 == 1;
+}
+
+int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
+  DeviceInfo dev;
+  int st = device_info(&dev);
+  if (st != KL_OK) return st;
+  const int n = p->nfactors;
+  plan->rows_fast = rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es);
+  const int cap = std::min(kMaxSteps, p->max_fused > 0 ? int(p->max_fused) : kMaxSteps);
+  // the longest feasible group ending at each factor (S depends on where the group sits)
+  auto group_ok = [&](int last, int count, PassCfg *c) {
+    const int64_t len_in = prod_range(p->P, 0, last) * prod_range(p->Q, last + 1, n - 1);
+    const int64_t bin = prod_range(p->P, last - count + 1, last);
+    return configure_pass(p, dtype, dev, plan->rows_fast, last, count, len_in / bin, c);
+  };
+  std::vector<int> maxc(n, 0);
+  for (int last = 0; last < n; ++last) {
+    PassCfg c;
+    for (int count = 1; count <= std::min(cap, last + 1); ++count) {
+      if (!group_ok(last, count, &c)) break;
+      maxc[last] = count;
+    }
+    if (maxc[last] == 0) {
+      std::string msg = "kron_matmul_cuda: factor " + std::to_string(last) +
+                        " does not fit the GPU's shared memory";
+      return fail(KL_ERR_INVALID, msg.c_str());
+    }
+  }
+  int greedy = 0;
+  for (int i = n - 1; i >= 0; i -= maxc[i]) ++greedy;
+  // the same number of passes with the factors spread evenly: smaller tiles, more blocks per SM
+  std::vector<int> counts;
+  int i = n - 1, left = greedy;
+  while (i >= 0) {
+    const int want = int((i + 1 + left - 1) / left);
+    const int c = std::min(maxc[i], want);
+    counts.push_back(c);
+    i -= c;
+    --left;
+  }
+  if (int(counts.size()) > greedy) {
+    counts.clear();
+    for (int j = n - 1; j >= 0; j -= maxc[j]) counts.push_back(maxc[j]);
+  }
+  plan->passes.clear();
+  int last = n - 1;
+  plan->scratch_elems = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    PassCfg c;
+    if (!group_ok(last, counts[k], &c)) return fail(KL_ERR_INVALID, "kron_matmul_cuda: plan");
+    plan->passes.push_back(c);
+    last -= counts[k];
+    if (k + 1 < counts.size()) {
+      const int64_t len_out = prod_range(p->P, 0, last) * prod_range(p->Q, last + 1, n - 1);
+      plan->scratch_elems = std::max(plan->scratch_elems, len_out * p->m1 * p->m2);
+    }
+  }
+  plan->nscratch = std::min<int>(2, int(plan->passes.size()) - 1);
+  return KL_OK;
+}
+
+// Opt-in shared memory and occupancy, cached per kernel and device.
+int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks) {
+  static std::map<std::tuple<const void *, int>, bool> attr_set;
+  static std::map<std::tuple<const void *, int, int, size_t>, int> occ_cache;
+  std::lock_guard<std::mutex> lock(g_occ_mutex);
+  cudaError_t e;
+  auto key = std::make_tuple(k->func, dev);
+  if (!attr_set.count(key)) {
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    e = cudaFuncSetAttribute(k->func, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaFuncSetAttribute");
+    attr_set[key] = true;
+  }
+  auto okey = std::make_tuple(k->func, dev, threads, smem);
+  auto it = occ_cache.find(okey);
+  if (it == occ_cache.end()) {
+    int b = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k->func, threads, smem);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    it = occ_cache.emplace(okey, b).first;
+  }
+  *blocks = it->second;
+  return KL_OK;
+}
+
+struct Operand {
+  const void *ptr;
+  int64_t rs1, rs2, es;
+};
+
+void fill_params(const kl_kron_problem *p, const PassCfg &c, const Operand &in, const Operand &out,
+                 double alpha, double beta, int rows_fast, PassP *pp) {
+  *pp = PassP{};
+  const int es = c.k->elem_bytes;
+  const int Vs = c.k->kind == kMma ? 8 : 16 / es;  // elements per 16-byte chunk in smem
+  const int gbytes = c.k->kind == kMma ? 2 : es;   // element size in global memory
+  const int64_t M = p->m1 * p->m2;
+  pp->nsteps = c.count;
+  pp->L = c.L;
+  pp->TM = c.TM;
+  pp->C = c.C;
+  pp->rows_fast = rows_fast;
+  pp->Bin = c.Bin;
+  pp->Bout = c.Bout;
+  pp->fs_elems = c.fs_elems;
+  pp->buf_elems = c.buf_elems;
+  pp->TQ = c.TQ;
+  pp->nqt = c.nqt;
+  const bool in_rows_adjacent = rows_adjacent(p->m1, p->m2, in.rs1, in.rs2, in.es);
+  const bool x_vec = c.k->kind == kMma && in.es == 1 && c.Bin % 8 == 0 && c.st[0].P % 8 == 0 &&
+                     reinterpret_cast<uintptr_t>(in.ptr) % 16 == 0 &&
+                     (p->m1 == 1 || in.rs1 % 8 == 0) && (p->m2 == 1 || in.rs2 % 8 == 0);
+  pp->x_vec = x_vec;
+  if (x_vec)
+    pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 32)));
+  else if (rows_fast && in_rows_adjacent)
+    pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.TM, 32)));
+  else
+    // 4 lines x 8 consecutive elements per warp instruction (fewer lines if L is smaller)
+    pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
+  (void)gbytes;
+  pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
+  pp->div_bin = FastDiv(uint32_t(c.Bin));
+  pp->div_p0 = FastDiv(uint32_t(c.st[0].P));
+  pp->div_l = FastDiv(uint32_t(c.L));
+  pp->div_tmc = FastDiv(uint32_t(rows_fast ? c.TM : c.C));
+  pp->div_bout = FastDiv(uint32_t(c.Bout));
+  pp->M = M;
+  pp->m2n = p->m2;
+  pp->S = c.S;
+  pp->ntm = (M + c.TM - 1) / c.TM;
+  pp->ntc = (c.S + c.C - 1) / c.C;
+  pp->ntiles = pp->ntm * pp->ntc * c.nqt;
+  pp->x = in.ptr;
+  pp->xrs1 = in.rs1;
+  pp->xrs2 = in.rs2;
+  pp->xes = in.es;
+  pp->y = const_cast<void *>(out.ptr);
+  pp->yrs1 = out.rs1;
+  pp->yrs2 = out.rs2;
+  pp->yes = out.es;
+  pp->alpha = alpha;
+  pp->beta = beta;
+  for (int s = 0; s < c.count; ++s) {
+    const StepGeo &g = c.st[s];
+    StepP &d = pp->st[s];
+    const int i = c.last - s;
+    d.P = g.P;
+    d.Q = g.Q;
+    d.Qpad = g.Qpad;
+    d.R = g.R;
+    d.ld = g.ld;
+    d.f_off = g.f_off;
+    d.f_ld = g.f_ld;
+    const bool lastp = s + 1 == c.count;
+    const int pn = lastp ? 1 : c.st[s + 1].P;
+    d.Rn = g.R / pn;
+    d.div_pn = FastDiv(uint32_t(pn));
+    if (c.k->kind == kFfma) {
+      d.div_chunks = FastDiv(uint32_t(int64_t(g.R) * c.L / Vs));
+    } else {
+      const int64_t nmt = (int64_t(g.R) * c.L + 15) / 16;
+      d.div_chunks = FastDiv(uint32_t((nmt + 1) / 2));
+    }
+    d.F = p->F[i];
+    d.frs = p->F_rs[i];
+    d.fcs = p->F_cs[i];
+  }
+}
+
+int validate(const kl_kron_problem *p, int dtype) {
+  if (!p || p->nfactors < 1 || !p->x || !p->y || !p->P || !p->Q || !p->F || !p->F_rs || !p->F_cs)
+    return fail(KL_ERR_INVALID, "kron_matmul_cuda: invalid problem description");
+  if (dtype != KL_FLOAT32 && dtype != KL_FLOAT64 && dtype != KL_FLOAT16 && dtype != KL_BFLOAT16)
+    return fail(KL_ERR_INVALID, "kron_matmul_cuda: unsupported dtype");
+  for (int i = 0; i < p->nfactors; ++i)
+    if (p->P[i] < 1 || p->Q[i] < 1 || !p->F[i])
+      return fail(KL_ERR_INVALID, "kron_matmul_cuda: factors must be non-empty");
+  if (p->m1 < 0 || p->m2 < 0) return fail(KL_ERR_INVALID, "kron_matmul_cuda: negative rows");
+  return KL_OK;
+}
+
+std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "passes=%d scratch=%lldx%d lines=%s\n", int(plan.passes.size()),
+                (long long)plan.scratch_elems, plan.nscratch, plan.rows_fast ? "rows" : "instances");
+  s += line;
+  for (const PassCfg &c : plan.passes) {
+    std::snprintf(line, sizeof line,
+                  "  factors %d..%d kernel=%s L=%d(TM=%d,C=%d) threads=%d TQ=%d smem=%zu "
+                  "tiles=%lld grid=%d (%d/SM of %d)\n",
+                  c.last - c.count + 1, c.last, c.k->name, c.L, c.TM, c.C, c.NT, c.TQ, c.smem,
+                  (long long)c.ntiles, c.grid, c.occ, dev_sms);
+    s += line;
+  }
+  (void)p;
+  return s;
+}
+
+// Plans depend on shapes, dtype, row layout class, fusion cap, tuning and device: cached by those.
+int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev) {
+  int st = device_info(dev);
+  if (st != KL_OK) return st;
+  std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused,
+                              rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
+                              g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
+                              g_tune.kind};
+  for (int i = 0; i < p->nfactors; ++i) {
+    key.push_back(p->P[i]);
+    key.push_back(p->Q[i]);
+  }
+  static std::map<std::vector<int64_t>, Plan> cache;
+  {
+    std::lock_guard<std::mutex> lock(g_plan_mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      *plan = it->second;
+      return KL_OK;
+    }
+  }
+  if ((st = make_plan(p, dtype, plan)) != KL_OK) return st;
+  for (PassCfg &c : plan->passes) c.grid = int(std::min<int64_t>(c.ntiles, int64_t(c.occ) * dev->sms));
+  std::lock_guard<std::mutex> lock(g_plan_mutex);
+  if (cache.size() > 4096) cache.clear();
+  cache.emplace(key, *plan);
+  return KL_OK;
+}
+
+int plan_and_prepare(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev) {
+  return cached_plan(p, dtype, plan, dev);
+}
+
+}  // namespace
+}  // namespace cu
+}  // namespace kl
+
+extern "C" int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p) {
+  // dtype-independent bound: the longest intermediate row times the rows
+  int64_t most = 0;
+  for (int s = 1; s < p->nfactors; ++s) {
+    int64_t len = 1;
+    for (int i = 0; i < p->nfactors; ++i) len *= i >= p->nfactors - s ? p->Q[i] : p->P[i];
+    most = std::max(most, len);
+  }
+  return most * p->m1 * p->m2;
+}
+
+extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems,
+                                      int *nbufs) {
+  using namespace kl::cu;
+  int st = validate(p, dtype);
+  if (st != KL_OK) return st;
+  *elems = 0;
+  *nbufs = 0;
+  if (p->m1 == 0 || p->m2 == 0) return KL_OK;
+  Plan plan;
+  DeviceInfo dev;
+  if ((st = cached_plan(p, dtype, &plan, &dev)) != KL_OK) return st;
+  *elems = plan.nscratch ? plan.scratch_elems : 0;
+  *nbufs = plan.nscratch;
+  return KL_OK;
+}
+
+extern "C" int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len) {
+  using namespace kl::cu;
+  int st = validate(p, dtype);
+  if (st != KL_OK) return st;
+  Plan plan;
+  DeviceInfo dev;
+  if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
+  const std::string s = describe(p, plan, dev.sms);
+  if (buf && len > 0) {
+    std::strncpy(buf, s.c_str(), size_t(len) - 1);
+    buf[len - 1] = '\0';
   }
   return KL_OK;
 }
 
-}  // namespace
-}  // namespace kl
-
-extern "C" int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p) {
-  int64_t most = 0;
-  for (int s = 1; s < p->nfactors; ++s) most = std::max(most, kl::length_after(p, s));
-  return most * p->m1 * p->m2;
+extern "C" int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_budget_kb,
+                                 int kind) {
+  std::lock_guard<std::mutex> lock(kl::cu::g_mutex);
+  kl::cu::g_tune.L = lines;
+  kl::cu::g_tune.tile_q = tile_q;
+  kl::cu::g_tune.threads = threads;
+  kl::cu::g_tune.budget_kb = smem_budget_kb;
+  kl::cu::g_tune.kind = kind;
+  return KL_OK;
 }
 
 extern "C" int kl_cuda_device_check(void) {
@@ -119,20 +588,39 @@ extern "C" int kl_cuda_device_check(void) {
 
 extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
                                    void *scratch1, void *stream) {
-  using namespace kl;
-  if (!p || p->nfactors < 1 || !p->x || !p->y)
-    return fail(KL_ERR_INVALID, "kron_matmul_cuda: invalid problem description");
+  using namespace kl::cu;
+  int st = validate(p, dtype);
+  if (st != KL_OK) return st;
   if (p->m1 == 0 || p->m2 == 0) return KL_OK;
-  if (p->nfactors > 1 && (!scratch0 || (p->nfactors > 2 && !scratch1)))
-    return fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers missing");
+  Plan plan;
+  DeviceInfo dev;
+  if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
+  if ((plan.nscratch >= 1 && !scratch0) || (plan.nscratch >= 2 && !scratch1))
+    return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers missing");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == KL_FLOAT32) {
-    float *scr[2] = {static_cast<float *>(scratch0), static_cast<float *>(scratch1)};
-    return launch_all<float>(p, scr, s);
+  const int64_t M = p->m1 * p->m2;
+  void *scratch[2] = {scratch0, scratch1};
+  Operand in{p->x, p->x_rs1, p->x_rs2, p->x_es};
+  int last = p->nfactors - 1;
+  for (size_t k = 0; k < plan.passes.size(); ++k) {
+    const PassCfg &c = plan.passes[k];
+    const bool final_pass = k + 1 == plan.passes.size();
+    Operand out;
+    last -= c.count;
+    if (final_pass) {
+      out = Operand{p->y, p->y_rs1, p->y_rs2, p->y_es};
+    } else {
+      int64_t len = 1;
+      for (int i = 0; i < p->nfactors; ++i) len *= i <= last ? p->P[i] : p->Q[i];
+      out = plan.rows_fast ? Operand{scratch[k % 2], p->m2, 1, M}
+                           : Operand{scratch[k % 2], p->m2 * len, len, 1};
+    }
+    PassP pp;
+    fill_params(p, c, in, out, final_pass ? p->alpha : 1.0, final_pass ? p->beta : 0.0,
+                plan.rows_fast, &pp);
+    const cudaError_t e = c.k->launch(pp, c.grid, c.NT, c.smem, s);
+    if (e != cudaSuccess) return cuda_fail(e, "launch");
+    in = out;
   }
-  if (dtype == KL_FLOAT64) {
-    double *scr[2] = {static_cast<double *>(scratch0), static_cast<double *>(scratch1)};
-    return launch_all<double>(p, scr, s);
-  }
-  return fail(KL_ERR_INVALID, "kron_matmul_cuda: unsupported dtype");
+  return KL_OK;
 }

@@ -1,35 +1,79 @@
 # cython: language_level=3
-"""Thin wrapper of the CUDA Kronecker-matmul kernel: device pointers and a stream handle in."""
-from libc.stdint cimport uintptr_t
+"""Thin wrapper of the CUDA Kronecker-matmul kernels: device pointers and a stream handle in."""
+from libc.stdint cimport int64_t, uintptr_t
 
 from .kron_abi cimport (fill_problem, kl_cuda_device_check, kl_kron_cuda_scratch_elems,
                         kl_kron_matmul_cuda, kl_kron_problem, kl_last_error)
 
 
-def device_check():
-    """Raise RuntimeError('no GPU: ...') unless a CUDA device is usable."""
-    if kl_cuda_device_check() != 0:
+cdef extern from "kron.h" nogil:
+    int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems, int *nbufs)
+    int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len)
+    int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_budget_kb, int kind)
+
+
+#: dtype codes of kron.h
+DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+
+
+cdef _raise(int status):
+    if status != 0:
         raise RuntimeError(kl_last_error().decode())
 
 
+def device_check():
+    """Raise RuntimeError('no GPU: ...') unless a CUDA device is usable."""
+    _raise(kl_cuda_device_check())
+
+
 def scratch_elems(m1, m2, factors):
-    """Elements each of the two scratch buffers must hold."""
+    """Elements each of the two scratch buffers must hold (dtype-independent upper bound)."""
     cdef kl_kron_problem c
     cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
                                             1.0, 0.0, 0)
     return kl_kron_cuda_scratch_elems(&c)
 
 
+def workspace(m1, m2, factors, x, int dtype, int max_fused=0):
+    """(elements, number of buffers) of scratch the CUDA plan needs for x's layout and dtype."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, (1, 0, 0, 1), 1.0, 0.0, max_fused)
+    cdef int64_t elems = 0
+    cdef int nbufs = 0
+    cdef int status
+    with nogil:
+        status = kl_kron_cuda_workspace(&c, dtype, &elems, &nbufs)
+    _raise(status)
+    return elems, nbufs
+
+
+def config(m1, m2, factors, x, y, int dtype, int max_fused=0):
+    """The plan (passes, kernels, tiles, grid) the CUDA path picks for this problem, as text."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, y, 1.0, 0.0, max_fused)
+    cdef bytearray buf = bytearray(4096)
+    cdef char *p = buf
+    cdef int status
+    with nogil:
+        status = kl_kron_cuda_config(&c, dtype, p, 4096)
+    _raise(status)
+    return bytes(buf).split(b"\0", 1)[0].decode()
+
+
+def tune(int lines=0, int tile_q=0, int threads=0, int smem_budget_kb=0, int kind=-1):
+    """Override the planner for benchmarks (0 / -1 = automatic); tune() resets."""
+    kl_kron_cuda_tune(lines, tile_q, threads, smem_budget_kb, kind)
+
+
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, scratch0, scratch1,
-           stream):
+           stream, int max_fused=0):
     """Enqueue Y = alpha * X @ kron(F) + beta * Y on `stream`; no synchronisation."""
     cdef kl_kron_problem c
-    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, y, alpha, beta, 0)
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, y, alpha, beta, max_fused)
     cdef void *s0 = <void *> <uintptr_t> scratch0
     cdef void *s1 = <void *> <uintptr_t> scratch1
     cdef void *st = <void *> <uintptr_t> stream
     cdef int status
     with nogil:
         status = kl_kron_matmul_cuda(&c, dtype, s0, s1, st)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    _raise(status)

@@ -1,0 +1,55 @@
+/* Kronecker-sparse matrix multiplication: launch functions shared by the CPU and CUDA kernels.
+ *
+ * A factor K of pattern (a, b, c, d) has support I_a ⊗ 1_{b×c} ⊗ I_d: value K[i, k, l, j] sits at
+ * row i·b·d + k·d + j and column i·c·d + l·d + j, so K is (a·b·d) × (a·c·d).  One call computes
+ *
+ *   batch_first:  Y = X Kᵀ   with X (B, a·c·d) and Y (B, a·b·d), rows of length x_ld / y_ld apart
+ *   batch_last:   Y = K X    with X (a·c·d, B) and Y (a·b·d, B), rows x_ld / y_ld apart
+ *
+ * in one pass over X and Y: the work is split along the (i, j) ∈ [a]×[d] blocks, each a small GEMM
+ * over the batch between the columns {i·c·d + l·d + j} of X and the rows {i·b·d + k·d + j} of Y, so
+ * no permuted copy of X or Y is ever made.  The batch axis (batch_last) or the feature axis
+ * (batch_first) must be contiguous; K may have any strides.  Y is written, never read, and must not
+ * overlap X.  Chains K1…KL are one call per factor.
+ */
+#ifndef KRONLINALG_KS_H
+#define KRONLINALG_KS_H
+
+#include <stdint.h>
+
+#include "kronlinalg/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum kl_ks_layout { KL_KS_BATCH_FIRST = 0, KL_KS_BATCH_LAST = 1 };
+
+/* Element types.  The CPU kernel takes float32/float64; the CUDA kernel float32 and the half types
+ * (float16/bfloat16 in and out, float32 accumulation on tensor cores). */
+enum kl_ks_dtype { KL_KS_FLOAT32 = 0, KL_KS_FLOAT64 = 1, KL_KS_FLOAT16 = 2, KL_KS_BFLOAT16 = 3 };
+
+typedef struct kl_ks_problem {
+  int64_t a, b, c, d;  /* pattern, all >= 1 */
+  int64_t batch;       /* B >= 0 */
+  int32_t layout;      /* kl_ks_layout */
+  const void *values;  /* K[i, k, l, j] at values + i*vs[0] + k*vs[1] + l*vs[2] + j*vs[3] */
+  int64_t vs[4];       /* in elements */
+  const void *x;       /* batch_first: X[n, col] at x + n*x_ld + col; batch_last: x + col*x_ld + n */
+  int64_t x_ld;
+  void *y;             /* likewise with y_ld */
+  int64_t y_ld;
+} kl_ks_problem;
+
+/* CPU (OpenMP over (i, j) blocks and batch tiles); num_threads <= 0: OpenMP's default. */
+int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads);
+
+/* CUDA: enqueues on `stream` (a cudaStream_t, 0 = legacy default) without synchronising.
+ * x, y and values are device pointers. */
+int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

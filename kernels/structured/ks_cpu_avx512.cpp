@@ -1,0 +1,4 @@
+// The CPU kernel compiled for one instruction set; ks_cpu.cpp picks the best one at run time.
+#define KL_ISA avx512
+#define KL_VEC_BYTES 64
+#include "ks_cpu_impl.hpp"

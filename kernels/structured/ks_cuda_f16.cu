@@ -1,0 +1,4 @@
+// float16 instantiations of the tensor-core kernel.
+#include "ks_cuda_launch.cuh"
+
+int kl::ks::launch_f16(const kl_ks_problem *p, cudaStream_t s) { return launch_half<__half>(p, s); }

@@ -1,0 +1,103 @@
+// Host side of the CUDA kernels: which tile shape runs a pattern, and the launch itself.
+#ifndef KRONLINALG_KS_CUDA_LAUNCH_CUH
+#define KRONLINALG_KS_CUDA_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "ks_cuda_kernels.cuh"
+
+namespace kl {
+namespace ks {
+
+// TJ: the j run a block covers.  d itself when it is a power of two up to 16, else the largest
+// of 16, 8, 4 dividing d (no padded j), else the next power of two (padding < half the tile).
+inline int pick_tj(int64_t d) {
+  if (d == 1 || d == 2 || d == 4 || d == 8 || d == 16) return int(d);
+  if (d % 16 == 0) return 16;
+  if (d % 8 == 0) return 8;
+  if (d % 4 == 0) return 4;
+  return d < 4 ? 4 : (d < 8 ? 8 : 16);
+}
+
+// TK among a TJ's tile shapes: least padding of b, plus 8/TK for re-reading the X tile from L2
+// once per k tile.
+inline int pick_tk(int64_t b, const int *tks, int n) {
+  int best = tks[0];
+  double best_cost = 1e300;
+  for (int t = 0; t < n; ++t) {
+    const double tk = tks[t];
+    const double cost = double((b + tks[t] - 1) / tks[t]) * tk / double(b) + 8.0 / tk;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = tks[t];
+    }
+  }
+  return best;
+}
+
+inline int cuda_fail(cudaError_t e, const char *what) {
+  std::string msg = std::string("ks_matmul_cuda: ") + what + ": " + cudaGetErrorString(e);
+  return fail(KL_ERR_CUDA, msg.c_str());
+}
+
+inline Params make_params(const kl_ks_problem *p, int TN, int TK, int TJ) {
+  Params q;
+  q.a = p->a;
+  q.b = p->b;
+  q.c = p->c;
+  q.d = p->d;
+  q.B = p->batch;
+  q.K = p->values;
+  q.X = p->x;
+  q.x_ld = p->x_ld;
+  q.Y = p->y;
+  q.y_ld = p->y_ld;
+  q.nN = (p->batch + TN - 1) / TN;
+  q.nK = (p->b + TK - 1) / TK;
+  q.nJ = (p->d + TJ - 1) / TJ;
+  return q;
+}
+
+inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cudaStream_t s) {
+  const int64_t blocks = q.a * q.nJ * q.nN * q.nK;
+  if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "ks_matmul_cuda: problem too large for one grid");
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return cuda_fail(e, "shared memory opt-in");
+  }
+  kernel<<<unsigned(blocks), kThreads, smem, s>>>(q);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
+}
+
+// Half types: 8192 outputs per block, one (TK, TN) per TJ.
+template <class T>
+int launch_half(const kl_ks_problem *p, cudaStream_t s) {
+  const int tj = pick_tj(p->d);
+  const bool bf = p->layout == KL_KS_BATCH_FIRST;
+#define KL_KS_HALF(TJ_, TK_, TN_)                                                   \
+  if (tj == TJ_) {                                                                   \
+    const Params q = make_params(p, TN_, TK_, TJ_);                                  \
+    const int smem = MmaShape<TN_, TK_, TJ_>::smem_bytes();                          \
+    return bf ? launch_checked(q, ks_mma<T, TN_, TK_, TJ_, true>, smem, s)           \
+              : launch_checked(q, ks_mma<T, TN_, TK_, TJ_, false>, smem, s);         \
+  }
+  KL_KS_HALF(1, 64, 128)
+  KL_KS_HALF(2, 32, 128)
+  KL_KS_HALF(4, 16, 128)
+  KL_KS_HALF(8, 16, 64)
+  KL_KS_HALF(16, 16, 32)
+#undef KL_KS_HALF
+  return fail(KL_ERR_INVALID, "ks_matmul_cuda: no tile shape for this pattern");
+}
+
+int launch_f16(const kl_ks_problem *p, cudaStream_t s);
+int launch_bf16(const kl_ks_problem *p, cudaStream_t s);
+
+}  // namespace ks
+}  // namespace kl
+
+#endif

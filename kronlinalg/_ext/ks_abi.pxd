@@ -1,0 +1,31 @@
+# Declarations of kernels/structured/ks.h, shared by the CPU and CUDA wrappers.
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+
+cdef extern from "ks.h" nogil:
+    ctypedef struct kl_ks_problem:
+        int64_t a, b, c, d
+        int64_t batch
+        int32_t layout
+        const void *values
+        int64_t vs[4]
+        const void *x
+        int64_t x_ld
+        void *y
+        int64_t y_ld
+
+    int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads)
+    int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream)
+    const char *kl_last_error()
+
+
+cdef inline void fill_problem(kl_ks_problem *c, pattern, int64_t batch, int layout, values, x, y):
+    # pattern: (a, b, c, d); values: (ptr, s0, s1, s2, s3) in elements; x, y: (ptr, leading dim).
+    c.a, c.b, c.c, c.d = pattern
+    c.batch = batch
+    c.layout = layout
+    c.values = <const void *> <uintptr_t> values[0]
+    c.vs[0], c.vs[1], c.vs[2], c.vs[3] = values[1], values[2], values[3], values[4]
+    c.x = <const void *> <uintptr_t> x[0]
+    c.x_ld = x[1]
+    c.y = <void *> <uintptr_t> y[0]
+    c.y_ld = y[1]

@@ -1,0 +1,96 @@
+"""Candidates as data: every algorithm of every operation is one registered `Candidate`.
+
+An operation registers once how to read its shapes (`register_op`); each algorithm registers a
+predictor and a runner (`register`).  plan() only ever walks this table, so adding an algorithm
+(a fused kernel, Strassen, batched small GEMM) is one `register` call, not another `if`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+__all__ = ["Candidate", "Problem", "register", "register_op", "candidates", "normalise", "ops"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One planning question, as the predictors see it."""
+
+    op: str
+    shapes: tuple  # the operand shapes, as given
+    dtype: str  # the dtype the kernels compute in
+    device: str  # 'cpu', 'cuda:N' or a table row name
+    kind: str  # 'cpu' or 'cuda'
+    options: dict  # keyword options of the operation (side=..., ...)
+    info: dict = field(default_factory=dict)  # what the op's normaliser derived (sizes, flops)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An algorithm for one operation.
+
+    predict(problem, profile) returns predicted seconds, or (seconds, details dict).
+    applies(problem) says whether it can run that problem at all (device, dtype, build).
+    run(*arrays, **options) computes the operation with this algorithm.
+    """
+
+    name: str
+    predict: Callable
+    devices: tuple = ("cpu",)  # device kinds: 'cpu', 'cuda'
+    applies: Callable = lambda problem: True
+    run: Callable | None = None
+    family: str = ""  # how benchmarks group prediction errors; default name/kind
+    doc: str = ""
+    op: str = ""
+
+
+@dataclass(frozen=True)
+class _OpSpec:
+    normalise: Callable  # (shapes, options) -> info dict; raises ValueError on bad shapes
+    doc: str = ""
+
+
+_OPS: dict = {}
+_CANDIDATES: dict = {}  # op -> list of Candidate, in registration order
+_listeners: list = []  # called after any change, so cached plans are dropped
+
+
+def register_op(op: str, normalise: Callable, doc: str = "") -> None:
+    _OPS[op] = _OpSpec(normalise, doc)
+    _CANDIDATES.setdefault(op, [])
+    _changed()
+
+
+def register(op: str, candidate: Candidate) -> Candidate:
+    """Add (or replace: same name on an overlapping device kind) a candidate for `op`."""
+    if op not in _OPS:
+        raise ValueError(f"op: unknown operation {op!r}; known: {sorted(_OPS)}")
+    cand = dataclasses.replace(candidate, op=op)
+    kept = [c for c in _CANDIDATES[op]
+            if not (c.name == cand.name and set(c.devices) & set(cand.devices))]
+    _CANDIDATES[op] = kept + [cand]
+    _changed()
+    return cand
+
+
+def ops() -> list:
+    return sorted(_OPS)
+
+
+def candidates(op: str, kind: str | None = None) -> list:
+    if op not in _OPS:
+        raise ValueError(f"op: unknown operation {op!r}; known: {sorted(_OPS)}")
+    return [c for c in _CANDIDATES[op] if kind is None or kind in c.devices]
+
+
+def normalise(op: str, shapes: tuple, options: dict) -> dict:
+    if op not in _OPS:
+        raise ValueError(f"op: unknown operation {op!r}; known: {sorted(_OPS)}")
+    return _OPS[op].normalise(shapes, options)
+
+
+def _changed() -> None:
+    for fn in _listeners:
+        fn()

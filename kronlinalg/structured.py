@@ -1,0 +1,718 @@
+"""Kronecker-sparse products: ``x @ (K1 … KL)ᵀ`` in one pass per factor, never forming K.
+
+A Kronecker-sparse (KS) factor of pattern (a, b, c, d) has support I_a ⊗ 1_{b×c} ⊗ I_d: its value
+``[i, k, l, j]`` sits at row ``i·b·d + k·d + j`` and column ``i·c·d + l·d + j`` of a matrix of shape
+``(a·b·d, a·c·d)``.  Products of such factors are butterfly, Monarch, block-diagonal and low-rank
+matrices; neural networks use them in place of dense layers, with inference ``Y = X Kᵀ``.
+
+Public function → validation → planner → candidate: the compiled one-pass kernel (CPU, or CUDA
+for CuPy arrays / CUDA torch tensors), the "bmm" algorithm (permute, batched matmul, permute)
+and "dense" (``x @ K.to_dense().T``), both through the caller's array library.
+
+    >>> import numpy as np, kronlinalg
+    >>> chain = kronlinalg.structured.monarch(16, 16, 4, rng=0)
+    >>> x = np.ones((3, 16))
+    >>> y = kronlinalg.structured_matmul(x, chain)
+    >>> bool(np.allclose(y, x @ chain.to_dense().T))
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import array_api_compat
+import numpy as np
+
+from . import _backend, _validation
+from ._ext import ks_cpu, ks_cuda
+
+__all__ = ["KSFactor", "KSChain", "structured_matmul", "butterfly", "block_butterfly", "monarch",
+           "low_rank", "block_diagonal"]
+
+ALGORITHMS = ("auto", "kernel", "bmm", "dense")
+LAYOUTS = ("batch_first", "batch_last")
+_KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def _pattern(name: str, pattern) -> tuple:
+    """(a, b, c, d) as four positive Python ints; ValueError/TypeError naming `name`."""
+    if isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__len__") or len(pattern) != 4:
+        raise ValueError(f"{name}: expected a pattern (a, b, c, d) of four positive integers, "
+                         f"got {pattern!r}")
+    out = []
+    for v in pattern:
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{name}: pattern entries must be integers, got {pattern!r}") from None
+        if v < 1:
+            raise ValueError(f"{name}: pattern entries must be positive, got {tuple(pattern)}")
+        out.append(v)
+    return tuple(out)
+
+
+def _support_mask(xp, pattern, dtype, device):
+    """(a·b·d, a·c·d) array of ones on the pattern's support, zeros elsewhere, as
+    (a, b, d, a, c, d) broadcast products of identities."""
+    a, b, c, d = pattern
+    ea = xp.reshape(xp.eye(a, dtype=dtype, device=device), (a, 1, 1, a, 1, 1))
+    ed = xp.reshape(xp.eye(d, dtype=dtype, device=device), (1, 1, d, 1, 1, d))
+    ones = xp.ones((1, b, 1, 1, c, 1), dtype=dtype, device=device)
+    return ea * ed * ones
+
+
+class KSFactor:
+    """One Kronecker-sparse factor: a pattern (a, b, c, d) and its a·b·c·d values.
+
+    Parameters
+    ----------
+    pattern : (a, b, c, d)
+        Positive integers; the factor is an ``(a·b·d) × (a·c·d)`` matrix.
+    values : array of shape (a, b, c, d)
+        Any array-API array (NumPy, CuPy, torch, ...); ``values[i, k, l, j]`` is the entry at row
+        ``i·b·d + k·d + j``, column ``i·c·d + l·d + j``.  Kept by reference, not copied.
+    """
+
+    __slots__ = ("pattern", "values")
+
+    def __init__(self, pattern, values):
+        self.pattern = _pattern("pattern", pattern)
+        try:
+            array_api_compat.array_namespace(values)
+        except TypeError:
+            raise TypeError(f"values: expected an array, got {type(values).__name__}") from None
+        _validation.float_dtype("values", values)
+        if tuple(values.shape) != self.pattern:
+            raise ValueError(f"values: expected shape (a, b, c, d) = {self.pattern}, got "
+                             f"{tuple(values.shape)}")
+        self.values = values
+
+    @property
+    def shape(self) -> tuple:
+        a, b, c, d = self.pattern
+        return (a * b * d, a * c * d)
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def device(self):
+        return array_api_compat.device(self.values)
+
+    def __repr__(self) -> str:
+        return (f"KSFactor(pattern={self.pattern}, shape={self.shape}, "
+                f"dtype={_backend.dtype_name(self.dtype)})")
+
+    def to_dense(self):
+        """The factor as a dense ``(a·b·d, a·c·d)`` array of values' namespace, dtype and device."""
+        xp = array_api_compat.array_namespace(self.values)
+        a, b, c, d = self.pattern
+        v = xp.reshape(xp.permute_dims(self.values, (0, 1, 3, 2)), (a, b, d, 1, c, 1))
+        dense = v * _support_mask(xp, self.pattern, self.values.dtype, self.device)
+        return xp.reshape(dense, self.shape)
+
+    @classmethod
+    def from_dense(cls, matrix, pattern):
+        """The factor of `pattern` whose dense form is `matrix`; ValueError if `matrix` has the
+        wrong shape or nonzeros outside the pattern's support."""
+        pattern = _pattern("pattern", pattern)
+        try:
+            xp = array_api_compat.array_namespace(matrix)
+        except TypeError:
+            raise TypeError(f"matrix: expected an array, got {type(matrix).__name__}") from None
+        _validation.float_dtype("matrix", matrix)
+        a, b, c, d = pattern
+        want = (a * b * d, a * c * d)
+        if tuple(matrix.shape) != want:
+            raise ValueError(f"matrix: expected shape (a·b·d, a·c·d) = {want} for pattern "
+                             f"{pattern}, got {tuple(matrix.shape)}")
+        m6 = xp.reshape(matrix, (a, b, d, a, c, d))
+        mask = _support_mask(xp, pattern, matrix.dtype, array_api_compat.device(matrix))
+        if bool(xp.any((m6 * (1 - mask)) != 0)):
+            raise ValueError(f"matrix: has nonzeros outside the support of pattern {pattern} "
+                             "(I_a ⊗ 1_(b×c) ⊗ I_d)")
+        # sum over the off-diagonal copies of i and j, which are zero: the diagonal remains
+        v = xp.sum(xp.sum(m6 * mask, axis=5), axis=3)  # (a, b, d, c)
+        return cls(pattern, xp.permute_dims(v, (0, 1, 3, 2)))
+
+    @classmethod
+    def random(cls, pattern, /, *, rng=None, xp=None, dtype=None, device=None):
+        """A factor with standard-normal values scaled by 1/√c (products of such factors keep
+        unit scale).  rng: a numpy Generator or seed; xp: the namespace (default NumPy)."""
+        pattern = _pattern("pattern", pattern)
+        gen = np.random.default_rng(rng)
+        vals = gen.standard_normal(pattern) / math.sqrt(pattern[2])
+        return cls(pattern, _as_array(vals, xp, dtype, device))
+
+
+def _as_array(host: np.ndarray, xp, dtype, device):
+    if xp is None:
+        xp = array_api_compat.array_namespace(np.empty(0))
+    elif not hasattr(xp, "__array_api_version__"):
+        xp = array_api_compat.array_namespace(xp.asarray([0.0]))
+    if dtype is None:
+        try:
+            dtype = xp.__array_namespace_info__().default_dtypes(device=device)["real floating"]
+        except (AttributeError, TypeError, KeyError):
+            dtype = xp.float64
+    elif isinstance(dtype, str):
+        dtype = getattr(xp, dtype)
+    out = xp.asarray(host, device=device) if device is not None else xp.asarray(host)
+    return xp.astype(out, dtype)
+
+
+class KSChain:
+    """A product K1 K2 … KL of Kronecker-sparse factors (the shapes must chain: K_t has as many
+    columns as K_{t+1} has rows).  Sequence of KSFactor; ``shape`` is the product's shape."""
+
+    __slots__ = ("factors",)
+
+    def __init__(self, factors):
+        if isinstance(factors, KSFactor):
+            factors = [factors]
+        if isinstance(factors, (str, bytes)) or not hasattr(factors, "__iter__"):
+            raise TypeError(f"factors: expected a sequence of KSFactor, got "
+                            f"{type(factors).__name__}")
+        factors = list(factors)
+        if not factors:
+            raise ValueError("factors: expected at least one KSFactor, got none")
+        for t, f in enumerate(factors):
+            if not isinstance(f, KSFactor):
+                raise TypeError(f"factors[{t}]: expected a KSFactor, got {type(f).__name__}")
+        for t in range(len(factors) - 1):
+            cols, rows = factors[t].shape[1], factors[t + 1].shape[0]
+            if cols != rows:
+                raise ValueError(
+                    f"factors: factor {t} (pattern {factors[t].pattern}) has {cols} columns but "
+                    f"factor {t + 1} (pattern {factors[t + 1].pattern}) has {rows} rows; "
+                    "the shapes of a chain must match (a·c·d of one = a·b·d of the next)")
+        self.factors = tuple(factors)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.factors[0].shape[0], self.factors[-1].shape[1])
+
+    @property
+    def patterns(self) -> tuple:
+        return tuple(f.pattern for f in self.factors)
+
+    def __len__(self) -> int:
+        return len(self.factors)
+
+    def __iter__(self):
+        return iter(self.factors)
+
+    def __getitem__(self, t):
+        return self.factors[t]
+
+    def __repr__(self) -> str:
+        return f"KSChain(patterns={list(self.patterns)}, shape={self.shape})"
+
+    def to_dense(self):
+        """The dense product K1 … KL (in the factors' namespace, dtype and device)."""
+        out = self.factors[0].to_dense()
+        for f in self.factors[1:]:
+            out = out @ f.to_dense()
+        return out
+
+    @classmethod
+    def random(cls, patterns, /, *, rng=None, xp=None, dtype=None, device=None):
+        """A chain of KSFactor.random factors of these patterns, drawn from one generator."""
+        gen = np.random.default_rng(rng)
+        return cls([KSFactor.random(p, rng=gen, xp=xp, dtype=dtype, device=device)
+                    for p in patterns])
+
+
+# ---------------------------------------------------------------------------------------------
+# families
+
+
+def _log2(name, n) -> int:
+    n = _validation.count(name, n)
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"{name}: expected a power of two >= 2, got {n}")
+    return n.bit_length() - 1
+
+
+def _divides(name, what, by, by_name):
+    if by < 1 or what % by:
+        raise ValueError(f"{name}: must be divisible by {by_name} = {by}, got {what}")
+
+
+def butterfly(n, /, *, rng=None, xp=None, dtype=None, device=None) -> KSChain:
+    """Square dyadic butterfly of size n = 2^L: L factors, factor ℓ of pattern
+    (2^(ℓ−1), 2, 2, 2^(L−ℓ))."""
+    L = _log2("n", n)
+    return KSChain.random([(2 ** (t - 1), 2, 2, 2 ** (L - t)) for t in range(1, L + 1)],
+                          rng=rng, xp=xp, dtype=dtype, device=device)
+
+
+def block_butterfly(n, block, /, *, rng=None, xp=None, dtype=None, device=None) -> KSChain:
+    """Block butterfly of size n = block·2^L: the dyadic butterfly whose 2×2 butterflies mix
+    (2·block)-point groups, factor ℓ of pattern (2^(ℓ−1), 2·block, 2·block, 2^(L−ℓ))
+    (block = 1 is the dyadic butterfly)."""
+    n = _validation.count("n", n)
+    block = _validation.count("block", block)
+    if block < 1:
+        raise ValueError(f"block: expected a positive integer, got {block}")
+    _divides("n", n, block, "block")
+    L = _log2("n / block", n // block)
+    return KSChain.random(
+        [(2 ** (t - 1), 2 * block, 2 * block, 2 ** (L - t)) for t in range(1, L + 1)],
+        rng=rng, xp=xp, dtype=dtype, device=device)
+
+
+def monarch(m, n, p, /, *, rng=None, xp=None, dtype=None, device=None) -> KSChain:
+    """Monarch matrix of shape (m, n) with p blocks: the chain
+    (1, m/p, q/p, p) (p, q/p, n/p, 1), q = min(m, n) (block-diagonal, permuted block-diagonal)."""
+    m, n, p = (_validation.count(k, v) for k, v in (("m", m), ("n", n), ("p", p)))
+    if p < 1:
+        raise ValueError(f"p: expected a positive integer, got {p}")
+    q = min(m, n)
+    for name, v in (("m", m), ("n", n)):
+        _divides(name, v, p, "p")
+    return KSChain.random([(1, m // p, q // p, p), (p, q // p, n // p, 1)],
+                          rng=rng, xp=xp, dtype=dtype, device=device)
+
+
+def low_rank(m, n, r, /, *, rng=None, xp=None, dtype=None, device=None) -> KSChain:
+    """Rank-r matrix of shape (m, n) as the chain (1, m, r, 1) (1, r, n, 1): U Vᵀ."""
+    m, n, r = (_validation.count(k, v) for k, v in (("m", m), ("n", n), ("r", r)))
+    return KSChain.random([(1, m, r, 1), (1, r, n, 1)], rng=rng, xp=xp, dtype=dtype,
+                          device=device)
+
+
+def block_diagonal(m, n, blocks, /, *, rng=None, xp=None, dtype=None, device=None) -> KSChain:
+    """Block-diagonal matrix of shape (m, n) with `blocks` dense blocks: the single factor
+    (blocks, m/blocks, n/blocks, 1)."""
+    m, n, k = (_validation.count(a, v) for a, v in (("m", m), ("n", n), ("blocks", blocks)))
+    if k < 1:
+        raise ValueError(f"blocks: expected a positive integer, got {k}")
+    _divides("m", m, k, "blocks")
+    _divides("n", n, k, "blocks")
+    return KSChain.random([(k, m // k, n // k, 1)], rng=rng, xp=xp, dtype=dtype, device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# structured_matmul
+
+
+@dataclass
+class _Spec:
+    """A validated structured_matmul call."""
+
+    xp: object
+    x: object
+    chain: tuple  # KSFactor, K1 first
+    layout: str
+    rows: int  # B: the batch
+    in_len: int  # columns of the product (x's feature length)
+    out_len: int
+    out_shape: tuple
+    result_dtype: str
+    compute_dtype: str
+
+
+def _as_chain(factors) -> tuple:
+    if isinstance(factors, KSChain):
+        return factors.factors
+    return KSChain(factors).factors
+
+
+def _prepare(x, factors, layout) -> _Spec:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    chain = _as_chain(factors)
+    named = {"x": x, **{f"factors[{t}].values": f.values for t, f in enumerate(chain)}}
+    xp = _validation.namespace_of(named)
+    _validation.same_device(named)
+    for name, a in named.items():
+        _validation.float_dtype(name, a)
+    M, N = chain[0].shape[0], chain[-1].shape[1]
+    shape = tuple(x.shape)
+    if x.ndim == 0:
+        raise ValueError("x: expected at least 1 dimension, got a 0-D array")
+    if layout == "batch_first":
+        if shape[-1] != N:
+            raise ValueError(
+                f"x: last dimension must equal the number of columns of the factor product "
+                f"(a·c·d of the last factor) = {N} for layout='batch_first', got shape {shape}")
+        rows, out_shape = math.prod(shape[:-1]), shape[:-1] + (M,)
+    else:
+        if x.ndim > 2:
+            raise ValueError(f"x: layout='batch_last' takes x of shape (N, B) or (N,), got shape "
+                             f"{shape}")
+        if shape[0] != N:
+            raise ValueError(
+                f"x: first dimension must equal the number of columns of the factor product "
+                f"(a·c·d of the last factor) = {N} for layout='batch_last', got shape {shape}")
+        rows, out_shape = (shape[1] if x.ndim == 2 else 1), (M,) + shape[1:]
+    result = _backend.dtype_name(xp.result_type(*named.values()))
+    # the CUDA kernel computes half types natively (float32 accumulation); elsewhere in float32
+    compute = result if _backend.on_cuda(x) else _backend.kernel_dtype(result)
+    return _Spec(xp, x, chain, layout, rows, N, M, out_shape, result, compute)
+
+
+def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
+    """``x @ (K1 … KL)ᵀ`` (layout="batch_first") or ``(K1 … KL) @ x`` (layout="batch_last") for
+    Kronecker-sparse factors Kℓ, without forming them.
+
+    Parameters
+    ----------
+    x : array
+        batch_first: shape ``(..., N)``, leading dimensions are batch dimensions;
+        batch_last: shape ``(N, B)`` or ``(N,)``.  N = a·c·d of the last factor.
+    factors : KSFactor, KSChain or sequence of KSFactor
+        K1 … KL; the shapes must chain.  Values and x must come from one library and device.
+    layout : {"batch_first", "batch_last"}
+    algorithm : {"auto", "kernel", "bmm", "dense"}
+        "kernel": the compiled one-pass kernel (CPU; CUDA for CuPy arrays and CUDA torch
+        tensors), one launch per factor; "bmm": permute → batched matmul → permute through the
+        array library; "dense": ``x @ K.to_dense().T`` through the array library; "auto": the
+        planner's choice (``kronlinalg.explain("structured_matmul", x.shape, *patterns)``).
+
+    Returns
+    -------
+    array in x's namespace and on x's device, of shape ``(..., M)`` (batch_first) or ``(M, B)``
+    / ``(M,)`` (batch_last), M = a·b·d of the first factor, in the promoted dtype of x and the
+    values (float16/bfloat16 accumulate in float32; on the CPU they are computed in float32).
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
+    spec = _prepare(x, factors, layout)
+    if spec.rows == 0:
+        return spec.xp.zeros(spec.out_shape, dtype=getattr(spec.xp, spec.result_dtype),
+                             device=array_api_compat.device(x))
+    if _needs_autograd(spec):  # the kernels have no backward: differentiate through the library
+        algorithm = "dense" if algorithm == "dense" else "bmm"
+    if algorithm == "auto":
+        algorithm = _choose(spec)
+    if algorithm == "dense":
+        return _dense(spec)
+    if algorithm == "bmm":
+        return _bmm(spec)
+    return _run_cuda(spec) if _backend.on_cuda(x) else _run_cpu(spec)
+
+
+def _needs_autograd(spec: _Spec) -> bool:
+    if not _backend.is_torch(spec.x):
+        return False
+    import torch
+
+    arrays = [spec.x] + [f.values for f in spec.chain]
+    return torch.is_grad_enabled() and any(a.requires_grad for a in arrays)
+
+
+def _cast(xp, a, name):
+    return a if _backend.dtype_name(a.dtype) == name else xp.astype(a, getattr(xp, name))
+
+
+def _finish(spec: _Spec, out):
+    if _backend.dtype_name(out.dtype) != spec.result_dtype:
+        out = spec.xp.astype(out, getattr(spec.xp, spec.result_dtype))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled kernel: one call per factor, last factor first
+
+
+def _rows_view(shape, strides, layout):
+    """(leading dimension, ok) of a 2-D operand as the kernel reads it: the feature axis
+    (batch_first) or the batch axis (batch_last) must be contiguous and rows must not overlap."""
+    rows, cols = shape
+    ld, es = strides
+    ok = cols <= 1 or es == 1
+    ok = ok and (rows <= 1 or ld >= max(cols, 1))
+    return (ld if rows > 1 else max(cols, 1)), ok
+
+
+def _values_desc(view):
+    return (view.ptr,) + tuple(view.strides)
+
+
+def _factor_calls(spec: _Spec):
+    """(pattern, rows in, rows out) per kernel call, in call order (last factor first)."""
+    return [f.pattern for f in reversed(spec.chain)]
+
+
+def _run_cpu(spec: _Spec):
+    if ks_cpu is None:
+        raise RuntimeError("structured_matmul: the CPU kernel is not built (reinstall kronlinalg)")
+    xp, cdt = spec.xp, spec.compute_dtype
+    xn = _backend.to_numpy(_cast(xp, spec.x, cdt))
+    first = spec.layout == "batch_first"
+    cur = np.reshape(xn, (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
+    vals = [_backend.to_numpy(_cast(xp, f.values, cdt)) for f in reversed(spec.chain)]
+    code = _KERNEL_DTYPE[cdt]
+    for f, v in zip(reversed(spec.chain), vals):
+        a, b, c, d = f.pattern
+        xv = _backend.host_view(cur)
+        ld, ok = _rows_view(xv.shape, xv.strides, spec.layout)
+        if not ok:
+            cur = np.ascontiguousarray(cur)
+            xv = _backend.host_view(cur)
+            ld = xv.strides[0] if cur.shape[0] > 1 else cur.shape[1]
+        out = np.empty((spec.rows, a * b * d) if first else (a * b * d, spec.rows), dtype=cdt)
+        ks_cpu.matmul(f.pattern, spec.rows, 0 if first else 1, _values_desc(_backend.host_view(v)),
+                      (xv.ptr, ld), (out.ctypes.data, out.shape[1]), code)
+        cur = out
+    out = np.reshape(cur, spec.out_shape)
+    return _finish(spec, _backend.from_host(spec.x, xp, out))
+
+
+def _run_cuda(spec: _Spec):
+    if ks_cuda is None:
+        raise RuntimeError(
+            "structured_matmul: got a CUDA array, but kronlinalg was built without CUDA "
+            "(reinstall with nvcc on PATH, or -Csetup-args=-Dcuda=enabled)")
+    from ._ext import kron_cuda
+
+    kron_cuda.device_check()  # one check for every kernel family: is a GPU usable at all
+    xp, cdt = spec.xp, spec.compute_dtype
+    first = spec.layout == "batch_first"
+    x = _cast(xp, spec.x, cdt)
+    code = _KERNEL_DTYPE[cdt]
+    with _backend.cuda_device_scope(x):
+        stream = _backend.cuda_stream(x)
+        cur = xp.reshape(x, (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
+        for f in reversed(spec.chain):
+            a, b, c, d = f.pattern
+            v = _backend.contiguous(_cast(xp, f.values, cdt))  # the kernel reads K in (a,b,c,d) order
+            xv = _backend.device_view(cur)
+            ld, ok = _rows_view(xv.shape, xv.strides, spec.layout)
+            if not ok:
+                cur = _backend.contiguous(cur)
+                xv = _backend.device_view(cur)
+                ld = xv.strides[0] if xv.shape[0] > 1 else xv.shape[1]
+            out = _backend.empty_like_lib(cur, (spec.rows, a * b * d) if first
+                                          else (a * b * d, spec.rows), cdt)
+            ks_cuda.matmul(f.pattern, spec.rows, 0 if first else 1,
+                           _values_desc(_backend.device_view(v)), (xv.ptr, ld),
+                           (_backend.device_view(out).ptr, out.shape[1]), code, stream)
+            cur = out
+    return _finish(spec, xp.reshape(cur, spec.out_shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# the array-library algorithms
+
+
+def _bmm_factor(xp, cur, values, pattern, layout):
+    """One factor by permute → batched matmul → permute (the KS paper's "bmm" baseline)."""
+    a, b, c, d = pattern
+    if layout == "batch_first":
+        B = cur.shape[0]
+        kb = xp.reshape(xp.permute_dims(values, (0, 3, 2, 1)), (a * d, c, b))
+        if a * d == 1:
+            return cur @ kb[0, ...]
+        xp_ = xp.reshape(xp.permute_dims(xp.reshape(cur, (B, a, c, d)), (1, 3, 0, 2)), (a * d, B, c))
+        yp = xp.matmul(xp_, kb)  # (a·d, B, b)
+        return xp.reshape(xp.permute_dims(xp.reshape(yp, (a, d, B, b)), (2, 0, 3, 1)), (B, a * b * d))
+    B = cur.shape[1]
+    kb = xp.reshape(xp.permute_dims(values, (0, 3, 1, 2)), (a * d, b, c))
+    if a * d == 1:
+        return kb[0, ...] @ cur
+    xp_ = xp.reshape(xp.permute_dims(xp.reshape(cur, (a, c, d, B)), (0, 2, 1, 3)), (a * d, c, B))
+    yp = xp.matmul(kb, xp_)  # (a·d, b, B)
+    return xp.reshape(xp.permute_dims(xp.reshape(yp, (a, d, b, B)), (0, 2, 1, 3)), (a * b * d, B))
+
+
+def _bmm(spec: _Spec):
+    xp, cdt = spec.xp, spec.compute_dtype
+    first = spec.layout == "batch_first"
+    cur = xp.reshape(_cast(xp, spec.x, cdt),
+                     (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
+    for f in reversed(spec.chain):
+        cur = _bmm_factor(xp, cur, _cast(xp, f.values, cdt), f.pattern, spec.layout)
+    return _finish(spec, xp.reshape(cur, spec.out_shape))
+
+
+def _dense(spec: _Spec):
+    xp, cdt = spec.xp, spec.compute_dtype
+    w = KSChain([KSFactor(f.pattern, _cast(xp, f.values, cdt)) for f in spec.chain]).to_dense()
+    x = _cast(xp, spec.x, cdt)
+    out = x @ w.mT if spec.layout == "batch_first" else w @ x
+    return _finish(spec, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# the cost model: candidates registered with the planner
+
+
+def _normalise(shapes, options) -> dict:
+    """Sizes of a structured_matmul problem from (x.shape, pattern of K1, …, pattern of KL)."""
+    layout = options.get("layout", "batch_first")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if len(shapes) < 2:
+        raise ValueError("shapes: expected x's shape followed by at least one pattern (a, b, c, d)")
+    x, patterns = tuple(shapes[0]), [_pattern(f"shapes[{t + 1}]", p)
+                                    for t, p in enumerate(shapes[1:])]
+    for t in range(len(patterns) - 1):
+        (a, _, c, d), (a2, b2, _, d2) = patterns[t], patterns[t + 1]
+        if a * c * d != a2 * b2 * d2:
+            raise ValueError(f"shapes: pattern {t} has {a * c * d} columns but pattern {t + 1} "
+                             f"has {a2 * b2 * d2} rows")
+    a, _, c, d = patterns[-1]
+    if not x:
+        raise ValueError("shapes: x must have at least one dimension")
+    if layout == "batch_first":
+        if x[-1] != a * c * d:
+            raise ValueError(f"shapes: x's last dimension must be {a * c * d}, got {x}")
+        rows = math.prod(x[:-1])
+    else:
+        if x[0] != a * c * d:
+            raise ValueError(f"shapes: x's first dimension must be {a * c * d}, got {x}")
+        rows = math.prod(x[1:])
+    flops = sum(2.0 * rows * math.prod(p) for p in patterns)
+    return {"B": rows, "patterns": patterns, "layout": layout, "flops": flops}
+
+
+def _io_elems(B, p):
+    a, b, c, d = p
+    return B * a * d * (b + c) + a * b * c * d  # X in, Y out, K once
+
+
+def _permutes(B, p, layout):
+    """Elements the bmm algorithm copies to bring the (i, j) blocks together and back."""
+    a, b, c, d = p
+    if a * d == 1:
+        return 0.0
+    moved = 0.0
+    if layout == "batch_first":
+        trivial = B == 1 or d == 1 and a == 1
+        moved = 0.0 if trivial else 2.0 * B * a * d * (b + c)
+    elif d > 1:
+        moved = 2.0 * B * a * d * (b + c)
+    return moved
+
+
+def _kernel_terms(info, s_e, prof, dtype):
+    B, layout = info["B"], info["layout"]
+    mem = sum(_io_elems(B, p) for p in info["patterns"]) * s_e / prof.bandwidth
+    if prof.kind == "cpu":
+        rate = prof.flops(dtype)
+    elif dtype in ("float16", "bfloat16"):
+        rate = prof.flops(dtype) / 4.0  # mma.sync from shared memory, not the GEMM pipeline
+    else:
+        rate = prof.units * 128 * 2.0 * prof.clock_hz  # CUDA-core FMA peak
+    flop = sum(2.0 * B * math.prod(p) * _waste(p, layout, prof.kind) for p in info["patterns"])
+    return {"mem": mem, "flop": flop / rate, "calls": len(info["patterns"]) * prof.launch_s}
+
+
+def _waste(p, layout, kind) -> float:
+    """Work the kernel's tiles do on padding, as a factor >= 1 (vector lanes on the CPU, the
+    (k, j) tiles on the GPU)."""
+    a, b, c, d = p
+    if kind == "cpu":
+        lanes = 16
+        if layout == "batch_first":
+            return math.ceil(b * d / lanes) * lanes / (b * d)
+        return 1.0
+    tj = 16 if d >= 12 else (8 if d >= 6 else (4 if d >= 3 else d))
+    tk = 64 if b >= 48 else 16
+    return math.ceil(d / tj) * tj / d * math.ceil(b / tk) * tk / b
+
+
+def _bmm_terms(info, s_e, prof, dtype):
+    B, layout = info["B"], info["layout"]
+    io = sum(_io_elems(B, p) for p in info["patterns"])
+    perm = sum(_permutes(B, p, layout) for p in info["patterns"])
+    calls = sum(1 if p[0] * p[3] == 1 else 3 for p in info["patterns"])
+    return {"gemm_mem": io * s_e / prof.bandwidth, "gemm_flop": info["flops"] / prof.flops(dtype),
+            "permute": perm * s_e / prof.bandwidth, "calls": calls * prof.launch_s}
+
+
+def _dense_terms(info, s_e, prof, dtype):
+    B, pats = info["B"], info["patterns"]
+    M = pats[0][0] * pats[0][1] * pats[0][3]
+    N = pats[-1][0] * pats[-1][2] * pats[-1][3]
+    sizes = [p[0] * p[1] * p[3] for p in pats] + [N]  # rows of each factor, then N
+    build = sum(sizes[t] * sizes[t + 1] for t in range(len(pats)))  # dense factors, written
+    chain = sum(2.0 * M * sizes[t] * sizes[t + 1] for t in range(1, len(pats)))
+    return {"gemm_mem": (B * (M + N) + M * N) * s_e / prof.bandwidth,
+            "gemm_flop": (2.0 * B * M * N + chain) / prof.flops(dtype),
+            "build": 3.0 * build * s_e / prof.bandwidth,
+            "calls": (2 + 3 * len(pats)) * prof.launch_s}
+
+
+_FAMILIES = {"kernel": _kernel_terms, "bmm": _bmm_terms, "dense": _dense_terms}
+# Coefficients: how far each term sits from the device's nominal rate.  The CPU ones are from
+# benchmarks/structured_compare.py --device cpu on the 2-core AVX-512 development machine; the
+# CUDA ones are physical 1.0s until an H100 run refits them.
+DEFAULT_COEF = {
+    "structured_matmul/kernel/cpu": {"mem": 1.0, "flop": 1.2, "calls": 5.0},
+    "structured_matmul/bmm/cpu": {"gemm_mem": 1.0, "gemm_flop": 1.0, "permute": 1.0, "calls": 5.0},
+    "structured_matmul/dense/cpu": {"gemm_mem": 1.0, "gemm_flop": 1.0, "build": 1.0, "calls": 5.0},
+    "structured_matmul/kernel/cuda": {"mem": 1.0, "flop": 1.0, "calls": 1.0},
+    "structured_matmul/bmm/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "permute": 1.0, "calls": 1.0},
+    "structured_matmul/dense/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "build": 1.0, "calls": 1.0},
+}
+
+
+def _predictor(name, kind):
+    family = f"structured_matmul/{name}/{kind}"
+
+    def predict(problem, prof):
+        t = _FAMILIES[name](problem.info, _ITEMSIZE.get(problem.dtype, 4), prof, problem.dtype)
+        coef = {**DEFAULT_COEF[family], **prof.coef.get(family, {})}
+        weighted = {k: coef.get(k, 1.0) * v for k, v in t.items()}
+        return sum(weighted.values()), {"terms": {k: v for k, v in weighted.items() if v}}
+
+    predict.__name__ = "predict_" + family.replace("/", "_")
+    return predict
+
+
+def _runner(name):
+    def run(x, factors, /, **options):
+        return structured_matmul(x, factors, algorithm=name, **options)
+
+    return run
+
+
+def _kernel_applies(problem) -> bool:
+    if problem.kind == "cuda":
+        return ks_cuda is not None and problem.dtype in ("float32", "float16", "bfloat16")
+    return ks_cpu is not None and problem.dtype in ("float32", "float64")
+
+
+def _register():
+    try:
+        from .planner import Candidate, register, register_op
+    except ImportError:  # a build without the planner: 'auto' falls back to _fallback_choice
+        return False
+    register_op("structured_matmul", _normalise,
+                "x @ (K1 … KL)ᵀ for Kronecker-sparse factors; shapes: x, then each pattern")
+    docs = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",
+            "bmm": "permute → batched matmul → permute through the array library",
+            "dense": "x @ K.to_dense().T through the array library"}
+    for kind in ("cpu", "cuda"):
+        for name in ("kernel", "bmm", "dense"):
+            register("structured_matmul", Candidate(
+                name, _predictor(name, kind), devices=(kind,),
+                applies=_kernel_applies if name == "kernel" else (lambda problem: True),
+                run=_runner(name), family=f"structured_matmul/{name}/{kind}", doc=docs[name]))
+    return True
+
+
+_PLANNED = _register()
+
+
+def _fallback_choice(spec: _Spec) -> str:
+    return "kernel" if _backend.on_cuda(spec.x) or spec.compute_dtype != "float16" else "bmm"
+
+
+def _choose(spec: _Spec) -> str:
+    if not _PLANNED:
+        return _fallback_choice(spec)
+    from . import planner
+
+    return planner.choose("structured_matmul", tuple(spec.x.shape),
+                          *(f.pattern for f in spec.chain), dtype=spec.compute_dtype,
+                          device=spec.x, layout=spec.layout)

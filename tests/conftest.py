@@ -1,0 +1,87 @@
+"""Backends as a fixture: every test that takes `xp` runs once per array library present.
+
+CPU backends (NumPy, array-api-strict, torch) skip with a reason when not importable; GPU
+backends (CuPy, torch CUDA) carry the `gpu` marker and skip when no CUDA device is visible, so
+`pytest -m gpu` selects exactly the GPU runs and `pytest -m "not gpu"` the CPU ones.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_TESTS)
+
+# `python -m pytest` from the repository root puts the root first on sys.path, where kronlinalg/
+# is the source tree without its compiled extensions.  Test the installed package instead (a
+# regular install, or an editable one, whose import hook does not go through sys.path).
+if "kronlinalg" not in sys.modules:
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
+sys.path.insert(0, _TESTS)
+
+from _helpers import CPU_BACKENDS, GPU_BACKENDS, make_backend  # noqa: E402
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    # bounded property tests: the whole suite must stay within minutes on two cores
+    settings.register_profile(
+        "kronlinalg",
+        deadline=None,
+        max_examples=40,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        print_blob=True,
+    )
+    settings.register_profile(
+        "ci", parent=settings.get_profile("kronlinalg"), derandomize=False,
+    )
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kronlinalg"))
+except ImportError:  # hypothesis is a test dependency; tests that need it importorskip
+    pass
+
+
+_PARAMS = [pytest.param(name, id=name) for name in CPU_BACKENDS] + [
+    pytest.param(name, id=name, marks=pytest.mark.gpu) for name in GPU_BACKENDS
+]
+
+
+@pytest.fixture(params=_PARAMS, scope="session")
+def xp(request):
+    """The backend under test (a `_helpers.Backend`): library, array namespace and device."""
+    return make_backend(request.param)
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh generator per test; its seed is reported when the test fails."""
+    import numpy as np
+
+    seed = int(np.random.SeedSequence().entropy % (2**32))
+    request.node.user_properties.append(("seed", seed))
+    request.node._kronlinalg_seed = seed
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seed = getattr(item, "_kronlinalg_seed", None)
+    if seed is not None and report.failed:
+        report.sections.append(("random seed", f"numpy default_rng seed: {seed}"))
+
+
+def pytest_collection_modifyitems(config, items):
+    # A test that asks for a GPU backend through `xp` carries the gpu marker already (param
+    # marks); tests marked gpu by hand also skip cleanly when there is no device.
+    from _helpers import _gpu_count_cupy, _torch_cuda
+
+    if _gpu_count_cupy() > 0 or _torch_cuda():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,285 @@
+"""The CUDA kron_matmul kernels (fused sliced multiply, tensor-core half path) on CuPy arrays and
+CUDA torch tensors, against a dense float64 reference on the exact (rounded) inputs.
+
+All tests carry the gpu marker and skip without a CUDA device.  Shapes are chosen to reach every
+code path of the kernels: one fused launch for tiny problems, several passes through scratch,
+single-factor passes with column tiles (P = 128), the tensor-core kernel (P a multiple of 8) and
+its CUDA-core fallback (other P), rows-fast tiles (kron @ x), and partial tiles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import kronlinalg
+from _helpers import GPU_BACKENDS, assert_close, kron_matmul_ref, make_backend, random, to_xp
+
+pytestmark = pytest.mark.gpu
+
+ALL_DTYPES = ["float32", "float64", "float16", "bfloat16"]
+
+
+@pytest.fixture(params=[pytest.param(n, id=n) for n in GPU_BACKENDS], scope="module")
+def gxp(request):
+    return make_backend(request.param)
+
+
+def _need(gxp, dtype):
+    if dtype not in gxp.dtypes:
+        pytest.skip(f"{gxp.name} has no {dtype}")
+
+
+def _kron_cuda():
+    from kronlinalg._ext import kron_cuda
+
+    if kron_cuda is None:
+        pytest.skip("built without CUDA")
+    return kron_cuda
+
+
+def _sync(gxp):
+    if gxp.is_torch:
+        gxp.module.cuda.synchronize()
+    else:
+        gxp.module.cuda.runtime.deviceSynchronize()
+
+
+def _check(gxp, rng, shapes, dtype, *, side="right", lead=(5,), n=3, alpha=1.0, beta=0.0,
+           y_shape=None):
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    P, Q = [s[0] for s in shapes], [s[1] for s in shapes]
+    if side == "right":
+        xs = tuple(lead) + (math.prod(P),)
+    else:
+        xs = tuple(lead) + (math.prod(Q), n)
+    x, xn = random(gxp, rng, xs, dtype)
+    kw, yn = {}, None
+    if beta != 0.0:
+        ys = y_shape
+        if ys is None:
+            ys = (tuple(lead) + (math.prod(Q),)) if side == "right" else (
+                tuple(lead) + (math.prod(P), n))
+        y, yn = random(gxp, rng, ys, dtype)
+        kw = {"y": y, "beta": beta}
+    out = kronlinalg.kron_matmul(x, list(fs), side=side, alpha=alpha, algorithm="sliced", **kw)
+    assert_close(out, kron_matmul_ref(xn, fns, side, alpha, beta, yn), gxp, dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes, sides, batch dims, alpha/beta
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shapes", [
+    [(8, 8)] * 3,                       # tensor cores (k8), one fused pass
+    [(16, 16)] * 3,                     # tensor cores (k16)
+    [(4, 4)] * 4,                       # CUDA cores for every dtype
+    [(5, 7), (3, 2), (11, 4)],          # mixed, odd sizes
+    [(16, 8), (8, 16), (32, 8)],        # rectangular, tensor cores
+], ids=["8^3", "16^3", "4^4", "mixed", "rect"])
+def test_dtypes_and_sides(gxp, rng, dtype, side, shapes):
+    _need(gxp, dtype)
+    _check(gxp, rng, shapes, dtype, side=side, lead=(2, 3), alpha=0.75)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_alpha_beta_y(gxp, rng, dtype, side):
+    _need(gxp, dtype)
+    _check(gxp, rng, [(4, 3), (8, 8), (2, 5)], dtype, side=side, lead=(3,), alpha=-1.5,
+           beta=0.5)
+
+
+def test_y_broadcasts(gxp, rng):
+    _check(gxp, rng, [(4, 4), (8, 8)], "float32", lead=(2, 6), beta=2.0, y_shape=(32,))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_vector_and_single_row(gxp, rng, side):
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in [(8, 8), (8, 8), (8, 8)]))
+    x, xn = random(gxp, rng, (512,), "float32")
+    out = kronlinalg.kron_matmul(x, list(fs), side=side, algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xn, fns, side), gxp, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("P", [64, 128])
+def test_large_factors(gxp, rng, dtype, P):
+    _need(gxp, dtype)
+    _check(gxp, rng, [(P, P), (P, P)], dtype, lead=(6,))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_many_passes(gxp, rng, dtype):
+    """8^7 with 33 rows: two or three passes through scratch, partial tiles at the ends."""
+    _need(gxp, dtype)
+    _check(gxp, rng, [(8, 8)] * 7, dtype, lead=(3,))
+
+
+def test_huge_factor_falls_back(gxp, rng):
+    """A factor too large for one block's shared memory goes to the shuffle algorithm."""
+    _check(gxp, rng, [(3, 2), (40000, 2)], "float32", lead=(2,))
+
+
+# ---------------------------------------------------------------------------------------------
+# the kron_small benchmark set: every factor in one launch
+
+
+def _cases():
+    here = os.path.dirname(__file__)
+    for base in (os.path.join(here, "..", "..", "shared", "bench"),
+                 os.path.join(here, "..", "shared", "bench")):
+        path = os.path.join(base, "cases.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)
+    return None
+
+
+def _small_shapes():
+    cases = _cases()
+    raw = cases["kron_small"]["cases"] if cases else [
+        [16, [[2, 2], 10]], [64, [[4, 4], 5]], [8, [[8, 8], 3]], [32, [[3, 3], 6]],
+        [4, [[16, 16], 3]], [128, [[5, 7], [3, 2], [11, 4]]]]
+    out = []
+    for m, spec in raw:
+        if len(spec) == 2 and isinstance(spec[1], int):
+            shapes = [tuple(spec[0])] * spec[1]
+        else:
+            shapes = [tuple(s) for s in spec]
+        out.append((m, shapes))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("case", _small_shapes(), ids=lambda c: f"M{c[0]}-{len(c[1])}f")
+def test_kron_small_one_launch(gxp, rng, dtype, case):
+    _need(gxp, dtype)
+    m, shapes = case
+    _check(gxp, rng, shapes, dtype, lead=(m,))
+    kc = _kron_cuda()
+    descs = [(0, p, q, q, 1) for p, q in shapes]
+    k = math.prod(p for p, _ in shapes)
+    text = kc.config(1, m, descs, (256, m * k, k, 1), (256, 0, 0, 1), kc.DTYPES[dtype])
+    assert text.startswith("passes=1 "), text
+
+
+# ---------------------------------------------------------------------------------------------
+# poisoned memory, layouts, streams
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_poisoned_y_and_scratch(gxp, rng, dtype):
+    """beta == 0 never reads y; scratch taken from a pool full of NaN is always written first."""
+    _need(gxp, dtype)
+    mod = gxp.module
+    shapes = [(8, 8)] * 6
+    k = 8 ** 6
+    nan = (mod.full((4 * k * 3,), float("nan"), dtype=getattr(mod, dtype),
+                    device=gxp.device) if gxp.is_torch else
+           mod.full((4 * k * 3,), np.nan, dtype=dtype))
+    del nan  # back to the pool: the scratch buffers reuse this memory
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    x, xn = random(gxp, rng, (4, k), dtype)
+    y = to_xp(gxp, np.full((4, k), np.nan), dtype)
+    out = kronlinalg.kron_matmul(x, list(fs), y=y, beta=0.0, algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xn, fns), gxp, dtype)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_non_contiguous_inputs(gxp, rng, side):
+    mod = gxp.module
+    shapes = [(4, 3), (6, 5)]
+    P, Q = 24, 15
+    # factors as transposed views, x as a strided slice of a larger array
+    fts, fns = zip(*(random(gxp, rng, (q, p), "float64") for p, q in shapes))
+    fs = [f.T if not gxp.is_torch else f.mT for f in fts]
+    fns = [f.T for f in fns]
+    big, bign = random(gxp, rng, (7, 2 * (P if side == "right" else Q), 9), "float64")
+    if side == "right":
+        x, xn = big[:, ::2, 3], bign[:, ::2, 3]
+    else:
+        x, xn = big[:, ::2, 1:8], bign[:, ::2, 1:8]
+    out = kronlinalg.kron_matmul(x, fs, side=side, algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xn, fns, side), gxp, "float64")
+    if not gxp.is_torch:  # CuPy views may have negative strides
+        out = kronlinalg.kron_matmul(x[::-1], fs, side=side, algorithm="sliced")
+        assert_close(out, kron_matmul_ref(xn[::-1], fns, side), gxp, "float64")
+    del mod
+
+
+def test_fortran_ordered_x(gxp, rng):
+    """Rows adjacent in memory (x transposed in memory): tiles run along rows."""
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in [(8, 8), (4, 4)]))
+    xt, xtn = random(gxp, rng, (32, 300), "float32")
+    x = xt.mT if gxp.is_torch else xt.T
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xtn.T, fns), gxp, "float32")
+
+
+def test_torch_stream(rng):
+    torch = pytest.importorskip("torch")
+    gxp = make_backend("torch_cuda")
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in [(16, 16)] * 3))
+    x, xn = random(gxp, rng, (64, 4096), "float32")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+        out2 = out * 2.0  # enqueued behind the kernel on the same stream
+    s.synchronize()
+    assert_close(out2, 2.0 * kron_matmul_ref(xn, fns), gxp, "float32")
+
+
+def test_cupy_stream(rng):
+    cupy = pytest.importorskip("cupy")
+    gxp = make_backend("cupy")
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in [(16, 16)] * 3))
+    x, xn = random(gxp, rng, (64, 4096), "float32")
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+        out2 = out * 2.0
+    s.synchronize()
+    assert_close(out2, 2.0 * kron_matmul_ref(xn, fns), gxp, "float32")
+
+
+# ---------------------------------------------------------------------------------------------
+# every compiled configuration the planner can reach, through the tuning overrides
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("lines", [0, 4, 8, 32, 96])
+@pytest.mark.parametrize("budget_kb", [0, 48])
+def test_tuning_overrides_stay_correct(gxp, rng, dtype, lines, budget_kb):
+    _need(gxp, dtype)
+    kc = _kron_cuda()
+    kc.tune(lines=lines, smem_budget_kb=budget_kb)
+    try:
+        for shapes, lead in [([(8, 8)] * 5, (9,)), ([(32, 32)] * 2, (5,)),
+                             ([(3, 3), (16, 16), (5, 4)], (13,))]:
+            _check(gxp, rng, shapes, dtype, lead=lead)
+            _check(gxp, rng, shapes, dtype, side="left", lead=(2,), n=11)
+    except RuntimeError as err:  # an override no tile satisfies is reported, not run
+        assert "does not fit" in str(err), err
+    finally:
+        kc.tune()
+
+
+def test_config_reports_the_plan(gxp):
+    kc = _kron_cuda()
+    k = 16 ** 5
+    descs = [(0, 16, 16, 16, 1)] * 5
+    text = kc.config(1, 1024, descs, (256, 1024 * k, k, 1), (256, 1024 * k, k, 1),
+                     kc.DTYPES["float32"])
+    assert text.startswith("passes=")
+    assert "kernel=" in text and "grid=" in text
+    elems, nbufs = kc.workspace(1, 1024, descs, (256, 1024 * k, k, 1), kc.DTYPES["float32"])
+    assert nbufs in (0, 1, 2) and (elems > 0) == (nbufs > 0)

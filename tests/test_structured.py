@@ -1,0 +1,405 @@
+"""structured_matmul, KSFactor and KSChain against dense float64 references, on every backend.
+
+The reference is built independently of the code under test: each value [i, k, l, j] is scattered
+to row i·b·d + k·d + j, column i·c·d + l·d + j of a float64 NumPy matrix.  Inputs are fresh
+random numbers each run (the seed is reported on failure), never zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kronlinalg
+from kronlinalg import structured
+from kronlinalg.structured import KSChain, KSFactor, structured_matmul
+from _helpers import RTOL, assert_close, dtype_name, random, to_numpy, to_xp
+
+ALGORITHMS = ("kernel", "bmm", "dense", "auto")
+LAYOUTS = ("batch_first", "batch_last")
+
+# a, d > 1, b != c, odd sizes; d = 1 (broadcast path), d % 16 == 0 (direct), d = 17 and 24
+# (shuffled expansions), c > 96 (several l blocks), b·d not a multiple of the vector width
+PATTERNS = [(1, 1, 1, 1), (3, 4, 6, 5), (2, 7, 3, 4), (4, 2, 2, 3), (1, 33, 130, 2),
+            (2, 20, 100, 17), (1, 6, 9, 24), (2, 16, 8, 32), (3, 9, 5, 1)]
+
+
+def ks_dense_ref(values: np.ndarray) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    a, b, c, d = v.shape
+    i, k, l, j = np.meshgrid(*(np.arange(n) for n in v.shape), indexing="ij")
+    out = np.zeros((a * b * d, a * c * d))
+    out[i * b * d + k * d + j, i * c * d + l * d + j] = v
+    return out
+
+
+def chain_dense_ref(chain) -> np.ndarray:
+    out = ks_dense_ref(to_numpy(chain[0].values))
+    for f in chain[1:]:
+        out = out @ ks_dense_ref(to_numpy(f.values))
+    return out
+
+
+def make_chain(xp, rng, patterns, dtype):
+    return KSChain([KSFactor(p, random(xp, rng, p, dtype)[0]) for p in patterns])
+
+
+def reference(x64, chain, layout):
+    w = chain_dense_ref(chain)
+    return x64 @ w.T if layout == "batch_first" else w @ x64
+
+
+def x_for(xp, rng, chain, layout, batch, dtype):
+    n = chain.shape[1]
+    return random(xp, rng, (batch, n) if layout == "batch_first" else (n, batch), dtype)
+
+
+def rtol_for(dtype, chain):
+    # each factor's result is rounded once more in half precision
+    return RTOL[dtype] * (len(chain) if dtype in ("float16", "bfloat16") else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# the containers
+
+
+def test_factor_to_dense_matches_reference(rng):
+    for p in PATTERNS[:6]:
+        v = rng.standard_normal(p)
+        f = KSFactor(p, v)
+        assert f.shape == (p[0] * p[1] * p[3], p[0] * p[2] * p[3])
+        np.testing.assert_array_equal(f.to_dense(), ks_dense_ref(v))
+
+
+def test_factor_from_dense_round_trip(xp, rng):
+    p = (2, 3, 4, 3)
+    vals, v64 = random(xp, rng, p, "float64")
+    back = KSFactor.from_dense(KSFactor(p, vals).to_dense(), p)
+    assert back.pattern == p
+    np.testing.assert_array_equal(to_numpy(back.values), v64)
+
+
+def test_from_dense_rejects_entries_outside_the_support(rng):
+    p = (2, 3, 4, 3)
+    m = ks_dense_ref(rng.standard_normal(p))
+    m[0, 1] = 1.0  # row (i=0, k=0, j=0), column (i=0, l=0, j=1): j differs
+    with pytest.raises(ValueError, match="matrix: has nonzeros outside the support"):
+        KSFactor.from_dense(m, p)
+    with pytest.raises(ValueError, match=r"matrix: expected shape .* \(18, 24\)"):
+        KSFactor.from_dense(m[:-1], p)
+
+
+def test_chain_to_dense_and_shape(rng):
+    chain = KSChain.random([(1, 6, 4, 2), (2, 4, 3, 1)], rng=rng)
+    assert chain.shape == (12, 6)
+    assert chain.patterns == ((1, 6, 4, 2), (2, 4, 3, 1))
+    np.testing.assert_allclose(chain.to_dense(), chain_dense_ref(chain), rtol=1e-13)
+
+
+@pytest.mark.parametrize("family, args, patterns", [
+    ("butterfly", (8,), [(1, 2, 2, 4), (2, 2, 2, 2), (4, 2, 2, 1)]),
+    ("block_butterfly", (12, 3), [(1, 6, 6, 2), (2, 6, 6, 1)]),
+    ("monarch", (24, 16, 4), [(1, 6, 4, 4), (4, 4, 4, 1)]),
+    ("monarch", (16, 24, 4), [(1, 4, 4, 4), (4, 4, 6, 1)]),
+    ("low_rank", (10, 7, 3), [(1, 10, 3, 1), (1, 3, 7, 1)]),
+    ("block_diagonal", (12, 9, 3), [(3, 4, 3, 1)]),
+])
+def test_family_patterns(family, args, patterns):
+    chain = getattr(structured, family)(*args, rng=0)
+    assert list(chain.patterns) == patterns
+    dense = chain.to_dense()
+    assert dense.shape == chain.shape and np.all(np.isfinite(dense))
+
+
+def test_family_arguments_are_checked():
+    with pytest.raises(ValueError, match="n: expected a power of two"):
+        structured.butterfly(12)
+    with pytest.raises(ValueError, match="m: must be divisible by p = 5"):
+        structured.monarch(12, 10, 5)
+    with pytest.raises(ValueError, match="n: must be divisible by blocks = 4"):
+        structured.block_diagonal(8, 6, 4)
+
+
+def test_random_in_namespace_and_dtype(xp):
+    chain = structured.butterfly(8, rng=1, xp=xp.namespace, dtype="float32", device=xp.device)
+    for f in chain:
+        assert dtype_name(f.values.dtype) == "float32"
+        assert type(f.values).__module__.split(".")[0] == type(xp.asarray([1.0])).__module__.split(".")[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# products
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("algorithm", ("kernel", "bmm", "dense"))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: "x".join(map(str, p)))
+def test_single_factor(xp, rng, pattern, layout, algorithm, dtype):
+    if dtype not in xp.dtypes:
+        pytest.skip(f"{xp} has no {dtype}")
+    chain = make_chain(xp, rng, [pattern], dtype)
+    batch = int(rng.integers(1, 40))
+    x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
+    y = structured_matmul(x, chain[0], layout=layout, algorithm=algorithm)
+    assert_close(y, reference(x64, chain, layout), xp, dtype,
+                 msg=f"{pattern} B={batch} {layout} {algorithm}: ")
+
+
+CHAINS = {
+    "butterfly16": lambda: structured.butterfly(16, rng=2).patterns,
+    "block_butterfly": lambda: structured.block_butterfly(24, 3, rng=2).patterns,
+    "monarch_wide": lambda: structured.monarch(16, 24, 4, rng=2).patterns,
+    "monarch_tall": lambda: structured.monarch(30, 20, 5, rng=2).patterns,
+    "low_rank": lambda: structured.low_rank(20, 18, 3, rng=2).patterns,
+    "vit_s16_qkv": lambda: ((1, 192, 48, 2), (2, 48, 192, 1)),
+    "vit_s16_mlp": lambda: ((1, 768, 192, 2), (6, 64, 64, 1)),
+}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_chain(xp, rng, name, layout, algorithm):
+    dtype = "float32"
+    chain = make_chain(xp, rng, CHAINS[name](), dtype)
+    batch = 6 if name.startswith("vit") else int(rng.integers(1, 30))  # ViT chains: B scaled down
+    x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
+    y = structured_matmul(x, chain, layout=layout, algorithm=algorithm)
+    assert_close(y, reference(x64, chain, layout), xp, dtype, msg=f"{name} {layout} {algorithm}: ")
+
+
+def test_factors_as_sequence_and_chain_agree(xp, rng):
+    chain = make_chain(xp, rng, [(1, 4, 3, 2), (2, 3, 5, 1)], "float64")
+    x, x64 = x_for(xp, rng, chain, "batch_first", 5, "float64")
+    ref = reference(x64, chain, "batch_first")
+    assert_close(structured_matmul(x, list(chain)), ref, xp, "float64")
+    assert_close(structured_matmul(x, tuple(chain)), ref, xp, "float64")
+
+
+@pytest.mark.parametrize("algorithm", ("kernel", "bmm", "dense"))
+def test_leading_batch_dimensions(xp, rng, algorithm):
+    chain = make_chain(xp, rng, [(2, 3, 5, 3)], "float64")
+    x, x64 = random(xp, rng, (2, 3, 4, chain.shape[1]), "float64")
+    y = structured_matmul(x, chain, algorithm=algorithm)
+    assert_close(y, x64 @ chain_dense_ref(chain).T, xp, "float64")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_vector_and_strided_inputs(xp, rng, layout):
+    chain = make_chain(xp, rng, [(3, 4, 2, 5)], "float64")
+    n = chain.shape[1]
+    # a transposed (non-contiguous) x: the kernel makes the contiguous copy it needs
+    shape = (7, n) if layout == "batch_first" else (n, 7)
+    base, base64 = random(xp, rng, shape[::-1], "float64")
+    x, x64 = xp.permute_dims(base, (1, 0)), base64.T
+    assert_close(structured_matmul(x, chain, layout=layout, algorithm="kernel"),
+                 reference(x64, chain, layout), xp, "float64")
+    # row-strided x (every other row): read in place through the leading dimension
+    big, big64 = random(xp, rng, (2 * shape[0], shape[1]), "float64")
+    x, x64 = big[::2, ...], big64[::2]
+    assert_close(structured_matmul(x, chain, layout=layout, algorithm="kernel"),
+                 reference(x64, chain, layout), xp, "float64")
+    if layout == "batch_last":  # a single vector: K @ x
+        v, v64 = random(xp, rng, (n,), "float64")
+        assert_close(structured_matmul(v, chain, layout=layout, algorithm="kernel"),
+                     chain_dense_ref(chain) @ v64, xp, "float64")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_empty_batch(xp, layout):
+    chain = KSChain([KSFactor((2, 3, 4, 1), xp.ones((2, 3, 4, 1), dtype=xp.float32,
+                                                    device=xp.device))])
+    shape = (0, 8) if layout == "batch_first" else (8, 0)
+    y = structured_matmul(xp.zeros(shape, dtype=xp.float32, device=xp.device), chain, layout=layout)
+    assert tuple(y.shape) == ((0, 6) if layout == "batch_first" else (6, 0))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", ("kernel", "bmm", "auto"))
+def test_half_precision(xp, rng, layout, algorithm):
+    halves = [dt for dt in ("float16", "bfloat16") if dt in xp.dtypes]
+    if not halves:
+        pytest.skip(f"{xp} has no half types")
+    for dtype in halves:
+        chain = make_chain(xp, rng, [(1, 24, 40, 4), (2, 20, 12, 4)], dtype)
+        x, x64 = x_for(xp, rng, chain, layout, 37, dtype)
+        y = structured_matmul(x, chain, layout=layout, algorithm=algorithm)
+        assert_close(y, reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain),
+                     msg=f"{dtype}: ")
+
+
+def test_dtype_promotion(xp, rng):
+    chain = make_chain(xp, rng, [(2, 3, 4, 2)], "float64")
+    x, x64 = x_for(xp, rng, chain, "batch_first", 5, "float32")
+    y = structured_matmul(x, chain, algorithm="kernel")
+    assert_close(y, reference(x64, chain, "batch_first"), xp, "float64", 1e-6)
+
+
+def test_torch_autograd_flows_through_the_library(rng):
+    torch = pytest.importorskip("torch")
+    v = torch.tensor(rng.standard_normal((2, 3, 4, 2)), requires_grad=True)
+    x = torch.tensor(rng.standard_normal((5, 16)), requires_grad=True)
+    y = structured_matmul(x, KSFactor((2, 3, 4, 2), v), algorithm="kernel")
+    y.sum().backward()
+    dense = ks_dense_ref(v.detach().numpy())
+    np.testing.assert_allclose(x.grad.numpy(), np.ones((5, 12)) @ dense, rtol=1e-12)
+    assert v.grad is not None and v.grad.shape == v.shape
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernels' ABI: every output element is written (poisoned outputs), bad descriptions fail
+
+
+def _poisoned_cpu(pattern, batch, layout, dtype, rng):
+    from kronlinalg._ext import ks_cpu
+
+    a, b, c, d = pattern
+    v = rng.standard_normal(pattern).astype(dtype)
+    n, m = a * c * d, a * b * d
+    x = rng.standard_normal((batch, n) if layout == 0 else (n, batch)).astype(dtype)
+    y = np.full((batch, m) if layout == 0 else (m, batch), np.nan, dtype=dtype)
+    ks_cpu.matmul(pattern, batch, layout, (v.ctypes.data,) + tuple(s // v.itemsize for s in v.strides),
+                  (x.ctypes.data, x.shape[1]), (y.ctypes.data, y.shape[1]),
+                  0 if dtype == np.float32 else 1)
+    w = ks_dense_ref(v)
+    ref = x.astype(np.float64) @ w.T if layout == 0 else w @ x.astype(np.float64)
+    return y, ref
+
+
+@pytest.mark.parametrize("layout", (0, 1))
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_cpu_kernel_writes_every_output(rng, layout, dtype):
+    # sizes that leave partial vectors and row tiles on every axis, and several l blocks
+    for pattern, batch in [((2, 7, 130, 3), 45), ((1, 17, 5, 1), 13), ((3, 5, 9, 16), 7),
+                           ((1, 40, 200, 6), 300)]:
+        y, ref = _poisoned_cpu(pattern, batch, layout, dtype, rng)
+        assert np.all(np.isfinite(y)), f"{pattern}: unwritten outputs"
+        err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+        assert err < (1e-5 if dtype == np.float32 else 1e-12), (pattern, err)
+
+
+def test_cpu_kernel_rejects_bad_descriptions():
+    from kronlinalg._ext import ks_cpu
+
+    x = np.ones((4, 6), dtype=np.float32)
+    y = np.empty((4, 6), dtype=np.float32)
+    v = np.ones((1, 6, 6, 1), dtype=np.float32)
+    vd = (v.ctypes.data, 36, 6, 1, 1)
+    with pytest.raises(RuntimeError, match="pattern entries must be >= 1"):
+        ks_cpu.matmul((0, 6, 6, 1), 4, 0, vd, (x.ctypes.data, 6), (y.ctypes.data, 6), 0)
+    with pytest.raises(RuntimeError, match="leading dimension"):
+        ks_cpu.matmul((1, 6, 6, 1), 4, 0, vd, (x.ctypes.data, 3), (y.ctypes.data, 6), 0)
+    with pytest.raises(RuntimeError, match="layout"):
+        ks_cpu.matmul((1, 6, 6, 1), 4, 7, vd, (x.ctypes.data, 6), (y.ctypes.data, 6), 0)
+    with pytest.raises(RuntimeError, match="unsupported dtype"):
+        ks_cpu.matmul((1, 6, 6, 1), 4, 0, vd, (x.ctypes.data, 6), (y.ctypes.data, 6), 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", (0, 1))
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_cuda_kernel_writes_every_output(rng, layout, dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    if ks_cuda is None:
+        pytest.fail("a CUDA device is present but kronlinalg was built without CUDA")
+    tdt = getattr(torch, dtype)
+    for pattern, batch in [((2, 7, 130, 3), 45), ((1, 48, 192, 2), 257), ((3, 64, 16, 24), 33),
+                           ((4, 2, 2, 16), 1000), ((1, 17, 5, 1), 13)]:
+        a, b, c, d = pattern
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+        x = torch.tensor(rng.standard_normal((batch, n) if layout == 0 else (n, batch)),
+                         dtype=tdt, device="cuda")
+        y = torch.full((batch, m) if layout == 0 else (m, batch), float("nan"), dtype=tdt,
+                       device="cuda")
+        ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), x.shape[1]), (y.data_ptr(), y.shape[1]),
+                       {"float32": 0, "float16": 2, "bfloat16": 3}[dtype],
+                       torch.cuda.current_stream().cuda_stream)
+        got = y.float().cpu().numpy().astype(np.float64)
+        assert np.all(np.isfinite(got)), f"{pattern} {dtype}: unwritten outputs"
+        w = ks_dense_ref(v.float().cpu().numpy())
+        x64 = x.float().cpu().numpy().astype(np.float64)
+        ref = x64 @ w.T if layout == 0 else w @ x64
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < RTOL[dtype], (pattern, dtype, err)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: clear errors naming the argument
+
+
+def test_bad_patterns_and_values():
+    with pytest.raises(ValueError, match=r"pattern: pattern entries must be positive"):
+        KSFactor((2, 0, 3, 1), np.ones((2, 0, 3, 1)))
+    with pytest.raises(ValueError, match=r"pattern: expected a pattern \(a, b, c, d\)"):
+        KSFactor((2, 3, 1), np.ones((2, 3, 1)))
+    with pytest.raises(TypeError, match="pattern: pattern entries must be integers"):
+        KSFactor((2, 3.5, 1, 1), np.ones((2, 3, 1, 1)))
+    with pytest.raises(ValueError, match=r"values: expected shape \(a, b, c, d\) = \(2, 3, 4, 1\)"):
+        KSFactor((2, 3, 4, 1), np.ones((2, 4, 3, 1)))
+    with pytest.raises(TypeError, match="values: expected a real floating-point array"):
+        KSFactor((1, 2, 2, 1), np.ones((1, 2, 2, 1), dtype=np.int64))
+    with pytest.raises(TypeError, match="values: expected an array"):
+        KSFactor((1, 2, 2, 1), [[1.0]])
+
+
+def test_chains_must_chain():
+    f1 = KSFactor((1, 4, 3, 2), np.ones((1, 4, 3, 2)))  # 8 x 6
+    f2 = KSFactor((1, 5, 2, 1), np.ones((1, 5, 2, 1)))  # 5 x 2
+    with pytest.raises(ValueError, match="factors: factor 0 .* has 6 columns but factor 1 .* has 5 rows"):
+        KSChain([f1, f2])
+    with pytest.raises(ValueError, match="factors: factor 0"):
+        structured_matmul(np.ones((2, 2)), [f1, f2])
+    with pytest.raises(ValueError, match="factors: expected at least one KSFactor"):
+        KSChain([])
+    with pytest.raises(TypeError, match=r"factors\[1\]: expected a KSFactor"):
+        KSChain([f1, np.ones((6, 6))])
+
+
+def test_bad_x():
+    f = KSFactor((2, 3, 4, 1), np.ones((2, 3, 4, 1)))  # 6 x 8
+    with pytest.raises(ValueError, match=r"x: last dimension must equal .* = 8 .* got shape \(3, 6\)"):
+        structured_matmul(np.ones((3, 6)), f)
+    with pytest.raises(ValueError, match=r"x: first dimension must equal .* = 8 .*batch_last"):
+        structured_matmul(np.ones((6, 3)), f, layout="batch_last")
+    with pytest.raises(ValueError, match="x: layout='batch_last' takes x of shape"):
+        structured_matmul(np.ones((2, 8, 3)), f, layout="batch_last")
+    with pytest.raises(TypeError, match="x: expected a real floating-point array"):
+        structured_matmul(np.ones((3, 8), dtype=np.int32), f)
+    with pytest.raises(ValueError, match="x: expected at least 1 dimension"):
+        structured_matmul(np.float64(1.0), f)
+    with pytest.raises(ValueError, match="layout: expected one of"):
+        structured_matmul(np.ones((3, 8)), f, layout="rows")
+    with pytest.raises(ValueError, match="algorithm: expected one of"):
+        structured_matmul(np.ones((3, 8)), f, algorithm="fast")
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match=r"factors\[0\].values: array from .*numpy"):
+        structured_matmul(torch.ones((3, 8), dtype=torch.float64), f)
+
+
+# ---------------------------------------------------------------------------------------------
+# the planner sees the three candidates
+
+
+def test_planner_ranks_the_candidates():
+    choices = kronlinalg.plan("structured_matmul", (2048, 384), (1, 768, 192, 2), (6, 64, 64, 1),
+                              dtype="float32")
+    assert {c.name for c in choices} == {"kernel", "bmm", "dense"}
+    for dev in ("cpu", "h100-sxm"):
+        for layout in LAYOUTS:
+            shape = (25088, 384) if layout == "batch_first" else (384, 25088)
+            choices = kronlinalg.plan("structured_matmul", shape, (1, 768, 192, 2),
+                                      (6, 64, 64, 1), dtype="float32", device=dev, layout=layout)
+            assert all(c.seconds > 0 and math.isfinite(c.seconds) for c in choices)
+    text = kronlinalg.explain("structured_matmul", (64, 16), (1, 4, 4, 4), file=None)
+    assert "kernel" in text and "bmm" in text and "dense" in text
+    with pytest.raises(ValueError, match="shapes: x's last dimension must be 16"):
+        kronlinalg.plan("structured_matmul", (64, 15), (1, 4, 4, 4))
