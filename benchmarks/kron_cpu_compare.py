@@ -115,11 +115,11 @@ def flops(m, shapes):
 
 
 def timeit(fn, min_runs=5, budget_s=2.0):
-    """Warm-up once, then the median of >= min_runs calls (>= 3 when one call takes > 1 s)."""
+    """Warm-up once, then the median of >= min_runs calls (3 over 1 s a call, 1 over 5 s)."""
     t0 = time.perf_counter()
     out = fn()
     first = time.perf_counter() - t0
-    runs = min_runs if first < 1.0 else 3
+    runs = min_runs if first < 1.0 else (3 if first < 5.0 else 1)
     if first < budget_s / (4 * min_runs):  # fast cases: more runs within the budget
         runs = max(min_runs, min(50, int(budget_s / max(first, 1e-6) / 4)))
     times = []

@@ -272,18 +272,23 @@ def sweep(lib, kl, kron_cuda, xs, fs, args):
     return res
 
 
-def smoke():
-    """Small shapes through every kernel path, checked, untimed: for compute-sanitizer runs."""
+def smoke(light=False):
+    """Small shapes through every kernel path, checked, untimed: for compute-sanitizer runs
+    (light: one shape per kernel path, float32 and bfloat16, for racecheck)."""
     import kronlinalg as kl
 
     shapes_list = [[(8, 8)] * 3, [(16, 16)] * 2, [(5, 7), (3, 2), (11, 4)], [(2, 2)] * 6,
                    [(64, 64)], [(128, 128)], [(8, 8)] * 5, [(32, 32)] * 2]
+    dtypes = ("float32", "float64", "float16", "bfloat16")
+    if light:
+        shapes_list = [[(8, 8)] * 4, [(16, 16)] * 2, [(5, 7), (3, 2)], [(128, 128)]]
+        dtypes = ("float32", "bfloat16")
     bad = 0
-    for dtype in ("float32", "float64", "float16", "bfloat16"):
+    for dtype in dtypes:
         lib = Lib("bfloat16" if dtype == "bfloat16" else "float32")
         for shapes in shapes_list:
             for side in ("right", "left"):
-                for m, beta in ((3, 0.0), (37, 0.5)):
+                for m, beta in (((37, 0.5),) if light else ((3, 0.0), (37, 0.5))):
                     k = math.prod(p for p, _ in shapes)
                     nq = math.prod(q for _, q in shapes)
                     xs = (m, k) if side == "right" else (k, m)
@@ -311,6 +316,29 @@ def smoke():
     return 1 if bad else 0
 
 
+def once(args):
+    import kronlinalg as kl
+
+    cases = load_cases(args.cases)
+    only = set(filter(None, args.only.split(",")))
+    for set_name in args.sets.split(","):
+        for case in cases[set_name]:
+            m, shapes, label = shapes_of(set_name, case)
+            if only and label not in only:
+                continue
+            for dtype in args.dtypes.split(","):
+                lib = Lib(dtype)
+                x = lib.randn((m, math.prod(p for p, _ in shapes)), 1)
+                fs = [lib.randn(sh, 2 + i) for i, sh in enumerate(shapes)]
+                for _ in range(2):
+                    kl.kron_matmul(x, fs, algorithm="sliced")
+                lib.sync()
+                print("ran", label, dtype, flush=True)
+                del x, fs
+                lib.free()
+    return 0
+
+
 def median(vals):
     vals = [v for v in vals if v is not None]
     return statistics.median(vals) if vals else None
@@ -329,9 +357,14 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="small shapes over every kernel path, untimed (for compute-sanitizer)")
+    ap.add_argument("--smoke-light", action="store_true", help="fewer smoke shapes (racecheck)")
+    ap.add_argument("--once", action="store_true",
+                    help="run each selected case twice, untimed (for Nsight Compute)")
     args = ap.parse_args(argv)
-    if args.smoke:
-        return smoke()
+    if args.smoke or args.smoke_light:
+        return smoke(light=args.smoke_light)
+    if args.once:
+        return once(args)
     args.reps = max(args.reps, 10) if not args.sweep else args.reps
 
     import kronlinalg as kl

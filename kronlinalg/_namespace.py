@@ -30,7 +30,7 @@ def namespace(x_or_namespace, /):
     ``xp = kronlinalg.namespace(x)`` behaves as ``array_api_compat.array_namespace(x)`` except that
     ``xp.linalg`` also has ``kron_matmul`` and ``kron``; every other name passes through.
     """
-    from . import kron as _kron
+    from . import kron_matmul as _kron_matmul, kron as _kron_product
 
     obj = x_or_namespace
     if isinstance(obj, types.ModuleType):
@@ -54,7 +54,7 @@ def namespace(x_or_namespace, /):
         linalg = _Extended(
             f"kronlinalg.namespace({base.__name__}).linalg",
             getattr(base, "linalg", types.ModuleType("linalg")),
-            {"kron_matmul": _kron.kron_matmul, "kron": _kron.kron,
+            {"kron_matmul": _kron_matmul, "kron": _kron_product,
              "structured_matmul": __import__(f"{__package__}.structured",
                                              fromlist=["_"]).structured_matmul},
         )

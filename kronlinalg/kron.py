@@ -230,7 +230,7 @@ def _run_cpu(spec: _Spec):
     fn = [_backend.to_numpy(_cast(xp, f, cdt)) for f in spec.factors]
     out = np.empty(spec.out_shape, dtype=cdt)
     if spec.beta != 0.0:
-        out[...] = _backend.to_numpy(spec.y)
+        out[...] = _backend.to_numpy(_cast(xp, spec.y, cdt))
     ov = _backend.host_view(out)
     rows = _rows(spec, _backend.host_view(xn), ov)
     if rows is None:  # batch dims that no two strides describe: one compacting copy
@@ -255,28 +255,46 @@ def _run_cuda(spec: _Spec):
     cdt = spec.result_dtype if half else spec.compute_dtype
     x = _cast(xp, spec.x, cdt)
     fs = [_cast(xp, f, cdt) for f in spec.factors]
+    # layouts (shapes, strides -> row levels, factor strides, plan) are packed once per
+    # signature: a repeated call only reads pointers (tiny products are host-bound)
+    if _backend.is_cupy(x):
+        ptr = lambda a: a.data.ptr  # noqa: E731
+        sig = (x.device.id, x.shape, x.strides, tuple((f.shape, f.strides) for f in fs))
+    else:
+        ptr = lambda a: a.data_ptr()  # noqa: E731
+        sig = (x.device.index, tuple(x.shape), x.stride(),
+               tuple((tuple(f.shape), f.stride()) for f in fs))
+    key = (cdt, spec.side, spec.out_shape, sig)
     with _backend.cuda_device_scope(x):
         out = _backend.empty_like_lib(x, spec.out_shape, cdt)
         if spec.beta != 0.0:
             out[...] = spec.y
-        ov = _backend.device_view(out)
-        rows = _rows(spec, _backend.device_view(x), ov)
-        if rows is None:
-            x = _backend.contiguous(x)
+        entry = kron_cuda.layout(key)
+        if entry is None:
+            ov = _backend.device_view(out)
             rows = _rows(spec, _backend.device_view(x), ov)
-        m1, m2, xd, od = rows
-        descs = _factor_descs(spec, [_backend.device_view(f) for f in fs])
-        try:
-            n, nbuf = kron_cuda.workspace(m1, m2, descs, xd, _KERNEL_DTYPE[cdt])
-        except RuntimeError as err:  # a factor too large for one block's shared memory
-            if "does not fit" not in str(err):
-                raise
-            return _shuffle(spec)
+            contig = rows is None
+            if contig:
+                rows = _rows(spec, _backend.device_view(_backend.contiguous(x)), ov)
+            m1, m2, xd, od = rows
+            descs = _factor_descs(spec, [_backend.device_view(f) for f in fs])
+            try:
+                entry = kron_cuda.prepare(key, m1, m2, [d[1:] for d in descs], xd[1:], od[1:],
+                                          _KERNEL_DTYPE[cdt], contig)
+            except RuntimeError as err:  # a factor too large for one block's shared memory
+                if "does not fit" not in str(err):
+                    raise
+                return _shuffle(spec)
+        packed, n, nbuf, contig = entry
+        if contig:  # batch dims that no two strides describe: one compacting copy
+            x = _backend.contiguous(x)
         # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
+        # (held until enqueued; freed blocks are reused only by later work on this stream)
         scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
-        ptrs = [_backend.device_view(s).ptr for s in scratch] + [0, 0]
-        kron_cuda.matmul(m1, m2, descs, xd, od, spec.alpha, spec.beta, _KERNEL_DTYPE[cdt],
-                         ptrs[0], ptrs[1], _backend.cuda_stream(x))
+        sp = [ptr(a) for a in scratch] + [0, 0]
+        kron_cuda.launch(packed, [ptr(f) for f in fs], ptr(x), ptr(out), spec.alpha, spec.beta,
+                         _KERNEL_DTYPE[cdt], sp[0], sp[1], _backend.cuda_stream(x))
+        del scratch
     return out if cdt == spec.result_dtype else _finish(spec, out)
 
 

@@ -503,19 +503,26 @@ def _run_cuda(spec: _Spec):
 # the array-library algorithms
 
 
-def _bmm_factor(xp, cur, values, pattern, layout):
+def _bmm_weights(xp, values, pattern, layout):
+    """The factor's (i, j) blocks as a stack for batched matmul: (a·d, c, b) for batch_first
+    (x blocks times Kᵀ blocks), (a·d, b, c) for batch_last."""
+    a, b, c, d = pattern
+    perm = (0, 3, 2, 1) if layout == "batch_first" else (0, 3, 1, 2)
+    shape = (a * d, c, b) if layout == "batch_first" else (a * d, b, c)
+    return xp.reshape(xp.permute_dims(values, perm), shape)
+
+
+def _bmm_apply(xp, cur, kb, pattern, layout):
     """One factor by permute → batched matmul → permute (the KS paper's "bmm" baseline)."""
     a, b, c, d = pattern
     if layout == "batch_first":
         B = cur.shape[0]
-        kb = xp.reshape(xp.permute_dims(values, (0, 3, 2, 1)), (a * d, c, b))
         if a * d == 1:
             return cur @ kb[0, ...]
         xp_ = xp.reshape(xp.permute_dims(xp.reshape(cur, (B, a, c, d)), (1, 3, 0, 2)), (a * d, B, c))
         yp = xp.matmul(xp_, kb)  # (a·d, B, b)
         return xp.reshape(xp.permute_dims(xp.reshape(yp, (a, d, B, b)), (2, 0, 3, 1)), (B, a * b * d))
     B = cur.shape[1]
-    kb = xp.reshape(xp.permute_dims(values, (0, 3, 1, 2)), (a * d, b, c))
     if a * d == 1:
         return kb[0, ...] @ cur
     xp_ = xp.reshape(xp.permute_dims(xp.reshape(cur, (a, c, d, B)), (0, 2, 1, 3)), (a * d, c, B))
@@ -529,7 +536,8 @@ def _bmm(spec: _Spec):
     cur = xp.reshape(_cast(xp, spec.x, cdt),
                      (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
     for f in reversed(spec.chain):
-        cur = _bmm_factor(xp, cur, _cast(xp, f.values, cdt), f.pattern, spec.layout)
+        kb = _bmm_weights(xp, _cast(xp, f.values, cdt), f.pattern, spec.layout)
+        cur = _bmm_apply(xp, cur, kb, f.pattern, spec.layout)
     return _finish(spec, xp.reshape(cur, spec.out_shape))
 
 

@@ -35,9 +35,6 @@ try:
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         print_blob=True,
     )
-    settings.register_profile(
-        "ci", parent=settings.get_profile("kronlinalg"), derandomize=False,
-    )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kronlinalg"))
 except ImportError:  # hypothesis is a test dependency; tests that need it importorskip
     pass
@@ -56,10 +53,14 @@ def xp(request):
 
 @pytest.fixture
 def rng(request):
-    """A fresh generator per test; its seed is reported when the test fails."""
+    """A fresh generator per test; its seed is reported when the test fails.
+
+    Set KRONLINALG_TEST_SEED to rerun with a reported seed.
+    """
     import numpy as np
 
-    seed = int(np.random.SeedSequence().entropy % (2**32))
+    fixed = os.environ.get("KRONLINALG_TEST_SEED")
+    seed = int(fixed) if fixed else int(np.random.SeedSequence().entropy % (2**32))
     request.node.user_properties.append(("seed", seed))
     request.node._kronlinalg_seed = seed
     return np.random.default_rng(seed)
@@ -71,7 +72,8 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     seed = getattr(item, "_kronlinalg_seed", None)
     if seed is not None and report.failed:
-        report.sections.append(("random seed", f"numpy default_rng seed: {seed}"))
+        text = f"numpy default_rng seed {seed}: rerun with KRONLINALG_TEST_SEED={seed}"
+        report.sections.append(("random seed", text))
 
 
 def pytest_collection_modifyitems(config, items):

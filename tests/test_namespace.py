@@ -13,27 +13,17 @@ import pytest
 import kronlinalg
 from _helpers import assert_close, kron_matmul_ref, random
 
-# kronlinalg/__init__.py binds the *function* kron over the submodule kronlinalg.kron, so
-# `from . import kron as _kron` in _namespace.namespace() gets the function and every call that
-# gets past argument checking raises AttributeError: 'function' object has no attribute
-# 'kron_matmul'.  Strict: once fixed these pass, and this marker must go.
-NAMESPACE_BUG = pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "bug: _namespace.namespace() does `from . import kron as _kron`, which returns the "
-    "function kronlinalg.kron (bound in kronlinalg/__init__.py), not the module"))
-
 
 def _module_of(xp):
     """The plain library module a user would pass: numpy, torch, array_api_strict, cupy."""
     return xp.module
 
 
-@NAMESPACE_BUG
 def test_namespace_of_numpy_module():
     ns = kronlinalg.namespace(np)
     assert callable(ns.linalg.kron_matmul)
 
 
-@NAMESPACE_BUG
 @pytest.mark.parametrize("how", ["module", "array"])
 def test_kron_matmul_through_namespace(xp, rng, how):
     x, xn = random(xp, rng, (4, 12), "float64")
@@ -51,7 +41,6 @@ def test_kron_matmul_through_namespace(xp, rng, how):
     assert ns.linalg.kron is kron_module.kron
 
 
-@NAMESPACE_BUG
 def test_pass_through_names_are_the_base_namespaces(xp, rng):
     x, _ = random(xp, rng, (3, 3), "float32")
     base = array_api_compat.array_namespace(x)
@@ -72,7 +61,6 @@ def test_pass_through_names_are_the_base_namespaces(xp, rng):
     assert kronlinalg.namespace(x) is ns
 
 
-@NAMESPACE_BUG
 def test_namespace_of_module_passes_through(xp, rng):
     mod = _module_of(xp)
     ns = kronlinalg.namespace(mod)
@@ -91,7 +79,6 @@ def test_namespace_of_module_passes_through(xp, rng):
                                    [[7.0, 10.0], [15.0, 22.0]])
 
 
-@NAMESPACE_BUG
 def test_kron_matmul_left_through_namespace(xp, rng):
     x, xn = random(xp, rng, (20, 3), "float32")
     ns = kronlinalg.namespace(x)

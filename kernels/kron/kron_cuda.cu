@@ -83,8 +83,20 @@ struct StepGeo {
   int P, Q, Qpad, R, ld, f_off, f_ld;
 };
 
+// Where a pass's lines sit: rows (m1 x m2n, two levels) x instances S, which direction is
+// adjacent in memory, and how long a run of adjacent lines can be.
+struct PassShape {
+  int last = 0, count = 0;  // factors [last - count + 1, last], applied last first
+  int64_t rows = 0, m2n = 1, S = 1;
+  int rows_fast = 0;        // consecutive lines are consecutive rows (else instances)
+  int64_t run_cap = 1;      // adjacent lines available along the fast direction
+  bool line_outputs_contig = false;  // a line's results are contiguous (full sectors anyway)
+  int64_t O = 1, I = 1;     // natural order: modes before / after the group (sizes)
+};
+
 struct PassCfg {
   int last = 0, count = 0;  // factors [last - count + 1, last], applied last first
+  PassShape sh;
   const KernelDesc *k = nullptr;
   int L = 0, TM = 0, C = 0, NT = 0, TQ = 0, nqt = 1;
   int64_t S = 0, ntiles = 0;
@@ -96,6 +108,7 @@ struct PassCfg {
 
 struct Plan {
   std::vector<PassCfg> passes;
+  int natural = 0;             // every pass writes in the final index order (contiguous data)
   int rows_fast = 0;           // lines run along rows (rows are adjacent in memory)
   int64_t scratch_elems = 0;  // per scratch buffer
   int nscratch = 0;
@@ -172,13 +185,16 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
   }
   const bool half = dtype == KL_FLOAT16 || dtype == KL_BFLOAT16;
   const int want_kind = half && p8 && g_tune.kind != kFfma ? kMma : kFfma;
+  // CUDA cores: 16-column register tiles need ~180 registers, so only 8 warps fit an SM; the
+  // in-place steps of a fused pass want the 16 warps of 8-column tiles
+  const int want = want_kind == kFfma && count > 1 ? std::min(maxq, 8) : maxq;
   const KernelDesc *fit = nullptr, *widest = nullptr;
   for (int i = 0; i < n; ++i) {
     const KernelDesc *k = &tab[i];
     if (k->kind != want_kind) continue;
     if (g_tune.tile_q > 0 && k->tile_q == g_tune.tile_q) return k;
     if (!widest || k->tile_q > widest->tile_q) widest = k;
-    if (k->tile_q >= maxq && (!fit || k->tile_q < fit->tile_q)) fit = k;
+    if (k->tile_q >= want && (!fit || k->tile_q < fit->tile_q)) fit = k;
   }
   return fit ? fit : widest;
 }
@@ -186,11 +202,12 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
 int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks);
 
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
-bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev, int rows_fast,
-                    int last, int count, int64_t S, PassCfg *out) {
+bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                    const PassShape &sh, PassCfg *out) {
+  const int last = sh.last, count = sh.count, rows_fast = sh.rows_fast;
+  const int64_t S = sh.S, M = sh.rows;
   const KernelDesc *k = pick_kernel(p, dtype, last, count);
   if (!k) return false;
-  const int64_t M = p->m1 * p->m2;
   const int V = k->kind == kMma ? 8 : 16 / k->elem_bytes;
   const int lmult = V;  // a thread's register tile (CUDA cores) / a 16-byte chunk (tensor cores)
   const size_t hard = size_t(dev.smem_optin);
@@ -215,6 +232,7 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev, 
     PassCfg c;
     c.last = last;
     c.count = count;
+    c.sh = sh;
     c.k = k;
     c.S = S;
     // lines: C consecutive instances of TM rows (instances fastest), or the other way round;
@@ -233,6 +251,13 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev, 
     prev_c = c.C;
     c.L = c.TM * c.C;
     if (c.L > 512) continue;
+    // results leave in runs of adjacent lines: shorter than a 32-byte sector, each store is a
+    // read-modify-write of the sector in DRAM (ECC), so such tiles are not used when avoidable
+    if (!sh.line_outputs_contig) {
+      const int64_t run = std::min<int64_t>(rows_fast ? c.TM : c.C, sh.run_cap);
+      const int64_t want = (32 + k->gmem_bytes - 1) / k->gmem_bytes;
+      if (run < want && sh.run_cap >= want && g_tune.L == 0) continue;
+    }
     if (!group_geometry(p, last, count, k, c.L, TQ, &c)) continue;
     if (c.smem > budget) continue;
     c.TQ = TQ > 0 ? TQ : c.st[0].Qpad;
@@ -260,7 +285,10 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev, 
     const int64_t grid = std::min<int64_t>(c.ntiles, int64_t(blocks) * dev.sms);
     const int64_t per_sm = (grid + dev.sms - 1) / dev.sms;
     const int64_t busy = std::min<int64_t>(512, per_sm * std::min<int64_t>(items, c.NT));
-    const int64_t score = (c.ntiles >= 2 * dev.sms ? 2000000 : 0) + busy * 1000 + c.L;
+    // (at equal busy threads, two blocks per SM beat one: one block's barriers overlap the
+    // other's work)
+    const int64_t score = (c.ntiles >= 2 * dev.sms ? int64_t(1) << 40 : 0) + busy * 100000 +
+                          std::min(blocks, 4) * 1000 + c.L;
     if (!found || score > best_score) {
       best = c;
       best_score = score;
@@ -285,19 +313,59 @@ int rows_adjacent(int64_t m1, int64_t m2, int64_t rs1, int64_t rs2, int64_t es) 
   return m1 > 1 && rs1 == 1;
 }
 
+// x and y row-major with contiguous rows (x @ kron of a C-ordered array): passes can then keep
+// every intermediate in the final index order ("natural order": a pass contracts a range of
+// modes and leaves the others in place), so the lines of a pass are rows of a 2-level view.
+bool natural_layout(const kl_kron_problem *p) {
+  const int n = p->nfactors;
+  const int64_t K = prod_range(p->P, 0, n - 1), N = prod_range(p->Q, 0, n - 1);
+  auto contiguous = [&](int64_t rs1, int64_t rs2, int64_t es, int64_t len) {
+    return es == 1 && (p->m2 == 1 || rs2 == len) && (p->m1 == 1 || rs1 == p->m2 * len);
+  };
+  return contiguous(p->x_rs1, p->x_rs2, p->x_es, K) && contiguous(p->y_rs1, p->y_rs2, p->y_es, N);
+}
+
+PassShape pass_shape(const kl_kron_problem *p, const Plan &plan, int last, int count) {
+  const int n = p->nfactors;
+  PassShape sh;
+  sh.last = last;
+  sh.count = count;
+  const int first = last - count + 1;
+  const int64_t M = p->m1 * p->m2;
+  if (plan.natural) {
+    // lines: (row, modes before the group) x (modes after it); the latter adjacent in memory
+    sh.O = prod_range(p->P, 0, first - 1);
+    sh.I = prod_range(p->Q, last + 1, n - 1);
+    sh.rows = M * sh.O * sh.I;
+    sh.m2n = sh.I;
+    sh.S = 1;
+    sh.rows_fast = sh.I > 1;
+    sh.run_cap = sh.I;
+    sh.line_outputs_contig = sh.I == 1;
+  } else {
+    const int64_t len_in = prod_range(p->P, 0, last) * prod_range(p->Q, last + 1, n - 1);
+    sh.rows = M;
+    sh.m2n = p->m2;
+    sh.S = len_in / prod_range(p->P, first, last);
+    sh.rows_fast = plan.rows_fast;
+    sh.run_cap = plan.rows_fast ? p->m2 : sh.S;
+    sh.line_outputs_contig = sh.S == 1 && !plan.rows_fast;
+  }
+  return sh;
+}
+
 int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   DeviceInfo dev;
   int st = device_info(&dev);
   if (st != KL_OK) return st;
   const int n = p->nfactors;
-  plan->rows_fast = rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es);
+  plan->natural = natural_layout(p);
+  plan->rows_fast = plan->natural ? 0 : rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es);
   const int cap = std::min(kMaxSteps, p->max_fused > 0 ? int(p->max_fused) : kMaxSteps);
-  // the longest feasible group ending at each factor (S depends on where the group sits)
   auto group_ok = [&](int last, int count, PassCfg *c) {
-    const int64_t len_in = prod_range(p->P, 0, last) * prod_range(p->Q, last + 1, n - 1);
-    const int64_t bin = prod_range(p->P, last - count + 1, last);
-    return configure_pass(p, dtype, dev, plan->rows_fast, last, count, len_in / bin, c);
+    return configure_pass(p, dtype, dev, pass_shape(p, *plan, last, count), c);
   };
+  // the longest feasible group ending at each factor
   std::vector<int> maxc(n, 0);
   for (int last = 0; last < n; ++last) {
     PassCfg c;
@@ -375,13 +443,16 @@ struct Operand {
   int64_t rs1, rs2, es;
 };
 
-void fill_params(const kl_kron_problem *p, const PassCfg &c, const Operand &in, const Operand &out,
-                 double alpha, double beta, int rows_fast, PassP *pp) {
+// Kernel parameters of a pass whose lines are rows m1 x m2 (x instances) of `in` and `out`.
+void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t m2,
+                 const Operand &in, const Operand &out, double alpha, double beta, PassP *pp) {
   *pp = PassP{};
   const int es = c.k->elem_bytes;
   const int Vs = c.k->kind == kMma ? 8 : 16 / es;  // elements per 16-byte chunk in smem
-  const int gbytes = c.k->kind == kMma ? 2 : es;   // element size in global memory
-  const int64_t M = p->m1 * p->m2;
+  const int gbytes = c.k->gmem_bytes;  // element size in global memory
+  const int Vg = 16 / gbytes;          // elements per 16-byte chunk in global memory
+  const int rows_fast = c.sh.rows_fast;
+  const int64_t M = m1 * m2;
   pp->nsteps = c.count;
   pp->L = c.L;
   pp->TM = c.TM;
@@ -393,19 +464,26 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, const Operand &in, 
   pp->buf_elems = c.buf_elems;
   pp->TQ = c.TQ;
   pp->nqt = c.nqt;
-  const bool in_rows_adjacent = rows_adjacent(p->m1, p->m2, in.rs1, in.rs2, in.es);
+  const bool aligned = reinterpret_cast<uintptr_t>(in.ptr) % 16 == 0;
+  const bool in_rows_adjacent = rows_adjacent(m1, m2, in.rs1, in.rs2, in.es);
   const bool x_vec = c.k->kind == kMma && in.es == 1 && c.Bin % 8 == 0 && c.st[0].P % 8 == 0 &&
-                     reinterpret_cast<uintptr_t>(in.ptr) % 16 == 0 &&
-                     (p->m1 == 1 || in.rs1 % 8 == 0) && (p->m2 == 1 || in.rs2 % 8 == 0);
+                     aligned && (m1 == 1 || in.rs1 % 8 == 0) && (m2 == 1 || in.rs2 % 8 == 0);
   pp->x_vec = x_vec;
+  pp->x_run = c.k->kind == kFfma && c.k->elem_bytes == gbytes && in.es == 1 &&
+              c.st[0].P % 8 == 0 && c.Bin % 8 == 0;
+  // whole 16-byte chunks of lines: the same-dtype kernels, lines along adjacent rows
+  pp->x_chunk = (c.k->kind == kMma || c.k->elem_bytes == gbytes) && rows_fast && m2 > 1 &&
+                in.rs2 == 1 && in.es % Vg == 0 && aligned && c.L % Vg == 0 && c.TM % Vg == 0;
+  pp->div_lc = FastDiv(uint32_t(std::max(1, c.L / Vg)));
+  pp->div_r0 = FastDiv(uint32_t(c.st[0].R));
+  pp->div_pg = FastDiv(uint32_t(std::max(1, c.st[0].P / 8)));
   if (x_vec)
-    pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 32)));
+    pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 8)));
   else if (rows_fast && in_rows_adjacent)
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.TM, 32)));
   else
     // 4 lines x 8 consecutive elements per warp instruction (fewer lines if L is smaller)
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
-  (void)gbytes;
   pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
   pp->div_bin = FastDiv(uint32_t(c.Bin));
   pp->div_p0 = FastDiv(uint32_t(c.st[0].P));
@@ -413,7 +491,7 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, const Operand &in, 
   pp->div_tmc = FastDiv(uint32_t(rows_fast ? c.TM : c.C));
   pp->div_bout = FastDiv(uint32_t(c.Bout));
   pp->M = M;
-  pp->m2n = p->m2;
+  pp->m2n = m2;
   pp->S = c.S;
   pp->ntm = (M + c.TM - 1) / c.TM;
   pp->ntc = (c.S + c.C - 1) / c.C;
@@ -455,14 +533,19 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, const Operand &in, 
   }
 }
 
-int validate(const kl_kron_problem *p, int dtype) {
-  if (!p || p->nfactors < 1 || !p->x || !p->y || !p->P || !p->Q || !p->F || !p->F_rs || !p->F_cs)
+// Shapes and dtype always; pointers only when the call will launch (plan queries take none).
+int validate(const kl_kron_problem *p, int dtype, bool launching = true) {
+  if (!p || p->nfactors < 1 || !p->P || !p->Q || !p->F_rs || !p->F_cs ||
+      (launching && (!p->x || !p->y || !p->F)))
     return fail(KL_ERR_INVALID, "kron_matmul_cuda: invalid problem description");
   if (dtype != KL_FLOAT32 && dtype != KL_FLOAT64 && dtype != KL_FLOAT16 && dtype != KL_BFLOAT16)
     return fail(KL_ERR_INVALID, "kron_matmul_cuda: unsupported dtype");
-  for (int i = 0; i < p->nfactors; ++i)
-    if (p->P[i] < 1 || p->Q[i] < 1 || !p->F[i])
+  for (int i = 0; i < p->nfactors; ++i) {
+    if (p->P[i] < 1 || p->Q[i] < 1)
       return fail(KL_ERR_INVALID, "kron_matmul_cuda: factors must be non-empty");
+    if (launching && !p->F[i])
+      return fail(KL_ERR_INVALID, "kron_matmul_cuda: factor pointer is NULL");
+  }
   if (p->m1 < 0 || p->m2 < 0) return fail(KL_ERR_INVALID, "kron_matmul_cuda: negative rows");
   return KL_OK;
 }
@@ -470,8 +553,9 @@ int validate(const kl_kron_problem *p, int dtype) {
 std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
   std::string s;
   char line[256];
-  std::snprintf(line, sizeof line, "passes=%d scratch=%lldx%d lines=%s\n", int(plan.passes.size()),
-                (long long)plan.scratch_elems, plan.nscratch, plan.rows_fast ? "rows" : "instances");
+  std::snprintf(line, sizeof line, "passes=%d scratch=%lldx%d order=%s lines=%s\n",
+                int(plan.passes.size()), (long long)plan.scratch_elems, plan.nscratch,
+                plan.natural ? "natural" : "sliced", plan.rows_fast ? "rows" : "instances");
   s += line;
   for (const PassCfg &c : plan.passes) {
     std::snprintf(line, sizeof line,
@@ -491,6 +575,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
   if (st != KL_OK) return st;
   std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused,
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
+                              natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind};
   for (int i = 0; i < p->nfactors; ++i) {
@@ -536,7 +621,7 @@ extern "C" int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p) {
 extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems,
                                       int *nbufs) {
   using namespace kl::cu;
-  int st = validate(p, dtype);
+  int st = validate(p, dtype, false);
   if (st != KL_OK) return st;
   *elems = 0;
   *nbufs = 0;
@@ -551,7 +636,7 @@ extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64
 
 extern "C" int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len) {
   using namespace kl::cu;
-  int st = validate(p, dtype);
+  int st = validate(p, dtype, false);
   if (st != KL_OK) return st;
   Plan plan;
   DeviceInfo dev;
@@ -599,27 +684,37 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
     return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers missing");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t M = p->m1 * p->m2;
+  const int n = p->nfactors;
   void *scratch[2] = {scratch0, scratch1};
+  const void *src = p->x;
   Operand in{p->x, p->x_rs1, p->x_rs2, p->x_es};
-  int last = p->nfactors - 1;
+  int last = n - 1;
   for (size_t k = 0; k < plan.passes.size(); ++k) {
     const PassCfg &c = plan.passes[k];
     const bool final_pass = k + 1 == plan.passes.size();
+    void *dst = final_pass ? p->y : scratch[k % 2];
+    int64_t m1 = p->m1, m2 = p->m2;
     Operand out;
     last -= c.count;
-    if (final_pass) {
+    if (plan.natural) {
+      // lines (row, modes before) x (modes after, adjacent): rows of 2 levels in x and y
+      m1 = M * c.sh.O;
+      m2 = c.sh.I;
+      in = Operand{src, c.Bin * c.sh.I, 1, c.sh.I};
+      out = Operand{dst, c.Bout * c.sh.I, 1, c.sh.I};
+    } else if (final_pass) {
       out = Operand{p->y, p->y_rs1, p->y_rs2, p->y_es};
     } else {
       int64_t len = 1;
-      for (int i = 0; i < p->nfactors; ++i) len *= i <= last ? p->P[i] : p->Q[i];
-      out = plan.rows_fast ? Operand{scratch[k % 2], p->m2, 1, M}
-                           : Operand{scratch[k % 2], p->m2 * len, len, 1};
+      for (int i = 0; i < n; ++i) len *= i <= last ? p->P[i] : p->Q[i];
+      out = plan.rows_fast ? Operand{dst, p->m2, 1, M} : Operand{dst, p->m2 * len, len, 1};
     }
     PassP pp;
-    fill_params(p, c, in, out, final_pass ? p->alpha : 1.0, final_pass ? p->beta : 0.0,
-                plan.rows_fast, &pp);
+    fill_params(p, c, m1, m2, in, out, final_pass ? p->alpha : 1.0, final_pass ? p->beta : 0.0,
+                &pp);
     const cudaError_t e = c.k->launch(pp, c.grid, c.NT, c.smem, s);
     if (e != cudaSuccess) return cuda_fail(e, "launch");
+    src = dst;
     in = out;
   }
   return KL_OK;

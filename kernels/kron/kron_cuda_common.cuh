@@ -83,7 +83,9 @@ struct PassP {
   int TQ, nqt;     // q tiles (single-step passes); else TQ = Qpad, nqt = 1
   int y_vec;       // 16-byte stores possible when lines are consecutive in y
   int x_vec;       // 16-byte loads of 8 consecutive elements possible (half kernels)
-  FastDiv div_bin, div_p0, div_l, div_tmc, div_bout;
+  int x_run;       // elements contiguous and P of the first step a multiple of 8 (CUDA cores)
+  int x_chunk;     // V lines adjacent in x and 16-byte aligned: one 16-byte copy per V lines
+  FastDiv div_bin, div_p0, div_l, div_tmc, div_bout, div_r0, div_pg, div_lc;
   int64_t M, m2n, S;
   int64_t ntm, ntc, ntiles;
   const void *x;

@@ -18,11 +18,11 @@ cudaError_t launch_ffma(const PassP &p, int grid, int block, size_t smem, cudaSt
 }
 #define KL_MMA(WN)                                                                         \
   {"f16.mma.wn" #WN, reinterpret_cast<const void *>(&kron_mma_kernel<__half, 2, WN>), kMma, \
-   8 * WN, 32, 256, 2, &launch_mma<WN>}
+   8 * WN, 32, 256, 2, 2, &launch_mma<WN>}
 const KernelDesc table[] = {
     KL_MMA(2), KL_MMA(4),
     {"f16.ffma.rq8", reinterpret_cast<const void *>(&kron_ffma_kernel<__half, float, 8, 512, 1>),
-     kFfma, 8, 4, 512, 4, &launch_ffma}};
+     kFfma, 8, 4, 512, 4, 2, &launch_ffma}};
 }  // namespace
 const KernelDesc *kernels_f16(int *n) {
   *n = int(sizeof(table) / sizeof(table[0]));

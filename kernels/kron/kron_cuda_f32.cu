@@ -12,7 +12,7 @@ cudaError_t launch(const PassP &p, int grid, int block, size_t smem, cudaStream_
 }
 #define KL_FFMA(RQ, MAXT, MINB)                                                             \
   {"f32.ffma.rq" #RQ, reinterpret_cast<const void *>(&kron_ffma_kernel<float, float, RQ, MAXT, MINB>), \
-   kFfma, RQ, 4, MAXT, 4, &launch<RQ, MAXT, MINB>}
+   kFfma, RQ, 4, MAXT, 4, 4, &launch<RQ, MAXT, MINB>}
 const KernelDesc table[] = {KL_FFMA(4, 512, 1), KL_FFMA(8, 512, 1), KL_FFMA(16, 256, 1)};
 }  // namespace
 const KernelDesc *kernels_f32(int *n) {

@@ -13,7 +13,7 @@ cudaError_t launch(const PassP &p, int grid, int block, size_t smem, cudaStream_
 #define KL_FFMA(RQ, MAXT, MINB)                                                              \
   {"f64.ffma.rq" #RQ,                                                                        \
    reinterpret_cast<const void *>(&kron_ffma_kernel<double, double, RQ, MAXT, MINB>), kFfma, \
-   RQ, 2, MAXT, 8, &launch<RQ, MAXT, MINB>}
+   RQ, 2, MAXT, 8, 8, &launch<RQ, MAXT, MINB>}
 const KernelDesc table[] = {KL_FFMA(4, 512, 1), KL_FFMA(8, 512, 1), KL_FFMA(16, 256, 1)};
 }  // namespace
 const KernelDesc *kernels_f64(int *n) {

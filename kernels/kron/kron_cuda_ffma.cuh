@@ -90,7 +90,56 @@ __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
   constexpr int V = 16 / sizeof(T);
   const StepP &s0 = p.st[0];
   const S *x = static_cast<const S *>(p.x);
-  const int total = p.L * p.Bin, amask = (1 << p.a_log2) - 1;
+  const int amask = (1 << p.a_log2) - 1;
+  if constexpr (std::is_same<S, T>::value) {
+    if (p.x_chunk) {
+      // lines adjacent in x (a transposed layout): element e of V consecutive lines is one
+      // 16-byte chunk both in x and in shared memory; lanes take consecutive line chunks
+      const int lcn = p.L / V, units = lcn * p.Bin;
+      for (int u = threadIdx.x; u < units; u += blockDim.x) {
+        const int e = int(p.div_lc.div(uint32_t(u)));
+        const int l = (u - e * lcn) * V;
+        const int r = int(p.div_p0.div(uint32_t(e)));
+        const int pp = e - r * s0.P;
+        T *dst = buf + pp * s0.ld + phys_chunk((r * p.L + l) / V) * V;
+        const int64_t x0 = xoff[l], x1 = xoff[l + V - 1];
+        if (x0 != kNoLine && x1 == x0 + (V - 1) && x0 % V == 0) {
+          cp_async_16(dst, x + x0 + e * p.xes, true);
+        } else {  // a tile edge: lines past the matrix or across a row block
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            const int64_t xo = xoff[l + i];
+            cp_async_elem<sizeof(T)>(dst + i, xo != kNoLine ? x + xo + e * p.xes : x,
+                                     xo != kNoLine);
+          }
+        }
+      }
+      return;
+    }
+    if (p.x_run) {
+      // runs of 8 consecutive elements (8 consecutive p of one row r) of one line, one index
+      // decomposition per run; lanes: 2^a_log2 lines x consecutive r at one p, so the 8 stores
+      // of a run go to 8 p-rows and a warp's stores to distinct banks
+      const int R0 = s0.R, units = p.L * (p.Bin >> 3);
+      for (int u = threadIdx.x; u < units; u += blockDim.x) {
+        const int a = u & amask, t = u >> p.a_log2;
+        const int t2 = int(p.div_r0.div(uint32_t(t)));
+        const int rr = t - t2 * R0;
+        const int lh = int(p.div_pg.div(uint32_t(t2)));
+        const int p0 = (t2 - lh * (s0.P >> 3)) << 3;
+        const int l = (lh << p.a_log2) + a;
+        const int rho = rr * p.L + l;
+        T *dst = buf + p0 * s0.ld + phys_chunk(rho / V) * V + (rho & (V - 1));
+        const int64_t xo = xoff[l];
+        const bool ok = xo != kNoLine;
+        const S *src = ok ? x + xo + (rr * s0.P + p0) : x;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp_async_elem<sizeof(T)>(dst + i * s0.ld, src + (ok ? i : 0), ok);
+      }
+      return;
+    }
+  }
+  const int total = p.L * p.Bin;
   for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
     const int a = idx & amask, t = idx >> p.a_log2;
     const int lg = int(p.div_bin.div(uint32_t(t)));
@@ -116,7 +165,7 @@ struct Ffma {
   static constexpr int V = 16 / sizeof(T);
   using VT = typename Chunk16<T>::type;
   // enough loads in flight to cover shared-memory latency, within 128 registers
-  static constexpr int kUnroll = V * RQ >= 64 ? 1 : (V * RQ >= 32 ? 2 : 4);
+  static constexpr int kUnroll = V * RQ >= 64 ? 2 : 4;
 
   // acc[i][j] = sum_p in[p, chunk*V + i] * F[p, qg*RQ + j]
   static __device__ __forceinline__ void item(const T *buf, const T *Fs, const StepP &s, int ch,

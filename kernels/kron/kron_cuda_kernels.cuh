@@ -21,6 +21,7 @@ struct KernelDesc {
   int tile_rho;      // rho per register tile: V (CUDA core) or 16 * WM (tensor core)
   int max_threads;
   int elem_bytes;    // bytes of an element in shared memory
+  int gmem_bytes;    // bytes of an element in global memory (x, factors, y)
   cudaError_t (*launch)(const PassP &, int grid, int block, size_t smem, cudaStream_t);
 };
 

@@ -69,24 +69,74 @@ __device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff) {
   const StepP &s0 = p.st[0];
   const H *x = static_cast<const H *>(p.x);
   const int amask = (1 << p.a_log2) - 1;
-  if (p.x_vec) {
-    // lanes along lines, 8 consecutive elements (= 8 consecutive p of one r) each
-    const int ng8 = p.Bin >> 3, total = p.L * ng8;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int a = idx & amask, t = idx >> p.a_log2;
-      const int lg = int(p.div_bin.div(uint32_t(t) << 3));
-      const int e0 = (t - lg * ng8) << 3;
-      const int l = (lg << p.a_log2) + a;
-      const int r = int(p.div_p0.div(uint32_t(e0)));
-      const int p0 = e0 - r * s0.P;
-      const int rho = r * p.L + l;
-      const int64_t xo = xoff[l];
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (xo != kNoLine) v = *reinterpret_cast<const uint4 *>(x + xo + e0);
-      const H *h = reinterpret_cast<const H *>(&v);
-      H *dst = buf + hpos(p0, s0.ld, rho);
+  if (p.x_chunk) {
+    // lines adjacent in x: element e of 8 consecutive lines is one 16-byte chunk in x and in
+    // shared memory; eight loads in flight before their stores
+    const int lcn = p.L >> 3, units = lcn * p.Bin;
+    constexpr int kBatch = 8;
+    for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * blockDim.x) {
+      uint4 v[kBatch];
+      int dst[kBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i * s0.ld] = h[i];
+      for (int b = 0; b < kBatch; ++b) {
+        const int u = u0 + b * blockDim.x;
+        dst[b] = -1;
+        v[b] = make_uint4(0, 0, 0, 0);
+        if (u < units) {
+          const int e = int(p.div_lc.div(uint32_t(u)));
+          const int l = (u - e * lcn) << 3;
+          const int r = int(p.div_p0.div(uint32_t(e)));
+          dst[b] = hpos(e - r * s0.P, s0.ld, r * p.L + l);
+          const int64_t x0 = xoff[l], x7 = xoff[l + 7];
+          if (x0 != kNoLine && x7 == x0 + 7 && x0 % 8 == 0) {
+            v[b] = *reinterpret_cast<const uint4 *>(x + x0 + e * p.xes);
+          } else {
+            H *vh = reinterpret_cast<H *>(&v[b]);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const int64_t xo = xoff[l + i];
+              vh[i] = xo != kNoLine ? x[xo + e * p.xes] : H(0.0f);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (dst[b] >= 0) *reinterpret_cast<uint4 *>(buf + dst[b]) = v[b];
+    }
+  } else if (p.x_vec) {
+    // units of 8 consecutive elements (8 consecutive p of one row r) of one line: lanes take
+    // 2^a_log2 lines x consecutive r at one p group, so a warp's 2-byte stores fill whole
+    // chunks of one p-row; eight 16-byte loads are in flight before their stores
+    const int R0 = s0.R, units = p.L * (p.Bin >> 3);
+    constexpr int kBatch = 8;
+    for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * blockDim.x) {
+      uint4 v[kBatch];
+      int dst[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int u = u0 + b * blockDim.x;
+        v[b] = make_uint4(0, 0, 0, 0);
+        dst[b] = -1;
+        if (u < units) {
+          const int a = u & amask, t = u >> p.a_log2;
+          const int t2 = int(p.div_r0.div(uint32_t(t)));
+          const int rr = t - t2 * R0;
+          const int lh = int(p.div_pg.div(uint32_t(t2)));
+          const int p0 = (t2 - lh * (s0.P >> 3)) << 3;
+          const int l = (lh << p.a_log2) + a;
+          const int64_t xo = xoff[l];
+          if (xo != kNoLine) v[b] = *reinterpret_cast<const uint4 *>(x + xo + rr * s0.P + p0);
+          dst[b] = hpos(p0, s0.ld, rr * p.L + l);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (dst[b] < 0) continue;
+        const H *h = reinterpret_cast<const H *>(&v[b]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) buf[dst[b] + i * s0.ld] = h[i];
+      }
     }
   } else {
     const int total = p.L * p.Bin;

@@ -30,6 +30,13 @@ __device__ __forceinline__ void cp_async_elem(void *dst, const void *src, bool v
                : "memory");
 }
 
+// 16-byte global->shared copy (both 16-byte aligned); zero-fills when !valid.
+__device__ __forceinline__ void cp_async_16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }

@@ -56,11 +56,21 @@ struct Vec {
 
 // Register tile: rows (broadcast or expanded operand) x vectors.  Accumulators + one vector per
 // column + one row operand must fit the register file (32 zmm, 16 ymm/xmm).
-constexpr int kRows = 6;
-constexpr int kVecs = KL_VEC_BYTES >= 64 ? 4 : 2;
+#ifndef TUNE_ROWS
+#define TUNE_ROWS 6
+#define TUNE_VECS (KL_VEC_BYTES >= 64 ? 4 : 2)
+#define TUNE_L1 (24 * 1024)
+#define TUNE_L2 (512 * 1024)
+#endif
+#ifndef TUNE_L1T
+#define TUNE_L1T (32 * 1024)
+#endif
+constexpr int kRows = TUNE_ROWS;
+constexpr int kVecs = TUNE_VECS;
 // Bytes of the micro-panel kept in L1 across tiles, and of the block streamed from L2.
-constexpr int64_t kL1Panel = 24 * 1024;
-constexpr int64_t kL2Block = 512 * 1024;
+constexpr int64_t kL1Panel = TUNE_L1;
+constexpr int64_t kL2Block = TUNE_L2;
+constexpr int64_t kL1Tiles = TUNE_L1T;  // a packed row tile and a K micro-panel together
 
 template <class T>
 static inline typename Vec<T>::type loadu(const T *p) {
@@ -124,9 +134,15 @@ struct BfTile {
   int partial_t;           // tile vector that holds the last, partial output vector, or -1
   int partial_lanes;
   bool accumulate;         // add to Y (later l blocks) instead of storing
+  typename Expander<T>::IV idx;  // Mode::shuffle: lane t of the operand is e[idx[t]]
 };
 
-template <class T, bool Bcast, int NR, int NV>
+// How a tile gets its row operand for (row r, column l): a broadcast of one X element (d == 1),
+// a vector load from a packed buffer, or a load of X[n, i, l, 0:LW] shuffled in registers
+// (d < LW: the repeated d-run of residue e).
+enum class Mode { bcast, load, shuffle };
+
+template <class T, Mode M, int NR, int NV>
 static void micro_bf(const BfTile<T> &a) {
   typedef typename Vec<T>::type V;
   constexpr int LW = Vec<T>::lanes;
@@ -143,12 +159,13 @@ static void micro_bf(const BfTile<T> &a) {
     for (int t = 0; t < NV; ++t) kv[t] = *reinterpret_cast<const V *>(kp + t * LW);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
-      if (Bcast) {
+      if (M == Mode::bcast) {
         const T s = e[r * a.e_rs];
 #pragma GCC unroll 8
         for (int t = 0; t < NV; ++t) acc[r][t] += kv[t] * s;
       } else {
-        const V ev = loadu(e + r * a.e_rs);
+        V ev = loadu(e + r * a.e_rs);
+        if (M == Mode::shuffle) ev = __builtin_shuffle(ev, a.idx);
 #pragma GCC unroll 8
         for (int t = 0; t < NV; ++t) acc[r][t] += kv[t] * ev;
       }
@@ -175,9 +192,9 @@ static void micro_bf(const BfTile<T> &a) {
 template <class T>
 using BfFn = void (*)(const BfTile<T> &);
 
-template <class T, bool Bcast, size_t... I>
+template <class T, Mode M, size_t... I>
 static constexpr std::array<BfFn<T>, sizeof...(I)> bf_table(std::index_sequence<I...>) {
-  return {&micro_bf<T, Bcast, int(I) / kVecs + 1, int(I) % kVecs + 1>...};
+  return {&micro_bf<T, M, int(I) / kVecs + 1, int(I) % kVecs + 1>...};
 }
 
 // --------------------------------------------------------------------------------------------
@@ -273,12 +290,15 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
   const double work = double(B) * double(a) * double(P) * double(c);
   const int threads = work < 2.0e5 ? 1 : nthreads;  // tiny products stay on the caller's thread
 
-  // Blocking: the K micro-panel (kc x kVecs vectors) stays in L1 while the row tiles of a block
-  // stream past it; the block's row operands (nc x kc, one residue) stay in L2.  Broadcast rows
-  // are read in place: few enough that power-of-two row strides do not exhaust a cache set.
-  const int64_t kc = balanced(c, std::max<int64_t>(32, kL1Panel / (kVecs * KL_VEC_BYTES)));
-  int64_t nc = bcast ? 32 * kRows : std::clamp<int64_t>(kL2Block / (kc * KL_VEC_BYTES), kRows, 1024);
-  nc = nc / kRows * kRows;
+  // Blocking.  Broadcast rows (d == 1): the K micro-panel (kc x kVecs vectors) stays in L1 while
+  // the row tiles of a chunk stream past it; the rows are read in place (few enough that
+  // power-of-two row strides do not exhaust a cache set).  Vector rows: each row tile's operands
+  // are packed into an L1 buffer just before use and stay there across all k tiles, while the
+  // K micro-panels stream from L2; kc makes the tile and one K panel fit L1 together.
+  const int64_t kc = bcast
+      ? balanced(c, std::max<int64_t>(32, kL1Panel / (kVecs * KL_VEC_BYTES)))
+      : balanced(c, std::max<int64_t>(16, kL1Tiles / ((kRows + kVecs) * KL_VEC_BYTES)));
+  int64_t nc = bcast ? 32 * kRows : 64 * kRows;
   // Enough independent tasks for the threads: row chunks first, then ranges of k'.
   const int64_t want_chunks = cdiv(4 * threads, a);
   nc = std::clamp<int64_t>(cdiv(cdiv(B, want_chunks), kRows) * kRows, kRows, nc);
@@ -289,33 +309,41 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
   // loads of whole vectors from X are safe up to here (the last row may end the allocation)
   const T *x_end = X + (B - 1) * p->x_ld + a * c * d;
 
-  const size_t kp_elems = size_t(a * D * c * nkp) * LW;
+  // K packed per (i, e) in tiles of kVecs vectors, each tile's (l, t) micro-panel contiguous:
+  // Kp[((i·D + e)·ntile + tile)·c + l][t] (zero vectors past b·d)
+  const int64_t ntile = cdiv(nkp, kVecs);
+  const size_t kp_elems = size_t(a * D * ntile * c * kVecs) * LW;
   ScratchLease lease(kp_elems * sizeof(T));
   T *Kp = static_cast<T *>(lease.data());
   std::vector<Expander<T>> expand;
   for (int64_t e = 0; e < D && !bcast; ++e) expand.emplace_back(d, e);
 
-  static constexpr auto table_b = bf_table<T, true>(std::make_index_sequence<kRows * kVecs>{});
-  static constexpr auto table_v = bf_table<T, false>(std::make_index_sequence<kRows * kVecs>{});
-  const auto &table = bcast ? table_b : table_v;
+  static constexpr auto table_b =
+      bf_table<T, Mode::bcast>(std::make_index_sequence<kRows * kVecs>{});
+  static constexpr auto table_v =
+      bf_table<T, Mode::load>(std::make_index_sequence<kRows * kVecs>{});
+  static constexpr auto table_s =
+      bf_table<T, Mode::shuffle>(std::make_index_sequence<kRows * kVecs>{});
+  const bool in_regs = d < LW;  // shuffle X in registers instead of packing (no stores)
 
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(static)
-    for (int64_t row = 0; row < a * D * c; ++row) {  // pack K: Kp[i][e][l][k'][lane]
-      const int64_t l = row % c, ie = row / c, e = ie % D, i = ie / D;
-      T *dst = Kp + size_t(row) * size_t(nkp) * LW;
-      for (int64_t kk = 0; kk < nkp; ++kk) {
-        const int64_t v = kk * D + e;
+    for (int64_t row = 0; row < a * D * ntile * c; ++row) {  // pack K
+      const int64_t l = row % c, r = row / c, tile = r % ntile, ie = r / ntile;
+      const int64_t e = ie % D, i = ie / D;
+      T *dst = Kp + size_t(row) * kVecs * LW;
+      for (int64_t q = 0; q < kVecs; ++q) {
+        const int64_t v = (tile * kVecs + q) * D + e;
         for (int t = 0; t < LW; ++t) {
           const int64_t pos = v * LW + t;
-          dst[kk * LW + t] = pos < P ? kval(p, vals, i, pos / d, l, pos % d) : T(0);
+          dst[q * LW + t] = pos < P ? kval(p, vals, i, pos / d, l, pos % d) : T(0);
         }
       }
     }
 
     V *ebuf = nullptr;
-    if (!bcast) ebuf = static_cast<V *>(::operator new(sizeof(V) * size_t(nc * kc), std::align_val_t(64)));
+    if (!bcast) ebuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kRows * kc), std::align_val_t(64)));
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < ntasks; ++task) {
       const int64_t ks = task % ksplit, rest = task / ksplit;
@@ -327,20 +355,13 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
         for (int64_t e = 0; e < D; ++e) {
           const int64_t cnt = std::min(kB, cdiv(nvec - e, D));  // k' with v = k'D + e < nvec
           if (kA >= cnt) continue;
-          if (ebuf) {  // ebuf[r * kl + l] = operand of row n0 + r, column block l0 + l, residue e
-            const Expander<T> &ex = expand[size_t(e)];
-            for (int64_t n = n0; n < n1; ++n) {
-              const T *src = X + n * p->x_ld + (i * c + l0) * d;
-              V *dst = ebuf + (n - n0) * kl;
-              for (int64_t l = 0; l < kl; ++l, src += d) dst[l] = ex(src, src + 2 * LW <= x_end);
-            }
-          }
-          for (int64_t k0 = kA; k0 < cnt; k0 += kVecs) {
+          auto run = [&](int64_t k0, int64_t r0, Mode mode) {
             const int nv = int(std::min<int64_t>(kVecs, cnt - k0));
+            const int nr = int(std::min<int64_t>(kRows, n1 - r0));
             BfTile<T> tile;
             tile.kl = kl;
-            tile.kp = Kp + ((size_t(i * D + e) * c + l0) * nkp + k0) * LW;
-            tile.kp_ls = nkp * LW;
+            tile.kp = Kp + ((size_t(i * D + e) * ntile + k0 / kVecs) * c + l0) * kVecs * LW;
+            tile.kp_ls = kVecs * LW;
             tile.y_rs = p->y_ld;
             tile.y_vs = D * LW;
             tile.partial_t = -1;
@@ -353,20 +374,50 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
               }
             }
             tile.accumulate = l0 > 0;
-            for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
-              const int nr = int(std::min<int64_t>(kRows, n1 - r0));
-              if (bcast) {
-                tile.e = X + r0 * p->x_ld + i * c + l0;
-                tile.e_rs = p->x_ld;
-                tile.e_ls = 1;
-              } else {
-                tile.e = reinterpret_cast<const T *>(ebuf + (r0 - n0) * kl);
-                tile.e_rs = kl * LW;
-                tile.e_ls = LW;
-              }
-              tile.y = Y + r0 * p->y_ld + i * P + (k0 * D + e) * LW;
-              table[(nr - 1) * kVecs + nv - 1](tile);
+            tile.y = Y + r0 * p->y_ld + i * P + (k0 * D + e) * LW;
+            const int fn = (nr - 1) * kVecs + nv - 1;
+            if (mode == Mode::bcast) {
+              tile.e = X + r0 * p->x_ld + i * c + l0;
+              tile.e_rs = p->x_ld;
+              tile.e_ls = 1;
+              table_b[fn](tile);
+            } else if (mode == Mode::shuffle) {
+              tile.e = X + r0 * p->x_ld + (i * c + l0) * d;
+              tile.e_rs = p->x_ld;
+              tile.e_ls = d;
+              tile.idx = expand[size_t(e)].idx;
+              table_s[fn](tile);
+            } else {
+              tile.e = reinterpret_cast<const T *>(ebuf);
+              tile.e_rs = LW;
+              tile.e_ls = kRows * LW;
+              table_v[fn](tile);
             }
+          };
+          if (bcast) {
+            for (int64_t k0 = kA; k0 < cnt; k0 += kVecs)
+              for (int64_t r0 = n0; r0 < n1; r0 += kRows) run(k0, r0, Mode::bcast);
+            continue;
+          }
+          const Expander<T> &ex = expand[size_t(e)];
+          for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
+            const int64_t last = std::min(n1, r0 + kRows) - 1;  // whole-vector loads stay in X?
+            if (in_regs && X + last * p->x_ld + (i * c + l0 + kl - 1) * d + LW <= x_end) {
+              for (int64_t k0 = kA; k0 < cnt; k0 += kVecs) run(k0, r0, Mode::shuffle);
+              continue;
+            }
+            // ebuf[l·R + r] = operand of row r0 + r, column l0 + l, residue e
+            for (int64_t r = 0; r < std::min<int64_t>(kRows, n1 - r0); ++r) {
+              const T *src = X + (r0 + r) * p->x_ld + (i * c + l0) * d;
+              const bool safe = src + (kl - 1) * d + 2 * LW <= x_end;
+              V *dst = ebuf + r;
+              if (safe && ex.plain) {
+                for (int64_t l = 0; l < kl; ++l) dst[l * kRows] = loadu(src + l * d + ex.s);
+              } else {
+                for (int64_t l = 0; l < kl; ++l) dst[l * kRows] = ex(src + l * d, safe);
+              }
+            }
+            for (int64_t k0 = kA; k0 < cnt; k0 += kVecs) run(k0, r0, Mode::load);
           }
         }
       }
@@ -400,7 +451,9 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
   const int64_t nchunks = cdiv(nvecs, wv);
   const int64_t ntasks = blocks * nchunks;
 
-  const size_t kp_elems = size_t(a * d * c * b);
+  // K packed per (i, j) in tiles of kRows k, each tile's (l, r) micro-panel contiguous
+  const int64_t ntile = cdiv(b, kRows);
+  const size_t kp_elems = size_t(a * d * ntile * c * kRows);
   ScratchLease lease(kp_elems * sizeof(T));
   T *Kp = static_cast<T *>(lease.data());
 
@@ -409,10 +462,14 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(static)
-    for (int64_t row = 0; row < a * d * c; ++row) {  // pack K: Kp[i][j][l][k]
-      const int64_t l = row % c, ij = row / c, j = ij % d, i = ij / d;
-      T *dst = Kp + size_t(row) * size_t(b);
-      for (int64_t k = 0; k < b; ++k) dst[k] = kval(p, vals, i, k, l, j);
+    for (int64_t row = 0; row < a * d * ntile * c; ++row) {  // pack K: [i][j][tile][l][r]
+      const int64_t l = row % c, r = row / c, tile = r % ntile, ij = r / ntile;
+      const int64_t j = ij % d, i = ij / d;
+      T *dst = Kp + size_t(row) * kRows;
+      for (int64_t q = 0; q < kRows; ++q) {
+        const int64_t k = tile * kRows + q;
+        dst[q] = k < b ? kval(p, vals, i, k, l, j) : T(0);
+      }
     }
 
     V *xbuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kc * kVecs), std::align_val_t(64)));
@@ -424,7 +481,7 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
       const int64_t v0 = chunk * wv, v1 = std::min(nvecs, v0 + wv);
       const T *xij = X + (i * c * d + j) * p->x_ld;  // row (i, l=0, j)
       T *yij = Y + (i * b * d + j) * p->y_ld;        // row (i, k=0, j)
-      const T *kij = Kp + size_t(ij) * size_t(c * b);
+      const T *kij = Kp + size_t(ij) * size_t(ntile * c * kRows);
       const int64_t xs = d * p->x_ld, ys = d * p->y_ld;
       for (int64_t l0 = 0; l0 < c; l0 += kc) {
         const int64_t kl = std::min(kc, c - l0);
@@ -444,14 +501,14 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
           }
           BlTile<T> tile;
           tile.kl = kl;
-          tile.kp_ls = b;
+          tile.kp_ls = kRows;
           tile.x = reinterpret_cast<const T *>(xbuf);
           tile.x_ls = kVecs * LW;
           tile.accumulate = l0 > 0;
           for (int64_t k0 = 0; k0 < b; k0 += kRows) {
             const int kr = int(std::min<int64_t>(kRows, b - k0));
             T *dst = yij + k0 * ys + vt * LW;
-            tile.kp = kij + l0 * b + k0;
+            tile.kp = kij + (k0 / kRows * c + l0) * kRows;
             if (!partial) {
               tile.y = dst;
               tile.y_ks = ys;

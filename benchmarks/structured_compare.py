@@ -1,0 +1,394 @@
+"""structured_matmul: the one-pass kernel against the bmm and dense algorithms, in one run.
+
+Patterns are sampled (seeded) from the `kronecker_sparse` generator of ../shared/bench/cases.json,
+the Kronecker-sparse paper's: a = 1 with b, c in `beta` and d in `d1`, plus a > 1 (from `alpha`)
+with d in `d2`; b == c or b == 4c or c == 4b; the paper's int32 limits (batch·a·c·d, batch·a·b·d,
+a·b·c·d < 2^31) and, to fit the time budget, a·b·d and a·c·d <= --max-dim.
+
+    python benchmarks/structured_compare.py --device cpu             # 30 patterns, B = 2048
+    python benchmarks/structured_compare.py --device gpu --json out.json
+
+GPU (CuPy arrays, CUDA events, median of --reps after warm-up), batch 25088, float32, float16
+and bfloat16, both layouts: times of the kernel (one launch per factor, called through its thin
+wrapper), the bmm algorithm in CuPy (permute → cupy.matmul → permute, what the KS paper calls
+bmm) and dense (x @ W.T with W formed beforehand); reports the median kernel/bmm speedup, the
+fraction of patterns on which the planner's choice is within 5 % of min(bmm, dense), the
+fraction of half-precision cases where the kernel beats both, and the two ViT-S/16 chains
+against the dense layer of the same size.  Dense is not timed where its flop count alone at the
+device's GEMM peak already exceeds 1.05 × the best other time (it cannot be the minimum).
+
+CPU (NumPy arrays): 30 patterns scaled to batch 2048, the kernel against NumPy bmm (the library's
+algorithm="bmm"), per pattern the best of --reps runs (the machine's other load only ever adds
+time), median speedup over the patterns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, "..", "..", "shared", "bench", "cases.json")
+INT32 = 2**31 - 1
+
+
+def load_cases(path):
+    for p in (path, os.path.join(HERE, "..", "shared", "bench", "cases.json")):
+        if p and os.path.exists(p):
+            with open(p, encoding="utf-8") as fh:
+                return json.load(fh)["kronecker_sparse"]
+    raise SystemExit(f"cases.json not found (tried {path}); pass --cases")
+
+
+def generator_patterns(ks, batch, max_dim):
+    """All patterns of the generator that pass its filters, in a fixed order."""
+    out = []
+    pairs = [(b, c) for b in ks["beta"] for c in ks["beta"] if b == c or b == 4 * c or c == 4 * b]
+    for a in ks["alpha"]:
+        for d in (ks["d1"] if a == 1 else ks["d2"]):
+            for b, c in pairs:
+                n, m = a * c * d, a * b * d
+                if batch * n > INT32 or batch * m > INT32 or a * b * c * d > INT32:
+                    continue
+                if n > max_dim or m > max_dim:
+                    continue
+                out.append((a, b, c, d))
+    return out
+
+
+def sample(ks, count, seed, batch, max_dim):
+    pats = generator_patterns(ks, batch, max_dim)
+    rng = np.random.default_rng(seed)
+    idx = sorted(rng.choice(len(pats), size=min(count, len(pats)), replace=False))
+    return [pats[i] for i in idx], len(pats)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU
+
+
+def run_cpu(args, ks):
+    import kronlinalg
+    from kronlinalg.structured import KSFactor
+
+    B = args.batch or 2048
+    pats, pool = sample(ks, args.patterns or 30, args.seed, B, args.max_dim)
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    print(f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; batch {B}; "
+          f"{len(pats)} of {pool} generator patterns (seed {args.seed}, a·b·d, a·c·d <= "
+          f"{args.max_dim}); float32; best of {args.reps} runs")
+    print(f"{'pattern':>20} {'layout':>11} {'kernel ms':>10} {'bmm ms':>10} {'speedup':>8} "
+          f"{'auto':>7}")
+    for p in pats:
+        a, b, c, d = p
+        f = KSFactor(p, rng.standard_normal(p).astype(np.float32))
+        for layout in ("batch_first", "batch_last"):
+            n = a * c * d
+            x = rng.standard_normal((B, n) if layout == "batch_first" else (n, B)).astype(np.float32)
+            times = {}
+            for alg in ("kernel", "bmm"):
+                fn = lambda: kronlinalg.structured_matmul(x, f, layout=layout, algorithm=alg)  # noqa: E731
+                fn()
+                ts = []
+                for _ in range(args.reps):
+                    t0 = time.perf_counter()
+                    fn()
+                    ts.append(time.perf_counter() - t0)
+                times[alg] = min(ts)
+            auto = kronlinalg.plan("structured_matmul", x.shape, p, dtype="float32",
+                                   layout=layout)[0].name
+            ref = kronlinalg.structured_matmul(x, f, layout=layout, algorithm="bmm")
+            got = kronlinalg.structured_matmul(x, f, layout=layout, algorithm="kernel")
+            err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+            row = {"pattern": p, "layout": layout, "batch": B, "kernel_ms": times["kernel"] * 1e3,
+                   "bmm_ms": times["bmm"] * 1e3, "speedup": times["bmm"] / times["kernel"],
+                   "auto": auto, "rel_err_vs_bmm": err}
+            rows.append(row)
+            print(f"{str(p):>20} {layout:>11} {row['kernel_ms']:10.2f} {row['bmm_ms']:10.2f} "
+                  f"{row['speedup']:8.2f} {auto:>7}", flush=True)
+    speed = [r["speedup"] for r in rows]
+    summary = {
+        "median_speedup_kernel_over_bmm": statistics.median(speed),
+        "median_speedup_batch_first": statistics.median(
+            r["speedup"] for r in rows if r["layout"] == "batch_first"),
+        "median_speedup_batch_last": statistics.median(
+            r["speedup"] for r in rows if r["layout"] == "batch_last"),
+        "kernel_faster_fraction": sum(s > 1 for s in speed) / len(speed),
+        "max_rel_err_vs_bmm": max(r["rel_err_vs_bmm"] for r in rows),
+    }
+    print(json.dumps(summary, indent=1))
+    return {"device": "cpu", "cpu": platform.processor(), "cores": os.cpu_count(), "batch": B,
+            "seed": args.seed, "max_dim": args.max_dim, "pool": pool, "rows": rows,
+            "summary": summary}
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU
+
+
+def _gpu_timer(cp, reps, warmup=2):
+    def timeit(fn):
+        for _ in range(warmup):
+            fn()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        ts = []
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(start, end))
+        return statistics.median(ts)
+
+    return timeit
+
+
+def _lib_for(dtype):
+    """(library, namespace module) that runs `dtype` on the GPU: CuPy, or torch for bfloat16
+    when this CuPy has none."""
+    import cupy as cp
+
+    if dtype != "bfloat16" or hasattr(cp, "bfloat16"):
+        return "cupy"
+    return "torch"
+
+
+def run_gpu(args, ks):
+    import cupy as cp
+
+    import kronlinalg
+    from kronlinalg import structured
+    from kronlinalg._ext import ks_cuda
+    from kronlinalg.planner import profile_for
+
+    if ks_cuda is None:
+        raise SystemExit("kronlinalg was built without CUDA")
+    B = args.batch or ks["batch"]
+    pats, pool = sample(ks, args.patterns or 120, args.seed, B, args.max_dim)
+    timeit = _gpu_timer(cp, args.reps)
+    dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
+    name = dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"]
+    prof = profile_for("cuda")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    print(f"GPU: {name}; batch {B}; {len(pats)} of {pool} generator patterns (seed {args.seed}, "
+          f"a·b·d, a·c·d <= {args.max_dim}); {', '.join(dtypes)}; both layouts; CUDA events, "
+          f"median of {args.reps}")
+    codes = {"float32": 0, "float16": 2, "bfloat16": 3}
+    rows = []
+    t_start = time.time()
+    for p in pats:
+        a, b, c, d = p
+        n, m = a * c * d, a * b * d
+        for dtype in dtypes:
+            lib = _lib_for(dtype)
+            mod = cp if lib == "cupy" else __import__("torch")
+            ops = _GpuOps(lib, dtype)
+            vals = ops.randn(p)
+            for layout in ("batch_first", "batch_last"):
+                first = layout == "batch_first"
+                x = ops.randn((B, n) if first else (n, B))
+                y = ops.empty((B, m) if first else (m, B))
+                stream = ops.stream()
+                vdesc = (ops.ptr(vals),) + ops.strides(vals)
+
+                def kernel():
+                    ks_cuda.matmul(p, B, 0 if first else 1, vdesc, (ops.ptr(x), x.shape[1]),
+                                   (ops.ptr(y), y.shape[1]), codes[dtype], stream)
+
+                f = structured.KSFactor(p, vals)
+                # the paper's bmm keeps its weights in batched layout: permute them once here
+                kb = ops.contiguous(structured._bmm_weights(ops.xp, vals, p, layout))
+                bmm = lambda: structured._bmm_apply(ops.xp, x, kb, p, layout)  # noqa: E731
+                t = {"kernel": ops.time(timeit, kernel), "bmm": ops.time(timeit, bmm)}
+                # dense: skipped when its flops alone at the GEMM peak cannot beat the others
+                floor = 2.0 * B * m * n / prof.flops(dtype) * 1e3
+                w_bytes = m * n * ops.itemsize
+                if floor > 1.05 * min(t.values()) or w_bytes > args.max_dense_bytes:
+                    t["dense"] = None
+                else:
+                    w = f.to_dense()
+                    dense = (lambda: x @ w.T) if first else (lambda: w @ x)  # noqa: E731
+                    t["dense"] = ops.time(timeit, dense)
+                    del w
+                kernel()
+                ref = bmm()
+                err = ops.rel_err(y, ref)
+                auto = kronlinalg.plan("structured_matmul", tuple(x.shape), p, dtype=dtype,
+                                       device="cuda", layout=layout)[0].name
+                base = min(v for k, v in t.items() if k != "kernel" and v is not None)
+                row = {"pattern": p, "dtype": dtype, "layout": layout, "lib": lib,
+                       "kernel_ms": t["kernel"], "bmm_ms": t["bmm"], "dense_ms": t["dense"],
+                       "dense_floor_ms": floor, "speedup_vs_bmm": t["bmm"] / t["kernel"],
+                       "speedup_vs_best_baseline": base / t["kernel"], "auto": auto,
+                       "auto_ms": t[auto] if t.get(auto) is not None else float("inf"),
+                       "rel_err_vs_bmm": err,
+                       "bytes_floor_ms": B * (n + m) * ops.itemsize / prof.bandwidth * 1e3}
+                row["auto_within_5pct"] = row["auto_ms"] <= 1.05 * base
+                rows.append(row)
+                print(f"{str(p):>20} {dtype:>8} {layout:>11} kernel {t['kernel']:8.3f} bmm "
+                      f"{t['bmm']:8.3f} dense {t['dense'] if t['dense'] is not None else '-':>8} "
+                      f"x{row['speedup_vs_bmm']:5.2f} auto={auto} err={err:.1e}", flush=True)
+                del x, y
+            del vals
+            ops.free()
+    vit = _vit_chains(args, ks, timeit, B, dtypes, prof)
+    f32 = [r for r in rows if r["dtype"] == "float32"]
+    half = [r for r in rows if r["dtype"] != "float32"]
+    summary = {
+        "median_speedup_kernel_over_bmm_float32": statistics.median(
+            r["speedup_vs_bmm"] for r in f32) if f32 else None,
+        "median_speedup_kernel_over_bmm_all": statistics.median(r["speedup_vs_bmm"] for r in rows),
+        "auto_within_5pct_fraction": sum(r["auto_within_5pct"] for r in rows) / len(rows),
+        "auto_within_5pct_fraction_float32": (
+            sum(r["auto_within_5pct"] for r in f32) / len(f32)) if f32 else None,
+        "half_kernel_beats_all_baselines_fraction": (
+            sum(r["speedup_vs_best_baseline"] > 1 for r in half) / len(half)) if half else None,
+        "max_rel_err_vs_bmm": {dt: max(r["rel_err_vs_bmm"] for r in rows if r["dtype"] == dt)
+                               for dt in dtypes},
+        "seconds": time.time() - t_start,
+    }
+    print(json.dumps(summary, indent=1))
+    for v in vit:
+        print(f"ViT-S/16 {v['chain']} {v['dtype']} {v['layout']}: chain (kernel) {v['chain_ms']:.3f} "
+              f"ms, chain (auto: {v['auto']}) {v['auto_ms']:.3f} ms, dense layer {v['dense_ms']:.3f} "
+              f"ms, dense/chain {v['dense_ms'] / v['chain_ms']:.2f}")
+    return {"device": name, "batch": B, "seed": args.seed, "max_dim": args.max_dim, "pool": pool,
+            "reps": args.reps, "rows": rows, "vit_s16": vit, "summary": summary}
+
+
+def _vit_chains(args, ks, timeit, B, dtypes, prof):
+    import kronlinalg
+    from kronlinalg import structured
+
+    out = []
+    for chain_pats in ks["vit_s16_chains"]:
+        chain_pats = [tuple(q) for q in chain_pats]
+        for dtype in dtypes:
+            ops = _GpuOps(_lib_for(dtype), dtype)
+            chain = structured.KSChain([structured.KSFactor(q, ops.randn(q)) for q in chain_pats])
+            m, n = chain.shape
+            w = chain.to_dense()
+            for layout in ("batch_first", "batch_last"):
+                first = layout == "batch_first"
+                x = ops.randn((B, n) if first else (n, B))
+                run = lambda alg: kronlinalg.structured_matmul(  # noqa: E731
+                    x, chain, layout=layout, algorithm=alg)
+                auto = kronlinalg.plan("structured_matmul", tuple(x.shape), *chain_pats,
+                                       dtype=dtype, device="cuda", layout=layout)[0].name
+                dense = (lambda: x @ w.T) if first else (lambda: w @ x)  # noqa: E731
+                out.append({"chain": chain_pats, "dtype": dtype, "layout": layout,
+                            "chain_ms": ops.time(timeit, lambda: run("kernel")),
+                            "bmm_ms": ops.time(timeit, lambda: run("bmm")),
+                            "auto": auto, "auto_ms": ops.time(timeit, lambda: run("auto")),
+                            "dense_ms": ops.time(timeit, dense), "shape": (m, n)})
+            ops.free()
+    return out
+
+
+class _GpuOps:
+    """The few library calls the GPU benchmark needs, for CuPy or torch arrays."""
+
+    def __init__(self, lib, dtype):
+        import array_api_compat
+
+        self.lib, self.dtype = lib, dtype
+        if lib == "cupy":
+            import cupy as cp
+
+            self.mod = cp
+            self.xp = array_api_compat.array_namespace(cp.empty(0))
+        else:
+            import torch
+
+            self.mod = torch
+            self.xp = array_api_compat.array_namespace(torch.empty(0, device="cuda"))
+        self.itemsize = 4 if dtype == "float32" else 2
+
+    def randn(self, shape):
+        if self.lib == "cupy":
+            cp = self.mod
+            return cp.random.standard_normal(shape, dtype=cp.float32).astype(self.dtype)
+        torch = self.mod
+        return torch.randn(shape, device="cuda", dtype=getattr(torch, self.dtype))
+
+    def empty(self, shape):
+        if self.lib == "cupy":
+            return self.mod.empty(shape, dtype=self.dtype)
+        return self.mod.empty(shape, device="cuda", dtype=getattr(self.mod, self.dtype))
+
+    def contiguous(self, a):
+        return self.mod.ascontiguousarray(a) if self.lib == "cupy" else a.contiguous()
+
+    def ptr(self, a):
+        return a.data.ptr if self.lib == "cupy" else a.data_ptr()
+
+    def strides(self, a):
+        return tuple(s // a.itemsize for s in a.strides) if self.lib == "cupy" else tuple(a.stride())
+
+    def stream(self):
+        if self.lib == "cupy":
+            return self.mod.cuda.get_current_stream().ptr
+        return self.mod.cuda.current_stream().cuda_stream
+
+    def time(self, timeit, fn):
+        if self.lib == "cupy":
+            return timeit(fn)
+        torch = self.mod  # torch work goes to torch's current stream: sync it around the events
+        torch.cuda.synchronize()
+        import cupy as cp
+
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            return timeit(fn)
+
+    def rel_err(self, got, ref):
+        if self.lib == "cupy":
+            g, r = got.astype("float64"), ref.astype("float64")
+            return float(self.mod.linalg.norm(g - r) / self.mod.linalg.norm(r))
+        g, r = got.double(), ref.double()
+        return float((g - r).norm() / r.norm())
+
+    def free(self):
+        if self.lib == "cupy":
+            self.mod.get_default_memory_pool().free_all_blocks()
+        else:
+            self.mod.cuda.empty_cache()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--patterns", type=int, default=None, help="default: 30 (cpu), 120 (gpu)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=None, help="default: 2048 (cpu), 25088 (gpu)")
+    ap.add_argument("--max-dim", type=int, default=None,
+                    help="largest a·b·d and a·c·d sampled (default 8192 gpu, 4096 cpu)")
+    ap.add_argument("--reps", type=int, default=None, help="default: 10 (gpu), 3 (cpu)")
+    ap.add_argument("--dtypes", default="float32,float16,bfloat16", help="GPU dtypes")
+    ap.add_argument("--max-dense-bytes", type=float, default=4e9)
+    ap.add_argument("--cases", default=CASES)
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    ks = load_cases(args.cases)
+    if args.max_dim is None:
+        args.max_dim = 8192 if args.device == "gpu" else 4096
+    if args.reps is None:
+        args.reps = 10 if args.device == "gpu" else 3
+    res = run_gpu(args, ks) if args.device == "gpu" else run_cpu(args, ks)
+    res["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(res, fh, indent=1, default=str)
+    return res
+
+
+if __name__ == "__main__":
+    main()
