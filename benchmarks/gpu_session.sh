@@ -1,23 +1,77 @@
 #!/bin/bash
-# One device call: GPU tests, sanitizer on small kron/KS cases, demo, kron benchmark.
-# Run on the GPU machine as: bash .wheelhouse/gpu-run.sh bash benchmarks/gpu_session.sh
+# One device call running the named steps (default: all), each under its own time limit, so
+# that what finished comes back even when a later step runs long.
+#   bash .wheelhouse/gpu-run.sh bash benchmarks/gpu_session.sh tests sanitizer demo kron
+# Steps: tests sanitizer calibrate demo kron planner structured
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
-python -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.txt" | tail -25
-cat > /tmp/san.py <<'PY'
+export KRONLINALG_CACHE_DIR=$OUT/kl-cache
+steps=${*:-tests sanitizer calibrate demo kron planner structured}
+
+step_tests() {
+  timeout 300 python -m pytest -q -m gpu -p no:cacheprovider -rf tests 2>&1 \
+    | tee "$OUT/gpu_tests.txt" | tail -40
+}
+
+step_sanitizer() {
+  cat > /tmp/san.py <<'PY'
 import cupy as cp, numpy as np, kronlinalg
 rng = np.random.default_rng(0)
-for shapes, m in [([(8, 8)] * 3, 5), ([(3, 5), (7, 2), (4, 4)], 7), ([(16, 16)] * 2, 33), ([(2, 2)] * 10, 4)]:
-    fs = [cp.asarray(rng.standard_normal(s), dtype=cp.float32) for s in shapes]
-    k = int(np.prod([s[0] for s in shapes])); l = int(np.prod([s[1] for s in shapes]))
-    x = cp.asarray(rng.standard_normal((m, k)), dtype=cp.float32)
-    kronlinalg.kron_matmul(x, fs, algorithm="sliced")
-    kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((l, m)), dtype=cp.float32), fs, side="left", algorithm="sliced")
+for dt in (cp.float32, cp.float64, cp.float16):
+    for shapes, m in [([(8, 8)] * 3, 5), ([(3, 5), (7, 2), (4, 4)], 7), ([(16, 16)] * 2, 33),
+                      ([(2, 2)] * 10, 4), ([(32, 32)] * 2, 9)]:
+        fs = [cp.asarray(rng.standard_normal(s), dtype=dt) for s in shapes]
+        k = int(np.prod([s[0] for s in shapes])); l = int(np.prod([s[1] for s in shapes]))
+        x = cp.asarray(rng.standard_normal((m, k)), dtype=dt)
+        kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+        kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((l, m)), dtype=dt), fs,
+                               side="left", algorithm="sliced")
+from kronlinalg.structured import KSChain
+for dt in (cp.float32, cp.float16):
+    for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)]]:
+        ch = KSChain.random(pats, rng=rng, xp=cp, dtype=dt)
+        rows, cols = ch.shape
+        kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((37, cols)), dtype=dt), ch,
+                                     algorithm="kernel")
+        kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((cols, 29)), dtype=dt), ch,
+                                     layout="batch_last", algorithm="kernel")
 cp.cuda.Device().synchronize(); print("sanitizer script done")
 PY
-for tool in memcheck racecheck; do
-  timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python /tmp/san.py 2>&1 | tail -4 | tee -a "$OUT/sanitizer.txt"
+  for tool in memcheck racecheck; do
+    echo "== $tool" | tee -a "$OUT/sanitizer.txt"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python /tmp/san.py 2>&1 \
+      | tail -6 | tee -a "$OUT/sanitizer.txt"
+  done
+}
+
+step_calibrate() {
+  timeout 120 python -c "import json, kronlinalg; print(json.dumps(kronlinalg.calibrate(force=True).to_dict(), indent=1))" \
+    2>&1 | tee "$OUT/calibrate.txt" | tail -60
+}
+
+step_demo() {
+  timeout 120 python -m kronlinalg demo 2>&1 | tee "$OUT/demo_gpu.txt"
+}
+
+step_kron() {
+  timeout 300 python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
+    --anchors $D/h100-anchors-2026-11-22.json --json "$OUT/kron_gpu.json" 2>&1 \
+    | tee "$OUT/kron_gpu.txt" | tail -12
+}
+
+step_planner() {
+  timeout 420 python benchmarks/planner_quality.py --device gpu --tune --budget 0.1 \
+    --json "$OUT/planner_quality_gpu.json" 2>&1 | tee "$OUT/planner_quality_gpu.txt" | tail -30
+}
+
+step_structured() {
+  timeout 420 python benchmarks/structured_compare.py --device gpu \
+    --json "$OUT/structured_gpu.json" 2>&1 | tee "$OUT/structured_gpu.txt" | tail -30
+}
+
+for s in $steps; do
+  echo "=== step $s ($(date +%T))"
+  "step_$s"
 done
-python -m kronlinalg demo 2>&1 | tee "$OUT/demo_gpu.txt"
-timeout 300 python benchmarks/kron_gpu_compare.py --cases $D/cases.json --anchors $D/h100-anchors-2026-11-22.json --json "$OUT/kron_gpu.json" 2>&1 | tee "$OUT/kron_gpu.txt" | tail -45
+echo "=== done ($(date +%T))"

@@ -36,12 +36,12 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "..", "..", "shared", "bench", "cases.json")
+CASES = os.path.join(HERE, "data", "cases.json")
 INT32 = 2**31 - 1
 
 
 def load_cases(path):
-    for p in (path, os.path.join(HERE, "..", "shared", "bench", "cases.json")):
+    for p in (path, os.path.join(HERE, "..", "..", "shared", "bench", "cases.json")):
         if p and os.path.exists(p):
             with open(p, encoding="utf-8") as fh:
                 return json.load(fh)["kronecker_sparse"]
@@ -153,13 +153,8 @@ def _gpu_timer(cp, reps, warmup=2):
 
 
 def _lib_for(dtype):
-    """(library, namespace module) that runs `dtype` on the GPU: CuPy, or torch for bfloat16
-    when this CuPy has none."""
-    import cupy as cp
-
-    if dtype != "bfloat16" or hasattr(cp, "bfloat16"):
-        return "cupy"
-    return "torch"
+    """The library whose arrays (and matmul) the baselines use: CuPy, torch for bfloat16."""
+    return "torch" if dtype == "bfloat16" else "cupy"
 
 
 def run_gpu(args, ks):
@@ -363,6 +358,90 @@ class _GpuOps:
             self.mod.cuda.empty_cache()
 
 
+# ---------------------------------------------------------------------------------------------
+# GPU smoke run: every tile shape of the CUDA kernels once, for compute-sanitizer
+
+
+def _bf16_bits(a32):
+    """float32 -> bfloat16 bit patterns (round to nearest even), as uint16."""
+    u = np.ascontiguousarray(a32, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _from_bf16_bits(u16):
+    return (np.asarray(u16, dtype=np.uint32) << 16).view(np.float32)
+
+
+def run_smoke(args):
+    """Small odd-sized problems that reach every (TJ, TK) tile shape of both layouts and all
+    three dtypes, outputs poisoned beforehand, checked against float64; exit status 1 on any
+    mismatch.  CuPy only (bfloat16 as raw bits), so it is quick under compute-sanitizer."""
+    import cupy as cp
+
+    from kronlinalg import structured
+    from kronlinalg._ext import ks_cuda
+
+    rng = np.random.default_rng(args.seed)
+    codes = {"float32": 0, "float16": 2, "bfloat16": 3}
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+    stream = cp.cuda.get_current_stream().ptr
+    bad = runs = 0
+    # d reaches TJ = 1, 2, 4, 8, 16 (and padded j: 3, 6, 12, 24); b reaches TK = 16 .. 128
+    pats = [(1, 48, 19, 1), (2, 130, 7, 1), (1, 5, 33, 2), (3, 64, 9, 3), (1, 40, 17, 4),
+            (2, 17, 5, 6), (1, 33, 12, 8), (2, 9, 21, 12), (1, 20, 11, 16), (1, 70, 6, 24),
+            (1, 3, 40, 17), (4, 2, 2, 32), (1, 256, 10, 1)]
+    for p in pats:
+        a, b, c, d = p
+        n, m = a * c * d, a * b * d
+        for dtype in ("float32", "float16", "bfloat16"):
+            for layout in (0, 1):
+                for batch in (37, 300):
+                    v32 = rng.standard_normal(p).astype(np.float32)
+                    x32 = rng.standard_normal((batch, n) if layout == 0 else (n, batch))
+                    x32 = x32.astype(np.float32)
+                    if dtype == "bfloat16":
+                        vh, xh = _bf16_bits(v32), _bf16_bits(x32)
+                        v64, x64 = (_from_bf16_bits(vh).astype(np.float64),
+                                    _from_bf16_bits(xh).astype(np.float64))
+                        y = cp.full((batch, m) if layout == 0 else (m, batch), 0xFFFF, cp.uint16)
+                    else:
+                        vh, xh = v32.astype(dtype), x32.astype(dtype)
+                        v64, x64 = vh.astype(np.float64), xh.astype(np.float64)
+                        y = cp.full((batch, m) if layout == 0 else (m, batch), np.nan, dtype)
+                    vd, xd = cp.asarray(vh), cp.asarray(xh)
+                    ks_cuda.matmul(p, batch, layout, (vd.data.ptr, b * c * d, c * d, d, 1),
+                                   (xd.data.ptr, xd.shape[1]), (y.data.ptr, y.shape[1]),
+                                   codes[dtype], stream)
+                    got = cp.asnumpy(y)
+                    got = (_from_bf16_bits(got) if dtype == "bfloat16" else got).astype(np.float64)
+                    w = structured.KSFactor(p, v64).to_dense()
+                    ref = x64 @ w.T if layout == 0 else w @ x64
+                    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                    runs += 1
+                    if not (np.all(np.isfinite(got)) and err < tol[dtype]):
+                        bad += 1
+                        print(f"FAIL {p} {dtype} layout={layout} B={batch} rel={err:.2e}")
+    # and through the library: a chain, strided x, both layouts
+    chain = structured.KSChain.random([(1, 192, 48, 2), (2, 48, 192, 1)], rng=1, xp=cp,
+                                      dtype="float32")
+    xs = cp.asarray(rng.standard_normal((70, 2 * 384)), dtype=cp.float32)[:, ::2]
+    for layout, x in (("batch_first", xs), ("batch_last", cp.ascontiguousarray(xs.T))):
+        y = structured.structured_matmul(x, chain, layout=layout, algorithm="kernel")
+        w = cp.asnumpy(chain.to_dense()).astype(np.float64)
+        xn = cp.asnumpy(x).astype(np.float64)
+        ref = xn @ w.T if layout == "batch_first" else w @ xn
+        err = np.linalg.norm(cp.asnumpy(y) - ref) / np.linalg.norm(ref)
+        runs += 1
+        if not err < 1e-5:
+            bad += 1
+            print(f"FAIL library chain {layout} rel={err:.2e}")
+    cp.cuda.Device().synchronize()
+    print(f"smoke: {runs} kernel runs, {bad} failures")
+    if bad:
+        raise SystemExit(1)
+    return {"runs": runs, "failures": bad}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -376,7 +455,12 @@ def main(argv=None):
     ap.add_argument("--max-dense-bytes", type=float, default=4e9)
     ap.add_argument("--cases", default=CASES)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="GPU: run every CUDA tile shape once on small problems (for "
+                         "compute-sanitizer) instead of the benchmark")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return run_smoke(args)
     ks = load_cases(args.cases)
     if args.max_dim is None:
         args.max_dim = 8192 if args.device == "gpu" else 4096

@@ -473,8 +473,11 @@ def _run_cuda(spec: _Spec):
             "(reinstall with nvcc on PATH, or -Csetup-args=-Dcuda=enabled)")
     from ._ext import kron_cuda
 
-    kron_cuda.device_check()  # one check for every kernel family: is a GPU usable at all
     xp, cdt = spec.xp, spec.compute_dtype
+    if cdt not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"algorithm: the CUDA kernel computes float32, float16 and bfloat16, not "
+                         f"{cdt}; use algorithm='bmm' or 'dense' (or 'auto') for {cdt}")
+    kron_cuda.device_check()  # one check for every kernel family: is a GPU usable at all
     first = spec.layout == "batch_first"
     x = _cast(xp, spec.x, cdt)
     code = _KERNEL_DTYPE[cdt]

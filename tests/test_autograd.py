@@ -76,7 +76,7 @@ def _run(device, dtype, shapes, side, lead, n=4, alpha=1.0, beta=0.0, needs=None
     assert _relerr(out, ref) <= tol
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     out.backward(g.to(device=device, dtype=out.dtype))
-    ref.backward(g)
+    ref.backward(g.to(ref.device))  # the float64 reference lives where the inputs do
     pairs = [(x, x64)] + list(zip(fs, f64)) + ([(y, y64)] if y is not None else [])
     for got, want in pairs:
         if not want.requires_grad:
@@ -188,7 +188,7 @@ def test_half_precision_gradients_cuda(dtype):
     ref, x64, f64, _ = _reference(x, fs, "right", 1.0, 0.0, None)
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     out.backward(g.to(dev, dt))
-    ref.backward(g)
+    ref.backward(g.to(ref.device))  # the float64 reference lives where the inputs do
     assert _relerr(x.grad, x64.grad) <= 3e-2
     for f, r in zip(fs, f64):
         assert _relerr(f.grad, r.grad) <= 3e-2

@@ -8,6 +8,9 @@ random numbers each run (the seed is reported on failure), never zeros.
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -54,6 +57,11 @@ def reference(x64, chain, layout):
 def x_for(xp, rng, chain, layout, batch, dtype):
     n = chain.shape[1]
     return random(xp, rng, (batch, n) if layout == "batch_first" else (n, batch), dtype)
+
+
+def kernel_dtype(xp):
+    # the CUDA kernel has no float64 path (float32 and half types); the CPU kernel has both
+    return "float32" if xp.is_cuda else "float64"
 
 
 def rtol_for(dtype, chain):
@@ -143,6 +151,10 @@ def test_single_factor(xp, rng, pattern, layout, algorithm, dtype):
     chain = make_chain(xp, rng, [pattern], dtype)
     batch = int(rng.integers(1, 40))
     x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
+    if xp.is_cuda and dtype == "float64" and algorithm == "kernel":
+        with pytest.raises(ValueError, match="algorithm: the CUDA kernel computes float32"):
+            structured_matmul(x, chain[0], layout=layout, algorithm=algorithm)
+        return
     y = structured_matmul(x, chain[0], layout=layout, algorithm=algorithm)
     assert_close(y, reference(x64, chain, layout), xp, dtype,
                  msg=f"{pattern} B={batch} {layout} {algorithm}: ")
@@ -181,31 +193,33 @@ def test_factors_as_sequence_and_chain_agree(xp, rng):
 
 @pytest.mark.parametrize("algorithm", ("kernel", "bmm", "dense"))
 def test_leading_batch_dimensions(xp, rng, algorithm):
-    chain = make_chain(xp, rng, [(2, 3, 5, 3)], "float64")
-    x, x64 = random(xp, rng, (2, 3, 4, chain.shape[1]), "float64")
+    dt = kernel_dtype(xp)
+    chain = make_chain(xp, rng, [(2, 3, 5, 3)], dt)
+    x, x64 = random(xp, rng, (2, 3, 4, chain.shape[1]), dt)
     y = structured_matmul(x, chain, algorithm=algorithm)
-    assert_close(y, x64 @ chain_dense_ref(chain).T, xp, "float64")
+    assert_close(y, x64 @ chain_dense_ref(chain).T, xp, dt)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_vector_and_strided_inputs(xp, rng, layout):
-    chain = make_chain(xp, rng, [(3, 4, 2, 5)], "float64")
+    dt = kernel_dtype(xp)
+    chain = make_chain(xp, rng, [(3, 4, 2, 5)], dt)
     n = chain.shape[1]
     # a transposed (non-contiguous) x: the kernel makes the contiguous copy it needs
     shape = (7, n) if layout == "batch_first" else (n, 7)
-    base, base64 = random(xp, rng, shape[::-1], "float64")
+    base, base64 = random(xp, rng, shape[::-1], dt)
     x, x64 = xp.permute_dims(base, (1, 0)), base64.T
     assert_close(structured_matmul(x, chain, layout=layout, algorithm="kernel"),
-                 reference(x64, chain, layout), xp, "float64")
+                 reference(x64, chain, layout), xp, dt)
     # row-strided x (every other row): read in place through the leading dimension
-    big, big64 = random(xp, rng, (2 * shape[0], shape[1]), "float64")
+    big, big64 = random(xp, rng, (2 * shape[0], shape[1]), dt)
     x, x64 = big[::2, ...], big64[::2]
     assert_close(structured_matmul(x, chain, layout=layout, algorithm="kernel"),
-                 reference(x64, chain, layout), xp, "float64")
+                 reference(x64, chain, layout), xp, dt)
     if layout == "batch_last":  # a single vector: K @ x
-        v, v64 = random(xp, rng, (n,), "float64")
+        v, v64 = random(xp, rng, (n,), dt)
         assert_close(structured_matmul(v, chain, layout=layout, algorithm="kernel"),
-                     chain_dense_ref(chain) @ v64, xp, "float64")
+                     chain_dense_ref(chain) @ v64, xp, dt)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -234,7 +248,7 @@ def test_half_precision(xp, rng, layout, algorithm):
 def test_dtype_promotion(xp, rng):
     chain = make_chain(xp, rng, [(2, 3, 4, 2)], "float64")
     x, x64 = x_for(xp, rng, chain, "batch_first", 5, "float32")
-    y = structured_matmul(x, chain, algorithm="kernel")
+    y = structured_matmul(x, chain, algorithm="bmm" if xp.is_cuda else "kernel")
     assert_close(y, reference(x64, chain, "batch_first"), xp, "float64", 1e-6)
 
 
@@ -403,3 +417,27 @@ def test_planner_ranks_the_candidates():
     assert "kernel" in text and "bmm" in text and "dense" in text
     with pytest.raises(ValueError, match="shapes: x's last dimension must be 16"):
         kronlinalg.plan("structured_matmul", (64, 15), (1, 4, 4, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA kernels' indexing, checked on the CPU (kernels/structured/ks_cuda_emulate.cpp runs them
+# thread by thread with mma.sync emulated): for machines without a GPU; about a minute, opt-in
+
+
+@pytest.mark.slow
+def test_cuda_kernels_on_the_cpu_emulator(tmp_path):
+    if not os.environ.get("KRONLINALG_EMULATE_CUDA"):
+        pytest.skip("set KRONLINALG_EMULATE_CUDA=1 to build and run the CUDA emulator (~1 min)")
+    gxx = shutil.which("g++")
+    cuda = next((d for d in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda")
+                 if d and os.path.exists(os.path.join(d, "include", "cuda_fp16.h"))), None)
+    if gxx is None or cuda is None:
+        pytest.skip("needs g++ and the CUDA headers")
+    src = os.path.join(os.path.dirname(__file__), "..", "kernels")
+    exe = str(tmp_path / "ks_emulate")
+    subprocess.run([gxx, "-std=c++20", "-O1", "-pthread", "-DKL_KS_EMULATE",
+                    f"-I{cuda}/include", f"-I{src}/structured", f"-I{src}/include",
+                    f"-I{src}/common", f"{src}/structured/ks_cuda_emulate.cpp",
+                    f"{src}/common/status.cpp", "-o", exe], check=True)
+    out = subprocess.run([exe], capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout[-4000:]

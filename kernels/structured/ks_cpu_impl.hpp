@@ -14,13 +14,13 @@
 //   j = p mod d), so its X operand is the row X[n, i, l, (v·LW + t) mod d]: that depends on v only
 //   through e = v mod D with D = d / gcd(d, LW).  All vectors of one residue e share it, so a tile
 //   takes NV vectors of one residue and one operand vector per (row, l):
-//     d == 1:           a broadcast of X[n, i·c + l]                       (a plain GEMM)
-//     d % LW == 0:      the slice X[n, i·c·d + l·d + e·LW : +LW]              (lanes along j)
-//     otherwise:        X[n, i, l, 0:d] rotated and repeated by one or two vector shuffles.
-//   The vector operands of a row block are packed (expanded) once per residue into a contiguous
-//   buffer, which costs 1/(b·gcd(d, LW)/LW) of the FMAs and keeps power-of-two row strides from
-//   thrashing the cache sets; K is packed once per call as Kp[i][e][l][k'] vectors
-//   (v = k'·D + e), zero past b·d.
+//     d == 1:       a broadcast of X[n, i·c + l]                        (a plain GEMM)
+//     d < LW:       X[n, i, l, 0:LW] permuted in registers (lane t takes (e·LW + t) mod d)
+//     otherwise:    X[n, i, l, s:s+LW], s = e·LW mod d, wrapped round by a two-source shuffle
+//                   where the run crosses d; packed with the other rows of the tile into an L1
+//                   buffer first (power-of-two row strides would otherwise share cache sets)
+//   K is packed once per call in tiles of NV vectors of one residue, each tile's (l, t) panel
+//   contiguous, zero past b·d.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -56,21 +56,12 @@ struct Vec {
 
 // Register tile: rows (broadcast or expanded operand) x vectors.  Accumulators + one vector per
 // column + one row operand must fit the register file (32 zmm, 16 ymm/xmm).
-#ifndef TUNE_ROWS
-#define TUNE_ROWS 6
-#define TUNE_VECS (KL_VEC_BYTES >= 64 ? 4 : 2)
-#define TUNE_L1 (24 * 1024)
-#define TUNE_L2 (512 * 1024)
-#endif
-#ifndef TUNE_L1T
-#define TUNE_L1T (32 * 1024)
-#endif
-constexpr int kRows = TUNE_ROWS;
-constexpr int kVecs = TUNE_VECS;
-// Bytes of the micro-panel kept in L1 across tiles, and of the block streamed from L2.
-constexpr int64_t kL1Panel = TUNE_L1;
-constexpr int64_t kL2Block = TUNE_L2;
-constexpr int64_t kL1Tiles = TUNE_L1T;  // a packed row tile and a K micro-panel together
+constexpr int kRows = 6;
+constexpr int kVecs = KL_VEC_BYTES >= 64 ? 4 : 2;
+// Bytes of the K micro-panel kept in L1 while broadcast rows stream past it, and of a packed
+// row tile plus one K micro-panel, which share L1 when the rows are vectors.
+constexpr int64_t kL1Panel = 24 * 1024;
+constexpr int64_t kL1Tiles = 32 * 1024;
 
 template <class T>
 static inline typename Vec<T>::type loadu(const T *p) {
