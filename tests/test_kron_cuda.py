@@ -123,6 +123,16 @@ def test_many_passes(gxp, rng, dtype):
     _check(gxp, rng, [(8, 8)] * 7, dtype, lead=(3,))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_uneven_groups(gxp, rng, dtype):
+    """Eight mixed factors whose fusable group lengths differ along the chain: the even
+    spreading of groups runs out of passes early and the greedy grouping must take over
+    (this shape once divided by zero in the planner)."""
+    _need(gxp, dtype)
+    shapes = [(8, 3), (9, 3), (6, 4), (3, 3), (2, 2), (2, 2), (9, 5), (3, 5)]
+    _check(gxp, rng, shapes, dtype, lead=(65,))
+
+
 def test_huge_factor_falls_back(gxp, rng):
     """A factor too large for one block's shared memory goes to the shuffle algorithm."""
     _check(gxp, rng, [(3, 2), (40000, 2)], "float32", lead=(2,))

@@ -384,14 +384,16 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   // the same number of passes with the factors spread evenly: smaller tiles, more blocks per SM
   std::vector<int> counts;
   int i = n - 1, left = greedy;
-  while (i >= 0) {
+  // (the spread can run out of passes before the factors where a short group limits it:
+  // then the greedy grouping stands)
+  while (i >= 0 && left > 0) {
     const int want = int((i + 1 + left - 1) / left);
     const int c = std::min(maxc[i], want);
     counts.push_back(c);
     i -= c;
     --left;
   }
-  if (int(counts.size()) > greedy) {
+  if (i >= 0) {
     counts.clear();
     for (int j = n - 1; j >= 0; j -= maxc[j]) counts.push_back(maxc[j]);
   }
