@@ -43,12 +43,15 @@ _dtype_names: dict = {}
 
 def dtype_name(dtype) -> str:
     """'float32' for numpy, CuPy, torch and array-api-strict dtypes alike (memoised: hot path)."""
+    # keyed by type too: dtypes of different libraries must never be compared with each other
+    # (array-api-strict warns when its dtypes meet NumPy's)
+    key = (type(dtype), dtype)
     try:
-        return _dtype_names[dtype]
+        return _dtype_names[key]
     except (KeyError, TypeError):
         name = str(dtype).rsplit(".", 1)[-1]
         try:
-            _dtype_names[dtype] = name
+            _dtype_names[key] = name
         except TypeError:  # unhashable dtype object
             pass
         return name

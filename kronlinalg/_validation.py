@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import sys
 
 import array_api_compat
 import numpy as np
@@ -12,16 +13,32 @@ from . import _backend
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+# Array types whose namespace depends on the type alone (the per-call hot path looks it up here).
+_NAMESPACE_BY_TYPE: dict = {}
+
+
+def _cacheable(t) -> bool:
+    mod = sys.modules.get(t.__module__.split(".", 1)[0])
+    return t is np.ndarray or (mod is not None and mod.__name__ in ("cupy", "torch"))
+
+
 def namespace_of(named: dict):
     """The one array namespace of all named arrays; TypeError naming the odd one out."""
     first_name, first = next(iter(named.items()))
     kinds = {type(a) for a in named.values()}
-    if len(kinds) == 1 and kinds.pop() is not object:
+    if len(kinds) == 1:
         # one array type: one namespace (the common case, and the per-call hot path)
+        t = kinds.pop()
+        xp = _NAMESPACE_BY_TYPE.get(t)
+        if xp is not None:
+            return xp
         try:
-            return array_api_compat.array_namespace(first)
+            xp = array_api_compat.array_namespace(first)
         except TypeError:
             raise TypeError(f"{first_name}: expected an array, got {type(first).__name__}") from None
+        if _cacheable(t):
+            _NAMESPACE_BY_TYPE[t] = xp
+        return xp
     try:
         xp = array_api_compat.array_namespace(first)
     except TypeError:
@@ -44,12 +61,21 @@ def same_device(named: dict) -> None:
     first_name, first = next(iter(named.items()))
     if all(type(a) is np.ndarray for a in named.values()):
         return  # host memory, one device
-    dev = array_api_compat.device(first)
+    dev = _device_key(first)
     for name, a in named.items():
-        if array_api_compat.device(a) != dev:
+        if _device_key(a) != dev:
+            dev = array_api_compat.device(first)
             raise ValueError(
                 f"{name}: on device {array_api_compat.device(a)}, but {first_name} is on {dev}"
             )
+
+
+def _device_key(a):
+    """What identifies a's device, cheaply for CuPy (array_api_compat.device builds a Device)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and type(a) is cupy.ndarray:
+        return ("cupy", a.data.device_id)
+    return array_api_compat.device(a)
 
 
 def float_dtype(name: str, a) -> str:
@@ -61,6 +87,8 @@ def float_dtype(name: str, a) -> str:
 
 
 def scalar(name: str, value) -> float:
+    if isinstance(value, (str, bytes)):  # float() would parse them
+        raise TypeError(f"{name}: expected a real scalar, got {value!r}")
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -293,3 +293,62 @@ def test_config_reports_the_plan(gxp):
     assert "kernel=" in text and "grid=" in text
     elems, nbufs = kc.workspace(1, 1024, descs, (256, 1024 * k, k, 1), kc.DTYPES["float32"])
     assert nbufs in (0, 1, 2) and (elems > 0) == (nbufs > 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-call fast path (a signature seen before skips validation and planning)
+
+
+@pytest.mark.parametrize("algorithm", ["sliced", "auto"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_repeated_calls_take_fresh_operands(gxp, rng, algorithm, dtype):
+    """Same signature, new data, alpha, then y, a tuning change, other strides and a vector:
+    every call's result matches its own reference (nothing stale from the cached signature)."""
+    import kronlinalg.kron as kron_mod
+
+    _need(gxp, dtype)
+    shapes = [(4, 3), (5, 6), (3, 3)]
+    k = math.prod(p for p, _ in shapes)
+    for rep in range(3):
+        fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+        x, xn = random(gxp, rng, (7, k), dtype)
+        alpha = [1.0, -2.5, 3][rep]
+        out = kronlinalg.kron_matmul(x, list(fs), alpha=alpha, algorithm=algorithm)
+        assert_close(out, kron_matmul_ref(xn, fns, "right", alpha, 0.0, None), gxp, dtype)
+    if dtype != "bfloat16" and algorithm == "sliced":
+        assert any(key[1] == "sliced" for key in kron_mod._FAST), "fast path never armed"
+    y, yn = random(gxp, rng, (7, 54), dtype)
+    out = kronlinalg.kron_matmul(x, list(fs), beta=0.5, y=y, algorithm=algorithm)
+    assert_close(out, kron_matmul_ref(xn, fns, "right", 1.0, 0.5, yn), gxp, dtype)
+    kc = _kron_cuda()
+    kc.tune(lines=8)
+    try:
+        out = kronlinalg.kron_matmul(x, list(fs), algorithm=algorithm)
+        assert_close(out, kron_matmul_ref(xn, fns, "right", 1.0, 0.0, None), gxp, dtype)
+    finally:
+        kc.tune()
+    out = kronlinalg.kron_matmul(x, tuple(fs), algorithm=algorithm)  # a tuple of factors
+    assert_close(out, kron_matmul_ref(xn, fns, "right", 1.0, 0.0, None), gxp, dtype)
+    xt, xtn = random(gxp, rng, (k, 7), dtype)  # a transposed view: other strides
+    out = kronlinalg.kron_matmul(xt.T, list(fs), algorithm=algorithm)
+    assert_close(out, kron_matmul_ref(xtn.T, fns, "right", 1.0, 0.0, None), gxp, dtype)
+    with pytest.raises(TypeError, match="alpha"):
+        kronlinalg.kron_matmul(x, list(fs), alpha="2", algorithm=algorithm)
+    with pytest.raises(ValueError, match="x"):
+        kronlinalg.kron_matmul(x[:, :-1], list(fs), algorithm=algorithm)
+
+
+def test_fast_path_respects_autograd(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch: no CUDA device")
+    x = torch.randn(6, 24, device="cuda", dtype=torch.float64)
+    fs = [torch.randn(4, 2, device="cuda", dtype=torch.float64),
+          torch.randn(6, 3, device="cuda", dtype=torch.float64)]
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced")  # arms the fast path for this signature
+    xg = x.clone().requires_grad_(True)
+    out = kronlinalg.kron_matmul(xg, fs, algorithm="sliced")
+    assert out.requires_grad
+    out.sum().backward()
+    k = torch.kron(fs[0], fs[1])
+    torch.testing.assert_close(xg.grad, torch.ones(6, 6, device="cuda", dtype=torch.float64) @ k.T)

@@ -25,8 +25,14 @@ class Choice(NamedTuple):
     details: dict  # the predictor's terms (passes, bytes, flops, ...)
 
 
+# Callables run by clear_cache: the operations' own per-signature caches of planner choices.
+clear_hooks: list = []
+
+
 def clear_cache() -> None:
     _PLANS.clear()
+    for hook in clear_hooks:
+        hook()
 
 
 _registry._listeners.append(clear_cache)
