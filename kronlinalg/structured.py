@@ -605,39 +605,111 @@ def _permutes(B, p, layout):
 
 
 def _kernel_terms(info, s_e, prof, dtype):
+    if prof.kind != "cpu":
+        return _kernel_cuda_terms(info, s_e, prof, dtype)
     B, layout = info["B"], info["layout"]
     mem = sum(_io_elems(B, p) for p in info["patterns"]) * s_e / prof.bandwidth
-    if prof.kind == "cpu":
-        rate = prof.flops(dtype)
-    elif dtype in ("float16", "bfloat16"):
-        rate = prof.flops(dtype) / 4.0  # mma.sync from shared memory, not the GEMM pipeline
-    else:
-        rate = prof.units * 128 * 2.0 * prof.clock_hz  # CUDA-core FMA peak
+    rate = prof.flops(dtype)
     flop = sum(2.0 * B * math.prod(p) * _waste(p, layout, prof.kind) for p in info["patterns"])
     return {"mem": mem, "flop": flop / rate, "calls": len(info["patterns"]) * prof.launch_s}
 
 
 def _waste(p, layout, kind) -> float:
-    """Work the kernel's tiles do on padding, as a factor >= 1 (vector lanes on the CPU, the
-    (k, j) tiles on the GPU)."""
+    """Work the CPU kernel's vector lanes do on padding, as a factor >= 1 (the CUDA kernel's
+    tiles are counted in _kernel_cuda_terms)."""
     a, b, c, d = p
     if kind == "cpu":
         lanes = 16
         if layout == "batch_first":
             return math.ceil(b * d / lanes) * lanes / (b * d)
         return 1.0
-    tj = 16 if d >= 12 else (8 if d >= 6 else (4 if d >= 3 else d))
-    tk = 64 if b >= 48 else 16
-    return math.ceil(d / tj) * tj / d * math.ceil(b / tk) * tk / b
+    tn, tk, tl, tj = _cuda_tile(p, 4)
+    return (math.ceil(d / tj) * tj / d * math.ceil(b / tk) * tk / b
+            * math.ceil(c / tl) * tl / c)
+
+
+# The CUDA kernel's tile shapes as kernels/structured/ks_cuda.cu and ks_cuda_launch.cuh pick them
+# (pick_tj, pick_tk and the instantiated shapes): TJ -> ((TK, TN), ...) for float32 (an l chunk
+# TL of 8 when TJ < 4, else 4), TJ -> (TK, TN) for the half types (TL = 16).
+_CUDA_F32_TILES = {1: ((32, 512), (128, 128)), 2: ((64, 128),), 4: ((16, 256), (64, 64)),
+                   8: ((32, 64),), 16: ((16, 64),)}
+_CUDA_HALF_TILES = {1: (64, 128), 2: (32, 128), 4: (16, 128), 8: (16, 64), 16: (16, 32)}
+
+
+def _cuda_tj(d) -> int:
+    if d in (1, 2, 4, 8, 16):
+        return d
+    for t in (16, 8, 4):
+        if d % t == 0:
+            return t
+    return 4 if d < 4 else (8 if d < 8 else 16)
+
+
+def _cuda_tile(p, s_e) -> tuple:
+    """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile."""
+    b, d = p[1], p[3]
+    tj = _cuda_tj(d)
+    if s_e == 2:
+        tk, tn = _CUDA_HALF_TILES[tj]
+        return tn, tk, 16, tj
+    shapes = _CUDA_F32_TILES[tj]  # least padding of b plus 8/TK for re-reading X (pick_tk)
+    tk, tn = min(shapes, key=lambda s: math.ceil(b / s[0]) * s[0] / b + 8.0 / s[0])
+    return tn, tk, (8 if tj < 4 else 4), tj
+
+
+def _kernel_cuda_terms(info, s_e, prof, dtype):
+    """The one-pass CUDA kernel, per factor: DRAM traffic (X and Y once, K once); the flops of
+    the padded tiles at the CUDA-core FMA peak (float32) or at a quarter of the GEMM rate (half
+    types: mma.sync fed from shared memory); the same flops again where the loads cannot be
+    16-byte vectors (d % 4 != 0 and the like: element-by-element gathers); one l chunk per tile
+    that the double buffer does not hide (pipeline fill, epilogue); L2 → SM traffic (X re-read
+    once per k tile, K once per batch tile; runs shorter than a 32-byte sector cost a sector);
+    launches."""
+    B, first = info["B"], info["layout"] == "batch_first"
+    half = s_e == 2
+    rate = prof.flops(dtype) / 4.0 if half else prof.units * 128 * 2.0 * prof.clock_hz
+    vec = 16 // s_e
+    t = dict.fromkeys(("mem", "flop", "unaligned", "tiles", "l2", "calls"), 0.0)
+    for p in info["patterns"]:
+        a, b, c, d = p
+        tn, tk, tl, tj = _cuda_tile(p, s_e)
+        nn, nk, nl, nj = (math.ceil(B / tn), math.ceil(b / tk), math.ceil(c / tl),
+                          math.ceil(d / tj))
+        tiles = a * nj * nn * nk
+        chunk = 2.0 * tn * tk * tj * tl  # flops of one l chunk of one tile
+        t["mem"] += _io_elems(B, p) * s_e / prof.bandwidth
+        t["flop"] += tiles * nl * chunk / rate
+        if not (tj == d or (d % tj == 0 and tj % vec == 0)):
+            t["unaligned"] += tiles * nl * chunk / rate
+        t["tiles"] += tiles * chunk / rate
+        sector = max(1.0, 32.0 / (tj * s_e)) if nj > 1 else 1.0
+        x_reads = B * a * c * d * nk * (sector if first else 1.0)
+        t["l2"] += (x_reads + a * b * c * d * nn * sector) * s_e / prof.bandwidth
+    t["calls"] = len(info["patterns"]) * prof.launch_s
+    return t
 
 
 def _bmm_terms(info, s_e, prof, dtype):
+    """Batched GEMM (bytes, flops at the GEMM rate), the permutes' copies, launches.  On CUDA
+    the batch_first permutes are transposes at stride d (X's (B, c, d) → (d, B, c) and back):
+    every element read or written at stride d moves a part of a 32-byte sector ("transpose")."""
     B, layout = info["B"], info["layout"]
     io = sum(_io_elems(B, p) for p in info["patterns"])
     perm = sum(_permutes(B, p, layout) for p in info["patterns"])
     calls = sum(1 if p[0] * p[3] == 1 else 3 for p in info["patterns"])
-    return {"gemm_mem": io * s_e / prof.bandwidth, "gemm_flop": info["flops"] / prof.flops(dtype),
-            "permute": perm * s_e / prof.bandwidth, "calls": calls * prof.launch_s}
+    t = {"gemm_mem": io * s_e / prof.bandwidth, "gemm_flop": info["flops"] / prof.flops(dtype),
+         "permute": perm * s_e / prof.bandwidth, "calls": calls * prof.launch_s}
+    if prof.kind != "cpu":
+        strided = sum(_permutes(B, p, layout) * min(p[3] * s_e, 32)
+                      for p in info["patterns"] if layout == "batch_first" and p[3] > 1)
+        t["transpose"] = strided / prof.bandwidth
+        # batch_last with a == 1: X's permute is a strided view that a library's batched GEMM
+        # may take without a copy (torch does): its copy gets a coefficient of its own
+        view = sum(B * p[3] * p[2] for p in info["patterns"]
+                   if layout == "batch_last" and p[0] == 1 and p[3] > 1)
+        t["permute"] -= view * s_e / prof.bandwidth
+        t["permute_view"] = view * s_e / prof.bandwidth
+    return t
 
 
 def _dense_terms(info, s_e, prof, dtype):
@@ -654,17 +726,96 @@ def _dense_terms(info, s_e, prof, dtype):
 
 
 _FAMILIES = {"kernel": _kernel_terms, "bmm": _bmm_terms, "dense": _dense_terms}
-# Coefficients: how far each term sits from the device's nominal rate.  The CPU ones are from
-# benchmarks/structured_compare.py --device cpu on the 2-core AVX-512 development machine; the
-# CUDA ones are physical 1.0s until an H100 run refits them.
+# Coefficients: how far each term sits from the device's nominal rate, per family
+# "structured_matmul/<candidate>/<kind>", refined per dtype ("…/float16") and per dtype and
+# layout ("…/float16/batch_last"); see _coefficients for the order of precedence.
+# The CPU ones are from benchmarks/structured_compare.py --device cpu on the 2-core AVX-512
+# development machine.
 DEFAULT_COEF = {
     "structured_matmul/kernel/cpu": {"mem": 1.0, "flop": 1.2, "calls": 5.0},
     "structured_matmul/bmm/cpu": {"gemm_mem": 1.0, "gemm_flop": 1.0, "permute": 1.0, "calls": 5.0},
     "structured_matmul/dense/cpu": {"gemm_mem": 1.0, "gemm_flop": 1.0, "build": 1.0, "calls": 5.0},
-    "structured_matmul/kernel/cuda": {"mem": 1.0, "flop": 1.0, "calls": 1.0},
-    "structured_matmul/bmm/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "permute": 1.0, "calls": 1.0},
+    "structured_matmul/kernel/cuda": {"mem": 1.0, "flop": 1.0, "unaligned": 1.0, "tiles": 1.0,
+                                      "l2": 0.3, "calls": 1.0},
+    "structured_matmul/bmm/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "permute": 1.0,
+                                   "transpose": 0.1, "permute_view": 1.0, "calls": 1.0},
     "structured_matmul/dense/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "build": 1.0, "calls": 1.0},
 }
+# CUDA: fitted per candidate, dtype and layout on an H100 (NVIDIA H100 80GB HBM3, sm90, 132
+# SMs) by `python benchmarks/structured_fit.py --json structured_gpu.json --print-coef` (split
+# seed 0: fitted on one half of the patterns, checked on the other).  The data:
+# `benchmarks/structured_compare.py --device gpu` (batch 25088, 120 patterns, seed 0) with the
+# profile calibrated in that run.  CuPy computed the float32 and float16 baselines, torch
+# the bfloat16 ones: bmm's permute coefficients say what each library's copies cost.
+DEFAULT_COEF.update({
+    "structured_matmul/bmm/cuda/bfloat16/batch_first": {"calls": 0.7429, "gemm_flop": 0.8066,
+                                                        "gemm_mem": 2.665, "permute": 0.5665,
+                                                        "permute_view": 1.0, "transpose": 0.1964},
+    "structured_matmul/bmm/cuda/bfloat16/batch_last": {"calls": 1.487, "gemm_flop": 0.8,
+                                                       "gemm_mem": 0.0, "permute": 1.939,
+                                                       "permute_view": 0.0, "transpose": 0.1},
+    "structured_matmul/bmm/cuda/float16/batch_first": {"calls": 1.815, "gemm_flop": 10.37,
+                                                       "gemm_mem": 0.6745, "permute": 7.259,
+                                                       "permute_view": 1.0, "transpose": 0.1485},
+    "structured_matmul/bmm/cuda/float16/batch_last": {"calls": 1.999, "gemm_flop": 13.83,
+                                                      "gemm_mem": 0.0, "permute": 7.976,
+                                                      "permute_view": 1.237, "transpose": 0.1},
+    "structured_matmul/bmm/cuda/float32/batch_first": {"calls": 1.653, "gemm_flop": 0.9005,
+                                                       "gemm_mem": 2.2, "permute": 0.0,
+                                                       "permute_view": 1.0, "transpose": 0.3566},
+    "structured_matmul/bmm/cuda/float32/batch_last": {"calls": 2.272, "gemm_flop": 0.9596,
+                                                      "gemm_mem": 1.379, "permute": 1.396,
+                                                      "permute_view": 0.8616, "transpose": 0.1},
+    "structured_matmul/dense/cuda/bfloat16/batch_first": {"calls": 0.4896, "gemm_flop": 0.9341,
+                                                          "gemm_mem": 0.3813},
+    "structured_matmul/dense/cuda/bfloat16/batch_last": {"calls": 0.3874, "gemm_flop": 0.917,
+                                                         "gemm_mem": 0.6001},
+    "structured_matmul/dense/cuda/float16/batch_first": {"calls": 0.5621, "gemm_flop": 0.9261,
+                                                         "gemm_mem": 0.4627},
+    "structured_matmul/dense/cuda/float16/batch_last": {"calls": 0.4781, "gemm_flop": 0.9489,
+                                                        "gemm_mem": 0.5315},
+    "structured_matmul/dense/cuda/float32/batch_first": {"calls": 0.4124, "gemm_flop": 0.8305,
+                                                         "gemm_mem": 1.877},
+    "structured_matmul/dense/cuda/float32/batch_last": {"calls": 0.3793, "gemm_flop": 0.8157,
+                                                        "gemm_mem": 1.94},
+    "structured_matmul/kernel/cuda/bfloat16/batch_first": {"calls": 1.108, "flop": 1.325,
+                                                           "l2": 0.562, "mem": 0.9681,
+                                                           "tiles": 11.36, "unaligned": 9.649},
+    "structured_matmul/kernel/cuda/bfloat16/batch_last": {"calls": 0.0, "flop": 1.904, "l2": 4.6,
+                                                          "mem": 0.0, "tiles": 17.97,
+                                                          "unaligned": 10.24},
+    "structured_matmul/kernel/cuda/float16/batch_first": {"calls": 1.004, "flop": 1.48,
+                                                          "l2": 0.5384, "mem": 1.059,
+                                                          "tiles": 10.57, "unaligned": 9.417},
+    "structured_matmul/kernel/cuda/float16/batch_last": {"calls": 0.0, "flop": 1.647, "l2": 4.659,
+                                                         "mem": 0.0, "tiles": 17.76,
+                                                         "unaligned": 10.25},
+    "structured_matmul/kernel/cuda/float32/batch_first": {"calls": 2.776, "flop": 0.8033,
+                                                          "l2": 1.043, "mem": 0.02684,
+                                                          "tiles": 9.971, "unaligned": 2.228},
+    "structured_matmul/kernel/cuda/float32/batch_last": {"calls": 2.171, "flop": 1.07, "l2": 0.6829,
+                                                         "mem": 0.2589, "tiles": 5.658,
+                                                         "unaligned": 1.079},
+})
+
+
+def _coef_keys(name, kind, dtype, layout) -> tuple:
+    """Coefficient keys of one candidate, the general first: family, family/dtype,
+    family/dtype/layout."""
+    base = f"structured_matmul/{name}/{kind}"
+    return (base, f"{base}/{dtype}", f"{base}/{dtype}/{layout}")
+
+
+def _coefficients(name, kind, dtype, layout, prof) -> dict:
+    """The coefficients in force: DEFAULT_COEF's keys from general to specific, then the
+    profile's fitted ones (prof.coef, kronlinalg.planner store_coefficients) in the same order,
+    so that anything a device's profile stores overrides the built-in numbers."""
+    keys = _coef_keys(name, kind, dtype, layout)
+    coef = {}
+    for source in (DEFAULT_COEF, prof.coef):
+        for k in keys:
+            coef.update(source.get(k, {}))
+    return coef
 
 
 def _predictor(name, kind):
@@ -672,7 +823,7 @@ def _predictor(name, kind):
 
     def predict(problem, prof):
         t = _FAMILIES[name](problem.info, _ITEMSIZE.get(problem.dtype, 4), prof, problem.dtype)
-        coef = {**DEFAULT_COEF[family], **prof.coef.get(family, {})}
+        coef = _coefficients(name, kind, problem.dtype, problem.info["layout"], prof)
         weighted = {k: coef.get(k, 1.0) * v for k, v in t.items()}
         return sum(weighted.values()), {"terms": {k: v for k, v in weighted.items() if v}}
 

@@ -441,3 +441,73 @@ def test_cuda_kernels_on_the_cpu_emulator(tmp_path):
                     f"{src}/common/status.cpp", "-o", exe], check=True)
     out = subprocess.run([exe], capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stdout[-4000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA cost model (pure Python: checked without a GPU, on the H100 table profile)
+
+
+def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088):
+    from kronlinalg.planner import Problem
+
+    a, b, c, d = pattern
+    x = (batch, a * c * d) if layout == "batch_first" else (a * c * d, batch)
+    info = structured._normalise((x, pattern), {"layout": layout})
+    problem = Problem("structured_matmul", (x, pattern), dtype, "h100-sxm", "cuda",
+                      {"layout": layout}, info)
+    return structured._predictor(name, "cuda")(problem, prof)[0]
+
+
+def test_cuda_tile_shapes_follow_the_launcher():
+    # kernels/structured/ks_cuda_launch.cuh pick_tj / pick_tk and ks_cuda.cu's shapes
+    assert [structured._cuda_tj(d) for d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)] == \
+        [1, 2, 4, 4, 8, 8, 4, 16, 8, 16, 16]
+    assert structured._cuda_tile((1, 48, 48, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
+    assert structured._cuda_tile((1, 16, 48, 4), 4) == (256, 16, 4, 4)
+    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 8, 1)
+    assert structured._cuda_tile((1, 64, 64, 32), 2) == (32, 16, 16, 16)
+
+
+def test_cuda_cost_model_on_the_h100():
+    from kronlinalg.planner import _profiles
+
+    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    pick = lambda p, dt, lay: min(("kernel", "bmm", "dense"),  # noqa: E731
+                                  key=lambda n: _cuda_seconds(n, p, dt, lay, prof))
+    # measured on an H100 (benchmarks/structured_compare.py): the kernel wins by 2-4x
+    assert pick((2, 64, 64, 4), "float32", "batch_first") == "kernel"
+    assert pick((1, 64, 64, 128), "float32", "batch_first") == "kernel"
+    # d = 6 takes the kernel's element-by-element loads: bmm is 3-4x faster
+    assert pick((1, 768, 768, 6), "float32", "batch_first") == "bmm"
+    k6 = _cuda_seconds("kernel", (1, 256, 256, 6), "float32", "batch_first", prof)
+    k8 = _cuda_seconds("kernel", (1, 192, 192, 8), "float32", "batch_first", prof)
+    assert k6 > 1.5 * k8  # fewer flops, slower
+    # half types: tensor-core GEMMs beat the kernel on a dense-ish block
+    assert pick((1, 768, 768, 1), "float16", "batch_first") != "kernel"
+    # the half kernel is slower in batch_last
+    first = _cuda_seconds("kernel", (1, 256, 256, 8), "float16", "batch_first", prof)
+    last = _cuda_seconds("kernel", (1, 256, 256, 8), "float16", "batch_last", prof)
+    assert last > 2 * first
+
+
+def test_cuda_coefficients_precedence():
+    import dataclasses
+
+    from kronlinalg.planner import _profiles
+
+    base = "structured_matmul/kernel/cuda"
+    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    c = structured._coefficients("kernel", "cuda", "float16", "batch_last", prof)
+    assert c == {**structured.DEFAULT_COEF[base],
+                 **structured.DEFAULT_COEF.get(f"{base}/float16/batch_last", {})}
+    # a profile's stored coefficients override the built-in ones, the specific key last
+    mine = dataclasses.replace(prof, coef={base: {"flop": 7.0, "tiles": 3.0},
+                                           f"{base}/float16": {"flop": 5.0}})
+    c = structured._coefficients("kernel", "cuda", "float16", "batch_last", mine)
+    assert c["flop"] == 5.0 and c["tiles"] == 3.0
+    assert structured._coefficients("kernel", "cuda", "float32", "batch_last", mine)["flop"] == 7.0
+    # the CPU families keep their single key
+    assert structured._coefficients("kernel", "cpu", "float32", "batch_first",
+                                    _profiles.profile_for("cpu")) == {
+        **structured.DEFAULT_COEF["structured_matmul/kernel/cpu"],
+        **_profiles.profile_for("cpu").coef.get("structured_matmul/kernel/cpu", {})}
