@@ -511,3 +511,37 @@ def test_cuda_coefficients_precedence():
                                     _profiles.profile_for("cpu")) == {
         **structured.DEFAULT_COEF["structured_matmul/kernel/cpu"],
         **_profiles.profile_for("cpu").coef.get("structured_matmul/kernel/cpu", {})}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", (0, 1))
+def test_cuda_float32_tiles_for_every_d(rng, layout):
+    """float32 CUDA kernel on the d that pick other tiles: whole-d (d = 3, 6), TJ = 4 for d = 12,
+    TJ = 8 for d % 16 == 0; several l chunks, aligned and misaligned leading dimensions."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    for pattern, batch, pad in [((1, 96, 48, 3), 130, 0), ((2, 40, 24, 3), 67, 3),
+                                ((1, 64, 48, 6), 129, 0), ((3, 33, 20, 6), 70, 1),
+                                ((1, 48, 32, 12), 65, 0), ((1, 20, 16, 48), 40, 2),
+                                ((2, 16, 24, 16), 300, 0)]:
+        a, b, c, d = pattern
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=torch.float32, device="cuda")
+        xs = (batch, n + pad) if layout == 0 else (n, batch + pad)
+        ys = (batch, m + pad) if layout == 0 else (m, batch + pad)
+        x = torch.tensor(rng.standard_normal(xs), dtype=torch.float32, device="cuda")
+        y = torch.full(ys, float("nan"), dtype=torch.float32, device="cuda")
+        ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]), 0,
+                       torch.cuda.current_stream().cuda_stream)
+        yn, xn = y.cpu().numpy().astype(np.float64), x.cpu().numpy().astype(np.float64)
+        got = yn[:, :m] if layout == 0 else yn[:, :batch]
+        assert np.all(np.isnan(yn[:, m:] if layout == 0 else yn[:, batch:])), "padding written"
+        w = ks_dense_ref(v.cpu().numpy())
+        ref = xn[:, :n] @ w.T if layout == 0 else w @ xn[:, :batch]
+        assert np.all(np.isfinite(got)), f"{pattern}: unwritten outputs"
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < 1e-5, (pattern, layout, err)

@@ -6,28 +6,36 @@ namespace kl {
 namespace ks {
 namespace {
 
-// float32: 16384 outputs per block (8×8 per thread); per TJ one or two (TK, TN) shapes.
+// float32: 8×8 outputs per thread.  d = 3, 6: whole-d tiles (TJ = d), so the (l, j) span of an X
+// row, a K row and a Y row is contiguous and loads in 16-byte vectors whatever d is.  Other d:
+// TJ from pick_tj, but 8 where it says 16 (a 64×32 GEMM per j instead of 64×16: half the L2
+// traffic per flop).  TL per shape as measured on an H100 (TL = 8 spills on the TJ = 8 shape).
+template <int TN, int TK, int TJ, int TL, int NT>
+int launch_f32_shape(const kl_ks_problem *p, cudaStream_t s) {
+  const Params q = make_params(p, TN, TK, TJ);
+  const int smem = F32Shape<TN, TK, TJ, TL, NT>::smem_bytes();
+  return p->layout == KL_KS_BATCH_FIRST
+             ? launch_checked(q, ks_f32<TN, TK, TJ, TL, NT, true>, smem, s, NT)
+             : launch_checked(q, ks_f32<TN, TK, TJ, TL, NT, false>, smem, s, NT);
+}
+
 int launch_f32(const kl_ks_problem *p, cudaStream_t s) {
-  const int tj = pick_tj(p->d);
-  const bool bf = p->layout == KL_KS_BATCH_FIRST;
+  const int64_t d = p->d;
+  if (d == 3) return launch_f32_shape<64, 64, 3, 8, 192>(p, s);
+  if (d == 6) return launch_f32_shape<64, 64, 6, 8, 384>(p, s);
+  int tj = pick_tj(d);
+  if (tj == 16) tj = 8;
   static const int tk1[] = {32, 128}, tk4[] = {16, 64};
-  int tk = 0;
-  if (tj == 1) tk = pick_tk(p->b, tk1, 2);
-  if (tj == 4) tk = pick_tk(p->b, tk4, 2);
-#define KL_KS_F32(TJ_, TK_, TN_)                                                            \
-  if (tj == TJ_ && (tk == 0 || tk == TK_)) {                                                \
-    const Params q = make_params(p, TN_, TK_, TJ_);                                         \
-    return bf ? launch_checked(q, ks_f32<TN_, TK_, TJ_, true>, 0, s)                        \
-              : launch_checked(q, ks_f32<TN_, TK_, TJ_, false>, 0, s);                      \
+  switch (tj) {
+    case 1:
+      return pick_tk(p->b, tk1, 2) == 32 ? launch_f32_shape<512, 32, 1, 8, 256>(p, s)
+                                         : launch_f32_shape<128, 128, 1, 8, 256>(p, s);
+    case 2: return launch_f32_shape<128, 64, 2, 8, 256>(p, s);
+    case 4:
+      return pick_tk(p->b, tk4, 2) == 16 ? launch_f32_shape<256, 16, 4, 8, 256>(p, s)
+                                         : launch_f32_shape<64, 64, 4, 8, 256>(p, s);
+    case 8: return launch_f32_shape<64, 32, 8, 4, 256>(p, s);
   }
-  KL_KS_F32(1, 32, 512)
-  KL_KS_F32(1, 128, 128)
-  KL_KS_F32(2, 64, 128)
-  KL_KS_F32(4, 16, 256)
-  KL_KS_F32(4, 64, 64)
-  KL_KS_F32(8, 32, 64)
-  KL_KS_F32(16, 16, 64)
-#undef KL_KS_F32
   return fail(KL_ERR_INVALID, "ks_matmul_cuda: no tile shape for this pattern");
 }
 

@@ -112,14 +112,14 @@ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], const uint32
 using namespace kl::ks;
 
 template <class Kernel>
-static void launch(Kernel kernel, const Params &p) {
+static void launch(Kernel kernel, const Params &p, int nthreads) {
   const int64_t blocks = p.a * p.nJ * p.nN * p.nK;
-  std::barrier<> bar(kThreads);
+  std::barrier<> bar(nthreads);
   block_barrier = &bar;
   std::vector<std::barrier<> *> wbs;
   for (int w = 0; w < 8; ++w) warp_barrier[w] = new std::barrier<>(32);
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
+  for (int t = 0; t < nthreads; ++t)
     threads.emplace_back([&, t] {
       threadIdx.x = t;
       for (int64_t b = 0; b < blocks; ++b) {
@@ -142,7 +142,8 @@ static std::mt19937_64 rng(12345);
 // one problem: random values, NaN-poisoned output, compare with a float64 reference
 template <class T, class Kernel>
 static bool check(Kernel kernel, int TN, int TK, int TJ, int64_t a, int64_t b, int64_t c,
-                  int64_t d, int64_t B, bool bf, int pad_ld, const char *name) {
+                  int64_t d, int64_t B, bool bf, int pad_ld, const char *name,
+                  int nthreads = kThreads) {
   std::normal_distribution<float> nd;
   const int64_t N = a * c * d, M = a * b * d;
   const int64_t x_ld = (bf ? N : B) + pad_ld, y_ld = (bf ? M : B) + pad_ld;
@@ -154,7 +155,7 @@ static bool check(Kernel kernel, int TN, int TK, int TJ, int64_t a, int64_t b, i
   p.a = a, p.b = b, p.c = c, p.d = d, p.B = B;
   p.K = K.data(), p.X = X.data(), p.x_ld = x_ld, p.Y = Y.data(), p.y_ld = y_ld;
   p.nN = (B + TN - 1) / TN, p.nK = (b + TK - 1) / TK, p.nJ = (d + TJ - 1) / TJ;
-  launch(kernel, p);
+  launch(kernel, p, nthreads);
   double err = 0, ref_norm = 0;
   bool finite = true;
   for (int64_t n = 0; n < B; ++n)
@@ -187,7 +188,8 @@ static bool check(Kernel kernel, int TN, int TK, int TJ, int64_t a, int64_t b, i
   return ok;
 }
 
-template <class T, int TN, int TK, int TJ, bool F32>
+// F32: the float32 kernel with TL l values per stage and NT threads (TL, NT unused otherwise)
+template <class T, int TN, int TK, int TJ, bool F32, int TL = 8, int NT = kThreads>
 static int suite(const char *name) {
   int bad = 0;
   // patterns around the tile: partial and several tiles on every axis, odd sizes, c over
@@ -195,14 +197,15 @@ static int suite(const char *name) {
   const int64_t cases[][5] = {
       {1, TK, 20, TJ, TN},        {2, TK + 3, 7, TJ, TN + 5},    {1, 5, 33, TJ + 1, 37},
       {3, 2 * TK, 16, 2 * TJ, 2 * TN}, {1, 3, 1, 3 * TJ, 13}, {2, TK - 1, 9, TJ > 1 ? TJ - 1 : 1, 19},
+      {2, TK / 2 + 1, 24, TJ, TN + 9},
   };
   for (const auto &cs : cases)
     for (int bf = 0; bf < 2; ++bf)
       for (int pad : {0, 3}) {
         bool ok;
         if constexpr (F32)
-          ok = bf ? check<float>(ks_f32<TN, TK, TJ, true>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], true, pad, name)
-                  : check<float>(ks_f32<TN, TK, TJ, false>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], false, pad, name);
+          ok = bf ? check<float>(ks_f32<TN, TK, TJ, TL, NT, true>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], true, pad, name, NT)
+                  : check<float>(ks_f32<TN, TK, TJ, TL, NT, false>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], false, pad, name, NT);
         else
           ok = bf ? check<T>(ks_mma<T, TN, TK, TJ, true>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], true, pad, name)
                   : check<T>(ks_mma<T, TN, TK, TJ, false>, TN, TK, TJ, cs[0], cs[1], cs[2], cs[3], cs[4], false, pad, name);
@@ -216,6 +219,7 @@ int main(int argc, char **argv) {
   int bad = 0;
   bad += suite<float, 128, 128, 1, true>("f32 TN128 TK128 TJ1");
   bad += suite<float, 64, 16, 16, true>("f32 TN64 TK16 TJ16");
+  bad += suite<float, 64, 64, 6, true, 8, 384>("f32 TN64 TK64 TJ6 NT384");
   bad += suite<__half, 128, 64, 1, false>("f16 TN128 TK64 TJ1");
   bad += suite<__nv_bfloat16, 32, 16, 16, false>("bf16 TN32 TK16 TJ16");
   if (!quick) {
@@ -223,7 +227,8 @@ int main(int argc, char **argv) {
     bad += suite<float, 128, 64, 2, true>("f32 TN128 TK64 TJ2");
     bad += suite<float, 256, 16, 4, true>("f32 TN256 TK16 TJ4");
     bad += suite<float, 64, 64, 4, true>("f32 TN64 TK64 TJ4");
-    bad += suite<float, 64, 32, 8, true>("f32 TN64 TK32 TJ8");
+    bad += suite<float, 64, 32, 8, true, 4>("f32 TN64 TK32 TJ8 TL4");
+    bad += suite<float, 64, 64, 3, true, 8, 192>("f32 TN64 TK64 TJ3 NT192");
     bad += suite<__half, 128, 32, 2, false>("f16 TN128 TK32 TJ2");
     bad += suite<__half, 128, 16, 4, false>("f16 TN128 TK16 TJ4");
     bad += suite<__half, 64, 16, 8, false>("f16 TN64 TK16 TJ8");

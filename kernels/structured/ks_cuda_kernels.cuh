@@ -115,11 +115,11 @@ __device__ __noinline__ uint4 gather_run(const T *src, int avail) {
 
 // A tile of R rows × TL × TJ whose element (r, l, j) is base[r·rs + l·d + j]: the batch_first X
 // (rows = batch rows) and K (rows = k, rs = c·d).  Groups stay in one row because TL·TJ % V == 0.
-template <class T, int R, int TL, int TJ>
+template <class T, int R, int TL, int TJ, int NT = kThreads>
 struct RowLoader {
   static constexpr int V = 16 / sizeof(T);
   static constexpr int E = R * TL * TJ;
-  static constexpr int G = (E / V + kThreads - 1) / kThreads;
+  static constexpr int G = (E / V + NT - 1) / NT;
   static_assert(TL * TJ % V == 0, "a vector group must stay in one row");
   uint4 reg[G];
 
@@ -128,7 +128,7 @@ struct RowLoader {
     const bool contiguous = TJ % V == 0 || d == TJ;
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int q = threadIdx.x + s * kThreads;
+      const int q = threadIdx.x + s * NT;
       if (q >= E / V) break;
       const int r = q * V / (TL * TJ), x = q * V % (TL * TJ);
       const int l = x / TJ, j = x % TJ, xl = x + V - 1;
@@ -145,7 +145,7 @@ struct RowLoader {
   __device__ __forceinline__ void store(T *smem, SmemIdx idx) const {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int q = threadIdx.x + s * kThreads;
+      const int q = threadIdx.x + s * NT;
       if (q >= E / V) break;
       const T *v = reinterpret_cast<const T *>(&reg[s]);
 #pragma unroll
@@ -158,11 +158,11 @@ struct RowLoader {
 };
 
 // The batch_last X tile: element (n, l, j) at base[(l·d + j)·ld + n]; groups run along n.
-template <class T, int TN, int TL, int TJ>
+template <class T, int TN, int TL, int TJ, int NT = kThreads>
 struct RunLoader {
   static constexpr int V = 16 / sizeof(T);
   static constexpr int E = TN * TL * TJ;
-  static constexpr int G = (E / V + kThreads - 1) / kThreads;
+  static constexpr int G = (E / V + NT - 1) / NT;
   static_assert(TN % V == 0, "a vector group must stay in one row");
   uint4 reg[G];
 
@@ -170,7 +170,7 @@ struct RunLoader {
                                        int jmax) {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int q = threadIdx.x + s * kThreads;
+      const int q = threadIdx.x + s * NT;
       if (q >= E / V) break;
       const int n = q * V % TN, row = q * V / TN, l = row / TJ, j = row % TJ;
       const T *src = base + (l * d + j) * ld + n;
@@ -186,7 +186,7 @@ struct RunLoader {
   __device__ __forceinline__ void store(T *smem, SmemIdx idx) const {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int q = threadIdx.x + s * kThreads;
+      const int q = threadIdx.x + s * NT;
       if (q >= E / V) break;
       const T *v = reinterpret_cast<const T *>(&reg[s]);
       const int n = q * V % TN, row = q * V / TN;
@@ -197,10 +197,10 @@ struct RunLoader {
 };
 
 // Both operands of one l chunk: X (batch_first or batch_last) and K, loaded together.
-template <class T, int TN, int TK, int TL, int TJ, bool BF>
+template <class T, int TN, int TK, int TL, int TJ, bool BF, int NT = kThreads>
 struct Operands {
-  typename std::conditional<BF, RowLoader<T, TN, TL, TJ>, RunLoader<T, TN, TL, TJ>>::type x;
-  RowLoader<T, TK, TL, TJ> k;
+  typename std::conditional<BF, RowLoader<T, TN, TL, TJ, NT>, RunLoader<T, TN, TL, TJ, NT>>::type x;
+  RowLoader<T, TK, TL, TJ, NT> k;
 
   __device__ __forceinline__ void load(const Params &p, const TileId &t, int64_t l0) {
     const int lmax = int(p.c - l0 < TL ? p.c - l0 : TL);
@@ -218,18 +218,35 @@ struct Operands {
 };
 
 // ---------------------------------------------------------------------------------------------
-// float32 on CUDA cores.  Thread = (jj, tk, tn) with jj fastest for batch_first (Y's j runs are
-// contiguous) and tn fastest for batch_last (Y's batch runs are); it owns n ∈ {4tn..4tn+3,
-// TN/2+4tn..} × k ∈ {4tk.., TK/2+4tk..} of one j.  Shared rows are padded to 4 mod 32 words:
-// the 16-byte reads of 8 consecutive rows hit distinct banks.
+// float32 on CUDA cores.  NT threads (TN/8)·(TK/8)·TJ, thread = (jj, tk, tn) with jj fastest for
+// batch_first (Y's j runs are contiguous) and tn fastest for batch_last (Y's batch runs are); it
+// owns n ∈ {4tn..4tn+3, TN/2+4tn..} × k ∈ {4tk.., TK/2+4tk..} of one j.  TL l values per stage
+// (one barrier per stage).  Shared rows are padded to 4 mod 32 words: the 16-byte reads of 8
+// consecutive rows hit distinct banks.  When TJ == d (the whole-d tiles for d = 3, 6) the
+// (l, j) span of one X row or K row is contiguous, so it loads in 16-byte vectors whatever d is.
 
-template <int TN, int TK, int TJ, bool BF>
-__global__ void __launch_bounds__(kThreads, 2) ks_f32(Params p) {
-  constexpr int TL = TJ >= 4 ? 4 : 8;
-  constexpr int SN = TN + 4, SK = TK + 4;
-  constexpr int XS = TL * TJ * SN, KS = TL * TJ * SK;
-  static_assert((TN / 8) * (TK / 8) * TJ == kThreads, "one 8x8 tile per thread");
-  __shared__ __align__(16) float smem[2 * (XS + KS)];
+// dynamic shared memory (the emulator, KL_KS_EMULATE, supplies its own)
+#ifndef KL_KS_EMULATE
+__device__ __forceinline__ unsigned char *dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return smem_raw;
+}
+#endif
+
+template <int TN, int TK, int TJ, int TL, int NT>
+struct F32Shape {
+  static constexpr int SN = TN + 4, SK = TK + 4;
+  static constexpr int XS = TL * TJ * SN, KS = TL * TJ * SK;
+  static_assert((TN / 8) * (TK / 8) * TJ == NT, "one 8x8 tile per thread");
+  static_assert(TN % 8 == 0 && TK % 8 == 0 && NT % 32 == 0, "whole warps, 8x8 thread tiles");
+  static constexpr int smem_bytes() { return 2 * (XS + KS) * 4; }
+};
+
+template <int TN, int TK, int TJ, int TL, int NT, bool BF>
+__global__ void __launch_bounds__(NT, NT <= 256 ? 2 : 1) ks_f32(Params p) {
+  typedef F32Shape<TN, TK, TJ, TL, NT> S;
+  constexpr int SN = S::SN, SK = S::SK, XS = S::XS, KS = S::KS;
+  float *smem = reinterpret_cast<float *>(dynamic_smem());
 
   const TileId t = tile_id<TN, TK, TJ>(p);
   const int tid = threadIdx.x;
@@ -244,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 2) ks_f32(Params p) {
     jj = tid / ((TN / 8) * (TK / 8));
   }
 
-  Operands<float, TN, TK, TL, TJ, BF> ops;
+  Operands<float, TN, TK, TL, TJ, BF, NT> ops;
   auto xidx = [](int n, int l, int j) { return (l * TJ + j) * SN + n; };
   auto kidx = [](int k, int l, int j) { return (l * TJ + j) * SK + k; };
 
@@ -262,16 +279,16 @@ __global__ void __launch_bounds__(kThreads, 2) ks_f32(Params p) {
   for (int64_t it = 0; it < nl; ++it) {
     const int stage = int(it & 1);
     if (it + 1 < nl) ops.load(p, t, (it + 1) * TL);  // in flight while this chunk is computed
-    const float *xs = smem + stage * (XS + KS);
-    const float *kss = xs + XS;
+    const float *xs = smem + stage * (XS + KS) + jj * SN + 4 * tn;
+    const float *kss = smem + stage * (XS + KS) + XS + jj * SK + 4 * tk;
 #pragma unroll
     for (int l = 0; l < TL; ++l) {
-      const float *xr = xs + (l * TJ + jj) * SN;
-      const float *kr = kss + (l * TJ + jj) * SK;
-      const float4 x0 = *reinterpret_cast<const float4 *>(xr + 4 * tn);
-      const float4 x1 = *reinterpret_cast<const float4 *>(xr + TN / 2 + 4 * tn);
-      const float4 k0 = *reinterpret_cast<const float4 *>(kr + 4 * tk);
-      const float4 k1 = *reinterpret_cast<const float4 *>(kr + TK / 2 + 4 * tk);
+      const float *xr = xs + l * TJ * SN;
+      const float *kr = kss + l * TJ * SK;
+      const float4 x0 = *reinterpret_cast<const float4 *>(xr);
+      const float4 x1 = *reinterpret_cast<const float4 *>(xr + TN / 2);
+      const float4 k0 = *reinterpret_cast<const float4 *>(kr);
+      const float4 k1 = *reinterpret_cast<const float4 *>(kr + TK / 2);
       const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
@@ -334,11 +351,6 @@ __global__ void __launch_bounds__(kThreads, 2) ks_f32(Params p) {
   }
 }
 
-template <int TN, int TK, int TJ>
-constexpr int f32_smem_bytes() {
-  return 2 * ((TJ >= 4 ? 4 : 8) * TJ * ((TN + 4) + (TK + 4))) * 4;
-}
-
 // ---------------------------------------------------------------------------------------------
 // half types on tensor cores.  Per j, C[n][k] += A[n][l] · B[l][k] in m16n8k16 tiles; a block
 // of TN·TK·TJ = 8192 outputs has 64 such tiles per 16-wide l step, 8 per warp (WJ j's × WN n16
@@ -350,7 +362,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]);
 
 // KL_KS_EMULATE: a host build that runs these kernels thread by thread to check their indexing
-// (ks_cuda_emulate.cpp) supplies its own mma16816 and dynamic_smem.
+// (ks_cuda_emulate.cpp) supplies its own mma16816.
 #ifndef KL_KS_EMULATE
 
 template <>
@@ -371,11 +383,6 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uin
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ unsigned char *dynamic_smem() {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  return smem_raw;
 }
 #endif
 

@@ -60,7 +60,8 @@ inline Params make_params(const kl_ks_problem *p, int TN, int TK, int TJ) {
   return q;
 }
 
-inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cudaStream_t s) {
+inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cudaStream_t s,
+                          int threads = kThreads) {
   const int64_t blocks = q.a * q.nJ * q.nN * q.nK;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "ks_matmul_cuda: problem too large for one grid");
   if (smem > 48 * 1024) {
@@ -68,7 +69,7 @@ inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cud
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return cuda_fail(e, "shared memory opt-in");
   }
-  kernel<<<unsigned(blocks), kThreads, smem, s>>>(q);
+  kernel<<<unsigned(blocks), threads, smem, s>>>(q);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
