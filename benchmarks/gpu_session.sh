@@ -2,7 +2,7 @@
 # One device call running the named steps (default: all), each under its own time limit, so
 # that what finished comes back even when a later step runs long.
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/gpu_session.sh tests sanitizer demo kron
-# Steps: tests sanitizer calibrate demo kron planner structured
+# Steps: tests sanitizer calibrate demo overhead kron planner structured
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
@@ -29,7 +29,8 @@ for dt in (cp.float32, cp.float64, cp.float16):
                                side="left", algorithm="sliced")
 from kronlinalg.structured import KSChain
 for dt in (cp.float32, cp.float16):
-    for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)]]:
+    for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)],
+                 [(2, 8, 4, 6)], [(1, 16, 16, 12)], [(1, 8, 8, 48)]]:
         ch = KSChain.random(pats, rng=rng, xp=cp, dtype=dt)
         rows, cols = ch.shape
         kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((37, cols)), dtype=dt), ch,
@@ -58,6 +59,10 @@ step_kron() {
   timeout 300 python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
     --anchors $D/h100-anchors-2026-11-22.json --json "$OUT/kron_gpu.json" 2>&1 \
     | tee "$OUT/kron_gpu.txt" | tail -12
+}
+
+step_overhead() {
+  timeout 120 python benchmarks/host_overhead.py 2>&1 | tee "$OUT/host_overhead.txt" | head -12
 }
 
 step_planner() {
