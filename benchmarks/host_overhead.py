@@ -43,6 +43,13 @@ def main():
         "array_namespace": lambda: kronlinalg._validation.namespace_of({"x": x}),
         "cupy.result_type x4": lambda: cp.result_type(x, *fs),
     }
+    from kronlinalg.structured import KSChain
+
+    chain = KSChain.random([(2, 16, 16, 4)], rng=rng, xp=cp, dtype=cp.float32)
+    xs = cp.asarray(rng.standard_normal((64, 128)), dtype=cp.float32)
+    for alg in ("kernel", "auto"):
+        rows[f"structured_matmul {alg}"] = (
+            lambda alg=alg: kronlinalg.structured_matmul(xs, chain, algorithm=alg))
     for name, fn in rows.items():
         print(f"{name:34s} {per_call_us(fn):8.2f} us")
     cp.cuda.Device().synchronize()

@@ -57,6 +57,20 @@ def dtype_name(dtype) -> str:
         return name
 
 
+def cuda_array_key(a):
+    """(type, shape, strides, dtype, device) of a CuPy array or of a CUDA torch tensor that
+    needs no autograd; None for anything else.  Hashable and cheap: the operations' per-call
+    fast paths key their cached validation and planning on it."""
+    t = type(a)
+    cupy = _cupy()
+    if cupy is not None and t is cupy.ndarray:
+        return (t, a.shape, a.strides, a.dtype, a.data.device_id)
+    torch = _torch()
+    if torch is not None and t is torch.Tensor and a.is_cuda and not a.requires_grad:
+        return (t, a.shape, a.stride(), a.dtype, a.get_device())
+    return None
+
+
 def to_numpy(a) -> np.ndarray:
     """Zero-copy host view of a CPU array from any DLPack-capable library."""
     if isinstance(a, np.ndarray):

@@ -9,7 +9,6 @@ factors, so no operand is ever copied into a transposed layout.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 
 import array_api_compat
@@ -325,26 +324,15 @@ def _fast_key(x, factors, side, algorithm):
     """Hashable signature of a call on CUDA arrays, or None (the full path handles it)."""
     if algorithm == "shuffle" or type(factors) not in (list, tuple):
         return None
-    t = type(x)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and t is cupy.ndarray:
-        key = [side, algorithm, t, x.shape, x.strides, x.dtype, x.data.device_id]
-        for f in factors:
-            if type(f) is not t:
-                return None
-            key += (f.shape, f.strides, f.dtype, f.data.device_id)
-        return tuple(key)
-    torch = sys.modules.get("torch")
-    if torch is not None and t is torch.Tensor and x.is_cuda:
-        if x.requires_grad:
+    key = [side, algorithm, _backend.cuda_array_key(x)]
+    if key[2] is None:
+        return None
+    for f in factors:
+        k = _backend.cuda_array_key(f)
+        if k is None:
             return None
-        key = [side, algorithm, t, x.shape, x.stride(), x.dtype, x.get_device()]
-        for f in factors:
-            if type(f) is not t or f.requires_grad:
-                return None
-            key += (f.shape, f.stride(), f.dtype, f.get_device())
-        return tuple(key)
-    return None
+        key.append(k)
+    return tuple(key)
 
 
 def _fast_call(fast_key, x, factors, alpha):

@@ -19,6 +19,7 @@ and "dense" (``x @ K.to_dense().T``), both through the caller's array library.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from dataclasses import dataclass
@@ -396,6 +397,14 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
+    fast_key = _fast_key(x, factors, layout, algorithm)
+    if fast_key is not None:
+        hit = _FAST.get(fast_key)
+        if hit is not None:  # validated and planned before: only the arrays are new
+            spec, chosen = hit
+            chain = (factors.factors if isinstance(factors, KSChain) else
+                     (factors,) if isinstance(factors, KSFactor) else tuple(factors))
+            return _execute(dataclasses.replace(spec, x=x, chain=chain), chosen)
     spec = _prepare(x, factors, layout)
     if spec.rows == 0:
         return spec.xp.zeros(spec.out_shape, dtype=getattr(spec.xp, spec.result_dtype),
@@ -404,11 +413,47 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
         algorithm = "dense" if algorithm == "dense" else "bmm"
     if algorithm == "auto":
         algorithm = _choose(spec)
+    if fast_key is not None:
+        if len(_FAST) >= 4096:
+            _FAST.clear()
+        # the arrays stay out of the cache (it must not keep them alive)
+        _FAST[fast_key] = (dataclasses.replace(spec, x=None, chain=None), algorithm)
+    return _execute(spec, algorithm)
+
+
+def _execute(spec: _Spec, algorithm: str):
     if algorithm == "dense":
         return _dense(spec)
     if algorithm == "bmm":
         return _bmm(spec)
-    return _run_cuda(spec) if _backend.on_cuda(x) else _run_cpu(spec)
+    return _run_cuda(spec) if _backend.on_cuda(spec.x) else _run_cpu(spec)
+
+
+# The per-call fast path for CUDA arrays: a call whose signature (library, shapes, strides,
+# dtypes, devices, patterns, layout, algorithm) was validated and planned before skips both;
+# on a batch of a few thousand rows validation costs as much as the kernels.
+_FAST: dict = {}
+
+
+def _fast_key(x, factors, layout, algorithm):
+    xk = _backend.cuda_array_key(x)
+    if xk is None:
+        return None
+    if isinstance(factors, KSFactor):
+        factors = (factors,)
+    elif isinstance(factors, KSChain):
+        factors = factors.factors
+    elif type(factors) not in (list, tuple):
+        return None
+    key = [layout, algorithm, xk]
+    for f in factors:
+        if not isinstance(f, KSFactor):
+            return None
+        k = _backend.cuda_array_key(f.values)
+        if k is None:
+            return None
+        key += (f.pattern, k)
+    return tuple(key)
 
 
 def _needs_autograd(spec: _Spec) -> bool:
@@ -870,6 +915,9 @@ def _register():
         from .planner import Candidate, register, register_op
     except ImportError:  # a build without the planner: 'auto' falls back to _fallback_choice
         return False
+    from .planner import _plan
+
+    _plan.clear_hooks.append(_FAST.clear)  # the fast path holds the planner's choices
     register_op("structured_matmul", _normalise,
                 "x @ (K1 … KL)ᵀ for Kronecker-sparse factors; shapes: x, then each pattern")
     docs = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",

@@ -545,3 +545,29 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
         assert np.all(np.isfinite(got)), f"{pattern}: unwritten outputs"
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert err < 1e-5, (pattern, layout, err)
+
+
+# ---------------------------------------------------------------------------------------------
+# repeated calls (CUDA arrays take a per-signature fast path after the first call)
+
+
+@pytest.mark.parametrize("algorithm", ("auto", "kernel", "bmm", "dense"))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
+    """Same signature, new values and inputs every call, given as a KSFactor, a KSChain and a
+    list: each result matches its own reference (nothing stale from the first call)."""
+    dtype = kernel_dtype(xp)
+    patterns = [(2, 3, 4, 3), (1, 4, 6, 6)]
+    for rep in range(3):
+        chain = make_chain(xp, rng, patterns, dtype)
+        x, x64 = x_for(xp, rng, chain, layout, 9, dtype)
+        for factors in (chain, list(chain), tuple(chain)):
+            y = structured_matmul(x, factors, layout=layout, algorithm=algorithm)
+            assert_close(y, reference(x64, chain, layout), xp, dtype, msg=f"call {rep}: ")
+        one = KSChain([chain[1]])
+        x1, x164 = x_for(xp, rng, one, layout, 5, dtype)
+        y = structured_matmul(x1, chain[1], layout=layout, algorithm=algorithm)
+        assert_close(y, reference(x164, one, layout), xp, dtype, msg=f"single {rep}: ")
+    with pytest.raises(ValueError, match="x"):  # same factors, a wrong x: still validated
+        bad = x[..., :-1] if layout == "batch_first" else x[:-1, ...]
+        structured_matmul(bad, chain, layout=layout, algorithm=algorithm)
