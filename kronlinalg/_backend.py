@@ -71,6 +71,18 @@ def cuda_array_key(a):
     return None
 
 
+def host_array_key(a):
+    """(type, shape, strides, dtype) of a NumPy array (exactly: no subclass); else None."""
+    if type(a) is np.ndarray:
+        return (np.ndarray, a.shape, a.strides, a.dtype)
+    return None
+
+
+def host_address(a: np.ndarray) -> int:
+    """Address of a NumPy array's first element (cheaper than a.ctypes.data)."""
+    return a.__array_interface__["data"][0]
+
+
 def to_numpy(a) -> np.ndarray:
     """Zero-copy host view of a CPU array from any DLPack-capable library."""
     if isinstance(a, np.ndarray):
@@ -101,8 +113,7 @@ def device_view(a) -> DeviceView:
 
 def host_view(a: np.ndarray) -> DeviceView:
     item = a.itemsize
-    ptr = a.__array_interface__["data"][0]  # cheaper than a.ctypes on the per-call path
-    return DeviceView(ptr, a.shape, tuple(s // item for s in a.strides))
+    return DeviceView(host_address(a), a.shape, tuple(s // item for s in a.strides))
 
 
 def cuda_stream(a) -> int:

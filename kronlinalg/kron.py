@@ -125,7 +125,7 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
-    fast_key = _fast_key(x, factors, side, algorithm) if y is None else None
+    fast_key = _fast_key(x, factors, side, algorithm) if y is None and beta == 0 else None
     if fast_key is not None:
         out = _fast_call(fast_key, x, factors, alpha)
         if out is not None:
@@ -147,7 +147,7 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
         return _shuffle(spec)
     if _backend.on_cuda(x):
         return _run_cuda(spec, fast_key)
-    return _run_cpu(spec)
+    return _run_cpu(spec, fast_key)
 
 
 def _needs_autograd(spec: _Spec) -> bool:
@@ -230,7 +230,7 @@ def _finish(spec: _Spec, out):
     return out
 
 
-def _run_cpu(spec: _Spec):
+def _run_cpu(spec: _Spec, fast_key=None):
     xp, cdt = spec.xp, spec.compute_dtype
     xn = _backend.to_numpy(_cast(xp, spec.x, cdt))
     fn = [_backend.to_numpy(_cast(xp, f, cdt)) for f in spec.factors]
@@ -245,6 +245,10 @@ def _run_cpu(spec: _Spec):
     m1, m2, xd, od = rows
     descs = _factor_descs(spec, [_backend.host_view(f) for f in fn])
     kron_cpu.matmul(m1, m2, descs, xd, od, spec.alpha, spec.beta, _KERNEL_DTYPE[cdt])
+    if (fast_key is not None and spec.beta == 0.0 and cdt == spec.result_dtype
+            and xn is spec.x and all(a is b for a, b in zip(fn, spec.factors))):
+        packed = kron_cpu.pack(m1, m2, [d[1:] for d in descs], xd[1:], od[1:])
+        _remember(fast_key, ("cpu", packed, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
     return _finish(spec, _backend.from_host(spec.x, xp, out))
 
 
@@ -303,9 +307,7 @@ def _run_cuda(spec: _Spec, fast_key=None):
         del scratch
     if (fast_key is not None and not contig and spec.beta == 0.0 and cdt == spec.result_dtype
             and x is spec.x and all(a is b for a, b in zip(fs, spec.factors))):
-        if len(_FAST) >= 4096:
-            _FAST.clear()
-        _FAST[fast_key] = (key, spec.out_shape, cdt, _KERNEL_DTYPE[cdt])
+        _remember(fast_key, ("cuda", key, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
     return out if cdt == spec.result_dtype else _finish(spec, out)
 
 
@@ -324,15 +326,26 @@ def _fast_key(x, factors, side, algorithm):
     """Hashable signature of a call on CUDA arrays, or None (the full path handles it)."""
     if algorithm == "shuffle" or type(factors) not in (list, tuple):
         return None
-    key = [side, algorithm, _backend.cuda_array_key(x)]
-    if key[2] is None:
-        return None
+    array_key = _backend.cuda_array_key
+    xk = array_key(x)
+    if xk is None:
+        array_key = _backend.host_array_key
+        xk = array_key(x)
+        if xk is None:
+            return None
+    key = [side, algorithm, xk]
     for f in factors:
-        k = _backend.cuda_array_key(f)
+        k = array_key(f)
         if k is None:
             return None
         key.append(k)
     return tuple(key)
+
+
+def _remember(fast_key, entry):
+    if len(_FAST) >= 4096:
+        _FAST.clear()
+    _FAST[fast_key] = entry
 
 
 def _fast_call(fast_key, x, factors, alpha):
@@ -340,7 +353,14 @@ def _fast_call(fast_key, x, factors, alpha):
     hit = _FAST.get(fast_key)
     if hit is None or type(alpha) not in (float, int):
         return None
-    layout_key, out_shape, cdt, code = hit
+    if hit[0] == "cpu":
+        _, packed, out_shape, cdt, code = hit
+        out = np.empty(out_shape, dtype=cdt)
+        addr = _backend.host_address
+        kron_cpu.launch(packed, [addr(f) for f in factors], addr(x), addr(out), float(alpha),
+                        0.0, code)
+        return out
+    _, layout_key, out_shape, cdt, code = hit
     entry = kron_cuda.layout(layout_key)
     if entry is None:  # kron_cuda.tune() dropped the packed layouts
         return None

@@ -563,3 +563,32 @@ def test_kron_matmul_equals_matmul_with_kron(xp, rng):
     assert_close(kronlinalg.kron_matmul(x, list(fs)), to_numpy(x @ k), xp, "float64", rtol=1e-13)
     assert array_api_compat.array_namespace(k) is xp.namespace
     assert dtype_name(k.dtype) == "float64"
+
+
+# ---------------------------------------------------------------------------------------------
+# repeated calls: a NumPy call whose signature was seen before skips validation and planning
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_repeated_numpy_calls_take_fresh_operands(rng, side, dtype):
+    import sys
+
+    kron_mod = sys.modules["kronlinalg.kron"]  # the module (kronlinalg.kron is the function)
+    shapes = [(3, 4), (5, 2), (2, 3)]
+    k = math.prod(p for p, _ in shapes) if side == "right" else math.prod(q for _, q in shapes)
+    for rep, alpha in enumerate([1.0, -2.5, 3]):
+        fs = [rng.standard_normal(s).astype(dtype) for s in shapes]
+        x = rng.standard_normal((7, k) if side == "right" else (k, 7)).astype(dtype)
+        out = kronlinalg.kron_matmul(x, fs, side=side, alpha=alpha, algorithm="sliced")
+        ref = kron_matmul_ref(x, fs, side, alpha)
+        assert np.allclose(out, ref, rtol=1e-4 if dtype == "float32" else 1e-12, atol=0)
+        assert out.dtype == dtype
+    assert any(key[1] == "sliced" and key[0] == side for key in kron_mod._FAST)
+    with pytest.raises(ValueError, match="y"):  # beta without y: still refused
+        kronlinalg.kron_matmul(x, fs, side=side, beta=1.0, algorithm="sliced")
+    with pytest.raises(TypeError, match="alpha"):
+        kronlinalg.kron_matmul(x, fs, side=side, alpha="2", algorithm="sliced")
+    xt = np.asfortranarray(x)  # other strides: a new signature, still right
+    out = kronlinalg.kron_matmul(xt, fs, side=side, algorithm="sliced")
+    assert np.allclose(out, kron_matmul_ref(x, fs, side), rtol=1e-4, atol=1e-4)

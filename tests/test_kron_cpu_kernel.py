@@ -172,3 +172,39 @@ def test_odd_sizes_and_threads_agree(rng):
         outs.append(y)
     for o in outs:
         assert _rel(o, kron_matmul_ref(x, fs)) <= 1e-12
+
+
+# tiny products: a fusion depth that leaves most SIMD lanes idle is cut short (plan_passes)
+TINY = [
+    ("8x8^3", [(8, 8)] * 3, 8),
+    ("2x2^10", [(2, 2)] * 10, 16),
+    ("3x3^6", [(3, 3)] * 6, 32),
+    ("mixed", [(5, 7), (3, 2), (11, 4)], 13),
+    ("1xQ,Px1", [(1, 6), (5, 1), (7, 7)], 3),
+    ("one", [(9, 4)], 1),
+]
+
+
+@pytest.mark.parametrize("beta", [0.0, -1.5])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name, shapes, m", TINY, ids=[c[0] for c in TINY])
+def test_tiny_products_strided_rows_and_output(rng, name, shapes, m, dtype, beta):
+    """Two row levels with gaps in x, an element-strided (transposed) y, NaN-poisoned where
+    beta == 0: the planner's grouping and full fusion both agree with the reference."""
+    fs = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    k, n_out = math.prod(p for p, _ in shapes), math.prod(q for _, q in shapes)
+    m1, m2 = 2, m
+    xbig = rng.standard_normal((m1, m2 + 1, k + 3)).astype(dtype)  # gaps after rows and blocks
+    x = xbig[:, :m2, :k]
+    y_in = rng.standard_normal((n_out, m1, m2)).astype(dtype)  # y[row] = column of a transpose
+    ref = kron_matmul_ref(x.reshape(m1 * m2, k), fs, "right", 0.5, beta,
+                          y_in.reshape(n_out, m1 * m2).T)
+    its = x.itemsize
+    xd = (x.ctypes.data, x.strides[0] // its, x.strides[1] // its, 1)
+    for max_fused in (0, len(shapes)):
+        y = np.full_like(y_in, np.nan) if beta == 0.0 else y_in.copy()
+        yd = (y.ctypes.data, y.strides[1] // its, y.strides[2] // its, y.strides[0] // its)
+        kron_cpu.matmul(m1, m2, _descs(fs), xd, yd, 0.5, beta, KERNEL_DTYPE[dtype], max_fused)
+        got = y.reshape(n_out, m1 * m2).T
+        assert not np.isnan(got).any(), f"max_fused={max_fused}: unwritten elements"
+        assert _rel(got, ref) <= RTOL[dtype], f"max_fused={max_fused}"

@@ -343,7 +343,7 @@ static int kron_matmul(const kl_kron_problem *p, int num_threads) {
   std::vector<std::vector<T>> packed(n);
   for (int i = 0; i < n; ++i)
     packed[i] = pack_factor(static_cast<const T *>(p->F[i]), p->P[i], p->Q[i], p->F_rs[i], p->F_cs[i]);
-  const std::vector<PassPlan> passes = plan_passes(p, sizeof(T) * LW);
+  const std::vector<PassPlan> passes = plan_passes(p, sizeof(T) * LW, LW);
 
   // Intermediates follow the output's layout so each pass's writes stay contiguous.
   const bool row_layout = p->y_es == 1 || p->m2 == 1;

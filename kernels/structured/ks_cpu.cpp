@@ -1,4 +1,5 @@
 // Run-time choice of the CPU kernel's instruction set, so one build is fast on any x86-64.
+#include "cpu_isa.hpp"
 #include "ks.h"
 
 namespace kl {
@@ -14,19 +15,7 @@ KL_DECLARE_ISA(generic)
 #undef KL_DECLARE_ISA
 
 namespace {
-enum class Isa { generic, avx2, avx512 };
-
-// Same rule as the kron kernel's dispatch (kron_cpu.cpp).
-Isa best_isa() {
-#ifdef KL_X86_ISAS
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-#endif
-  return Isa::generic;
-}
-
-const Isa kIsa = best_isa();
+const CpuIsa kIsa = best_cpu_isa();
 
 const char *check(const kl_ks_problem *p) {
   if (!p) return "ks_matmul_cpu: no problem description";
@@ -50,8 +39,8 @@ extern "C" int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threa
   if (const char *msg = check(p)) return fail(KL_ERR_INVALID, msg);
   if (p->batch == 0) return KL_OK;
 #ifdef KL_X86_ISAS
-  if (kIsa == Isa::avx512) return avx512::ks_matmul_entry(p, dtype, num_threads);
-  if (kIsa == Isa::avx2) return avx2::ks_matmul_entry(p, dtype, num_threads);
+  if (kIsa == CpuIsa::avx512) return avx512::ks_matmul_entry(p, dtype, num_threads);
+  if (kIsa == CpuIsa::avx2) return avx2::ks_matmul_entry(p, dtype, num_threads);
 #endif
   return generic::ks_matmul_entry(p, dtype, num_threads);
 }

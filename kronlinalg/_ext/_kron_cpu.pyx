@@ -1,7 +1,10 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-matmul kernel: pointers, shapes, strides in; status out."""
-from .kron_abi cimport (fill_problem, kl_kron_cpu_passes, kl_kron_matmul_cpu,
-                        kl_kron_problem, kl_last_error)
+from cpython.array cimport array
+from libc.stdint cimport uintptr_t
+
+from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_passes, kl_kron_matmul_cpu,
+                        kl_kron_problem, kl_last_error, pack_layout)
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
@@ -22,3 +25,22 @@ def passes(m1, m2, factors, int dtype, int max_fused=0):
     cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
                                             1.0, 0.0, max_fused)
     return kl_kron_cpu_passes(&c, dtype)
+
+
+def pack(m1, m2, factors, x, y):
+    """A problem's shapes and strides packed once (factors: (P, Q, row stride, col stride);
+    x, y: (row stride 1, row stride 2, element stride)), for launch() with new pointers."""
+    return pack_layout(m1, m2, factors, x, y)
+
+
+def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, double beta,
+           int dtype, int num_threads=0):
+    """Run a packed problem (pack) with these pointers; raises RuntimeError on failure."""
+    cdef kl_kron_problem c
+    cdef array ptrs = array('Q', fptrs)
+    fill_packed(&c, packed, ptrs, xptr, yptr, alpha, beta)
+    cdef int status
+    with nogil:
+        status = kl_kron_matmul_cpu(&c, dtype, num_threads)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())

@@ -3,8 +3,9 @@
 from cpython.array cimport array
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
-from .kron_abi cimport (fill_problem, kl_cuda_device_check, kl_kron_cuda_scratch_elems,
-                        kl_kron_matmul_cuda, kl_kron_problem, kl_last_error)
+from .kron_abi cimport (fill_packed, fill_problem, kl_cuda_device_check,
+                        kl_kron_cuda_scratch_elems, kl_kron_matmul_cuda, kl_kron_problem,
+                        kl_last_error, pack_layout)
 
 
 cdef extern from "kron.h" nogil:
@@ -97,10 +98,8 @@ def prepare(key, m1, m2, factors, x, y, int dtype, contiguous):
     (row stride 1, row stride 2, element stride)), plan it, cache and return
     (packed, scratch elements, scratch buffers, contiguous)."""
     cdef kl_kron_problem c
-    n = len(factors)
-    cdef array shapes = array('q', [f[k] for k in range(4) for f in factors])
-    packed = (int(m1), int(m2), n, shapes, tuple(int(v) for v in x), tuple(int(v) for v in y))
-    _fill(&c, packed, None, 0, 0, 1.0, 0.0)
+    packed = pack_layout(m1, m2, factors, x, y)
+    fill_packed(&c, packed, None, 0, 0, 1.0, 0.0)
     cdef int64_t elems = 0
     cdef int nbufs = 0
     cdef int status
@@ -114,34 +113,12 @@ def prepare(key, m1, m2, factors, x, y, int dtype, contiguous):
     return entry
 
 
-cdef void _fill(kl_kron_problem *c, tuple packed, array ptrs, uintptr_t xptr, uintptr_t yptr,
-                double alpha, double beta):
-    cdef array shapes = packed[3]
-    cdef int64_t *s = <int64_t *> shapes.data.as_longlongs
-    cdef Py_ssize_t n = packed[2]
-    c.m1 = packed[0]
-    c.m2 = packed[1]
-    c.nfactors = <int32_t> n
-    c.P = s
-    c.Q = s + n
-    c.F_rs = s + 2 * n
-    c.F_cs = s + 3 * n
-    c.F = <const void *const *> (ptrs.data.as_ulonglongs if ptrs is not None else NULL)
-    c.x = <const void *> xptr
-    c.x_rs1, c.x_rs2, c.x_es = packed[4]
-    c.y = <void *> yptr
-    c.y_rs1, c.y_rs2, c.y_es = packed[5]
-    c.alpha = alpha
-    c.beta = beta
-    c.max_fused = 0
-
-
 def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, double beta,
            int dtype, uintptr_t scratch0, uintptr_t scratch1, uintptr_t stream):
     """Enqueue a packed problem (prepare) on `stream` with these pointers; no synchronisation."""
     cdef kl_kron_problem c
     cdef array ptrs = array('Q', fptrs)
-    _fill(&c, packed, ptrs, xptr, yptr, alpha, beta)
+    fill_packed(&c, packed, ptrs, xptr, yptr, alpha, beta)
     cdef int status
     with nogil:
         status = kl_kron_matmul_cuda(&c, dtype, <void *> scratch0, <void *> scratch1,

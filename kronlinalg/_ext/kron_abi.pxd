@@ -51,3 +51,34 @@ cdef inline tuple fill_problem(kl_kron_problem *c, int64_t m1, int64_t m2, facto
     c.beta = beta
     c.max_fused = max_fused
     return shapes, ptrs
+
+
+cdef inline tuple pack_layout(m1, m2, factors, x, y):
+    # A problem's shapes and strides packed once, for repeated launches with new pointers.
+    # factors: (P, Q, row stride, col stride); x, y: (row stride 1, row stride 2, element stride)
+    cdef Py_ssize_t n = len(factors)
+    cdef array shapes = array('q', [f[k] for k in range(4) for f in factors])
+    return (int(m1), int(m2), n, shapes, tuple([int(v) for v in x]), tuple([int(v) for v in y]))
+
+
+cdef inline void fill_packed(kl_kron_problem *c, tuple packed, array ptrs, uintptr_t xptr,
+                             uintptr_t yptr, double alpha, double beta):
+    # c points into `packed` and `ptrs`: the caller keeps both alive while c is used
+    cdef array shapes = packed[3]
+    cdef int64_t *s = <int64_t *> shapes.data.as_longlongs
+    cdef Py_ssize_t n = packed[2]
+    c.m1 = packed[0]
+    c.m2 = packed[1]
+    c.nfactors = <int32_t> n
+    c.P = s
+    c.Q = s + n
+    c.F_rs = s + 2 * n
+    c.F_cs = s + 3 * n
+    c.F = <const void *const *> (ptrs.data.as_ulonglongs if ptrs is not None else NULL)
+    c.x = <const void *> xptr
+    c.x_rs1, c.x_rs2, c.x_es = packed[4]
+    c.y = <void *> yptr
+    c.y_rs1, c.y_rs2, c.y_es = packed[5]
+    c.alpha = alpha
+    c.beta = beta
+    c.max_fused = 0
