@@ -7,6 +7,7 @@ library and names the stream to launch on.  Operations above it never touch poin
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 
@@ -120,14 +121,21 @@ def cuda_stream(a) -> int:
     """Handle of the stream the caller's library is working on (no synchronisation)."""
     if is_cupy(a):
         return _cupy().cuda.get_current_stream().ptr
-    return _torch().cuda.current_stream(a.device).cuda_stream
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no objects
+    if raw is not None:
+        return raw(a.get_device())
+    return torch.cuda.current_stream(a.device).cuda_stream
 
 
 def cuda_device_scope(a):
     """Context manager that makes a's GPU current while we launch."""
     if is_cupy(a):
         return a.device
-    return _torch().cuda.device(a.device)
+    torch = _torch()
+    if torch.cuda.current_device() == a.get_device():  # the usual case: nothing to switch
+        return contextlib.nullcontext()
+    return torch.cuda.device(a.device)
 
 
 def empty_like_lib(a, shape, dtype_name_: str):
