@@ -356,3 +356,25 @@ def test_gpu_calibration(fresh_planner):
     assert set(raw["mma"]) == {"fp16", "bf16", "tf32", "fp64"}
     choices = planner.plan("kron_matmul", *KRON_SHAPES, dtype="float32", device="cuda")
     assert {c.name for c in choices} == {"sliced", "shuffle"}
+
+
+def test_planning_for_cuda_without_a_gpu_names_the_way_out():
+    """No usable GPU: a clear RuntimeError pointing at the named profiles, never a library's
+    internal assertion."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is present")
+    except Exception:  # no CuPy, or no driver
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    kronlinalg.planner.clear_cache()
+    with pytest.raises(RuntimeError, match="no GPU .*device='h100-sxm'"):
+        kronlinalg.plan("kron_matmul", (4, 64), (8, 8), (8, 8), dtype="float32", device="cuda")

@@ -222,13 +222,21 @@ def gpu_identity(index: int) -> tuple:
         except ImportError:
             cupy = None
     if cupy is not None:
-        props = cupy.cuda.runtime.getDeviceProperties(index)
+        try:
+            props = cupy.cuda.runtime.getDeviceProperties(index)
+        except Exception as exc:  # CuPy without a driver or device
+            raise RuntimeError(f"device: no GPU {index} through CuPy ({exc}); plan for a known "
+                               f"GPU by name instead, e.g. device='h100-sxm'") from None
         name = props["name"]
         name = name.decode() if isinstance(name, bytes) else str(name)
         return name, (props["major"], props["minor"]), int(props["multiProcessorCount"]), props
-    import torch  # no CuPy: a CUDA torch is the other way to reach the GPU
+    try:  # no CuPy: a CUDA torch is the other way to reach the GPU
+        import torch
 
-    p = torch.cuda.get_device_properties(index)
+        p = torch.cuda.get_device_properties(index)
+    except Exception as exc:  # no torch, a CPU-only torch, or no device
+        raise RuntimeError(f"device: no GPU {index} to plan for ({type(exc).__name__}: {exc}); "
+                           f"plan for a known GPU by name instead, e.g. device='h100-sxm'") from None
     return p.name, (p.major, p.minor), p.multi_processor_count, {}
 
 
