@@ -26,7 +26,6 @@ def main():
     import cupy as cp
 
     import kronlinalg
-    from kronlinalg._ext import kron_cuda
 
     rng = np.random.default_rng(0)
     shapes = [(8, 8)] * 3

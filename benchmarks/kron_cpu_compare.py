@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 import kronlinalg
+from kronlinalg.planner import kron_flops
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CASES = os.path.join(_HERE, "..", "..", "shared", "bench", "cases.json")
@@ -104,15 +105,6 @@ def build_cases(large, small, quick):
     return cases
 
 
-def flops(m, shapes):
-    """2 * M * sum_i (L_i / P_i) * P_i * Q_i, factors applied last to first."""
-    length = math.prod(p for p, _ in shapes)
-    total = 0
-    for p, q in reversed(shapes):
-        total += (length // p) * p * q
-        length = length // p * q
-    return 2 * m * total
-
 
 def timeit(fn, min_runs=5, budget_s=2.0):
     """Warm-up once, then the median of >= min_runs calls (3 over 1 s a call, 1 over 5 s)."""
@@ -154,7 +146,7 @@ def run_case(case, dtype, rng, fk):
     fs = [rng.standard_normal(s).astype(dtype) for s in shapes]
     row = {"dtype": dtype, "set": case["set"], "case": case["name"], "M": m,
            "shapes": [list(s) for s in shapes], "note": case["note"],
-           "gflop": flops(m, shapes) / 1e9}
+           "gflop": kron_flops(m, shapes) / 1e9}
 
     t, ours, row["runs"] = timeit(lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"))
     row["ms_ours"] = t * 1e3

@@ -87,14 +87,6 @@ def shapes_of(set_name, case):
     return m, shapes, label
 
 
-def flops_of(m, shapes):
-    length = math.prod(p for p, _ in shapes)
-    total = 0
-    for p, q in reversed(shapes):
-        total += 2 * m * length * q
-        length = length // p * q
-    return total
-
 
 class Lib:
     """The array library a dtype runs on: CuPy for float32/float64, torch for bfloat16."""
@@ -181,13 +173,15 @@ def time_fn(lib, fn, reps, inner):
 
 
 def run_case(set_name, case, dtype, args, roof, kl, kron_cuda):
+    from kronlinalg.planner import kron_flops
+
     lib = Lib(dtype)
     m, shapes, label = shapes_of(set_name, case)
     k = math.prod(p for p, _ in shapes)
     nq = math.prod(q for _, q in shapes)
     esize = {"float32": 4, "float64": 8, "bfloat16": 2}[dtype]
     bytes_xy = (m * k + m * nq) * esize
-    flops = flops_of(m, shapes)
+    flops = kron_flops(m, shapes)
     bound_ms = max(bytes_xy / (roof["TBps"] * 1e12), flops / (roof[dtype] * 1e12)) * 1e3
     row = {"set": set_name, "case": label, "dtype": dtype, "M": m,
            "shapes": [list(s) for s in shapes], "flops": flops, "bytes": bytes_xy,

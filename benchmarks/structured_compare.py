@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -185,7 +184,6 @@ def run_gpu(args, ks):
         n, m = a * c * d, a * b * d
         for dtype in dtypes:
             lib = _lib_for(dtype)
-            mod = cp if lib == "cupy" else __import__("torch")
             ops = _GpuOps(lib, dtype)
             vals = ops.randn(p)
             for layout in ("batch_first", "batch_last"):

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 import kronlinalg
+from kronlinalg.planner import kron_flops
 
 # name -> (M, factor shapes)
 KRON_LARGE_CPU = {
@@ -37,15 +38,6 @@ KRON_SMALL = {
     "5x7,3x2,11x4": (128, [(5, 7), (3, 2), (11, 4)]),
 }
 
-
-def kron_flops(m, shapes):
-    """2 * M * sum_i (L_i / P_i) * P_i * Q_i, factors applied last to first."""
-    length = math.prod(p for p, _ in shapes)
-    total = 0
-    for p, q in reversed(shapes):
-        total += (length // p) * p * q
-        length = length // p * q
-    return 2 * m * total
 
 
 def _inputs(xp, m, shapes, dtype, seed=0):

@@ -14,6 +14,7 @@ import math
 import statistics
 
 import kronlinalg
+from kronlinalg.planner import kron_flops
 
 # name -> (M, factor shapes), as in /work/shared/bench/cases.json
 KRON_LARGE = {
@@ -37,14 +38,6 @@ KRON_SMALL = {
     "128x5x7,3x2,11x4": (128, [(5, 7), (3, 2), (11, 4)]),
 }
 
-
-def kron_flops(m, shapes):
-    length = math.prod(p for p, _ in shapes)
-    total = 0
-    for p, q in reversed(shapes):
-        total += 2 * m * length * q
-        length = length // p * q
-    return total
 
 
 class _Gpu:

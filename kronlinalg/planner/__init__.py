@@ -13,6 +13,7 @@ Candidates are data (`Candidate`, `register`); predictions combine KAMI's cycle 
 """
 
 from . import _kron, _matmul  # noqa: F401  (registers the operations' candidates)
+from ._kron import kron_flops
 from ._calibrate import calibrate
 from ._kami import kami, kami_1d, kami_2d, kami_3d, kami_params
 from ._msmes import msmes_level, msmes_time
@@ -24,4 +25,4 @@ from ._roofline import roofline
 __all__ = ["plan", "explain", "choose", "calibrate", "Candidate", "Choice", "Problem",
            "register", "register_op", "candidates", "DeviceProfile", "KNOWN_GPUS",
            "profile_for", "clear_cache", "kami", "kami_1d", "kami_2d", "kami_3d", "kami_params",
-           "msmes_level", "msmes_time", "roofline"]
+           "msmes_level", "msmes_time", "roofline", "kron_flops"]

@@ -18,7 +18,7 @@ import re
 
 from ._registry import Candidate, register, register_op
 
-__all__ = ["normalise", "terms", "coefficients", "DEFAULT_COEF", "FAMILIES"]
+__all__ = ["normalise", "terms", "coefficients", "kron_flops", "DEFAULT_COEF", "FAMILIES"]
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
@@ -54,15 +54,26 @@ def normalise(shapes, options) -> dict:
         if x[-2] != k_in:
             raise ValueError(f"shapes: x's dimension -2 must be prod(Q_i) = {k_in}, got {x}")
         rows = math.prod(x[:-2]) * x[-1]
-    # Row length before each factor is applied (factors apply last first) and after all.
-    lengths, cur = [], k_in
+    lengths = row_lengths(factors)
+    return {"M": rows, "factors": factors, "lengths": lengths, "side": side,
+            "flops": kron_flops(rows, factors), "N": len(factors)}
+
+
+def row_lengths(factors) -> list:
+    """Row length before each factor is applied (factors apply last first), then after all."""
+    lengths, cur = [], math.prod(p for p, _ in factors)
     for p, q in reversed(factors):
         lengths.append(cur)
         cur = cur // p * q
     lengths.append(cur)
-    flops = sum(2.0 * rows * n * q for n, (_, q) in zip(lengths, reversed(factors)))
-    return {"M": rows, "factors": factors, "lengths": lengths, "side": side,
-            "flops": flops, "N": len(factors)}
+    return lengths
+
+
+def kron_flops(rows, factors) -> float:
+    """Flops of rows @ kron(F1..FN) by the sliced multiply: 2 * rows * sum_i L_i * Q_i, with L_i
+    the row length when factor i is applied (last first).  factors: (P, Q) shapes."""
+    lengths = row_lengths(factors)
+    return sum(2.0 * rows * n * q for n, (_, q) in zip(lengths, reversed(factors)))
 
 
 # ---------------------------------------------------------------------------------------------
