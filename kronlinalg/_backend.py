@@ -58,18 +58,25 @@ def dtype_name(dtype) -> str:
         return name
 
 
-def cuda_array_key(a):
-    """(type, shape, strides, dtype, device) of a CuPy array or of a CUDA torch tensor that
-    needs no autograd; None for anything else.  Hashable and cheap: the operations' per-call
-    fast paths key their cached validation and planning on it."""
+def cuda_layout_key(a):
+    """(type, shape, strides, dtype, device) of a CuPy array or a CUDA torch tensor; None for
+    anything else.  Hashable and cheap: what a packed kernel layout is cached under."""
     t = type(a)
     cupy = _cupy()
     if cupy is not None and t is cupy.ndarray:
         return (t, a.shape, a.strides, a.dtype, a.data.device_id)
     torch = _torch()
-    if torch is not None and t is torch.Tensor and a.is_cuda and not a.requires_grad:
+    if torch is not None and t is torch.Tensor and a.is_cuda:
         return (t, a.shape, a.stride(), a.dtype, a.get_device())
     return None
+
+
+def cuda_array_key(a):
+    """cuda_layout_key of an array that needs no autograd (else None): the operations' per-call
+    fast paths key their cached validation and planning on it."""
+    if getattr(a, "requires_grad", False):
+        return None
+    return cuda_layout_key(a)
 
 
 def host_array_key(a):
@@ -115,6 +122,11 @@ def device_view(a) -> DeviceView:
 def host_view(a: np.ndarray) -> DeviceView:
     item = a.itemsize
     return DeviceView(host_address(a), a.shape, tuple(s // item for s in a.strides))
+
+
+def device_address(a) -> int:
+    """Address of a CUDA array's first element (CuPy array or torch tensor)."""
+    return a.data.ptr if is_cupy(a) else a.data_ptr()
 
 
 def cuda_stream(a) -> int:

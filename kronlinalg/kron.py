@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _backend, _validation
 from ._ext import kron_cpu, kron_cuda
-from .planner import _plan
+from ._signatures import SignatureCache, arrays_signature
 
 __all__ = ["kron", "kron_matmul"]
 
@@ -55,7 +55,8 @@ def _prepare(x, factors, side, alpha, beta, y) -> _Spec:
         named["y"] = y
     xp = _validation.namespace_of(named)
     _validation.same_device(named)
-    dtypes = {name: _validation.float_dtype(name, a) for name, a in named.items()}
+    for name, a in named.items():
+        _validation.float_dtype(name, a)
     for i, f in enumerate(factors):
         if f.ndim != 2:
             raise ValueError(f"factors[{i}]: expected a 2-D array, got shape {tuple(f.shape)}")
@@ -248,7 +249,7 @@ def _run_cpu(spec: _Spec, fast_key=None):
     if (fast_key is not None and spec.beta == 0.0 and cdt == spec.result_dtype
             and xn is spec.x and all(a is b for a, b in zip(fn, spec.factors))):
         packed = kron_cpu.pack(m1, m2, [d[1:] for d in descs], xd[1:], od[1:])
-        _remember(fast_key, ("cpu", packed, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
+        _FAST.remember(fast_key, ("cpu", packed, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
     return _finish(spec, _backend.from_host(spec.x, xp, out))
 
 
@@ -267,14 +268,7 @@ def _run_cuda(spec: _Spec, fast_key=None):
     fs = [_cast(xp, f, cdt) for f in spec.factors]
     # layouts (shapes, strides -> row levels, factor strides, plan) are packed once per
     # signature: a repeated call only reads pointers (tiny products are host-bound)
-    if _backend.is_cupy(x):
-        ptr = lambda a: a.data.ptr  # noqa: E731
-        sig = (x.device.id, x.shape, x.strides, tuple((f.shape, f.strides) for f in fs))
-    else:
-        ptr = lambda a: a.data_ptr()  # noqa: E731
-        sig = (x.device.index, tuple(x.shape), x.stride(),
-               tuple((tuple(f.shape), f.stride()) for f in fs))
-    key = (cdt, spec.side, spec.out_shape, sig)
+    key = (cdt, spec.side, spec.out_shape) + tuple(_backend.cuda_layout_key(a) for a in [x, *fs])
     with _backend.cuda_device_scope(x):
         out = _backend.empty_like_lib(x, spec.out_shape, cdt)
         if spec.beta != 0.0:
@@ -295,19 +289,13 @@ def _run_cuda(spec: _Spec, fast_key=None):
                 if "does not fit" not in str(err):
                     raise
                 return _shuffle(spec)
-        packed, n, nbuf, contig = entry
+        contig = entry[3]
         if contig:  # batch dims that no two strides describe: one compacting copy
             x = _backend.contiguous(x)
-        # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
-        # (held until enqueued; freed blocks are reused only by later work on this stream)
-        scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
-        sp = [ptr(a) for a in scratch] + [0, 0]
-        kron_cuda.launch(packed, [ptr(f) for f in fs], ptr(x), ptr(out), spec.alpha, spec.beta,
-                         _KERNEL_DTYPE[cdt], sp[0], sp[1], _backend.cuda_stream(x))
-        del scratch
+        _launch_cuda(entry, x, fs, out, spec.alpha, spec.beta, cdt)
     if (fast_key is not None and not contig and spec.beta == 0.0 and cdt == spec.result_dtype
             and x is spec.x and all(a is b for a, b in zip(fs, spec.factors))):
-        _remember(fast_key, ("cuda", key, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
+        _FAST.remember(fast_key, ("cuda", key, spec.out_shape, cdt))
     return out if cdt == spec.result_dtype else _finish(spec, out)
 
 
@@ -318,34 +306,15 @@ def _run_cuda(spec: _Spec, fast_key=None):
 # straight to the launch.  Anything unusual (y, casts, compaction copies, autograd, a planner
 # or tuning change) takes the full path.
 
-_FAST: dict = {}
-_plan.clear_hooks.append(_FAST.clear)  # 'auto' entries hold the planner's choice
+_FAST = SignatureCache()
 
 
 def _fast_key(x, factors, side, algorithm):
-    """Hashable signature of a call on CUDA arrays, or None (the full path handles it)."""
+    """Hashable signature of a call on CUDA or NumPy arrays, or None (the full path)."""
     if algorithm == "shuffle" or type(factors) not in (list, tuple):
         return None
-    array_key = _backend.cuda_array_key
-    xk = array_key(x)
-    if xk is None:
-        array_key = _backend.host_array_key
-        xk = array_key(x)
-        if xk is None:
-            return None
-    key = [side, algorithm, xk]
-    for f in factors:
-        k = array_key(f)
-        if k is None:
-            return None
-        key.append(k)
-    return tuple(key)
-
-
-def _remember(fast_key, entry):
-    if len(_FAST) >= 4096:
-        _FAST.clear()
-    _FAST[fast_key] = entry
+    arrays = arrays_signature([x, *factors], host=True)
+    return None if arrays is None else (side, algorithm) + arrays
 
 
 def _fast_call(fast_key, x, factors, alpha):
@@ -360,20 +329,27 @@ def _fast_call(fast_key, x, factors, alpha):
         kron_cpu.launch(packed, [addr(f) for f in factors], addr(x), addr(out), float(alpha),
                         0.0, code)
         return out
-    _, layout_key, out_shape, cdt, code = hit
+    _, layout_key, out_shape, cdt = hit
     entry = kron_cuda.layout(layout_key)
     if entry is None:  # kron_cuda.tune() dropped the packed layouts
         return None
-    packed, n, nbuf, _ = entry
-    ptr = (lambda a: a.data.ptr) if _backend.is_cupy(x) else (lambda a: a.data_ptr())  # noqa: E731
     with _backend.cuda_device_scope(x):
         out = _backend.empty_like_lib(x, out_shape, cdt)
-        scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
-        sp = [ptr(a) for a in scratch] + [0, 0]
-        kron_cuda.launch(packed, [ptr(f) for f in factors], ptr(x), ptr(out), float(alpha), 0.0,
-                         code, sp[0], sp[1], _backend.cuda_stream(x))
-        del scratch
+        _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt)
     return out
+
+
+def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
+    """Enqueue a packed layout (kron_cuda.prepare) on these arrays, on the library's stream;
+    the caller has made x's device current."""
+    packed, n, nbuf, _ = entry
+    ptr = _backend.device_address
+    # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
+    # (held until enqueued; freed blocks are reused only by later work on this stream)
+    scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
+    sp = [ptr(a) for a in scratch] + [0, 0]
+    kron_cuda.launch(packed, [ptr(f) for f in fs], ptr(x), ptr(out), alpha, beta,
+                     _KERNEL_DTYPE[cdt], sp[0], sp[1], _backend.cuda_stream(x))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import array_api_compat
 import numpy as np
 
 from . import _backend, _validation
+from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
 __all__ = ["KSFactor", "KSChain", "structured_matmul", "butterfly", "block_butterfly", "monarch",
@@ -417,15 +418,13 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
         algorithm = _choose(spec)
     if fast_key is None:
         return _execute(spec, algorithm)
-    if len(_FAST) >= 4096:
-        _FAST.clear()
     recipe = None
     if algorithm == "kernel" and _backend.on_cuda(x):
         out, recipe = _run_cuda(spec, want_recipe=True)
     else:
         out = _execute(spec, algorithm)
     # the arrays stay out of the cache (it must not keep them alive)
-    _FAST[fast_key] = (dataclasses.replace(spec, x=None, chain=None), algorithm, recipe)
+    _FAST.remember(fast_key, (dataclasses.replace(spec, x=None, chain=None), algorithm, recipe))
     return out
 
 
@@ -440,28 +439,21 @@ def _execute(spec: _Spec, algorithm: str):
 # The per-call fast path for CUDA arrays: a call whose signature (library, shapes, strides,
 # dtypes, devices, patterns, layout, algorithm) was validated and planned before skips both;
 # on a batch of a few thousand rows validation costs as much as the kernels.
-_FAST: dict = {}
+_FAST = SignatureCache()
 
 
 def _fast_key(x, factors, layout, algorithm):
-    xk = _backend.cuda_array_key(x)
-    if xk is None:
-        return None
+    """Hashable signature of a call on CUDA arrays, or None (the full path)."""
     if isinstance(factors, KSFactor):
         factors = (factors,)
     elif isinstance(factors, KSChain):
         factors = factors.factors
-    elif type(factors) not in (list, tuple):
+    elif type(factors) not in (list, tuple) or not all(isinstance(f, KSFactor) for f in factors):
         return None
-    key = [layout, algorithm, xk]
-    for f in factors:
-        if not isinstance(f, KSFactor):
-            return None
-        k = _backend.cuda_array_key(f.values)
-        if k is None:
-            return None
-        key += (f.pattern, k)
-    return tuple(key)
+    arrays = arrays_signature([x] + [f.values for f in factors], host=False)
+    if arrays is None:
+        return None
+    return (layout, algorithm) + arrays + tuple(f.pattern for f in factors)
 
 
 def _needs_autograd(spec: _Spec) -> bool:
@@ -583,7 +575,7 @@ def _run_cuda(spec: _Spec, want_recipe=False):
 def _launch_recipe(recipe, x, chain):
     """_run_cuda's launches again, for arrays whose signature matches the recipe's call."""
     rows, layout, code, cdt, in_shape, out_shape, steps = recipe
-    ptr = (lambda a: a.data.ptr) if _backend.is_cupy(x) else (lambda a: a.data_ptr())  # noqa: E731
+    ptr = _backend.device_address
     with _backend.cuda_device_scope(x):
         stream = _backend.cuda_stream(x)
         cur = x.reshape(in_shape)
@@ -954,9 +946,6 @@ def _register():
         from .planner import Candidate, register, register_op
     except ImportError:  # a build without the planner: 'auto' falls back to _fallback_choice
         return False
-    from .planner import _plan
-
-    _plan.clear_hooks.append(_FAST.clear)  # the fast path holds the planner's choices
     register_op("structured_matmul", _normalise,
                 "x @ (K1 … KL)ᵀ for Kronecker-sparse factors; shapes: x, then each pattern")
     docs = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",
