@@ -402,6 +402,21 @@ struct MmaShape {
   }
 };
 
+// (n, k, j) of element g of the staged output tile, which is stored in Y's order: n slowest
+// (batch_first, k then j inside a row) or k, j slowest (batch_last, n contiguous).
+template <bool BF, int TN, int TK, int TJ>
+__device__ __forceinline__ void staged_coords(int g, int *n, int *k, int *j) {
+  if (BF) {
+    *n = g / (TK * TJ);
+    *k = (g / TJ) % TK;
+    *j = g % TJ;
+  } else {
+    *n = g % TN;
+    *k = g / (TN * TJ);
+    *j = (g / TN) % TJ;
+  }
+}
+
 template <class T, int TN, int TK, int TJ, bool BF>
 __global__ void __launch_bounds__(kThreads, 2) ks_mma(Params p) {
   typedef MmaShape<TN, TK, TJ> S;
@@ -495,15 +510,7 @@ __global__ void __launch_bounds__(kThreads, 2) ks_mma(Params p) {
   for (int g0 = threadIdx.x * V; g0 < E; g0 += kThreads * V) {
     // g0 .. g0+V-1 in Y order share n (batch_first: TK·TJ % 8 == 0) or a row (batch_last)
     int n, k, j;
-    if (BF) {
-      n = g0 / (TK * TJ);
-      k = (g0 / TJ) % TK;
-      j = g0 % TJ;
-    } else {
-      n = g0 % TN;
-      k = g0 / (TN * TJ);
-      j = (g0 / TN) % TJ;
-    }
+    staged_coords<BF, TN, TK, TJ>(g0, &n, &k, &j);
     const int64_t gn = t.n0 + n, gk = t.k0 + k, gj = t.j0 + j;
     T *dst = BF ? Y + gn * p.y_ld + (t.i * p.b + gk) * p.d + gj
                 : Y + ((t.i * p.b + gk) * p.d + gj) * p.y_ld + gn;
@@ -523,15 +530,7 @@ __global__ void __launch_bounds__(kThreads, 2) ks_mma(Params p) {
     for (int e = 0; e < V; ++e) {
       const int ge = g0 + e;
       int ne, ke, je;
-      if (BF) {
-        ne = ge / (TK * TJ);
-        ke = (ge / TJ) % TK;
-        je = ge % TJ;
-      } else {
-        ne = ge % TN;
-        ke = ge / (TN * TJ);
-        je = (ge / TN) % TJ;
-      }
+      staged_coords<BF, TN, TK, TJ>(ge, &ne, &ke, &je);
       const int64_t yn = t.n0 + ne, yk = t.k0 + ke, yj = t.j0 + je;
       if (yn < p.B && yk < p.b && yj < p.d) {
         T *o = BF ? Y + yn * p.y_ld + (t.i * p.b + yk) * p.d + yj
