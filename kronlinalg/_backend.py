@@ -58,25 +58,19 @@ def dtype_name(dtype) -> str:
         return name
 
 
-def cuda_layout_key(a):
-    """(type, shape, strides, dtype, device) of a CuPy array or a CUDA torch tensor; None for
-    anything else.  Hashable and cheap: what a packed kernel layout is cached under."""
+def cuda_array_key(a, allow_grad: bool = False):
+    """(type, shape, strides, dtype, device) of a CuPy array or a CUDA torch tensor (one that
+    needs no autograd unless allow_grad); None for anything else.  Hashable and cheap: packed
+    kernel layouts and the operations' per-call fast paths are cached under it."""
     t = type(a)
     cupy = _cupy()
     if cupy is not None and t is cupy.ndarray:
         return (t, a.shape, a.strides, a.dtype, a.data.device_id)
     torch = _torch()
-    if torch is not None and t is torch.Tensor and a.is_cuda:
+    if (torch is not None and t is torch.Tensor and a.is_cuda
+            and (allow_grad or not a.requires_grad)):
         return (t, a.shape, a.stride(), a.dtype, a.get_device())
     return None
-
-
-def cuda_array_key(a):
-    """cuda_layout_key of an array that needs no autograd (else None): the operations' per-call
-    fast paths key their cached validation and planning on it."""
-    if getattr(a, "requires_grad", False):
-        return None
-    return cuda_layout_key(a)
 
 
 def host_array_key(a):
@@ -124,9 +118,18 @@ def host_view(a: np.ndarray) -> DeviceView:
     return DeviceView(host_address(a), a.shape, tuple(s // item for s in a.strides))
 
 
-def device_address(a) -> int:
-    """Address of a CUDA array's first element (CuPy array or torch tensor)."""
-    return a.data.ptr if is_cupy(a) else a.data_ptr()
+def address_getter(a):
+    """A function giving the address of the first element of arrays of a's library (CuPy
+    arrays or torch tensors), chosen once per call rather than once per array."""
+    return _cupy_address if is_cupy(a) else _torch_address
+
+
+def _cupy_address(a) -> int:
+    return a.data.ptr
+
+
+def _torch_address(a) -> int:
+    return a.data_ptr()
 
 
 def cuda_stream(a) -> int:

@@ -268,7 +268,7 @@ def _run_cuda(spec: _Spec, fast_key=None):
     fs = [_cast(xp, f, cdt) for f in spec.factors]
     # layouts (shapes, strides -> row levels, factor strides, plan) are packed once per
     # signature: a repeated call only reads pointers (tiny products are host-bound)
-    key = (cdt, spec.side, spec.out_shape) + tuple(_backend.cuda_layout_key(a) for a in [x, *fs])
+    key = (cdt, spec.side, spec.out_shape) + tuple(_backend.cuda_array_key(a, allow_grad=True) for a in [x, *fs])
     with _backend.cuda_device_scope(x):
         out = _backend.empty_like_lib(x, spec.out_shape, cdt)
         if spec.beta != 0.0:
@@ -343,7 +343,7 @@ def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
     """Enqueue a packed layout (kron_cuda.prepare) on these arrays, on the library's stream;
     the caller has made x's device current."""
     packed, n, nbuf, _ = entry
-    ptr = _backend.device_address
+    ptr = _backend.address_getter(x)
     # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
     # (held until enqueued; freed blocks are reused only by later work on this stream)
     scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]

@@ -575,7 +575,7 @@ def _run_cuda(spec: _Spec, want_recipe=False):
 def _launch_recipe(recipe, x, chain):
     """_run_cuda's launches again, for arrays whose signature matches the recipe's call."""
     rows, layout, code, cdt, in_shape, out_shape, steps = recipe
-    ptr = _backend.device_address
+    ptr = _backend.address_getter(x)
     with _backend.cuda_device_scope(x):
         stream = _backend.cuda_stream(x)
         cur = x.reshape(in_shape)
