@@ -547,6 +547,50 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
         assert err < 1e-5, (pattern, layout, err)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", (0, 1))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_cuda_half_pipelined_tiles_for_every_d(rng, layout, dtype):
+    """Half types on the pipelined kernel (c % 8 == 0, x_ld % 8 == 0): every TJ (d = 1 with both
+    k tiles, 2, 4, 8 and the odd / 2-mod-4 d that take TJ = 1, 2, 4), tails in the batch, in b
+    and in the l chunks, several chunks (c > 3 stages), a > 1; a misaligned leading dimension
+    takes the other kernel.  Padding columns of y must stay untouched."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    tdt = getattr(torch, dtype)
+    for pattern, batch, pad in [((1, 48, 200, 1), 301, 0), ((2, 130, 24, 1), 77, 8),
+                                ((1, 64, 40, 2), 129, 0), ((3, 40, 16, 3), 70, 8),
+                                ((1, 20, 56, 4), 65, 0), ((2, 33, 8, 6), 100, 0),
+                                ((1, 48, 72, 8), 67, 8), ((2, 24, 32, 12), 90, 0),
+                                ((1, 16, 48, 24), 40, 0), ((1, 72, 104, 16), 150, 16),
+                                ((2, 48, 64, 4), 99, 3)]:
+        a, b, c, d = pattern
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+        # pad % 8 == 0: rows start 16-byte aligned (batch_last rounds the batch up first)
+        ld_b = -(-batch // 8) * 8 + pad if pad % 8 == 0 else batch + pad
+        xs = (batch, n + pad) if layout == 0 else (n, ld_b)
+        ys = (batch, m + pad) if layout == 0 else (m, ld_b)
+        x = torch.tensor(rng.standard_normal(xs), dtype=tdt, device="cuda")
+        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
+                       {"float16": 2, "bfloat16": 3}[dtype],
+                       torch.cuda.current_stream().cuda_stream)
+        yn = y.float().cpu().numpy().astype(np.float64)
+        xn = x.float().cpu().numpy().astype(np.float64)
+        got = yn[:, :m] if layout == 0 else yn[:, :batch]
+        assert np.all(np.isnan(yn[:, m:] if layout == 0 else yn[:, batch:])), "padding written"
+        assert np.all(np.isfinite(got)), f"{pattern}: unwritten outputs"
+        w = ks_dense_ref(v.float().cpu().numpy())
+        ref = xn[:, :n] @ w.T if layout == 0 else w @ xn[:, :batch]
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < RTOL[dtype], (pattern, layout, dtype, err)
+
+
 # ---------------------------------------------------------------------------------------------
 # repeated calls (CUDA arrays take a per-signature fast path after the first call)
 

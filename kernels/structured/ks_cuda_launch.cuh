@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ks_cuda_kernels.cuh"
+#include "ks_cuda_pipe.cuh"
 
 namespace kl {
 namespace ks {
@@ -74,9 +75,43 @@ inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cud
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
 
-// Half types: 8192 outputs per block, one (TK, TN) per TJ.
+template <class T, bool BF, bool DJ, int TJ, int BN, int BK, int TL>
+int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
+  const Params q = make_params(p, BN, BK, TJ);
+  return launch_checked(q, ks_pipe<T, BF, DJ, TJ, BN, BK, TL>,
+                        PipeShape<TJ, BN, BK, TL, BF>::smem_bytes(), s);
+}
+
+// The pipelined kernel's shape: TJ the largest of 8, 4, 2, 1 dividing d (runs of TJ j's are
+// then aligned vectors); for d = 1 the k tile that pads b least (128 on a tie: fewer re-reads of
+// the X tile).
+template <class T, bool BF>
+int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
+  const int64_t d = p->d, b = p->b;
+  if (d == 1) {
+    const int64_t pad128 = (b + 127) / 128 * 128 - b, pad64 = (b + 63) / 64 * 64 - b;
+    return pad64 < pad128 ? launch_pipe_shape<T, BF, false, 1, 256, 64, 32>(p, s)
+                          : launch_pipe_shape<T, BF, false, 1, 128, 128, 32>(p, s);
+  }
+  if (d % 8 == 0) return launch_pipe_shape<T, BF, true, 8, 64, 32, 16>(p, s);
+  if (d % 4 == 0) return launch_pipe_shape<T, BF, true, 4, 64, 64, 16>(p, s);
+  if (d % 2 == 0) return launch_pipe_shape<T, BF, true, 2, 128, 64, 32>(p, s);
+  return launch_pipe_shape<T, BF, true, 1, 128, 128, 16>(p, s);
+}
+
+// The pipelined kernel's alignment requirements: x and K 16-byte aligned, rows of x and of K's
+// slabs starting on 16-byte boundaries.
+inline bool pipe_applies(const kl_ks_problem *p) {
+  const auto aligned = [](const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  return aligned(p->x) && aligned(p->values) && p->x_ld % 8 == 0 && p->c % 8 == 0;
+}
+
+// Half types: the pipelined kernel where its alignment holds, else 8192 outputs per block, one
+// (TK, TN) per TJ.
 template <class T>
 int launch_half(const kl_ks_problem *p, cudaStream_t s) {
+  if (pipe_applies(p))
+    return p->layout == KL_KS_BATCH_FIRST ? launch_pipe<T, true>(p, s) : launch_pipe<T, false>(p, s);
   const int tj = pick_tj(p->d);
   const bool bf = p->layout == KL_KS_BATCH_FIRST;
 #define KL_KS_HALF(TJ_, TK_, TN_)                                                   \

@@ -1,0 +1,350 @@
+// CUDA Kronecker-sparse kernel for half types, pipelined: per (i, j) block the product is a GEMM
+// C[n][k] = Σ_l X[n, l] · K[k, l] over the batch, run on tensor cores (mma.sync m16n8k16, float32
+// accumulation) with the operands streamed through a 3-stage shared-memory ring.
+//
+// A block owns BN batch rows × BK outputs k × TJ consecutive j of one slab i (8 warps: TJ groups
+// of 8/TJ warps, each warp a 64 × 32 tile of one j).  The operands reach shared memory in the
+// layout their fragments are read from with ldmatrix, l contiguous ([j][row][l]) or, for a
+// batch_last X, n contiguous ([j][l][n], read with ldmatrix.trans):
+//  - what is already in that order in global memory (X and K for d = 1, X batch_last) travels
+//    by cp.async, two stages ahead of the one being multiplied;
+//  - what has j fastest in global memory (K and the batch_first X for d > 1) is loaded one stage
+//    ahead into registers as runs of TJ j's at l and l + 1, and stored as (l, l + 1) pairs per j
+//    (one byte permute per pair): the transposition costs no extra pass over shared memory.
+// The result is staged in shared memory in Y's order and leaves in 16-byte runs.
+//
+// Requirements (checked by the launcher, which otherwise runs ks_mma): 16-byte aligned x and K,
+// x_ld and c multiples of 8, TJ dividing d.
+#ifndef KRONLINALG_KS_CUDA_PIPE_CUH
+#define KRONLINALG_KS_CUDA_PIPE_CUH
+
+#include "kron_cuda_ptx.cuh"
+#include "ks_cuda_kernels.cuh"
+
+namespace kl {
+namespace ks {
+
+template <int TJ, int BN, int BK, int TL, bool BF>
+struct PipeShape {
+  static constexpr int kWarps = 8, kStages = 3;
+  static constexpr int WPJ = kWarps / TJ;  // warps per j
+  static constexpr int GN = BN / 64, GK = BK / 32;
+  static_assert(TJ >= 1 && TJ <= 8 && kWarps % TJ == 0, "TJ divides the 8 warps");
+  static_assert(GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0, "64 x 32 warp tiles");
+  static_assert(TL % 16 == 0, "whole k16 steps");
+  static constexpr int PL = TL + 8;  // pitch of [row][l] tiles: 8 ldmatrix rows hit 8 bank groups
+  static constexpr int PN = BN + 8;  // pitch of [l][n] tiles (batch_last X)
+  static constexpr int XE = BF ? TJ * BN * PL : TJ * TL * PN;
+  static constexpr int KE = TJ * BK * PL;
+  static constexpr int STAGE = XE + KE;
+  // staging of the result: rows n of (k, j) (batch_first) or rows (k, j) of n, padded
+  static constexpr int OP = BF ? BK * TJ + 8 : BN + 8;
+  static constexpr int OUT = BF ? BN * OP : BK * TJ * OP;
+  static constexpr int elems = kStages * STAGE > OUT ? kStages * STAGE : OUT;
+  static constexpr int smem_bytes() { return elems * 2; }
+};
+
+// 16-byte global -> shared copy of `bytes` (0..16) valid bytes, the rest zero-filled.
+__device__ __forceinline__ void cp_async_16_part(void *dst, const void *src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cu::smem_u32(dst)),
+               "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// R rows of E elements (E % 8 == 0) into shared rows of pitch P: row r starts at
+// base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are zeros.
+template <class T, int R, int E, int P, class RowOff, class RowOk>
+__device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off, RowOk row_ok,
+                                           int emax) {
+  constexpr int CPR = E / 8;
+#pragma unroll
+  for (int u0 = 0; u0 < R * CPR; u0 += kThreads) {
+    const int u = u0 + int(threadIdx.x);
+    if (R * CPR % kThreads != 0 && u >= R * CPR) break;
+    const int r = u / CPR, e = (u % CPR) * 8;
+    int valid = emax - e;
+    valid = row_ok(r) ? (valid < 0 ? 0 : (valid > 8 ? 8 : valid)) : 0;
+    const T *src = valid > 0 ? base + row_off(r) + e : base;
+    cp_async_16_part(sm + r * P + e, src, valid * 2);
+  }
+}
+
+// TJ consecutive half values as raw bits (TJ = 1, 2, 4, 8).
+template <int TJ>
+struct Run {
+  uint32_t w[(TJ + 1) / 2];
+};
+template <int TJ>
+__device__ __forceinline__ Run<TJ> load_run(const void *p) {
+  Run<TJ> r;
+  if constexpr (TJ == 8) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
+    r.w[0] = v.x, r.w[1] = v.y, r.w[2] = v.z, r.w[3] = v.w;
+  } else if constexpr (TJ == 4) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p));
+    r.w[0] = v.x, r.w[1] = v.y;
+  } else if constexpr (TJ == 2) {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned int *>(p));
+  } else {
+    r.w[0] = __ldg(reinterpret_cast<const unsigned short *>(p));
+  }
+  return r;
+}
+
+// An [R][TL][TJ] tile (element (r, l, j) at base[r·rs + l·d + j]) loaded as runs of TJ j's at
+// l and l + 1, stored transposed as [j][r][l] with pitch PL: word j of a unit is (l, l + 1) of j.
+template <class T, int R, int TL, int TJ, int PL>
+struct TransposingLoader {
+  static constexpr int U = R * TL / 2, G = (U + kThreads - 1) / kThreads;
+  Run<TJ> lo[G], hi[G];
+
+  __device__ __forceinline__ void load(const T *base, int64_t rs, int64_t d, int rmax, int lmax) {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * kThreads;
+      const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
+      const T *src = base + r * rs + l * d;
+      const bool in = u < U && r < rmax;
+#pragma unroll
+      for (int w = 0; w < (TJ + 1) / 2; ++w) lo[s].w[w] = hi[s].w[w] = 0;
+      if (in && l < lmax) lo[s] = load_run<TJ>(src);
+      if (in && l + 1 < lmax) hi[s] = load_run<TJ>(src + d);
+    }
+  }
+
+  __device__ __forceinline__ void store(T *sm) const {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * kThreads;
+      if (U % kThreads != 0 && u >= U) break;
+      const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
+#pragma unroll
+      for (int j = 0; j < TJ; ++j) {
+        const uint32_t a = lo[s].w[j / 2], b = hi[s].w[j / 2];
+        const uint32_t pair = __byte_perm(a, b, (j & 1) ? 0x7632 : 0x5410);
+        *reinterpret_cast<uint32_t *>(sm + (j * R + r) * PL + l) = pair;
+      }
+    }
+  }
+};
+
+// Stores N consecutive elements (N = 1, 2, 4, 8) of `src` (shared) to `dst` (global, aligned).
+template <class T, int N>
+__device__ __forceinline__ void store_vec(T *dst, const T *src) {
+  if constexpr (N == 8)
+    *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+  else if constexpr (N == 4)
+    *reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<const uint2 *>(src);
+  else if constexpr (N == 2)
+    *reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<const uint32_t *>(src);
+  else
+    *dst = *src;
+}
+
+template <class T, bool BF, bool DJ, int TJ, int BN, int BK, int TL>
+__global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
+  typedef PipeShape<TJ, BN, BK, TL, BF> S;
+  constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  T *smem = reinterpret_cast<T *>(dynamic_smem());
+
+  // tiles: batch_first runs j tiles fastest (neighbouring blocks share the sectors of X and Y
+  // rows), batch_last k tiles (the blocks that read one X tile run together)
+  int64_t f = blockIdx.x, i, n0, k0, j0;
+  if (BF) {
+    j0 = (f % p.nJ) * TJ, f /= p.nJ;
+    k0 = (f % p.nK) * BK, f /= p.nK;
+  } else {
+    k0 = (f % p.nK) * BK, f /= p.nK;
+    j0 = (f % p.nJ) * TJ, f /= p.nJ;
+  }
+  n0 = (f % p.nN) * BN;
+  i = f / p.nN;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wj = warp / S::WPJ, wn = (warp % S::WPJ) / S::GK, wk = warp % S::GK;
+  const int nmax = int(p.B - n0 < BN ? p.B - n0 : BN);
+  const int kmax = int(p.b - k0 < BK ? p.b - k0 : BK);
+  const T *X = static_cast<const T *>(p.X);
+  const T *K = static_cast<const T *>(p.K);
+  const int64_t c = p.c, d = p.d, x_ld = p.x_ld;
+  const int64_t nl = (c + TL - 1) / TL;
+
+  TransposingLoader<T, BN, TL, TJ, PL> xr;  // used when BF && DJ
+  TransposingLoader<T, BK, TL, TJ, PL> kr;  // used when DJ
+
+  auto lmax_of = [&](int64_t it) { return int(c - it * TL < TL ? c - it * TL : TL); };
+  // the asynchronous operands of chunk `it` into stage buffer `st`
+  auto issue_async = [&](int st, int64_t it) {
+    T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
+    const int64_t l0 = it * TL;
+    const int lmax = lmax_of(it);
+    if (BF && !DJ) {  // X rows n: (i·c + l0 ..) contiguous
+      const T *base = X + n0 * x_ld + i * c + l0;
+      async_rows<T, BN, TL, PL>(
+          xs, base, [&](int r) { return r * x_ld; }, [&](int r) { return r < nmax; }, lmax);
+    }
+    if (!BF) {  // X rows (j, l): ((i·c + l0 + l)·d + j0 + j)·x_ld + n0, n contiguous
+      const T *base = X + ((i * c + l0) * d + j0) * x_ld + n0;
+      async_rows<T, TJ * TL, BN, PN>(
+          xs, base, [&](int r) { return ((r % TL) * d + r / TL) * x_ld; },
+          [&](int r) { return r % TL < lmax; }, nmax);
+    }
+    if (!DJ) {  // K rows k (d = 1): (i·b + k0 + k)·c + l0 ..
+      const T *base = K + (i * p.b + k0) * c + l0;
+      async_rows<T, BK, TL, PL>(
+          ks, base, [&](int r) { return r * c; }, [&](int r) { return r < kmax; }, lmax);
+    }
+  };
+  auto load_regs = [&](int64_t it) {
+    const int64_t l0 = it * TL;
+    const int lmax = lmax_of(it);
+    if (BF && DJ) xr.load(X + n0 * x_ld + (i * c + l0) * d + j0, x_ld, d, nmax, lmax);
+    if (DJ) kr.load(K + ((i * p.b + k0) * c + l0) * d + j0, c * d, d, kmax, lmax);
+  };
+  auto store_regs = [&](int st) {
+    T *xs = smem + st * S::STAGE;
+    if (BF && DJ) xr.store(xs);
+    if (DJ) kr.store(xs + S::XE);
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+
+  // prologue: chunks 0 .. NS-2 in flight, chunk 0 of the register operands stored, chunk 1 loaded
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < nl) issue_async(s, s);
+    cp_async_commit();
+  }
+  if (DJ) {
+    load_regs(0);
+    store_regs(0);
+    if (nl > 1) load_regs(1);
+  }
+  cp_async_wait<NS - 2>();
+  __syncthreads();
+
+  const int mi_l = lane >> 3, r8 = lane & 7;
+  for (int64_t it = 0; it < nl; ++it) {
+    const int st = int(it % NS);
+    // chunk it + NS - 1 goes to the buffer chunk it - 1 used (free since the last barrier)
+    if (it + NS - 1 < nl) issue_async(int((it + NS - 1) % NS), it + NS - 1);
+    cp_async_commit();
+
+    const T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
+#pragma unroll
+    for (int kk = 0; kk < TL; kk += 16) {
+      uint32_t af[4][4], bfr[4][2];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        const int nb = wn * 64 + mi * 16;
+        if (BF)
+          cu::ldsm_x4(af[mi], xs + (wj * BN + nb + (lane & 15)) * PL + kk + (lane >> 4) * 8);
+        else
+          cu::ldsm_x4_trans(af[mi],
+                            xs + (wj * TL + kk + (mi_l >> 1) * 8 + r8) * PN + nb + (mi_l & 1) * 8);
+      }
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        uint32_t t4[4];
+        cu::ldsm_x4(t4, ks + (wj * BK + wk * 32 + np * 16 + (mi_l >> 1) * 8 + r8) * PL + kk +
+                            (mi_l & 1) * 8);
+        bfr[2 * np][0] = t4[0], bfr[2 * np][1] = t4[1];
+        bfr[2 * np + 1][0] = t4[2], bfr[2 * np + 1][1] = t4[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) cu::mma_16816<kBf16>(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+    }
+
+    if (DJ && it + 1 < nl) {
+      store_regs(int((it + 1) % NS));  // its buffer was last read in chunk it + 1 - NS
+      if (it + 2 < nl) load_regs(it + 2);
+    }
+    cp_async_wait<NS - 2>();
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // epilogue: staged in Y's order, padded rows: batch_first [n][k·TJ + j], batch_last
+  // [k·TJ + j][n]
+  T *cs = smem;
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = wn * 64 + mi * 16 + g + 8 * (e >> 1);
+        const int k = wk * 32 + ni * 8 + 2 * q + (e & 1);
+        const int o = BF ? n * S::OP + k * TJ + wj : (k * TJ + wj) * S::OP + n;
+        cs[o] = Elem<T>::from_f(acc[mi][ni][e]);
+      }
+  __syncthreads();
+
+  T *Y = static_cast<T *>(p.Y);
+  const int64_t y_ld = p.y_ld;
+  if (BF) {
+    // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart
+    constexpr int RL = BK * TJ, CPR = RL / 8;
+    const bool whole = TJ == d;
+    for (int u = threadIdx.x; u < BN * CPR; u += kThreads) {
+      const int n = u / CPR, e = (u % CPR) * 8;
+      if (n >= nmax) continue;
+      const T *src = cs + n * S::OP + e;
+      T *row = Y + (n0 + n) * y_ld + (i * p.b + k0) * d + j0;
+      if (whole) {
+        T *dst = row + e;
+        if ((e + 7) / TJ < kmax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+          store_vec<T, 8>(dst, src);
+        } else {
+          for (int t = 0; t < 8 && (e + t) / TJ < kmax; ++t) dst[t] = src[t];
+        }
+      } else {
+        constexpr int RUN = TJ < 8 ? TJ : 8;
+#pragma unroll
+        for (int t = 0; t < 8; t += RUN) {
+          const int kt = (e + t) / TJ, jt = (e + t) % TJ;
+          if (kt >= kmax) break;
+          T *dst = row + kt * d + jt;
+          if ((reinterpret_cast<uintptr_t>(dst) & (2 * RUN - 1)) == 0)
+            store_vec<T, RUN>(dst, src + t);
+          else
+            for (int v = 0; v < RUN; ++v) dst[v] = src[t + v];
+        }
+      }
+    }
+  } else {
+    constexpr int CPR = BN / 8;
+    for (int u = threadIdx.x; u < BK * TJ * CPR; u += kThreads) {
+      const int rr = u / CPR, n = (u % CPR) * 8;
+      const int k = rr / TJ, j = rr % TJ;
+      if (k >= kmax || n >= nmax) continue;
+      const T *src = cs + rr * S::OP + n;
+      T *dst = Y + ((i * p.b + k0 + k) * d + j0 + j) * y_ld + n0 + n;
+      if (n + 8 <= nmax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0)
+        store_vec<T, 8>(dst, src);
+      else
+        for (int t = 0; t < 8 && n + t < nmax; ++t) dst[t] = src[t];
+    }
+  }
+}
+
+}  // namespace ks
+}  // namespace kl
+
+#endif
