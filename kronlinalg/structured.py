@@ -730,9 +730,24 @@ def _cuda_tj(d) -> int:
     return 4 if d < 4 else (8 if d < 8 else 16)
 
 
+# The pipelined half kernel (ks_cuda_pipe.cuh, launch_pipe), taken when c % 8 == 0 (and rows
+# 16-byte aligned, which the model assumes): TJ the largest of 8, 4, 2, 1 dividing d;
+# TJ -> (TN, TK, TL), and for d = 1 the k tile of 128 or 64 that pads b least.
+_CUDA_PIPE_TILES = {8: (64, 32, 16), 4: (64, 64, 16), 2: (128, 64, 32), 1: (128, 128, 16)}
+
+
+def _cuda_pipelined(p, s_e) -> bool:
+    return s_e == 2 and p[2] % 8 == 0
+
+
 def _cuda_tile(p, s_e) -> tuple:
     """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile."""
     b, d = p[1], p[3]
+    if _cuda_pipelined(p, s_e):
+        if d == 1:
+            return (256, 64, 32, 1) if -b % 64 < -b % 128 else (128, 128, 32, 1)
+        tj = next(t for t in (8, 4, 2, 1) if d % t == 0)
+        return _CUDA_PIPE_TILES[tj] + (tj,)
     tj = _cuda_tj(d)
     if s_e == 2:
         tk, tn = _CUDA_HALF_TILES[tj]
@@ -764,7 +779,10 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
         chunk = 2.0 * tn * tk * tj * tl  # flops of one l chunk of one tile
         t["mem"] += _io_elems(B, p) * s_e / prof.bandwidth
         t["flop"] += tiles * nl * chunk / rate
-        if not (tj == d or (d % tj == 0 and tj % vec == 0)):
+        # narrow loads: runs of fewer than 4 j (the pipelined kernel), not 16-byte vectors (else)
+        narrow = (d > 1 and tj < 4) if _cuda_pipelined(p, s_e) else not (
+            tj == d or (d % tj == 0 and tj % vec == 0))
+        if narrow:
             t["unaligned"] += tiles * nl * chunk / rate
         t["tiles"] += tiles * chunk / rate
         sector = max(1.0, 32.0 / (tj * s_e)) if nj > 1 else 1.0
@@ -839,60 +857,61 @@ DEFAULT_COEF = {
 # CUDA: fitted per candidate, dtype and layout on an H100 (NVIDIA H100 80GB HBM3, sm90, 132
 # SMs) by `python benchmarks/structured_fit.py --json structured_gpu.json --print-coef` (split
 # seed 0: fitted on one half of the patterns, checked on the other; held out: float32 picks
-# within 5 % of min(bmm, dense) on 97-98 % of rows, all dtypes 96 %).  The data:
+# within 5 % of min(bmm, dense) on 98 % of rows, all dtypes 96 %).  The data:
 # `benchmarks/structured_compare.py --device gpu` (batch 25088, 120 patterns, seed 0) run on
-# the kernels with whole-d tiles and the per-call fast paths, profile calibrated on the same
-# H100.  build_calls is left to the generic entry (the benchmark forms dense K beforehand).  CuPy computed the float32 and float16 baselines, torch
-# the bfloat16 ones: bmm's permute coefficients say what each library's copies cost.
+# the pipelined half kernel (ks_cuda_pipe.cuh) and the float32 kernel with whole-d tiles,
+# profile calibrated on the same H100.  build_calls is left to the generic entry (the benchmark
+# forms dense K beforehand).  CuPy computed the float32 and float16 baselines, torch the bfloat16
+# ones: bmm's permute coefficients say what each library's copies cost.
 DEFAULT_COEF.update({
-    "structured_matmul/bmm/cuda/bfloat16/batch_first": {"calls": 2.424, "gemm_flop": 1.626,
-                                                        "gemm_mem": 1.173, "permute": 0.7538,
-                                                        "permute_view": 1.0, "transpose": 0.2307},
-    "structured_matmul/bmm/cuda/bfloat16/batch_last": {"calls": 2.502, "gemm_flop": 0.8,
-                                                       "gemm_mem": 0.0, "permute": 1.996,
+    "structured_matmul/bmm/cuda/bfloat16/batch_first": {"calls": 4.773, "gemm_flop": 1.175,
+                                                        "gemm_mem": 2.514, "permute": 0.303,
+                                                        "permute_view": 1.0, "transpose": 0.2336},
+    "structured_matmul/bmm/cuda/bfloat16/batch_last": {"calls": 5.006, "gemm_flop": 0.8,
+                                                       "gemm_mem": 0.0, "permute": 2.048,
                                                        "permute_view": 0.0, "transpose": 0.1},
-    "structured_matmul/bmm/cuda/float16/batch_first": {"calls": 2.371, "gemm_flop": 11.79,
-                                                       "gemm_mem": 0.0, "permute": 7.369,
-                                                       "permute_view": 1.0, "transpose": 0.1571},
-    "structured_matmul/bmm/cuda/float16/batch_last": {"calls": 3.209, "gemm_flop": 15.5,
-                                                      "gemm_mem": 0.0, "permute": 7.713,
-                                                      "permute_view": 1.245, "transpose": 0.1},
-    "structured_matmul/bmm/cuda/float32/batch_first": {"calls": 2.897, "gemm_flop": 0.9986,
-                                                       "gemm_mem": 1.512, "permute": 0.0,
-                                                       "permute_view": 1.0, "transpose": 0.385},
-    "structured_matmul/bmm/cuda/float32/batch_last": {"calls": 2.635, "gemm_flop": 0.9894,
-                                                      "gemm_mem": 1.551, "permute": 1.263,
-                                                      "permute_view": 1.12, "transpose": 0.1},
-    "structured_matmul/dense/cuda/bfloat16/batch_first": {"calls": 0.5035, "gemm_flop": 0.9093,
-                                                          "gemm_mem": 0.4539},
-    "structured_matmul/dense/cuda/bfloat16/batch_last": {"calls": 0.4186, "gemm_flop": 0.8595,
-                                                         "gemm_mem": 0.8006},
-    "structured_matmul/dense/cuda/float16/batch_first": {"calls": 0.6138, "gemm_flop": 0.9026,
-                                                         "gemm_mem": 0.5917},
-    "structured_matmul/dense/cuda/float16/batch_last": {"calls": 0.6207, "gemm_flop": 0.9734,
-                                                        "gemm_mem": 0.2962},
-    "structured_matmul/dense/cuda/float32/batch_first": {"calls": 0.6074, "gemm_flop": 1.066,
-                                                         "gemm_mem": 1.262},
-    "structured_matmul/dense/cuda/float32/batch_last": {"calls": 0.7237, "gemm_flop": 1.122,
-                                                        "gemm_mem": 0.0},
-    "structured_matmul/kernel/cuda/bfloat16/batch_first": {"calls": 1.268, "flop": 1.575,
-                                                           "l2": 0.5159, "mem": 1.011,
-                                                           "tiles": 11.34, "unaligned": 9.743},
-    "structured_matmul/kernel/cuda/bfloat16/batch_last": {"calls": 0.0, "flop": 2.443,
-                                                          "l2": 4.582, "mem": 0.0, "tiles": 18.66,
-                                                          "unaligned": 10.12},
-    "structured_matmul/kernel/cuda/float16/batch_first": {"calls": 1.143, "flop": 1.752,
-                                                          "l2": 0.4966, "mem": 1.023,
-                                                          "tiles": 10.81, "unaligned": 9.723},
-    "structured_matmul/kernel/cuda/float16/batch_last": {"calls": 0.0, "flop": 3.366, "l2": 4.244,
-                                                         "mem": 0.0, "tiles": 22.51,
-                                                         "unaligned": 9.779},
-    "structured_matmul/kernel/cuda/float32/batch_first": {"calls": 2.955, "flop": 1.299,
-                                                          "l2": 0.6474, "mem": 0.1306,
-                                                          "tiles": 8.38, "unaligned": 0.0},
-    "structured_matmul/kernel/cuda/float32/batch_last": {"calls": 3.323, "flop": 1.183,
-                                                         "l2": 0.4965, "mem": 0.2558,
-                                                         "tiles": 4.447, "unaligned": 0.0},
+    "structured_matmul/bmm/cuda/float16/batch_first": {"calls": 7.002, "gemm_flop": 9.827,
+                                                       "gemm_mem": 0.9154, "permute": 6.996,
+                                                       "permute_view": 1.0, "transpose": 0.1692},
+    "structured_matmul/bmm/cuda/float16/batch_last": {"calls": 8.06, "gemm_flop": 14.4,
+                                                      "gemm_mem": 0.0, "permute": 7.655,
+                                                      "permute_view": 1.306, "transpose": 0.1},
+    "structured_matmul/bmm/cuda/float32/batch_first": {"calls": 7.371, "gemm_flop": 0.9484,
+                                                       "gemm_mem": 1.731, "permute": 0.0,
+                                                       "permute_view": 1.0, "transpose": 0.3804},
+    "structured_matmul/bmm/cuda/float32/batch_last": {"calls": 6.122, "gemm_flop": 0.9835,
+                                                      "gemm_mem": 1.799, "permute": 1.158,
+                                                      "permute_view": 0.9314, "transpose": 0.1},
+    "structured_matmul/dense/cuda/bfloat16/batch_first": {"calls": 1.438, "gemm_flop": 0.8516,
+                                                          "gemm_mem": 0.4418},
+    "structured_matmul/dense/cuda/bfloat16/batch_last": {"calls": 1.185, "gemm_flop": 0.8557,
+                                                         "gemm_mem": 0.5507},
+    "structured_matmul/dense/cuda/float16/batch_first": {"calls": 1.713, "gemm_flop": 0.8496,
+                                                         "gemm_mem": 0.4743},
+    "structured_matmul/dense/cuda/float16/batch_last": {"calls": 1.584, "gemm_flop": 0.8553,
+                                                        "gemm_mem": 0.5787},
+    "structured_matmul/dense/cuda/float32/batch_first": {"calls": 1.575, "gemm_flop": 0.8694,
+                                                         "gemm_mem": 1.7},
+    "structured_matmul/dense/cuda/float32/batch_last": {"calls": 1.63, "gemm_flop": 0.87,
+                                                        "gemm_mem": 1.175},
+    "structured_matmul/kernel/cuda/bfloat16/batch_first": {"calls": 2.271, "flop": 0.8,
+                                                           "l2": 0.2522, "mem": 0.3876,
+                                                           "tiles": 6.538, "unaligned": 0.09302},
+    "structured_matmul/kernel/cuda/bfloat16/batch_last": {"calls": 1.822, "flop": 1.128,
+                                                          "l2": 0.03796, "mem": 0.7959,
+                                                          "tiles": 3.398, "unaligned": 0.0},
+    "structured_matmul/kernel/cuda/float16/batch_first": {"calls": 2.139, "flop": 0.8,
+                                                          "l2": 0.2572, "mem": 0.2527,
+                                                          "tiles": 7.154, "unaligned": 0.07978},
+    "structured_matmul/kernel/cuda/float16/batch_last": {"calls": 1.731, "flop": 1.125,
+                                                         "l2": 0.03278, "mem": 0.8248,
+                                                         "tiles": 3.228, "unaligned": 0.0},
+    "structured_matmul/kernel/cuda/float32/batch_first": {"calls": 7.3, "flop": 1.296,
+                                                          "l2": 0.6718, "mem": 0.126,
+                                                          "tiles": 8.297, "unaligned": 0.0},
+    "structured_matmul/kernel/cuda/float32/batch_last": {"calls": 7.727, "flop": 1.15,
+                                                         "l2": 0.5194, "mem": 0.3432,
+                                                         "tiles": 3.692, "unaligned": 0.0},
 })
 
 

@@ -465,7 +465,14 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert structured._cuda_tile((1, 48, 48, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
     assert structured._cuda_tile((1, 16, 48, 4), 4) == (256, 16, 4, 4)
     assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 8, 1)
-    assert structured._cuda_tile((1, 64, 64, 32), 2) == (32, 16, 16, 16)
+    assert structured._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)  # c % 8: older kernel
+    # the pipelined half kernel (launch_pipe in ks_cuda_launch.cuh)
+    assert structured._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
+    assert structured._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
+    assert structured._cuda_tile((1, 64, 64, 6), 2) == (128, 64, 32, 2)
+    assert structured._cuda_tile((1, 64, 64, 3), 2) == (128, 128, 16, 1)
+    assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 32, 1)
+    assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 32, 1)
 
 
 def test_cuda_cost_model_on_the_h100():
