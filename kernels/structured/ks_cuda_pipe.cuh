@@ -24,12 +24,12 @@
 namespace kl {
 namespace ks {
 
-template <int TJ, int BN, int BK, int TL, bool BF>
+template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads>
 struct PipeShape {
-  static constexpr int kWarps = 8, kStages = 3;
+  static constexpr int kWarps = NT / 32, kStages = 3;
   static constexpr int WPJ = kWarps / TJ;  // warps per j
   static constexpr int GN = BN / 64, GK = BK / 32;
-  static_assert(TJ >= 1 && TJ <= 8 && kWarps % TJ == 0, "TJ divides the 8 warps");
+  static_assert(TJ >= 1 && kWarps % TJ == 0, "TJ divides the warps");
   static_assert(GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0, "64 x 32 warp tiles");
   static_assert(TL % 16 == 0, "whole k16 steps");
   static constexpr int PL = TL + 8;  // pitch of [row][l] tiles: 8 ldmatrix rows hit 8 bank groups
@@ -58,14 +58,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // R rows of E elements (E % 8 == 0) into shared rows of pitch P: row r starts at
 // base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are zeros.
-template <class T, int R, int E, int P, class RowOff, class RowOk>
+template <class T, int R, int E, int P, int NT, class RowOff, class RowOk>
 __device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off, RowOk row_ok,
                                            int emax) {
   constexpr int CPR = E / 8;
 #pragma unroll
-  for (int u0 = 0; u0 < R * CPR; u0 += kThreads) {
+  for (int u0 = 0; u0 < R * CPR; u0 += NT) {
     const int u = u0 + int(threadIdx.x);
-    if (R * CPR % kThreads != 0 && u >= R * CPR) break;
+    if (R * CPR % NT != 0 && u >= R * CPR) break;
     const int r = u / CPR, e = (u % CPR) * 8;
     int valid = emax - e;
     valid = row_ok(r) ? (valid < 0 ? 0 : (valid > 8 ? 8 : valid)) : 0;
@@ -98,15 +98,15 @@ __device__ __forceinline__ Run<TJ> load_run(const void *p) {
 
 // An [R][TL][TJ] tile (element (r, l, j) at base[r·rs + l·d + j]) loaded as runs of TJ j's at
 // l and l + 1, stored transposed as [j][r][l] with pitch PL: word j of a unit is (l, l + 1) of j.
-template <class T, int R, int TL, int TJ, int PL>
+template <class T, int R, int TL, int TJ, int PL, int NT>
 struct TransposingLoader {
-  static constexpr int U = R * TL / 2, G = (U + kThreads - 1) / kThreads;
+  static constexpr int U = R * TL / 2, G = (U + NT - 1) / NT;
   Run<TJ> lo[G], hi[G];
 
   __device__ __forceinline__ void load(const T *base, int64_t rs, int64_t d, int rmax, int lmax) {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int u = int(threadIdx.x) + s * kThreads;
+      const int u = int(threadIdx.x) + s * NT;
       const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
       const T *src = base + r * rs + l * d;
       const bool in = u < U && r < rmax;
@@ -120,8 +120,8 @@ struct TransposingLoader {
   __device__ __forceinline__ void store(T *sm) const {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-      const int u = int(threadIdx.x) + s * kThreads;
-      if (U % kThreads != 0 && u >= U) break;
+      const int u = int(threadIdx.x) + s * NT;
+      if (U % NT != 0 && u >= U) break;
       const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
 #pragma unroll
       for (int j = 0; j < TJ; ++j) {
@@ -132,6 +132,56 @@ struct TransposingLoader {
     }
   }
 };
+
+// The same tile for TJ = d in {2, 3, 6} (whole d: a row's (l, j) span is contiguous): units of
+// UE = lcm(8, 2d) elements (UP = UE / 2d pairs of l) loaded as 16-byte vectors, each (l, l + 1)
+// pair of a j picked out by a byte permute.  Units never straddle the valid l range (c and TL
+// are multiples of 8, a unit spans at most 8 l).
+template <class T, int R, int TL, int D, int PL, int NT>
+struct SpanLoader {
+  static constexpr int UE = (D == 3 || D == 6) ? 24 : 8, UC = UE / 8, UP = UE / (2 * D);
+  static constexpr int UR = TL * D / UE;  // units per row
+  static constexpr int U = R * UR, G = (U + NT - 1) / NT;
+  static_assert(TL * D % UE == 0 && UE % (2 * D) == 0, "whole units per row");
+  uint32_t w[G][UC * 4];
+
+  __device__ __forceinline__ void load(const T *base, int64_t rs, int64_t, int rmax, int lmax) {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      const int r = u / UR, e0 = (u % UR) * UE;
+      const bool in = u < U && r < rmax && e0 / D < lmax;
+      const uint4 *src = reinterpret_cast<const uint4 *>(base + r * rs + e0);
+#pragma unroll
+      for (int cc = 0; cc < UC; ++cc) {
+        const uint4 v = in ? __ldg(src + cc) : make_uint4(0, 0, 0, 0);
+        w[s][4 * cc] = v.x, w[s][4 * cc + 1] = v.y, w[s][4 * cc + 2] = v.z, w[s][4 * cc + 3] = v.w;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(T *sm) const {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      if (U % NT != 0 && u >= U) break;
+      const int r = u / UR, l0 = (u % UR) * UE / D;
+#pragma unroll
+      for (int lp = 0; lp < UP; ++lp)
+#pragma unroll
+        for (int j = 0; j < D; ++j) {
+          const int e1 = 2 * lp * D + j, e2 = e1 + D;  // elements (l, j) and (l + 1, j)
+          const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
+          const uint32_t pair = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
+          *reinterpret_cast<uint32_t *>(sm + (j * R + r) * PL + l0 + 2 * lp) = pair;
+        }
+    }
+  }
+};
+
+template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
+using RegLoader = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, PL, NT>,
+                                            TransposingLoader<T, R, TL, TJ, PL, NT>>::type;
 
 // Stores N consecutive elements (N = 1, 2, 4, 8) of `src` (shared) to `dst` (global, aligned).
 template <class T, int N>
@@ -146,9 +196,11 @@ __device__ __forceinline__ void store_vec(T *dst, const T *src) {
     *dst = *src;
 }
 
-template <class T, bool BF, bool DJ, int TJ, int BN, int BK, int TL>
-__global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
-  typedef PipeShape<TJ, BN, BK, TL, BF> S;
+// DJ: d > 1 (K and the batch_first X through registers); SPAN: TJ == d in {2, 3, 6}, loaded
+// as whole (l, j) spans; NT threads (8 warps, or 6 for d = 3, 6).
+template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
+__global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
+  typedef PipeShape<TJ, BN, BK, TL, BF, NT> S;
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   T *smem = reinterpret_cast<T *>(dynamic_smem());
@@ -175,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
   const int64_t c = p.c, d = p.d, x_ld = p.x_ld;
   const int64_t nl = (c + TL - 1) / TL;
 
-  TransposingLoader<T, BN, TL, TJ, PL> xr;  // used when BF && DJ
-  TransposingLoader<T, BK, TL, TJ, PL> kr;  // used when DJ
+  RegLoader<SPAN, T, BN, TL, TJ, PL, NT> xr;  // used when BF && DJ
+  RegLoader<SPAN, T, BK, TL, TJ, PL, NT> kr;  // used when DJ
 
   auto lmax_of = [&](int64_t it) { return int(c - it * TL < TL ? c - it * TL : TL); };
   // the asynchronous operands of chunk `it` into stage buffer `st`
@@ -186,18 +238,18 @@ __global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
     const int lmax = lmax_of(it);
     if (BF && !DJ) {  // X rows n: (i·c + l0 ..) contiguous
       const T *base = X + n0 * x_ld + i * c + l0;
-      async_rows<T, BN, TL, PL>(
+      async_rows<T, BN, TL, PL, NT>(
           xs, base, [&](int r) { return r * x_ld; }, [&](int r) { return r < nmax; }, lmax);
     }
     if (!BF) {  // X rows (j, l): ((i·c + l0 + l)·d + j0 + j)·x_ld + n0, n contiguous
       const T *base = X + ((i * c + l0) * d + j0) * x_ld + n0;
-      async_rows<T, TJ * TL, BN, PN>(
+      async_rows<T, TJ * TL, BN, PN, NT>(
           xs, base, [&](int r) { return ((r % TL) * d + r / TL) * x_ld; },
           [&](int r) { return r % TL < lmax; }, nmax);
     }
     if (!DJ) {  // K rows k (d = 1): (i·b + k0 + k)·c + l0 ..
       const T *base = K + (i * p.b + k0) * c + l0;
-      async_rows<T, BK, TL, PL>(
+      async_rows<T, BK, TL, PL, NT>(
           ks, base, [&](int r) { return r * c; }, [&](int r) { return r < kmax; }, lmax);
     }
   };
@@ -302,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
     // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart
     constexpr int RL = BK * TJ, CPR = RL / 8;
     const bool whole = TJ == d;
-    for (int u = threadIdx.x; u < BN * CPR; u += kThreads) {
+    for (int u = threadIdx.x; u < BN * CPR; u += NT) {
       const int n = u / CPR, e = (u % CPR) * 8;
       if (n >= nmax) continue;
       const T *src = cs + n * S::OP + e;
@@ -330,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 2) ks_pipe(Params p) {
     }
   } else {
     constexpr int CPR = BN / 8;
-    for (int u = threadIdx.x; u < BK * TJ * CPR; u += kThreads) {
+    for (int u = threadIdx.x; u < BK * TJ * CPR; u += NT) {
       const int rr = u / CPR, n = (u % CPR) * 8;
       const int k = rr / TJ, j = rr % TJ;
       if (k >= kmax || n >= nmax) continue;
