@@ -161,8 +161,10 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
   }
   c->fs_elems = int(round_up(fs, 8));
   c->buf_elems = int(round_up(buf, 8));
-  const int tables = k->kind == kFfma ? 2 : 1;
-  c->smem = size_t(c->fs_elems + 2 * int64_t(c->buf_elems)) * es + size_t(tables) * 16 * L;
+  // line tables: two sets of x and y offsets (CUDA cores), or one set plus one entry per
+  // chunk of 8 lines (tensor cores)
+  const size_t tables = k->kind == kFfma ? size_t(32) * L : size_t(16) * L + size_t(2) * L;
+  c->smem = size_t(c->fs_elems + 2 * int64_t(c->buf_elems)) * es + tables;
   return true;
 }
 
@@ -276,10 +278,18 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
       }
       items = std::max(items, t);
     }
-    c.NT = int(std::min<int64_t>(k->max_threads, round_up(items, 32)));
+    // (tensor cores: blocks of up to 256 threads, two per SM where they fit, else one block
+    // of up to 512 threads, so that an SM holding a single large tile still has 16 warps)
+    const int cap = k->kind == kMma ? std::min(256, k->max_threads) : k->max_threads;
+    c.NT = int(std::min<int64_t>(cap, round_up(items, 32)));
     if (g_tune.threads > 0) c.NT = std::max(c.NT, std::min(g_tune.threads, k->max_threads));
     int blocks = 0;
     if (occupancy(k, dev.id, c.NT, c.smem, &blocks) != KL_OK || blocks < 1) continue;
+    if (k->kind == kMma && blocks == 1 && items > c.NT && g_tune.threads <= 0) {
+      const int nt = int(std::min<int64_t>(k->max_threads, round_up(items, 32)));
+      int b2 = 0;
+      if (occupancy(k, dev.id, nt, c.smem, &b2) == KL_OK && b2 >= 1) c.NT = nt;
+    }
     c.occ = blocks;
     // score: work for every SM, then threads with work per SM (latency hiding), then tile size
     const int64_t grid = std::min<int64_t>(c.ntiles, int64_t(blocks) * dev.sms);
@@ -287,7 +297,13 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
     const int64_t busy = std::min<int64_t>(512, per_sm * std::min<int64_t>(items, c.NT));
     // (at equal busy threads, two blocks per SM beat one: one block's barriers overlap the
     // other's work)
-    const int64_t score = (c.ntiles >= 2 * dev.sms ? int64_t(1) << 40 : 0) + busy * 100000 +
+    // (tensor cores: a step of fewer than 32 rows per tile leaves most of each warp's 32-row
+    // mma tile empty)
+    int64_t min_rows = int64_t(1) << 30;
+    for (int s = 0; s < c.count; ++s) min_rows = std::min<int64_t>(min_rows, int64_t(c.st[s].R) * c.L);
+    const bool full_mma = k->kind != kMma || min_rows >= 32;
+    const int64_t score = (c.ntiles >= 2 * dev.sms ? int64_t(1) << 40 : 0) +
+                          (full_mma ? int64_t(1) << 39 : 0) + busy * 100000 +
                           std::min(blocks, 4) * 1000 + c.L;
     if (!found || score > best_score) {
       best = c;
@@ -487,6 +503,9 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
     // 4 lines x 8 consecutive elements per warp instruction (fewer lines if L is smaller)
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
   pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
+  pp->y_rowvec = c.k->kind == kMma && !rows_fast && c.S == 1 && out.es == 1 && c.Bout % 8 == 0 &&
+                 reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0 && (m1 == 1 || out.rs1 % 8 == 0) &&
+                 (m2 == 1 || out.rs2 % 8 == 0);
   pp->div_bin = FastDiv(uint32_t(c.Bin));
   pp->div_p0 = FastDiv(uint32_t(c.st[0].P));
   pp->div_l = FastDiv(uint32_t(c.L));

@@ -18,7 +18,7 @@ cudaError_t launch_ffma(const PassP &p, int grid, int block, size_t smem, cudaSt
 }
 #define KL_MMA(WN)                                                                         \
   {"f16.mma.wn" #WN, reinterpret_cast<const void *>(&kron_mma_kernel<__half, 2, WN>), kMma, \
-   8 * WN, 32, 256, 2, 2, &launch_mma<WN>}
+   8 * WN, 32, 512, 2, 2, &launch_mma<WN>}
 const KernelDesc table[] = {
     KL_MMA(2), KL_MMA(4),
     {"f16.ffma.rq8", reinterpret_cast<const void *>(&kron_ffma_kernel<__half, float, 8, 512, 1>),

@@ -51,6 +51,42 @@ __device__ __forceinline__ int hpos(int pp, int ld, int rho) {
   return pp * ld + phys_chunk(rho >> 3) * 8 + (rho & 7);
 }
 
+// Line tables of a tile: offsets of every line (fill_lines) and, per chunk of 8 lines, the
+// offset of its first line where the 8 lines are adjacent and 16-byte aligned in x (xch) or y
+// (ych), else kNoLine, so that the chunked copies read one table entry per chunk (lanes reading
+// 8 entries 64 bytes apart hit the same banks).  Whole warps run the loop: a chunk's 8 lines
+// are 8 lanes of one warp.
+__device__ __forceinline__ void fill_lines_mma(const PassP &p, const Tile &t, int64_t *xoff,
+                                               int64_t *yoff, int64_t *xch, int64_t *ych) {
+  const int lane = threadIdx.x & 31, i8 = lane & 7;
+  for (int l0 = threadIdx.x & ~31; l0 < p.L; l0 += blockDim.x) {
+    const int l = l0 + lane;
+    int64_t xo = kNoLine, yo = kNoLine;
+    if (l < p.L) {
+      const int hi = int(p.div_tmc.div(uint32_t(l)));
+      const int lo = l - hi * (p.rows_fast ? p.TM : p.C);
+      const int mi = p.rows_fast ? lo : hi, ci = p.rows_fast ? hi : lo;
+      const int64_t m = t.mt * p.TM + mi, j = t.ct * p.C + ci;
+      if (m < p.M && j < p.S) {
+        const int64_t m1 = m / p.m2n, m2 = m - m1 * p.m2n;
+        xo = m1 * p.xrs1 + m2 * p.xrs2 + j * p.Bin * p.xes;
+        yo = m1 * p.yrs1 + m2 * p.yrs2 + j * p.yes;
+      }
+      xoff[l] = xo;
+      yoff[l] = yo;
+    }
+    const int64_t x0 = __shfl_sync(0xffffffffu, xo, lane & ~7);
+    const int64_t y0 = __shfl_sync(0xffffffffu, yo, lane & ~7);
+    const bool xv = xo != kNoLine && xo == x0 + i8 && x0 % 8 == 0;
+    const bool yv = p.y_vec && yo != kNoLine && yo == y0 + i8 && y0 % 8 == 0;
+    const unsigned xb = __ballot_sync(0xffffffffu, xv), yb = __ballot_sync(0xffffffffu, yv);
+    if (i8 == 0 && l < p.L) {
+      xch[l >> 3] = ((xb >> lane) & 0xffu) == 0xffu ? x0 : kNoLine;
+      ych[l >> 3] = ((yb >> lane) & 0xffu) == 0xffu ? y0 : kNoLine;
+    }
+  }
+}
+
 template <class H>
 __device__ void load_factors_t(const PassP &p, H *Fs) {
   for (int si = 0; si < p.nsteps; ++si) {
@@ -65,7 +101,7 @@ __device__ void load_factors_t(const PassP &p, H *Fs) {
 }
 
 template <class H>
-__device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff) {
+__device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff, const int64_t *xch) {
   const StepP &s0 = p.st[0];
   const H *x = static_cast<const H *>(p.x);
   const int amask = (1 << p.a_log2) - 1;
@@ -87,8 +123,8 @@ __device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff) {
           const int l = (u - e * lcn) << 3;
           const int r = int(p.div_p0.div(uint32_t(e)));
           dst[b] = hpos(e - r * s0.P, s0.ld, r * p.L + l);
-          const int64_t x0 = xoff[l], x7 = xoff[l + 7];
-          if (x0 != kNoLine && x7 == x0 + 7 && x0 % 8 == 0) {
+          const int64_t x0 = xch[l >> 3];
+          if (x0 != kNoLine) {
             v[b] = *reinterpret_cast<const uint4 *>(x + x0 + e * p.xes);
           } else {
             H *vh = reinterpret_cast<H *>(&v[b]);
@@ -267,7 +303,7 @@ struct Mma {
 
 // staged [k][line] -> y (alpha, beta), 16-byte runs where lines are consecutive in y
 template <class H>
-__device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff) {
+__device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, const int64_t *ych) {
   using Ops = HalfOps<H>;
   H *y = static_cast<H *>(p.y);
   const float alpha = float(p.alpha), beta = float(p.beta);
@@ -280,12 +316,9 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff) {
       const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk(k * Lc + c) * 8);
       const H *h = reinterpret_cast<const H *>(&v);
       const int64_t koff = int64_t(k) * p.S * p.yes;
-      int64_t yo[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) yo[i] = yoff[c * 8 + i];
-      const bool vec = p.y_vec && yo[0] != kNoLine && yo[7] == yo[0] + 7 && yo[0] % 8 == 0;
-      if (vec) {
-        H *d = y + yo[0] + koff;
+      const int64_t y0 = ych[c];
+      if (y0 != kNoLine) {
+        H *d = y + y0 + koff;
         uint4 o = make_uint4(0, 0, 0, 0);
         if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
         const H *oh = reinterpret_cast<const H *>(&o);
@@ -301,13 +334,46 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff) {
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          if (yo[i] == kNoLine) continue;
-          H *d = y + yo[i] + koff;
+          const int64_t yo = yoff[c * 8 + i];
+          if (yo == kNoLine) continue;
+          H *d = y + yo + koff;
           float f = alpha * Ops::tof(h[i]);
           if (beta != 0.f) f += beta * Ops::tof(*d);
           *d = Ops::fromf(f);
         }
       }
+    }
+  } else if (p.y_rowvec) {
+    // one instance per row (S == 1), rows 16-byte aligned: a thread gathers 8 consecutive k of
+    // one line (stride L in the staging) into one 16-byte store; lane pairs take the two halves
+    // of a 32-byte sector, then lines
+    const int kc_n = p.Bout >> 3, wl = (kc_n & 1) ? 0 : 1;
+    const int total = kc_n * L;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int rest = idx >> wl;
+      const int kh = int(p.div_l.div(uint32_t(rest)));
+      const int l = rest - kh * L;
+      const int kc = (kh << wl) + (idx & wl);
+      const int64_t yo = yoff[l];
+      if (yo == kNoLine) continue;
+      const int c0 = kc * L + (l >> 3);  // chunk of (k = 8 kc, l)
+      uint4 v;
+      H *vh = reinterpret_cast<H *>(&v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vh[i] = stage[phys_chunk(c0 + i * Lc) * 8 + (l & 7)];
+      H *d = y + yo + (kc << 3);
+      uint4 o = make_uint4(0, 0, 0, 0);
+      if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
+      const H *oh = reinterpret_cast<const H *>(&o);
+      uint4 w;
+      H *wh = reinterpret_cast<H *>(&w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float f = alpha * Ops::tof(vh[i]);
+        if (beta != 0.f) f += beta * Ops::tof(oh[i]);
+        wh[i] = Ops::fromf(f);
+      }
+      *reinterpret_cast<uint4 *>(d) = w;
     }
   } else {
     // one instance per row (S == 1): lanes along k, which is contiguous in y
@@ -326,7 +392,7 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff) {
 }
 
 template <class H, int WM, int WN>
-__global__ void __launch_bounds__(256, 2) kron_mma_kernel(const __grid_constant__ PassP p) {
+__global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant__ PassP p) {
   using K = Mma<H, WM, WN>;
   KL_DYNAMIC_SMEM(smem_raw);
   H *Fs = reinterpret_cast<H *>(smem_raw);
@@ -334,6 +400,8 @@ __global__ void __launch_bounds__(256, 2) kron_mma_kernel(const __grid_constant_
   H *const buf1 = buf0 + p.buf_elems;
   int64_t *xoff = reinterpret_cast<int64_t *>(buf1 + p.buf_elems);
   int64_t *yoff = xoff + p.L;
+  int64_t *xch = yoff + p.L;
+  int64_t *ych = xch + (p.L >> 3);
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   bool have_factors = false;
   for (int64_t t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
@@ -343,9 +411,9 @@ __global__ void __launch_bounds__(256, 2) kron_mma_kernel(const __grid_constant_
       load_factors_t<H>(p, Fs);
       have_factors = true;
     }
-    fill_lines(p, tl, xoff, yoff);
+    fill_lines_mma(p, tl, xoff, yoff, xch, ych);
     __syncthreads();
-    load_tile_half<H>(p, buf0, xoff);
+    load_tile_half<H>(p, buf0, xoff, xch);
     __syncthreads();
     H *in = buf0, *out = buf1;
     for (int si = 0; si < p.nsteps; ++si) {
@@ -369,7 +437,7 @@ __global__ void __launch_bounds__(256, 2) kron_mma_kernel(const __grid_constant_
       in = out;
       out = tmp;
     }
-    copy_out<H>(p, in, yoff);
+    copy_out<H>(p, in, yoff, ych);
   }
 }
 
