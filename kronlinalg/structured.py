@@ -730,14 +730,16 @@ def _cuda_tj(d) -> int:
     return 4 if d < 4 else (8 if d < 8 else 16)
 
 
-# The pipelined half kernel (ks_cuda_pipe.cuh, launch_pipe), taken when c % 8 == 0 (and rows
-# 16-byte aligned, which the model assumes): TJ the largest of 8, 4, 2, 1 dividing d;
-# TJ -> (TN, TK, TL), and for d = 1 the k tile of 128 or 64 that pads b least.
-_CUDA_PIPE_TILES = {8: (64, 32, 16), 4: (64, 64, 16), 2: (128, 64, 32), 1: (128, 128, 16)}
+# The pipelined tensor-core kernel (ks_cuda_pipe.cuh, launch_pipe; float32 as 3xTF32), taken
+# when c % 8 == 0 (and rows 16-byte aligned, which the model assumes): d -> (TN, TK, TL, TJ) with
+# the half types' l chunk (float32: 16 for d = 1, else 8); d = 2, 3, 6 whole, else TJ the
+# largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least.
+_CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 16, 3), 6: (64, 32, 16, 6),
+                    8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
 
 
 def _cuda_pipelined(p, s_e) -> bool:
-    return s_e == 2 and p[2] % 8 == 0
+    return p[2] % 8 == 0
 
 
 def _cuda_tile(p, s_e) -> tuple:
@@ -745,9 +747,16 @@ def _cuda_tile(p, s_e) -> tuple:
     b, d = p[1], p[3]
     if _cuda_pipelined(p, s_e):
         if d == 1:
-            return (256, 64, 32, 1) if -b % 64 < -b % 128 else (128, 128, 32, 1)
-        tj = next(t for t in (8, 4, 2, 1) if d % t == 0)
-        return _CUDA_PIPE_TILES[tj] + (tj,)
+            tn, tk, tl, tj = (256, 64, 32, 1) if -b % 64 < -b % 128 else (128, 128, 32, 1)
+        elif d in (2, 3, 6):
+            tn, tk, tl, tj = _CUDA_PIPE_TILES[d]
+        else:
+            tn, tk, tl, tj = _CUDA_PIPE_TILES[next(t for t in (8, 4, 2, 1) if d % t == 0)]
+            if tj == 2:  # d % 4 == 2 beyond 2 and 6: runs of two j
+                tn, tk, tl = 128, 64, 32
+        if s_e == 4:  # float32: l chunks of 16 (d = 1) or 8
+            tl = 16 if d == 1 else 8
+        return tn, tk, tl, tj
     tj = _cuda_tj(d)
     if s_e == 2:
         tk, tn = _CUDA_HALF_TILES[tj]
@@ -767,7 +776,10 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
     launches."""
     B, first = info["B"], info["layout"] == "batch_first"
     half = s_e == 2
-    rate = prof.flops(dtype) / 4.0 if half else prof.units * 128 * 2.0 * prof.clock_hz
+    simt = prof.units * 128 * 2.0 * prof.clock_hz  # CUDA-core FMA peak
+    # float32 on the pipelined kernel: three TF32 products per product (a third of the tensor
+    # cores' TF32 rate, never below the CUDA-core peak it replaces)
+    tf32x3 = max(simt, prof.tc_ops.get("tf32", 0.0) * prof.units * prof.clock_hz / 3.0)
     vec = 16 // s_e
     t = dict.fromkeys(("mem", "flop", "unaligned", "tiles", "l2", "calls"), 0.0)
     for p in info["patterns"]:
@@ -777,10 +789,13 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
                           math.ceil(d / tj))
         tiles = a * nj * nn * nk
         chunk = 2.0 * tn * tk * tj * tl  # flops of one l chunk of one tile
+        rate = (prof.flops(dtype) / 4.0 if half
+                else tf32x3 if _cuda_pipelined(p, s_e) else simt)
         t["mem"] += _io_elems(B, p) * s_e / prof.bandwidth
         t["flop"] += tiles * nl * chunk / rate
-        # narrow loads: runs of fewer than 4 j (the pipelined kernel), not 16-byte vectors (else)
-        narrow = (d > 1 and tj < 4) if _cuda_pipelined(p, s_e) else not (
+        # narrow loads: runs of fewer than 4 j outside the whole-d spans (the pipelined kernel),
+        # not 16-byte vectors (the others)
+        narrow = (tj < 4 and d not in (1, 2, 3, 6)) if _cuda_pipelined(p, s_e) else not (
             tj == d or (d % tj == 0 and tj % vec == 0))
         if narrow:
             t["unaligned"] += tiles * nl * chunk / rate

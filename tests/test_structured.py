@@ -462,16 +462,22 @@ def test_cuda_tile_shapes_follow_the_launcher():
     # kernels/structured/ks_cuda_launch.cuh pick_tj / pick_tk and ks_cuda.cu's shapes
     assert [structured._cuda_tj(d) for d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)] == \
         [1, 2, 4, 4, 8, 8, 4, 16, 8, 16, 16]
-    assert structured._cuda_tile((1, 48, 48, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
-    assert structured._cuda_tile((1, 16, 48, 4), 4) == (256, 16, 4, 4)
-    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 8, 1)
-    assert structured._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)  # c % 8: older kernel
-    # the pipelined half kernel (launch_pipe in ks_cuda_launch.cuh)
+    # c % 8 != 0: the older kernels
+    assert structured._cuda_tile((1, 48, 44, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
+    assert structured._cuda_tile((1, 16, 44, 4), 4) == (256, 16, 4, 4)
+    assert structured._cuda_tile((1, 512, 44, 1), 4) == (128, 128, 8, 1)
+    assert structured._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)
+    # the pipelined kernel (launch_pipe in ks_cuda_launch.cuh)
     assert structured._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
     assert structured._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
-    assert structured._cuda_tile((1, 64, 64, 6), 2) == (128, 64, 32, 2)
-    assert structured._cuda_tile((1, 64, 64, 3), 2) == (128, 128, 16, 1)
+    assert structured._cuda_tile((1, 64, 64, 6), 2) == (64, 32, 16, 6)
+    assert structured._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 16, 3)
+    assert structured._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
+    assert structured._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
+    assert structured._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
     assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 32, 1)
+    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 16, 1)
+    assert structured._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
     assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 32, 1)
 
 
@@ -556,10 +562,11 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", (0, 1))
-@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_cuda_half_pipelined_tiles_for_every_d(rng, layout, dtype):
-    """Half types on the pipelined kernel (c % 8 == 0, x_ld % 8 == 0): every TJ (d = 1 with both
-    k tiles, 2, 4, 8 and the odd / 2-mod-4 d that take TJ = 1, 2, 4), tails in the batch, in b
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
+    """The pipelined tensor-core kernel (c % 8 == 0, x_ld % 8 == 0; float32 as 3xTF32, held to
+    float32's tolerance): every tile (d = 1 with both k tiles, the whole-d spans d = 2, 3, 6,
+    runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
     and in the l chunks, several chunks (c > 3 stages), a > 1; a misaligned leading dimension
     takes the other kernel.  Padding columns of y must stay untouched."""
     torch = pytest.importorskip("torch")
@@ -573,7 +580,8 @@ def test_cuda_half_pipelined_tiles_for_every_d(rng, layout, dtype):
                                 ((1, 20, 56, 4), 65, 0), ((2, 33, 8, 6), 100, 0),
                                 ((1, 48, 72, 8), 67, 8), ((2, 24, 32, 12), 90, 0),
                                 ((1, 16, 48, 24), 40, 0), ((1, 72, 104, 16), 150, 16),
-                                ((2, 48, 64, 4), 99, 3)]:
+                                ((2, 48, 64, 4), 99, 3), ((1, 24, 16, 10), 50, 0),
+                                ((1, 40, 24, 5), 33, 0), ((2, 64, 48, 6), 300, 8)]:
         a, b, c, d = pattern
         n, m = a * c * d, a * b * d
         v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
@@ -585,7 +593,7 @@ def test_cuda_half_pipelined_tiles_for_every_d(rng, layout, dtype):
         y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
         ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
                        (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
-                       {"float16": 2, "bfloat16": 3}[dtype],
+                       {"float32": 0, "float16": 2, "bfloat16": 3}[dtype],
                        torch.cuda.current_stream().cuda_stream)
         yn = y.float().cpu().numpy().astype(np.float64)
         xn = x.float().cpu().numpy().astype(np.float64)

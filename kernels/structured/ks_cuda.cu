@@ -1,12 +1,26 @@
 // CUDA Kronecker-sparse kernel: float32 instantiations and the entry point (the half types are
 // instantiated in ks_cuda_f16.cu and ks_cuda_bf16.cu, compiled in parallel).
+#include <cstdlib>
+#include <cstring>
+
 #include "ks_cuda_launch.cuh"
 
 namespace kl {
 namespace ks {
 namespace {
 
-// float32: 8×8 outputs per thread.  d = 3, 6: whole-d tiles (TJ = d), so the (l, j) span of an X
+// float32 goes to the pipelined tensor-core kernel as 3xTF32 (ks_cuda_pipe.cuh) where its
+// alignment holds, unless KRONLINALG_KS_FP32=ffma asks for the CUDA-core kernel below (exact
+// float32 FMAs; also how the two are compared).
+bool tf32x3_enabled() {
+  static const bool on = [] {
+    const char *v = std::getenv("KRONLINALG_KS_FP32");
+    return !(v && std::strcmp(v, "ffma") == 0);
+  }();
+  return on;
+}
+
+// float32 on CUDA cores: 8×8 outputs per thread.  d = 3, 6: whole-d tiles (TJ = d), so the (l, j) span of an X
 // row, a K row and a Y row is contiguous and loads in 16-byte vectors whatever d is.  Other d:
 // TJ from pick_tj, but 8 where it says 16 (a 64×32 GEMM per j instead of 64×16: half the L2
 // traffic per flop).  TL per shape as measured on an H100 (TL = 8 spills on the TJ = 8 shape).
@@ -20,6 +34,9 @@ int launch_f32_shape(const kl_ks_problem *p, cudaStream_t s) {
 }
 
 int launch_f32(const kl_ks_problem *p, cudaStream_t s) {
+  if (pipe_applies(p) && tf32x3_enabled())
+    return p->layout == KL_KS_BATCH_FIRST ? launch_pipe<float, true>(p, s)
+                                          : launch_pipe<float, false>(p, s);
   const int64_t d = p->d;
   if (d == 3) return launch_f32_shape<64, 64, 3, 8, 192>(p, s);
   if (d == 6) return launch_f32_shape<64, 64, 6, 8, 384>(p, s);

@@ -79,28 +79,29 @@ template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, 
 int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
   const Params q = make_params(p, BN, BK, TJ);
   return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>,
-                        PipeShape<TJ, BN, BK, TL, BF, NT>::smem_bytes(), s, NT);
+                        PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))>::smem_bytes(), s, NT);
 }
 
 // The pipelined kernel's shape.  d = 1: the k tile that pads b least (128 on a tie: fewer
 // re-reads of the X tile).  d = 2, 3, 6: whole-d tiles loaded as contiguous (l, j) spans (6 warps
 // for d = 3, 6).  Else TJ the largest of 8, 4, 2, 1 dividing d: runs of TJ j's are aligned
-// vectors.
+// vectors.  l chunks: 32 / 16 for half types, 16 / 8 for float32 (twice the bytes).
 template <class T, bool BF>
 int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
+  constexpr int L2 = sizeof(T) == 2 ? 32 : 16, L1 = L2 / 2;
   const int64_t d = p->d, b = p->b;
   if (d == 1) {
     const int64_t pad128 = (b + 127) / 128 * 128 - b, pad64 = (b + 63) / 64 * 64 - b;
-    return pad64 < pad128 ? launch_pipe_shape<T, BF, false, false, 1, 256, 64, 32>(p, s)
-                          : launch_pipe_shape<T, BF, false, false, 1, 128, 128, 32>(p, s);
+    return pad64 < pad128 ? launch_pipe_shape<T, BF, false, false, 1, 256, 64, L2>(p, s)
+                          : launch_pipe_shape<T, BF, false, false, 1, 128, 128, L2>(p, s);
   }
-  if (d == 2) return launch_pipe_shape<T, BF, true, true, 2, 128, 64, 32>(p, s);
-  if (d == 3) return launch_pipe_shape<T, BF, true, true, 3, 64, 64, 16, 192>(p, s);
-  if (d == 6) return launch_pipe_shape<T, BF, true, true, 6, 64, 32, 16, 192>(p, s);
-  if (d % 8 == 0) return launch_pipe_shape<T, BF, true, false, 8, 64, 32, 16>(p, s);
-  if (d % 4 == 0) return launch_pipe_shape<T, BF, true, false, 4, 64, 64, 16>(p, s);
-  if (d % 2 == 0) return launch_pipe_shape<T, BF, true, false, 2, 128, 64, 32>(p, s);
-  return launch_pipe_shape<T, BF, true, false, 1, 128, 128, 16>(p, s);
+  if (d == 2) return launch_pipe_shape<T, BF, true, true, 2, 128, 64, sizeof(T) == 2 ? L2 : L1>(p, s);
+  if (d == 3) return launch_pipe_shape<T, BF, true, true, 3, 64, 64, L1, 192>(p, s);
+  if (d == 6) return launch_pipe_shape<T, BF, true, true, 6, 64, 32, L1, 192>(p, s);
+  if (d % 8 == 0) return launch_pipe_shape<T, BF, true, false, 8, 64, 32, L1>(p, s);
+  if (d % 4 == 0) return launch_pipe_shape<T, BF, true, false, 4, 64, 64, L1>(p, s);
+  if (d % 2 == 0) return launch_pipe_shape<T, BF, true, false, 2, 128, 64, sizeof(T) == 2 ? L2 : L1>(p, s);
+  return launch_pipe_shape<T, BF, true, false, 1, 128, 128, L1>(p, s);
 }
 
 // The pipelined kernel's alignment requirements: x and K 16-byte aligned, rows of x and of K's

@@ -24,15 +24,16 @@
 namespace kl {
 namespace ks {
 
-template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads>
+template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads, int ES = 2>
 struct PipeShape {
   static constexpr int kWarps = NT / 32, kStages = 3;
   static constexpr int WPJ = kWarps / TJ;  // warps per j
   static constexpr int GN = BN / 64, GK = BK / 32;
   static_assert(TJ >= 1 && kWarps % TJ == 0, "TJ divides the warps");
   static_assert(GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0, "64 x 32 warp tiles");
-  static_assert(TL % 16 == 0, "whole k16 steps");
-  static constexpr int PL = TL + 8;  // pitch of [row][l] tiles: 8 ldmatrix rows hit 8 bank groups
+  static_assert(TL % (32 / ES) == 0, "whole k steps (k16 for half, k8 for tf32)");
+  // pitch of [row][l] tiles, rows padded by 16 bytes: 8 ldmatrix rows hit 8 bank groups
+  static constexpr int PL = TL + 16 / ES;
   static constexpr int PN = BN + 8;  // pitch of [l][n] tiles (batch_last X)
   static constexpr int XE = BF ? TJ * BN * PL : TJ * TL * PN;
   static constexpr int KE = TJ * BK * PL;
@@ -41,7 +42,7 @@ struct PipeShape {
   static constexpr int OP = BF ? BK * TJ + 8 : BN + 8;
   static constexpr int OUT = BF ? BN * OP : BK * TJ * OP;
   static constexpr int elems = kStages * STAGE > OUT ? kStages * STAGE : OUT;
-  static constexpr int smem_bytes() { return elems * 2; }
+  static constexpr int smem_bytes() { return elems * ES; }
 };
 
 // 16-byte global -> shared copy of `bytes` (0..16) valid bytes, the rest zero-filled.
@@ -56,21 +57,21 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// R rows of E elements (E % 8 == 0) into shared rows of pitch P: row r starts at
+// R rows of E elements (E a multiple of a 16-byte chunk) into shared rows of pitch P: row r starts at
 // base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are zeros.
 template <class T, int R, int E, int P, int NT, class RowOff, class RowOk>
 __device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off, RowOk row_ok,
                                            int emax) {
-  constexpr int CPR = E / 8;
+  constexpr int VE = 16 / int(sizeof(T)), CPR = E / VE;
 #pragma unroll
   for (int u0 = 0; u0 < R * CPR; u0 += NT) {
     const int u = u0 + int(threadIdx.x);
     if (R * CPR % NT != 0 && u >= R * CPR) break;
-    const int r = u / CPR, e = (u % CPR) * 8;
+    const int r = u / CPR, e = (u % CPR) * VE;
     int valid = emax - e;
-    valid = row_ok(r) ? (valid < 0 ? 0 : (valid > 8 ? 8 : valid)) : 0;
+    valid = row_ok(r) ? (valid < 0 ? 0 : (valid > VE ? VE : valid)) : 0;
     const T *src = valid > 0 ? base + row_off(r) + e : base;
-    cp_async_16_part(sm + r * P + e, src, valid * 2);
+    cp_async_16_part(sm + r * P + e, src, valid * int(sizeof(T)));
   }
 }
 
@@ -179,30 +180,112 @@ struct SpanLoader {
   }
 };
 
-template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
-using RegLoader = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, PL, NT>,
-                                            TransposingLoader<T, R, TL, TJ, PL, NT>>::type;
+// float32: the same tiles element by element (no pairs to form): runs of TJ floats at (r, l)
+// (TransposingLoader's case), or 16-byte chunks of a whole-d span, each element (l, j) = (e / d,
+// e % d) of the span stored at [j][r][l] (SpanLoader's case, any d).
+template <int R, int TL, int TJ, int PL, int NT, bool SPAN>
+struct FloatLoader {
+  static constexpr int UE = SPAN ? 4 : TJ;  // elements per unit
+  static constexpr int UR = TL * (SPAN ? TJ : 1) / (SPAN ? 4 : 1);  // units per row
+  static constexpr int U = R * UR, G = (U + NT - 1) / NT;
+  static_assert(!SPAN || TL * TJ % 4 == 0, "whole chunks per row");
+  static_assert(SPAN || TJ == 1 || TJ == 2 || TJ == 4 || TJ == 8, "vector runs");
+  float v[G][UE];
 
-// Stores N consecutive elements (N = 1, 2, 4, 8) of `src` (shared) to `dst` (global, aligned).
+  __device__ __forceinline__ void load(const float *base, int64_t rs, int64_t d, int rmax,
+                                       int lmax) {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      const int r = u / UR, x = u % UR;
+      // SPAN: chunk x of the row's contiguous span; else the run of TJ j's at l = x
+      const bool in = u < U && r < rmax && (SPAN ? x * 4 / TJ : x) < lmax;
+      const float *src = base + r * rs + (SPAN ? int64_t(x) * 4 : x * d);
+#pragma unroll
+      for (int e = 0; e < UE; e += 4) {
+        if constexpr (UE % 4 == 0) {
+          const float4 f = in ? __ldg(reinterpret_cast<const float4 *>(src + e))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+          v[s][e] = f.x, v[s][e + 1] = f.y, v[s][e + 2] = f.z, v[s][e + 3] = f.w;
+        } else if constexpr (UE == 2) {
+          const float2 f = in ? __ldg(reinterpret_cast<const float2 *>(src)) : make_float2(0.f, 0.f);
+          v[s][0] = f.x, v[s][1] = f.y;
+        } else {
+          v[s][0] = in ? __ldg(src) : 0.f;
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(float *sm) const {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      if (U % NT != 0 && u >= U) break;
+      const int r = u / UR, x = u % UR;
+#pragma unroll
+      for (int e = 0; e < UE; ++e) {
+        const int l = SPAN ? (x * 4 + e) / TJ : x, j = SPAN ? (x * 4 + e) % TJ : e;
+        sm[(j * R + r) * PL + l] = v[s][e];
+      }
+    }
+  }
+};
+
+template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
+struct RegLoaderOf {
+  using type = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, PL, NT>,
+                                         TransposingLoader<T, R, TL, TJ, PL, NT>>::type;
+};
+template <bool SPAN, int R, int TL, int TJ, int PL, int NT>
+struct RegLoaderOf<SPAN, float, R, TL, TJ, PL, NT> {
+  using type = FloatLoader<R, TL, TJ, PL, NT, SPAN>;
+};
+template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
+using RegLoader = typename RegLoaderOf<SPAN, T, R, TL, TJ, PL, NT>::type;
+
+// float32 on tensor cores as 3xTF32: x = hi + lo with hi, lo TF32 (hi the rounding of x, lo of
+// the rest), and a·b ≈ hi·hi + hi·lo + lo·hi, an error near float32's own.
+__device__ __forceinline__ void split_tf32(uint32_t x, uint32_t &hi, uint32_t &lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(__uint_as_float(x)));
+  const float rest = __uint_as_float(x) - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(rest));
+}
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Stores N consecutive elements of `src` (shared) to `dst` (global, aligned to their size).
 template <class T, int N>
 __device__ __forceinline__ void store_vec(T *dst, const T *src) {
-  if constexpr (N == 8)
+  constexpr int bytes = N * int(sizeof(T));
+  if constexpr (bytes == 32) {
+    reinterpret_cast<uint4 *>(dst)[0] = reinterpret_cast<const uint4 *>(src)[0];
+    reinterpret_cast<uint4 *>(dst)[1] = reinterpret_cast<const uint4 *>(src)[1];
+  } else if constexpr (bytes == 16) {
     *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
-  else if constexpr (N == 4)
+  } else if constexpr (bytes == 8) {
     *reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<const uint2 *>(src);
-  else if constexpr (N == 2)
+  } else if constexpr (bytes == 4) {
     *reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<const uint32_t *>(src);
-  else
+  } else {
     *dst = *src;
+  }
 }
 
 // DJ: d > 1 (K and the batch_first X through registers); SPAN: TJ == d in {2, 3, 6}, loaded
 // as whole (l, j) spans; NT threads (8 warps, or 6 for d = 3, 6).
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
 __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
-  typedef PipeShape<TJ, BN, BK, TL, BF, NT> S;
+  typedef PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))> S;
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  constexpr bool kHalf = sizeof(T) == 2;
   T *smem = reinterpret_cast<T *>(dynamic_smem());
 
   // tiles: batch_first runs j tiles fastest (neighbouring blocks share the sectors of X and Y
@@ -295,30 +378,71 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
     cp_async_commit();
 
     const T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
+    if constexpr (kHalf) {
 #pragma unroll
-    for (int kk = 0; kk < TL; kk += 16) {
-      uint32_t af[4][4], bfr[4][2];
+      for (int kk = 0; kk < TL; kk += 16) {
+        uint32_t af[4][4], bfr[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
-        const int nb = wn * 64 + mi * 16;
-        if (BF)
-          cu::ldsm_x4(af[mi], xs + (wj * BN + nb + (lane & 15)) * PL + kk + (lane >> 4) * 8);
-        else
-          cu::ldsm_x4_trans(af[mi],
-                            xs + (wj * TL + kk + (mi_l >> 1) * 8 + r8) * PN + nb + (mi_l & 1) * 8);
+        for (int mi = 0; mi < 4; ++mi) {
+          const int nb = wn * 64 + mi * 16;
+          if (BF)
+            cu::ldsm_x4(af[mi], xs + (wj * BN + nb + (lane & 15)) * PL + kk + (lane >> 4) * 8);
+          else
+            cu::ldsm_x4_trans(
+                af[mi], xs + (wj * TL + kk + (mi_l >> 1) * 8 + r8) * PN + nb + (mi_l & 1) * 8);
+        }
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t t4[4];
+          cu::ldsm_x4(t4, ks + (wj * BK + wk * 32 + np * 16 + (mi_l >> 1) * 8 + r8) * PL + kk +
+                              (mi_l & 1) * 8);
+          bfr[2 * np][0] = t4[0], bfr[2 * np][1] = t4[1];
+          bfr[2 * np + 1][0] = t4[2], bfr[2 * np + 1][1] = t4[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni)
+            cu::mma_16816<kBf16>(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
       }
+    } else {
+      // float32, m16n8k8 TF32 fragments: 8 x 4-float ldmatrix tiles (A rows n / B rows k, l
+      // contiguous) or, for the batch_last X ([l][n]), one 32-bit load per element
+      const int g = lane / 4, q = lane % 4;
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t t4[4];
-        cu::ldsm_x4(t4, ks + (wj * BK + wk * 32 + np * 16 + (mi_l >> 1) * 8 + r8) * PL + kk +
-                            (mi_l & 1) * 8);
-        bfr[2 * np][0] = t4[0], bfr[2 * np][1] = t4[1];
-        bfr[2 * np + 1][0] = t4[2], bfr[2 * np + 1][1] = t4[3];
+      for (int kk = 0; kk < TL; kk += 8) {
+        uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t t4[4];
+          cu::ldsm_x4(t4, ks + (wj * BK + wk * 32 + np * 16 + (mi_l >> 1) * 8 + r8) * PL + kk +
+                              (mi_l & 1) * 4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) split_tf32(t4[e], bh[2 * np + e / 2][e % 2], bl[2 * np + e / 2][e % 2]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+          const int nb = wn * 64 + mi * 16;
+          uint32_t a[4], ah[4], al[4];
+          if (BF) {
+            cu::ldsm_x4(a, xs + (wj * BN + nb + (lane & 15)) * PL + kk + (lane >> 4) * 4);
+          } else {
+            const float *x0 = reinterpret_cast<const float *>(xs) + (wj * TL + kk + q) * PN + nb + g;
+            a[0] = __float_as_uint(x0[0]);
+            a[1] = __float_as_uint(x0[8]);
+            a[2] = __float_as_uint(x0[4 * PN]);
+            a[3] = __float_as_uint(x0[4 * PN + 8]);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) split_tf32(a[e], ah[e], al[e]);
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {  // small terms first
+            mma_tf32(acc[mi][ni], al, bh[ni][0], bh[ni][1]);
+            mma_tf32(acc[mi][ni], ah, bl[ni][0], bl[ni][1]);
+            mma_tf32(acc[mi][ni], ah, bh[ni][0], bh[ni][1]);
+          }
+        }
       }
-#pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) cu::mma_16816<kBf16>(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
     }
 
     if (DJ && it + 1 < nl) {
@@ -373,7 +497,7 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
           const int kt = (e + t) / TJ, jt = (e + t) % TJ;
           if (kt >= kmax) break;
           T *dst = row + kt * d + jt;
-          if ((reinterpret_cast<uintptr_t>(dst) & (2 * RUN - 1)) == 0)
+          if ((reinterpret_cast<uintptr_t>(dst) & (RUN * sizeof(T) - 1)) == 0)
             store_vec<T, RUN>(dst, src + t);
           else
             for (int v = 0; v < RUN; ++v) dst[v] = src[t + v];
