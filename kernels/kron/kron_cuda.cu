@@ -103,6 +103,7 @@ struct PassCfg {
   int Bin = 0, Bout = 0, fs_elems = 0, buf_elems = 0;
   size_t smem = 0;
   int grid = 0, occ = 0;
+  int pf = 0;  // tensor cores: third buffer for the next tile (lines adjacent in x)
   StepGeo st[kMaxSteps];
 };
 
@@ -162,9 +163,10 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
   c->fs_elems = int(round_up(fs, 8));
   c->buf_elems = int(round_up(buf, 8));
   // line tables: two sets of x and y offsets (CUDA cores), or one set plus one entry per
-  // chunk of 8 lines (tensor cores)
-  const size_t tables = k->kind == kFfma ? size_t(32) * L : size_t(16) * L + size_t(2) * L;
-  c->smem = size_t(c->fs_elems + 2 * int64_t(c->buf_elems)) * es + tables;
+  // chunk of 8 lines (tensor cores; two sets and a third data buffer when prefetching)
+  const int nbuf = c->pf ? 3 : 2;
+  const size_t tables = k->kind == kFfma ? size_t(32) * L : size_t(c->pf ? 2 : 1) * 18 * L;
+  c->smem = size_t(c->fs_elems + nbuf * int64_t(c->buf_elems)) * es + tables;
   return true;
 }
 
@@ -237,6 +239,8 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
     c.sh = sh;
     c.k = k;
     c.S = S;
+    // tensor cores, lines adjacent in x: the next tile's chunks stream in (cp.async) meanwhile
+    c.pf = k->kind == kMma && rows_fast;
     // lines: C consecutive instances of TM rows (instances fastest), or the other way round;
     // neither beyond what the matrix has, rounded up to the register tile
     if (!rows_fast) {
@@ -257,7 +261,8 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
     // read-modify-write of the sector in DRAM (ECC), so such tiles are not used when avoidable
     if (!sh.line_outputs_contig) {
       const int64_t run = std::min<int64_t>(rows_fast ? c.TM : c.C, sh.run_cap);
-      const int64_t want = (32 + k->gmem_bytes - 1) / k->gmem_bytes;
+      // (prefetching tensor-core passes: 64-byte runs, as each tile's line is read in runs too)
+      const int64_t want = ((c.pf ? 64 : 32) + k->gmem_bytes - 1) / k->gmem_bytes;
       if (run < want && sh.run_cap >= want && g_tune.L == 0) continue;
     }
     if (!group_geometry(p, last, count, k, c.L, TQ, &c)) continue;
@@ -503,6 +508,7 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
     // 4 lines x 8 consecutive elements per warp instruction (fewer lines if L is smaller)
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
   pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
+  pp->prefetch = c.pf;
   pp->y_rowvec = c.k->kind == kMma && !rows_fast && c.S == 1 && out.es == 1 && c.Bout % 8 == 0 &&
                  reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0 && (m1 == 1 || out.rs1 % 8 == 0) &&
                  (m2 == 1 || out.rs2 % 8 == 0);

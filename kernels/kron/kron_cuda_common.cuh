@@ -86,6 +86,7 @@ struct PassP {
   int x_run;       // elements contiguous and P of the first step a multiple of 8 (CUDA cores)
   int x_chunk;     // V lines adjacent in x and 16-byte aligned: one 16-byte copy per V lines
   int y_rowvec;    // one instance per row, rows 16-byte aligned: 16-byte runs along k (half kernels)
+  int prefetch;    // tensor cores: a third buffer takes the next tile while this one is computed
   FastDiv div_bin, div_p0, div_l, div_tmc, div_bout, div_r0, div_pg, div_lc;
   int64_t M, m2n, S;
   int64_t ntm, ntc, ntiles;

@@ -107,38 +107,27 @@ __device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff, cons
   const int amask = (1 << p.a_log2) - 1;
   if (p.x_chunk) {
     // lines adjacent in x: element e of 8 consecutive lines is one 16-byte chunk in x and in
-    // shared memory; eight loads in flight before their stores
+    // shared memory, copied asynchronously (the caller waits); chunks at a tile edge go through
+    // registers
     const int lcn = p.L >> 3, units = lcn * p.Bin;
-    constexpr int kBatch = 8;
-    for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * blockDim.x) {
-      uint4 v[kBatch];
-      int dst[kBatch];
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+      const int e = int(p.div_lc.div(uint32_t(u)));
+      const int l = (u - e * lcn) << 3;
+      const int r = int(p.div_p0.div(uint32_t(e)));
+      H *dst = buf + hpos(e - r * s0.P, s0.ld, r * p.L + l);
+      const int64_t x0 = xch[l >> 3];
+      if (x0 != kNoLine) {
+        cp_async_16(dst, x + x0 + e * p.xes, true);
+      } else {
+        uint4 v;
+        H *vh = reinterpret_cast<H *>(&v);
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int u = u0 + b * blockDim.x;
-        dst[b] = -1;
-        v[b] = make_uint4(0, 0, 0, 0);
-        if (u < units) {
-          const int e = int(p.div_lc.div(uint32_t(u)));
-          const int l = (u - e * lcn) << 3;
-          const int r = int(p.div_p0.div(uint32_t(e)));
-          dst[b] = hpos(e - r * s0.P, s0.ld, r * p.L + l);
-          const int64_t x0 = xch[l >> 3];
-          if (x0 != kNoLine) {
-            v[b] = *reinterpret_cast<const uint4 *>(x + x0 + e * p.xes);
-          } else {
-            H *vh = reinterpret_cast<H *>(&v[b]);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const int64_t xo = xoff[l + i];
-              vh[i] = xo != kNoLine ? x[xo + e * p.xes] : H(0.0f);
-            }
-          }
+        for (int i = 0; i < 8; ++i) {
+          const int64_t xo = xoff[l + i];
+          vh[i] = xo != kNoLine ? x[xo + e * p.xes] : H(0.0f);
         }
+        *reinterpret_cast<uint4 *>(dst) = v;
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-        if (dst[b] >= 0) *reinterpret_cast<uint4 *>(buf + dst[b]) = v[b];
     }
   } else if (p.x_vec) {
     // units of 8 consecutive elements (8 consecutive p of one row r) of one line: lanes take
@@ -391,31 +380,50 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, co
   }
 }
 
+// Persistent blocks over tiles.  With p.prefetch (passes whose lines are adjacent in x) a third
+// buffer takes the next tile's copies (cp.async) while this tile is computed, and the line
+// tables are double-buffered; otherwise each tile loads, computes and stores in turn.
 template <class H, int WM, int WN>
 __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant__ PassP p) {
   using K = Mma<H, WM, WN>;
   KL_DYNAMIC_SMEM(smem_raw);
   H *Fs = reinterpret_cast<H *>(smem_raw);
-  H *const buf0 = Fs + p.fs_elems;
-  H *const buf1 = buf0 + p.buf_elems;
-  int64_t *xoff = reinterpret_cast<int64_t *>(buf1 + p.buf_elems);
-  int64_t *yoff = xoff + p.L;
-  int64_t *xch = yoff + p.L;
-  int64_t *ych = xch + (p.L >> 3);
+  H *in0 = Fs + p.fs_elems;
+  H *scr = in0 + p.buf_elems;
+  H *pf = scr + p.buf_elems;
+  const int nbuf = p.prefetch ? 3 : 2;
+  int64_t *tab = reinterpret_cast<int64_t *>(in0 + int64_t(nbuf) * p.buf_elems);
+  const int tab_len = 2 * p.L + 2 * (p.L >> 3);  // xoff, yoff, xch, ych
+  int64_t *tab_n = p.prefetch ? tab + tab_len : tab;
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  bool have_factors = false;
-  for (int64_t t = blockIdx.x; t < p.ntiles; t += gridDim.x) {
-    const Tile tl = decode_tile(p, t);
+  int64_t t = blockIdx.x;
+  if (t < p.ntiles) load_factors_t<H>(p, Fs);
+  if (p.prefetch && t < p.ntiles) {
+    fill_lines_mma(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
+                   tab + 2 * p.L + (p.L >> 3));
     __syncthreads();
-    if (!have_factors) {
-      load_factors_t<H>(p, Fs);
-      have_factors = true;
+    load_tile_half<H>(p, in0, tab, tab + 2 * p.L);
+  }
+  for (; t < p.ntiles; t += gridDim.x) {
+    if (p.prefetch) {
+      const int64_t tn = t + gridDim.x;
+      if (tn < p.ntiles)
+        fill_lines_mma(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L,
+                       tab_n + 2 * p.L + (p.L >> 3));
+      cp_async_wait_all();  // this tile has landed
+      __syncthreads();
+      // the next tile streams in while this one is computed
+      if (tn < p.ntiles) load_tile_half<H>(p, pf, tab_n, tab_n + 2 * p.L);
+    } else {
+      __syncthreads();
+      fill_lines_mma(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
+                     tab + 2 * p.L + (p.L >> 3));
+      __syncthreads();
+      load_tile_half<H>(p, in0, tab, tab + 2 * p.L);
+      cp_async_wait_all();
+      __syncthreads();
     }
-    fill_lines_mma(p, tl, xoff, yoff, xch, ych);
-    __syncthreads();
-    load_tile_half<H>(p, buf0, xoff, xch);
-    __syncthreads();
-    H *in = buf0, *out = buf1;
+    H *in = in0, *out = scr;
     for (int si = 0; si < p.nsteps; ++si) {
       const StepP &s = p.st[si];
       const bool last = si + 1 == p.nsteps;
@@ -437,7 +445,16 @@ __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant_
       in = out;
       out = tmp;
     }
-    copy_out<H>(p, in, yoff, ych);
+    copy_out<H>(p, in, tab + p.L, tab + 2 * p.L + (p.L >> 3));
+    if (p.prefetch) {
+      __syncthreads();  // this tile's buffers and tables are free again
+      H *tb = in0;
+      in0 = pf;
+      pf = tb;
+      int64_t *tt = tab;
+      tab = tab_n;
+      tab_n = tt;
+    }
   }
 }
 
