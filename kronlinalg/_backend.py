@@ -143,6 +143,17 @@ def cuda_stream(a) -> int:
     return torch.cuda.current_stream(a.device).cuda_stream
 
 
+def synchronize(a) -> None:
+    """Wait for the work queued on a's stream (CUDA arrays; nothing to wait for on the host)."""
+    if not on_cuda(a):
+        return
+    if is_cupy(a):
+        with a.device:
+            _cupy().cuda.get_current_stream().synchronize()
+        return
+    _torch().cuda.current_stream(a.device).synchronize()
+
+
 def cuda_device_scope(a):
     """Context manager that makes a's GPU current while we launch."""
     if is_cupy(a):

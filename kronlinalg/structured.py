@@ -31,8 +31,8 @@ from . import _backend, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
-__all__ = ["KSFactor", "KSChain", "structured_matmul", "butterfly", "block_butterfly", "monarch",
-           "low_rank", "block_diagonal"]
+__all__ = ["KSFactor", "KSChain", "structured_matmul", "tune", "butterfly", "block_butterfly",
+           "monarch", "low_rank", "block_diagonal"]
 
 ALGORITHMS = ("auto", "kernel", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
@@ -426,6 +426,40 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     # the arrays stay out of the cache (it must not keep them alive)
     _FAST.remember(fast_key, (dataclasses.replace(spec, x=None, chain=None), algorithm, recipe))
     return out
+
+
+def tune(x, factors, /, *, layout="batch_first", repeats=5):
+    """Time every algorithm that runs this product (the kernel where it applies, bmm, dense) on
+    these arrays and make the fastest what ``algorithm="auto"`` runs for calls of the same
+    signature (shapes, dtype, device, layout) in this process: the measured counterpart of the
+    cost model, for workloads that repeat one shape (like ``torch.backends.cudnn.benchmark``).
+    Each algorithm runs once to warm up, then `repeats` times, each waited for; the median
+    counts.  ``kronlinalg.planner.clear_cache()`` returns to the model.  Returns ``{algorithm:
+    seconds}``, fastest first."""
+    import time
+
+    from . import planner
+
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats: expected a positive int, got {repeats!r}")
+    spec = _prepare(x, factors, layout)
+    shapes = (tuple(spec.x.shape),) + tuple(f.pattern for f in spec.chain)
+    opts = dict(dtype=spec.compute_dtype, device=spec.x, layout=spec.layout)
+    names = [c.name for c in planner.plan("structured_matmul", *shapes, **opts)]
+    times = {}
+    for name in names:
+        run = lambda: structured_matmul(x, factors, layout=layout, algorithm=name)  # noqa: E731
+        run()
+        _backend.synchronize(x)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run()
+            _backend.synchronize(x)
+            samples.append(time.perf_counter() - t0)
+        times[name] = float(np.median(samples))
+    ranked = planner.record("structured_matmul", *shapes, times=times, **opts)
+    return {c.name: c.seconds for c in ranked}
 
 
 def _execute(spec: _Spec, algorithm: str):

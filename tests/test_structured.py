@@ -606,6 +606,85 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
 
 
 # ---------------------------------------------------------------------------------------------
+# measured planning: structured.tune and planner.record
+
+
+def test_tune_makes_the_measured_fastest_what_auto_runs(rng):
+    from kronlinalg import planner
+
+    f = structured.KSFactor.random((2, 6, 5, 3), rng=rng, dtype=np.float64)
+    x = rng.standard_normal((37, 30))
+    shapes = ((37, 30), (2, 6, 5, 3))
+    opts = dict(dtype="float64", device="cpu", layout="batch_first")
+    try:
+        times = structured.tune(x, f, repeats=3)
+        assert set(times) == {"kernel", "bmm", "dense"}
+        assert list(times.values()) == sorted(times.values()) and min(times.values()) > 0
+        best = planner.plan("structured_matmul", *shapes, **opts)
+        assert [c.name for c in best] == list(times) and best[0].details["measured"]
+        assert planner.choose("structured_matmul", *shapes, **opts) == next(iter(times))
+        # a recorded ranking decides what auto runs, and auto still computes the product
+        planner.record("structured_matmul", *shapes, times={"dense": 1e-6, "kernel": 1.0},
+                       **opts)
+        assert planner.choose("structured_matmul", *shapes, **opts) == "dense"
+        ref = x @ ks_dense_ref(np.asarray(f.values)).T
+        np.testing.assert_allclose(structured.structured_matmul(x, f), ref, rtol=1e-12)
+    finally:
+        planner.clear_cache()
+    assert "measured" not in planner.plan("structured_matmul", *shapes, **opts)[0].details
+
+
+@pytest.mark.gpu
+def test_tune_on_cuda_arrays(rng):
+    """structured.tune on CUDA arrays (CuPy, torch): every candidate timed, auto runs the
+    measured fastest and still computes the product."""
+    from kronlinalg import planner
+
+    libs = []
+    for name in ("cupy", "torch"):
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        if name == "cupy" and mod.cuda.runtime.getDeviceCount() > 0:
+            libs.append(lambda a, mod=mod: mod.asarray(a))
+        if name == "torch" and mod.cuda.is_available():
+            libs.append(lambda a, mod=mod: mod.tensor(a, device="cuda"))
+    if not libs:
+        pytest.skip("no CUDA device")
+    v = rng.standard_normal((2, 16, 8, 4)).astype(np.float32)
+    x = rng.standard_normal((300, 64)).astype(np.float32)
+    ref = x.astype(np.float64) @ ks_dense_ref(v.astype(np.float64)).T
+    for to in libs:
+        f = structured.KSFactor((2, 16, 8, 4), to(v))
+        try:
+            times = structured.tune(to(x), f, repeats=2)
+            assert set(times) == {"kernel", "bmm", "dense"}
+            got = np.asarray(_backend_to_numpy(structured.structured_matmul(to(x), f)))
+            assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5
+        finally:
+            planner.clear_cache()
+
+
+def _backend_to_numpy(a):
+    from kronlinalg import _backend
+
+    return _backend.to_numpy(a)
+
+
+def test_record_and_tune_reject_bad_input(rng):
+    from kronlinalg import planner
+
+    with pytest.raises(ValueError, match="times"):
+        planner.record("structured_matmul", (4, 6), (1, 6, 6, 1), times={})
+    with pytest.raises(ValueError, match="not candidates"):
+        planner.record("structured_matmul", (4, 6), (1, 6, 6, 1), times={"magic": 1.0})
+    f = structured.KSFactor.random((1, 6, 6, 1), rng=rng, dtype=np.float64)
+    with pytest.raises(ValueError, match="repeats"):
+        structured.tune(np.ones((4, 6)), f, repeats=0)
+
+
+# ---------------------------------------------------------------------------------------------
 # repeated calls (CUDA arrays take a per-signature fast path after the first call)
 
 

@@ -17,12 +17,12 @@ from ._kron import kron_flops
 from ._calibrate import calibrate
 from ._kami import kami, kami_1d, kami_2d, kami_3d, kami_params
 from ._msmes import msmes_level, msmes_time
-from ._plan import Choice, choose, clear_cache, explain, plan
+from ._plan import Choice, choose, clear_cache, explain, plan, record
 from ._profiles import KNOWN_GPUS, DeviceProfile, profile_for
 from ._registry import Candidate, Problem, candidates, register, register_op
 from ._roofline import roofline
 
 __all__ = ["plan", "explain", "choose", "calibrate", "Candidate", "Choice", "Problem",
            "register", "register_op", "candidates", "DeviceProfile", "KNOWN_GPUS",
-           "profile_for", "clear_cache", "kami", "kami_1d", "kami_2d", "kami_3d", "kami_params",
+           "profile_for", "clear_cache", "record", "kami", "kami_1d", "kami_2d", "kami_3d", "kami_params",
            "msmes_level", "msmes_time", "roofline", "kron_flops"]

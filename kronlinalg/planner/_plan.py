@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _profiles, _registry
 
-__all__ = ["Choice", "plan", "explain", "choose", "clear_cache"]
+__all__ = ["Choice", "plan", "explain", "choose", "clear_cache", "record"]
 
 _MAX_ENTRIES = 4096  # shapes seen by one process; beyond this the oldest half is dropped
 _PLANS: dict = {}
@@ -99,6 +99,28 @@ def plan(op, *shapes, dtype="float64", device="cpu", algorithm=None, **options):
 def choose(op, *shapes, dtype="float64", device="cpu", **options) -> str:
     """Name of the fastest predicted candidate (what algorithm='auto' runs)."""
     return plan(op, *shapes, dtype=dtype, device=device, **options)[0].name
+
+
+def record(op, *shapes, times, dtype="float64", device="cpu", **options) -> list:
+    """Make measured times the plan for these shapes in this process: `times` maps candidate
+    names to seconds (e.g. each candidate timed on the caller's arrays, as
+    ``structured.tune`` does).  plan(), choose() and so algorithm='auto' then rank by them
+    (their details say ``measured``) until clear_cache().  Returns the new plan."""
+    if not times:
+        raise ValueError("times: no candidate was measured")
+    dtype = _dtype_name(dtype)
+    device = _device(device)
+    key = _key(op, shapes, dtype, device, None, options)
+    known = {c.name for c in _registry.candidates(op)}
+    unknown = sorted(set(times) - known)
+    if unknown:
+        raise ValueError(f"times: {unknown} are not candidates of {op} ({sorted(known)})")
+    ranked = tuple(sorted((Choice(name, float(sec), {"measured": True})
+                           for name, sec in times.items()), key=lambda ch: ch.seconds))
+    _PLANS[key] = ranked
+    for hook in clear_hooks:  # the operations' per-signature caches hold the earlier choice
+        hook()
+    return list(ranked)
 
 
 def _plan_uncached(op, shapes, dtype, device, algorithm, options):
