@@ -117,23 +117,26 @@ __device__ __forceinline__ Tile decode_tile(const PassP &p, int64_t t) {
   return r;
 }
 
+// Offset of line l's first input element (*xo) and of its output element k = 0 (*yo), or
+// kNoLine for both where the line lies outside the matrix.
+__device__ __forceinline__ void line_offsets(const PassP &p, const Tile &t, int l, int64_t *xo,
+                                             int64_t *yo) {
+  const int hi = int(p.div_tmc.div(uint32_t(l)));
+  const int lo = l - hi * (p.rows_fast ? p.TM : p.C);
+  const int mi = p.rows_fast ? lo : hi, ci = p.rows_fast ? hi : lo;
+  const int64_t m = t.mt * p.TM + mi, j = t.ct * p.C + ci;
+  *xo = *yo = kNoLine;
+  if (m < p.M && j < p.S) {
+    const int64_t m1 = m / p.m2n, m2 = m - m1 * p.m2n;
+    *xo = m1 * p.xrs1 + m2 * p.xrs2 + j * p.Bin * p.xes;
+    *yo = m1 * p.yrs1 + m2 * p.yrs2 + j * p.yes;
+  }
+}
+
 // Offsets of every line's first input element and of its output element k = 0.
 __device__ __forceinline__ void fill_lines(const PassP &p, const Tile &t, int64_t *xoff,
                                            int64_t *yoff) {
-  for (int l = threadIdx.x; l < p.L; l += blockDim.x) {
-    const int hi = int(p.div_tmc.div(uint32_t(l)));
-    const int lo = l - hi * (p.rows_fast ? p.TM : p.C);
-    const int mi = p.rows_fast ? lo : hi, ci = p.rows_fast ? hi : lo;
-    const int64_t m = t.mt * p.TM + mi, j = t.ct * p.C + ci;
-    if (m < p.M && j < p.S) {
-      const int64_t m1 = m / p.m2n, m2 = m - m1 * p.m2n;
-      xoff[l] = m1 * p.xrs1 + m2 * p.xrs2 + j * p.Bin * p.xes;
-      yoff[l] = m1 * p.yrs1 + m2 * p.yrs2 + j * p.yes;
-    } else {
-      xoff[l] = kNoLine;
-      yoff[l] = kNoLine;
-    }
-  }
+  for (int l = threadIdx.x; l < p.L; l += blockDim.x) line_offsets(p, t, l, xoff + l, yoff + l);
 }
 
 #endif

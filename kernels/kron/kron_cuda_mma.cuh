@@ -63,15 +63,7 @@ __device__ __forceinline__ void fill_lines_mma(const PassP &p, const Tile &t, in
     const int l = l0 + lane;
     int64_t xo = kNoLine, yo = kNoLine;
     if (l < p.L) {
-      const int hi = int(p.div_tmc.div(uint32_t(l)));
-      const int lo = l - hi * (p.rows_fast ? p.TM : p.C);
-      const int mi = p.rows_fast ? lo : hi, ci = p.rows_fast ? hi : lo;
-      const int64_t m = t.mt * p.TM + mi, j = t.ct * p.C + ci;
-      if (m < p.M && j < p.S) {
-        const int64_t m1 = m / p.m2n, m2 = m - m1 * p.m2n;
-        xo = m1 * p.xrs1 + m2 * p.xrs2 + j * p.Bin * p.xes;
-        yo = m1 * p.yrs1 + m2 * p.yrs2 + j * p.yes;
-      }
+      line_offsets(p, t, l, &xo, &yo);
       xoff[l] = xo;
       yoff[l] = yo;
     }
@@ -290,6 +282,24 @@ struct Mma {
   }
 };
 
+// y[0..7] = alpha * h + beta * y (beta == 0: y is not read), one 16-byte load and store.
+template <class H>
+__device__ __forceinline__ void store8_scaled(H *d, const H *h, float alpha, float beta) {
+  using Ops = HalfOps<H>;
+  uint4 o = make_uint4(0, 0, 0, 0);
+  if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
+  const H *oh = reinterpret_cast<const H *>(&o);
+  uint4 w;
+  H *wh = reinterpret_cast<H *>(&w);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float f = alpha * Ops::tof(h[i]);
+    if (beta != 0.f) f += beta * Ops::tof(oh[i]);
+    wh[i] = Ops::fromf(f);
+  }
+  *reinterpret_cast<uint4 *>(d) = w;
+}
+
 // staged [k][line] -> y (alpha, beta), 16-byte runs where lines are consecutive in y
 template <class H>
 __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, const int64_t *ych) {
@@ -307,19 +317,7 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, co
       const int64_t koff = int64_t(k) * p.S * p.yes;
       const int64_t y0 = ych[c];
       if (y0 != kNoLine) {
-        H *d = y + y0 + koff;
-        uint4 o = make_uint4(0, 0, 0, 0);
-        if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
-        const H *oh = reinterpret_cast<const H *>(&o);
-        uint4 w;
-        H *wh = reinterpret_cast<H *>(&w);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float f = alpha * Ops::tof(h[i]);
-          if (beta != 0.f) f += beta * Ops::tof(oh[i]);
-          wh[i] = Ops::fromf(f);
-        }
-        *reinterpret_cast<uint4 *>(d) = w;
+        store8_scaled<H>(y + y0 + koff, h, alpha, beta);
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -350,19 +348,7 @@ __device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, co
       H *vh = reinterpret_cast<H *>(&v);
 #pragma unroll
       for (int i = 0; i < 8; ++i) vh[i] = stage[phys_chunk(c0 + i * Lc) * 8 + (l & 7)];
-      H *d = y + yo + (kc << 3);
-      uint4 o = make_uint4(0, 0, 0, 0);
-      if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
-      const H *oh = reinterpret_cast<const H *>(&o);
-      uint4 w;
-      H *wh = reinterpret_cast<H *>(&w);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float f = alpha * Ops::tof(vh[i]);
-        if (beta != 0.f) f += beta * Ops::tof(oh[i]);
-        wh[i] = Ops::fromf(f);
-      }
-      *reinterpret_cast<uint4 *>(d) = w;
+      store8_scaled<H>(y + yo + (kc << 3), vh, alpha, beta);
     }
   } else {
     // one instance per row (S == 1): lanes along k, which is contiguous in y
