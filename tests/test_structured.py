@@ -567,7 +567,8 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
     float32's tolerance): every tile (d = 1 with both k tiles, the whole-d spans d = 2, 3, 6,
     runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
     and in the l chunks, several chunks (c > 3 stages), a > 1; a misaligned leading dimension
-    takes the other kernel.  Padding columns of y must stay untouched."""
+    takes the other kernel; y rows off the 16-byte grid take scalar stores.  Padding columns of
+    y must stay untouched."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -587,7 +588,8 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
         # pad % 8 == 0: rows start 16-byte aligned (batch_last rounds the batch up first)
         ld_b = -(-batch // 8) * 8 + pad if pad % 8 == 0 else batch + pad
         xs = (batch, n + pad) if layout == 0 else (n, ld_b)
-        ys = (batch, m + pad) if layout == 0 else (m, ld_b)
+        y_odd = batch % 2  # odd batches also get y rows off the 16-byte grid (scalar stores)
+        ys = (batch, m + pad + y_odd) if layout == 0 else (m, ld_b + y_odd)
         x = torch.tensor(rng.standard_normal(xs), dtype=tdt, device="cuda")
         y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
         ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
