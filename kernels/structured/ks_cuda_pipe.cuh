@@ -102,24 +102,13 @@ __device__ __forceinline__ Run<TJ> load_run(const void *p) {
 template <class T, int R, int TL, int TJ, int PL, int NT>
 struct TransposingLoader {
   static constexpr int U = R * TL / 2, G = (U + NT - 1) / NT;
-  static_assert(R % 8 == 0 && TL % 8 == 0, "units in blocks of 8 rows x 4 pairs");
   Run<TJ> lo[G], hi[G];
-
-  // Unit u -> (row r, first l of its pair): 32 consecutive units are 8 rows x 4 pairs, so the
-  // 32 words a warp stores for one j land in 32 different banks (row pitches PL / 2 words with
-  // PL = TL + 8) and each row's 4 pairs are one contiguous run in global memory.
-  static __device__ __forceinline__ void unit(int u, int *r, int *l) {
-    const int q = u % 32, w = u / 32, lb = w % (TL / 8);
-    *r = (w / (TL / 8)) * 8 + q % 8;
-    *l = 2 * (lb * 4 + q / 8);
-  }
 
   __device__ __forceinline__ void load(const T *base, int64_t rs, int64_t d, int rmax, int lmax) {
 #pragma unroll
     for (int s = 0; s < G; ++s) {
       const int u = int(threadIdx.x) + s * NT;
-      int r, l;
-      unit(u, &r, &l);
+      const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
       const T *src = base + r * rs + l * d;
       const bool in = u < U && r < rmax;
 #pragma unroll
@@ -134,8 +123,7 @@ struct TransposingLoader {
     for (int s = 0; s < G; ++s) {
       const int u = int(threadIdx.x) + s * NT;
       if (U % NT != 0 && u >= U) break;
-      int r, l;
-      unit(u, &r, &l);
+      const int r = u / (TL / 2), l = 2 * (u % (TL / 2));
 #pragma unroll
       for (int j = 0; j < TJ; ++j) {
         const uint32_t a = lo[s].w[j / 2], b = hi[s].w[j / 2];
