@@ -83,8 +83,8 @@ int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
 }
 
 // The pipelined kernel's shape.  d = 1: the k tile that pads b least (128 on a tie: fewer
-// re-reads of the X tile).  d = 2, 3, 6: whole-d tiles loaded as contiguous (l, j) spans (6 warps
-// for d = 3, 6).  Else TJ the largest of 8, 4, 2, 1 dividing d: runs of TJ j's are aligned
+// re-reads of the X tile).  d = 2, 3, 4, 6: whole-d tiles loaded as contiguous (l, j) spans (6
+// warps for d = 3, 6).  Else TJ the largest of 8, 4, 2, 1 dividing d: runs of TJ j's are aligned
 // vectors.  l chunks: 32 / 16 for half types, 16 / 8 for float32 (twice the bytes).
 template <class T, bool BF>
 int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
@@ -98,6 +98,7 @@ int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
   if (d == 2) return launch_pipe_shape<T, BF, true, true, 2, 128, 64, sizeof(T) == 2 ? L2 : L1>(p, s);
   if (d == 3) return launch_pipe_shape<T, BF, true, true, 3, 64, 64, L1, 192>(p, s);
   if (d == 6) return launch_pipe_shape<T, BF, true, true, 6, 64, 32, L1, 192>(p, s);
+  if (d == 4) return launch_pipe_shape<T, BF, true, true, 4, 64, 64, L1>(p, s);
   if (d % 8 == 0) return launch_pipe_shape<T, BF, true, false, 8, 64, 32, L1>(p, s);
   if (d % 4 == 0) return launch_pipe_shape<T, BF, true, false, 4, 64, 64, L1>(p, s);
   if (d % 2 == 0) return launch_pipe_shape<T, BF, true, false, 2, 128, 64, sizeof(T) == 2 ? L2 : L1>(p, s);

@@ -134,13 +134,17 @@ struct TransposingLoader {
   }
 };
 
-// The same tile for TJ = d in {2, 3, 6} (whole d: a row's (l, j) span is contiguous): units of
+// The same tile for TJ = d in {2, 3, 4, 6} (whole d: a row's (l, j) span is contiguous): units of
 // UE = lcm(8, 2d) elements (UP = UE / 2d pairs of l) loaded as 16-byte vectors, each (l, l + 1)
 // pair of a j picked out by a byte permute.  Units never straddle the valid l range (c and TL
 // are multiples of 8, a unit spans at most 8 l).
+constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+
 template <class T, int R, int TL, int D, int PL, int NT>
 struct SpanLoader {
-  static constexpr int UE = (D == 3 || D == 6) ? 24 : 8, UC = UE / 8, UP = UE / (2 * D);
+  static constexpr int UE = 2 * D * (8 / gcd(8, 2 * D));  // lcm(8, 2d)
+  static_assert(UE <= 32, "at most 4 chunks per unit");
+  static constexpr int UC = UE / 8, UP = UE / (2 * D);
   static constexpr int UR = TL * D / UE;  // units per row
   static constexpr int U = R * UR, G = (U + NT - 1) / NT;
   static_assert(TL * D % UE == 0 && UE % (2 * D) == 0, "whole units per row");
