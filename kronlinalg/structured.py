@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import operator
 from dataclasses import dataclass
 
@@ -31,8 +32,8 @@ from . import _backend, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
-__all__ = ["KSFactor", "KSChain", "structured_matmul", "tune", "butterfly", "block_butterfly",
-           "monarch", "low_rank", "block_diagonal"]
+__all__ = ["KSFactor", "KSChain", "structured_matmul", "tune", "float32_precision", "butterfly",
+           "block_butterfly", "monarch", "low_rank", "block_diagonal"]
 
 ALGORITHMS = ("auto", "kernel", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
@@ -428,6 +429,32 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     return out
 
 
+_FP32_MODES = ("tf32x3", "ieee")  # kl_ks_fp32_mode order
+_fp32_mode_host = ["ieee" if os.environ.get("KRONLINALG_KS_FP32") == "ffma" else "tf32x3"]
+
+
+def float32_precision(precision=None) -> str:
+    """How the CUDA kernel computes float32, for the whole process: ``"tf32x3"`` (the default)
+    on tensor cores as three TF32 products per product (x = hi + lo; relative error ~1e-6 to
+    7e-6 at c = 1024, against ~5e-7 with FMAs), or ``"ieee"``: CUDA-core float32 FMAs, about
+    1.3-1.8x slower on compute-heavy patterns.  ``KRONLINALG_KS_FP32=ffma`` makes ``"ieee"`` the
+    default.  With an argument, sets the mode (the planner's cached choices are dropped: its
+    model follows the mode); returns the previous mode."""
+    prev = _FP32_MODES[ks_cuda.float32_mode()] if ks_cuda is not None else _fp32_mode_host[0]
+    if precision is None:
+        return prev
+    if precision not in _FP32_MODES:
+        raise ValueError(f"precision: expected one of {_FP32_MODES}, got {precision!r}")
+    if ks_cuda is not None:
+        ks_cuda.float32_mode(_FP32_MODES.index(precision))
+    _fp32_mode_host[0] = precision
+    if precision != prev:
+        from . import planner
+
+        planner.clear_cache()
+    return prev
+
+
 def tune(x, factors, /, *, layout="batch_first", repeats=5):
     """Time every algorithm that runs this product (the kernel where it applies, bmm, dense) on
     these arrays and make the fastest what ``algorithm="auto"`` runs for calls of the same
@@ -773,7 +800,7 @@ _CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 16, 3), 6: (64, 32, 16, 6),
 
 
 def _cuda_pipelined(p, s_e) -> bool:
-    return p[2] % 8 == 0
+    return p[2] % 8 == 0 and (s_e == 2 or float32_precision() == "tf32x3")
 
 
 def _cuda_tile(p, s_e) -> tuple:

@@ -607,6 +607,53 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
         assert err < RTOL[dtype], (pattern, layout, dtype, err)
 
 
+def test_float32_precision_switch(rng):
+    """float32_precision: validated, round-trips, and the CUDA cost model follows it (3xTF32 on
+    tensor cores is predicted faster than CUDA-core FMAs on a compute-heavy pattern)."""
+    from kronlinalg.planner import _profiles
+
+    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    start = structured.float32_precision()
+    assert start in ("tf32x3", "ieee")
+    with pytest.raises(ValueError, match="precision"):
+        structured.float32_precision("tf32")
+    try:
+        structured.float32_precision("tf32x3")
+        fast = _cuda_seconds("kernel", (1, 512, 512, 8), "float32", "batch_first", prof)
+        assert structured.float32_precision("ieee") == "tf32x3"
+        assert structured.float32_precision() == "ieee"
+        slow = _cuda_seconds("kernel", (1, 512, 512, 8), "float32", "batch_first", prof)
+        assert slow > 1.2 * fast
+    finally:
+        structured.float32_precision(start)
+    assert structured.float32_precision() == start
+
+
+@pytest.mark.gpu
+def test_cuda_float32_precision_modes(rng):
+    """The two float32 modes on the GPU: both within float32's tolerance on a long reduction
+    (c = 1024), IEEE FMAs closer, and the results differ (the switch reaches the kernel)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    p = (1, 64, 1024, 2)
+    v = torch.tensor(rng.standard_normal(p), dtype=torch.float32, device="cuda")
+    x = torch.tensor(rng.standard_normal((200, 2048)), dtype=torch.float32, device="cuda")
+    f = structured.KSFactor(p, v)
+    ref = x.double().cpu().numpy() @ ks_dense_ref(v.double().cpu().numpy()).T
+    start = structured.float32_precision()
+    errs = {}
+    try:
+        for mode in ("tf32x3", "ieee"):
+            structured.float32_precision(mode)
+            got = structured.structured_matmul(x, f, algorithm="kernel").double().cpu().numpy()
+            errs[mode] = (got, np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    finally:
+        structured.float32_precision(start)
+    assert errs["tf32x3"][1] < 1e-5 and errs["ieee"][1] < 2e-6, {k: e for k, (_, e) in errs.items()}
+    assert not np.array_equal(errs["tf32x3"][0], errs["ieee"][0])
+
+
 # ---------------------------------------------------------------------------------------------
 # measured planning: structured.tune and planner.record
 

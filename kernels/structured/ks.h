@@ -48,6 +48,13 @@ int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads);
  * x, y and values are device pointers. */
 int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
 
+/* How the CUDA kernel computes float32: on tensor cores as three TF32 products per product
+ * (KL_KS_FP32_TF32X3, the default; relative error within float32's test tolerance) or with
+ * CUDA-core FMAs (KL_KS_FP32_IEEE; also the default when KRONLINALG_KS_FP32=ffma).  Sets the mode
+ * for the whole process and returns the previous one; a negative mode only asks. */
+enum kl_ks_fp32_mode { KL_KS_FP32_TF32X3 = 0, KL_KS_FP32_IEEE = 1 };
+int kl_ks_float32_mode(int mode);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 // CUDA Kronecker-sparse kernel: float32 instantiations and the entry point (the half types are
 // instantiated in ks_cuda_f16.cu and ks_cuda_bf16.cu, compiled in parallel).
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,14 +11,19 @@ namespace ks {
 namespace {
 
 // float32 goes to the pipelined tensor-core kernel as 3xTF32 (ks_cuda_pipe.cuh) where its
-// alignment holds, unless KRONLINALG_KS_FP32=ffma asks for the CUDA-core kernel below (exact
-// float32 FMAs; also how the two are compared).
-bool tf32x3_enabled() {
-  static const bool on = [] {
+// alignment holds, unless the mode says IEEE (kl_ks_float32_mode; KRONLINALG_KS_FP32=ffma sets
+// that default): then the CUDA-core kernel below (exact float32 FMAs).
+std::atomic<int> g_fp32_mode{-1};
+
+int fp32_mode() {
+  int m = g_fp32_mode.load(std::memory_order_relaxed);
+  if (m < 0) {
     const char *v = std::getenv("KRONLINALG_KS_FP32");
-    return !(v && std::strcmp(v, "ffma") == 0);
-  }();
-  return on;
+    const int dflt = v && std::strcmp(v, "ffma") == 0 ? KL_KS_FP32_IEEE : KL_KS_FP32_TF32X3;
+    g_fp32_mode.compare_exchange_strong(m, dflt);
+    m = g_fp32_mode.load(std::memory_order_relaxed);
+  }
+  return m;
 }
 
 // float32 on CUDA cores: 8×8 outputs per thread.  d = 3, 6: whole-d tiles (TJ = d), so the (l, j) span of an X
@@ -34,7 +40,7 @@ int launch_f32_shape(const kl_ks_problem *p, cudaStream_t s) {
 }
 
 int launch_f32(const kl_ks_problem *p, cudaStream_t s) {
-  if (pipe_applies(p) && tf32x3_enabled())
+  if (pipe_applies(p) && fp32_mode() == KL_KS_FP32_TF32X3)
     return p->layout == KL_KS_BATCH_FIRST ? launch_pipe<float, true>(p, s)
                                           : launch_pipe<float, false>(p, s);
   const int64_t d = p->d;
@@ -83,4 +89,10 @@ extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream
     case KL_KS_BFLOAT16: return ks::launch_bf16(p, s);
     default: return fail(KL_ERR_INVALID, "ks_matmul_cuda: unsupported dtype (float32, float16, bfloat16)");
   }
+}
+
+extern "C" int kl_ks_float32_mode(int mode) {
+  const int prev = kl::ks::fp32_mode();
+  if (mode == KL_KS_FP32_TF32X3 || mode == KL_KS_FP32_IEEE) kl::ks::g_fp32_mode.store(mode);
+  return prev;
 }

@@ -2,7 +2,8 @@
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
 from libc.stdint cimport uintptr_t
 
-from .ks_abi cimport fill_problem, kl_ks_matmul_cuda, kl_ks_problem, kl_last_error
+from .ks_abi cimport (fill_problem, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_problem,
+                      kl_last_error)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
@@ -15,3 +16,9 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
         status = kl_ks_matmul_cuda(&c, dtype, st)
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
+
+
+def float32_mode(int mode=-1):
+    """The kernel's float32 mode (0: 3xTF32 tensor cores, 1: CUDA-core FMAs); sets it when
+    mode is 0 or 1; returns the previous one."""
+    return kl_ks_float32_mode(mode)
