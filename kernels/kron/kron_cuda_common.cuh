@@ -25,7 +25,7 @@
 #ifdef KL_EMU  // host emulation of the kernels, a development tool outside the package
 #include "kron_cuda_ptx_emu.h"
 #else
-#include "kron_cuda_ptx.cuh"
+#include "cuda_ptx.cuh"
 #endif
 
 namespace kl {
@@ -115,6 +115,18 @@ __device__ __forceinline__ Tile decode_tile(const PassP &p, int64_t t) {
   r.mt = rest % p.ntm;
   r.qt = int(rest / p.ntm);
   return r;
+}
+
+// Unit u of the loads in runs of 8 consecutive p of one line's first step (x_run, x_vec): lanes
+// take 2^a_log2 lines x consecutive r at one p group.  The run's line l, row r of the line and
+// first p.
+__device__ __forceinline__ void run_unit(const PassP &p, int u, int *l, int *r, int *p0) {
+  const int a = u & ((1 << p.a_log2) - 1), t = u >> p.a_log2;
+  const int t2 = int(p.div_r0.div(uint32_t(t)));
+  *r = t - t2 * p.st[0].R;
+  const int lh = int(p.div_pg.div(uint32_t(t2)));
+  *p0 = (t2 - lh * (p.st[0].P >> 3)) << 3;
+  *l = (lh << p.a_log2) + a;
 }
 
 // Offset of line l's first input element (*xo) and of its output element k = 0 (*yo), or

@@ -18,7 +18,7 @@
 #ifndef KRONLINALG_KS_CUDA_PIPE_CUH
 #define KRONLINALG_KS_CUDA_PIPE_CUH
 
-#include "kron_cuda_ptx.cuh"
+#include "cuda_ptx.cuh"
 #include "ks_cuda_kernels.cuh"
 
 namespace kl {
@@ -45,18 +45,6 @@ struct PipeShape {
   static constexpr int smem_bytes() { return elems * ES; }
 };
 
-// 16-byte global -> shared copy of `bytes` (0..16) valid bytes, the rest zero-filled.
-__device__ __forceinline__ void cp_async_16_part(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cu::smem_u32(dst)),
-               "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // R rows of E elements (E a multiple of a 16-byte chunk) into shared rows of pitch P: row r starts at
 // base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are zeros.
 template <class T, int R, int E, int P, int NT, class RowOff, class RowOk>
@@ -71,7 +59,7 @@ __device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off,
     int valid = emax - e;
     valid = row_ok(r) ? (valid < 0 ? 0 : (valid > VE ? VE : valid)) : 0;
     const T *src = valid > 0 ? base + row_off(r) + e : base;
-    cp_async_16_part(sm + r * P + e, src, valid * int(sizeof(T)));
+    cu::cp_async_16_part(sm + r * P + e, src, valid * int(sizeof(T)));
   }
 }
 
@@ -248,22 +236,6 @@ struct RegLoaderOf<SPAN, float, R, TL, TJ, PL, NT> {
 template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
 using RegLoader = typename RegLoaderOf<SPAN, T, R, TL, TJ, PL, NT>::type;
 
-// float32 on tensor cores as 3xTF32: x = hi + lo with hi, lo TF32 (hi the rounding of x, lo of
-// the rest), and a·b ≈ hi·hi + hi·lo + lo·hi, an error near float32's own.
-__device__ __forceinline__ void split_tf32(uint32_t x, uint32_t &hi, uint32_t &lo) {
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(__uint_as_float(x)));
-  const float rest = __uint_as_float(x) - __uint_as_float(hi);
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(rest));
-}
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Stores N consecutive elements of `src` (shared) to `dst` (global, aligned to their size).
 template <class T, int N>
 __device__ __forceinline__ void store_vec(T *dst, const T *src) {
@@ -364,14 +336,14 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) {
     if (s < nl) issue_async(s, s);
-    cp_async_commit();
+    cu::cp_async_commit();
   }
   if (DJ) {
     load_regs(0);
     store_regs(0);
     if (nl > 1) load_regs(1);
   }
-  cp_async_wait<NS - 2>();
+  cu::cp_async_wait<NS - 2>();
   __syncthreads();
 
   const int mi_l = lane >> 3, r8 = lane & 7;
@@ -379,7 +351,7 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
     const int st = int(it % NS);
     // chunk it + NS - 1 goes to the buffer chunk it - 1 used (free since the last barrier)
     if (it + NS - 1 < nl) issue_async(int((it + NS - 1) % NS), it + NS - 1);
-    cp_async_commit();
+    cu::cp_async_commit();
 
     const T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
     if constexpr (kHalf) {
@@ -422,7 +394,8 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
           cu::ldsm_x4(t4, ks + (wj * BK + wk * 32 + np * 16 + (mi_l >> 1) * 8 + r8) * PL + kk +
                               (mi_l & 1) * 4);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) split_tf32(t4[e], bh[2 * np + e / 2][e % 2], bl[2 * np + e / 2][e % 2]);
+          for (int e = 0; e < 4; ++e)
+            cu::split_tf32(t4[e], bh[2 * np + e / 2][e % 2], bl[2 * np + e / 2][e % 2]);
         }
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
@@ -438,12 +411,12 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
             a[3] = __float_as_uint(x0[4 * PN + 8]);
           }
 #pragma unroll
-          for (int e = 0; e < 4; ++e) split_tf32(a[e], ah[e], al[e]);
+          for (int e = 0; e < 4; ++e) cu::split_tf32(a[e], ah[e], al[e]);
 #pragma unroll
           for (int ni = 0; ni < 4; ++ni) {  // small terms first
-            mma_tf32(acc[mi][ni], al, bh[ni][0], bh[ni][1]);
-            mma_tf32(acc[mi][ni], ah, bl[ni][0], bl[ni][1]);
-            mma_tf32(acc[mi][ni], ah, bh[ni][0], bh[ni][1]);
+            cu::mma_tf32(acc[mi][ni], al, bh[ni][0], bh[ni][1]);
+            cu::mma_tf32(acc[mi][ni], ah, bl[ni][0], bl[ni][1]);
+            cu::mma_tf32(acc[mi][ni], ah, bh[ni][0], bh[ni][1]);
           }
         }
       }
@@ -453,10 +426,10 @@ __global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
       store_regs(int((it + 1) % NS));  // its buffer was last read in chunk it + 1 - NS
       if (it + 2 < nl) load_regs(it + 2);
     }
-    cp_async_wait<NS - 2>();
+    cu::cp_async_wait<NS - 2>();
     __syncthreads();
   }
-  cp_async_wait<0>();
+  cu::cp_async_wait<0>();
   __syncthreads();
 
   // epilogue: staged in Y's order, padded rows: batch_first [n][k·TJ + j], batch_last

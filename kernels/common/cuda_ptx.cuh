@@ -1,7 +1,7 @@
-// The few PTX instructions the kron kernels use, in one place (a host emulator used in
-// development provides its own version of this header).
-#ifndef KRONLINALG_KRON_CUDA_PTX_CUH
-#define KRONLINALG_KRON_CUDA_PTX_CUH
+// The few PTX instructions the CUDA kernels (kron, structured) use, in one place (a host
+// emulator of the kron kernels used in development provides its own version of this header).
+#ifndef KRONLINALG_CUDA_PTX_CUH
+#define KRONLINALG_CUDA_PTX_CUH
 
 #include <cuda_runtime.h>
 
@@ -30,15 +30,27 @@ __device__ __forceinline__ void cp_async_elem(void *dst, const void *src, bool v
                : "memory");
 }
 
-// 16-byte global->shared copy (both 16-byte aligned); zero-fills when !valid.
-__device__ __forceinline__ void cp_async_16(void *dst, const void *src, bool valid) {
+// 16-byte global->shared copy (both 16-byte aligned) of `bytes` (0..16) valid bytes, the rest
+// zero-filled.
+__device__ __forceinline__ void cp_async_16_part(void *dst, const void *src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
+               "r"(bytes)
                : "memory");
+}
+// The same, all 16 bytes or (!valid) none.
+__device__ __forceinline__ void cp_async_16(void *dst, const void *src, bool valid) {
+  cp_async_16_part(dst, src, valid ? 16 : 0);
 }
 
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+// Groups: the copies issued since the last commit form one group; wait until at most N groups
+// are still in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
@@ -105,6 +117,23 @@ __device__ __forceinline__ void mma_1688(float (&c)[4], uint32_t a0, uint32_t a1
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(b0));
   }
+}
+
+// float32 on tensor cores as 3xTF32: x = hi + lo with hi, lo TF32 (hi the rounding of x, lo of
+// the rest), and a·b ≈ hi·hi + hi·lo + lo·hi, an error near float32's own.
+__device__ __forceinline__ void split_tf32(uint32_t x, uint32_t &hi, uint32_t &lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(__uint_as_float(x)));
+  const float rest = __uint_as_float(x) - __uint_as_float(hi);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(rest));
+}
+// D = A * B + D, m16n8k8 TF32 fragments, float32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 }  // namespace cu
