@@ -120,14 +120,10 @@ __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
       // runs of 8 consecutive elements (8 consecutive p of one row r) of one line, one index
       // decomposition per run; lanes: 2^a_log2 lines x consecutive r at one p, so the 8 stores
       // of a run go to 8 p-rows and a warp's stores to distinct banks
-      const int R0 = s0.R, units = p.L * (p.Bin >> 3);
+      const int units = p.L * (p.Bin >> 3);
       for (int u = threadIdx.x; u < units; u += blockDim.x) {
-        const int a = u & amask, t = u >> p.a_log2;
-        const int t2 = int(p.div_r0.div(uint32_t(t)));
-        const int rr = t - t2 * R0;
-        const int lh = int(p.div_pg.div(uint32_t(t2)));
-        const int p0 = (t2 - lh * (s0.P >> 3)) << 3;
-        const int l = (lh << p.a_log2) + a;
+        int l, rr, p0;
+        run_unit(p, u, &l, &rr, &p0);
         const int rho = rr * p.L + l;
         T *dst = buf + p0 * s0.ld + phys_chunk(rho / V) * V + (rho & (V - 1));
         const int64_t xo = xoff[l];

@@ -125,7 +125,7 @@ __device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff, cons
     // units of 8 consecutive elements (8 consecutive p of one row r) of one line: lanes take
     // 2^a_log2 lines x consecutive r at one p group, so a warp's 2-byte stores fill whole
     // chunks of one p-row; eight 16-byte loads are in flight before their stores
-    const int R0 = s0.R, units = p.L * (p.Bin >> 3);
+    const int units = p.L * (p.Bin >> 3);
     constexpr int kBatch = 8;
     for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * blockDim.x) {
       uint4 v[kBatch];
@@ -136,12 +136,8 @@ __device__ void load_tile_half(const PassP &p, H *buf, const int64_t *xoff, cons
         v[b] = make_uint4(0, 0, 0, 0);
         dst[b] = -1;
         if (u < units) {
-          const int a = u & amask, t = u >> p.a_log2;
-          const int t2 = int(p.div_r0.div(uint32_t(t)));
-          const int rr = t - t2 * R0;
-          const int lh = int(p.div_pg.div(uint32_t(t2)));
-          const int p0 = (t2 - lh * (s0.P >> 3)) << 3;
-          const int l = (lh << p.a_log2) + a;
+          int l, rr, p0;
+          run_unit(p, u, &l, &rr, &p0);
           const int64_t xo = xoff[l];
           if (xo != kNoLine) v[b] = *reinterpret_cast<const uint4 *>(x + xo + rr * s0.P + p0);
           dst[b] = hpos(p0, s0.ld, rr * p.L + l);
