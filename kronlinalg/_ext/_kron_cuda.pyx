@@ -36,17 +36,22 @@ def scratch_elems(m1, m2, factors):
     return kl_kron_cuda_scratch_elems(&c)
 
 
-def workspace(m1, m2, factors, x, int dtype, int max_fused=0):
-    """(elements, number of buffers) of scratch the CUDA plan needs for x's layout and dtype."""
-    cdef kl_kron_problem c
-    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, (1, 0, 0, 1), 1.0, 0.0, max_fused)
+cdef tuple _workspace(kl_kron_problem *c, int dtype):
+    """(elements, number of buffers) of scratch the CUDA plan of *c needs."""
     cdef int64_t elems = 0
     cdef int nbufs = 0
     cdef int status
     with nogil:
-        status = kl_kron_cuda_workspace(&c, dtype, &elems, &nbufs)
+        status = kl_kron_cuda_workspace(c, dtype, &elems, &nbufs)
     _raise(status)
     return elems, nbufs
+
+
+def workspace(m1, m2, factors, x, int dtype, int max_fused=0):
+    """(elements, number of buffers) of scratch the CUDA plan needs for x's layout and dtype."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, x, (1, 0, 0, 1), 1.0, 0.0, max_fused)
+    return _workspace(&c, dtype)
 
 
 def config(m1, m2, factors, x, y, int dtype, int max_fused=0):
@@ -100,12 +105,7 @@ def prepare(key, m1, m2, factors, x, y, int dtype, contiguous):
     cdef kl_kron_problem c
     packed = pack_layout(m1, m2, factors, x, y)
     fill_packed(&c, packed, None, 0, 0, 1.0, 0.0)
-    cdef int64_t elems = 0
-    cdef int nbufs = 0
-    cdef int status
-    with nogil:
-        status = kl_kron_cuda_workspace(&c, dtype, &elems, &nbufs)
-    _raise(status)
+    elems, nbufs = _workspace(&c, dtype)
     entry = (packed, elems, nbufs, bool(contiguous))
     if len(_layouts) > 4096:
         _layouts.clear()
