@@ -348,6 +348,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-shuffle", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="also time tile overrides (kron_large)")
+    ap.add_argument("--fp32", choices=("tf32x3", "ieee"), default=None,
+                    help="float32 mode of the CUDA kernels (kron.float32_precision; default: "
+                         "the library's default)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="small shapes over every kernel path, untimed (for compute-sanitizer)")
@@ -355,6 +358,10 @@ def main(argv=None):
     ap.add_argument("--once", action="store_true",
                     help="run each selected case twice, untimed (for Nsight Compute)")
     args = ap.parse_args(argv)
+    if args.fp32:
+        from kronlinalg.kron import float32_precision
+
+        float32_precision(args.fp32)
     if args.smoke or args.smoke_light:
         return smoke(light=args.smoke_light)
     if args.once:
@@ -363,6 +370,7 @@ def main(argv=None):
 
     import kronlinalg as kl
     from kronlinalg._ext import kron_cuda
+    from kronlinalg.kron import float32_precision
 
     if kron_cuda is None:
         sys.exit("kronlinalg was built without CUDA")
@@ -372,6 +380,7 @@ def main(argv=None):
     rows = []
     hdr = (f"{'case':<26}{'dtype':<10}{'ours ms':>10}{'shuffle ms':>12}{'speedup':>9}"
            f"{'TFLOP/s':>9}{'roof':>7}{'relerr':>10}{'passes':>7}")
+    print(f"float32 mode: {float32_precision()}")
     print(hdr)
     for set_name in args.sets.split(","):
         for case in cases[set_name]:
@@ -432,7 +441,7 @@ def main(argv=None):
             pass
         with open(args.json, "w") as f:
             json.dump({"device": dev, "roof": roof, "rows": rows, "summary": summary,
-                       "command": " ".join(sys.argv)}, f, indent=1)
+                       "fp32": float32_precision(), "command": " ".join(sys.argv)}, f, indent=1)
     return 0
 
 

@@ -9,6 +9,7 @@ factors, so no operand is ever copied into a transposed layout.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import array_api_compat
@@ -18,7 +19,7 @@ from . import _backend, _validation
 from ._ext import kron_cpu, kron_cuda
 from ._signatures import SignatureCache, arrays_signature
 
-__all__ = ["kron", "kron_matmul"]
+__all__ = ["kron", "kron_matmul", "float32_precision"]
 
 ALGORITHMS = ("auto", "sliced", "shuffle")
 _KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # kron.h codes
@@ -149,6 +150,32 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
     if _backend.on_cuda(x):
         return _run_cuda(spec, fast_key)
     return _run_cpu(spec, fast_key)
+
+
+_FP32_MODES = ("tf32x3", "ieee")  # kl_kron_fp32_mode order
+_fp32_mode_host = ["ieee" if os.environ.get("KRONLINALG_KRON_FP32") == "ffma" else "tf32x3"]
+
+
+def float32_precision(precision=None) -> str:
+    """How the CUDA kernels compute float32 kron_matmul, for the whole process: ``"tf32x3"``
+    (the default) on tensor cores as three TF32 products per product (x = hi + lo; float32
+    accumulation, relative error a few 1e-7 to 1e-6) for memory passes whose factors all have
+    P % 8 == 0, or ``"ieee"``: CUDA-core float32 FMAs everywhere.  ``KRONLINALG_KRON_FP32=ffma``
+    makes ``"ieee"`` the default.  With an argument, sets the mode (the planner's cached choices
+    are dropped: its model follows the mode); returns the previous mode."""
+    prev = _FP32_MODES[kron_cuda.float32_mode()] if kron_cuda is not None else _fp32_mode_host[0]
+    if precision is None:
+        return prev
+    if precision not in _FP32_MODES:
+        raise ValueError(f"precision: expected one of {_FP32_MODES}, got {precision!r}")
+    if kron_cuda is not None:
+        kron_cuda.float32_mode(_FP32_MODES.index(precision))
+    _fp32_mode_host[0] = precision
+    if precision != prev:
+        from . import planner
+
+        planner.clear_cache()
+    return prev
 
 
 def _needs_autograd(spec: _Spec) -> bool:

@@ -594,3 +594,31 @@ def test_repeated_numpy_calls_take_fresh_operands(rng, side, dtype):
     out = kronlinalg.kron_matmul(xt, fs, side=side, algorithm="sliced")
     ref = kron_matmul_ref(x, fs, side)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-5
+
+
+def test_float32_precision_switch():
+    """kron.float32_precision: validated, round-trips, and the CUDA cost model follows it (the
+    fused kernels' float32 flop rate is 3xTF32's on factors with P % 8 == 0, the CUDA cores'
+    otherwise and in the IEEE mode)."""
+    import sys
+
+    from kronlinalg.planner import _kron, _profiles
+
+    kron_mod = sys.modules["kronlinalg.kron"]  # the module (kronlinalg.kron is the function)
+    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    start = kron_mod.float32_precision()
+    assert start in ("tf32x3", "ieee")
+    with pytest.raises(ValueError, match="precision"):
+        kron_mod.float32_precision("tf32")
+    try:
+        kron_mod.float32_precision("tf32x3")
+        fast = _kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
+        mixed = _kron._cuda_flops(prof, "float32", [(16, 16), (5, 5)])
+        assert kron_mod.float32_precision("ieee") == "tf32x3"
+        assert kron_mod.float32_precision() == "ieee"
+        slow = _kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
+        assert fast > 1.5 * slow and mixed == slow
+        assert _kron._cuda_flops(prof, "float64", [(16, 16)] * 3) < slow
+    finally:
+        kron_mod.float32_precision(start)
+    assert kron_mod.float32_precision() == start

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import os
+import re
+import sys
 
 import numpy as np
 import pytest
 
 import kronlinalg
-from _helpers import GPU_BACKENDS, assert_close, kron_matmul_ref, make_backend, random, to_xp
+from _helpers import (GPU_BACKENDS, assert_close, kron_matmul_ref, make_backend, random, to_numpy,
+                      to_xp)
 
 pytestmark = pytest.mark.gpu
 
@@ -353,3 +355,136 @@ def test_fast_path_respects_autograd(rng):
     out.sum().backward()
     k = torch.kron(fs[0], fs[1])
     torch.testing.assert_close(xg.grad, torch.ones(6, 6, device="cuda", dtype=torch.float64) @ k.T)
+
+
+# ---------------------------------------------------------------------------------------------
+# float32 modes: 3xTF32 tensor cores (passes whose factors all have P % 8 == 0) and IEEE FMAs
+
+
+@pytest.fixture(params=["tf32x3", "ieee"])
+def fp32_mode(request):
+    kron_mod = sys.modules["kronlinalg.kron"]
+    start = kron_mod.float32_precision()
+    kron_mod.float32_precision(request.param)
+    yield request.param
+    kron_mod.float32_precision(start)
+
+
+def _poison_pool(gxp, nbytes):
+    """Fill nbytes of the library's memory pool with NaN and free them again: outputs and
+    scratch allocated next come from that memory, so an element the kernel leaves unwritten
+    shows up as a NaN."""
+    mod = gxp.module
+    n = max(1, nbytes // 4)
+    if gxp.is_torch:
+        a = mod.full((n,), float("nan"), dtype=mod.float32, device=gxp.device)
+    else:
+        a = mod.full((n,), np.nan, dtype="float32")
+    _sync(gxp)
+    del a
+
+
+def _kernels_of(dtype, shapes, m, side="right"):
+    """The kernel names of the plan of a contiguous x @ kron (or kron @ x) problem."""
+    kc = _kron_cuda()
+    k = math.prod(p for p, _ in shapes)
+    nq = math.prod(q for _, q in shapes)
+    descs = [(0, p, q, q, 1) for p, q in shapes]
+    text = kc.config(1, m, descs, (256, m * k, k, 1), (256, m * nq, nq, 1), kc.DTYPES[dtype])
+    return re.findall(r"kernel=(\S+)", text)
+
+
+# (shapes, lead): P = 8 .. 128, Q not a multiple of 8, odd rows, fused steps, several passes
+F32_TC_CASES = [
+    ([(8, 8)] * 4, (7,)),                      # WN 1, four fused steps
+    ([(16, 16)] * 3, (33,)),                   # WN 2
+    ([(24, 24), (8, 5)], (1,)),                # P = 24 (three k8 steps), Q = 5
+    ([(32, 32)] * 2, (2, 3)),                  # WN 4, batch dims
+    ([(16, 12), (8, 5), (32, 24)], (7,)),      # mixed P / Q
+    ([(64, 64)] * 2, (5,)),                    # Q > 32: several column groups
+    ([(128, 128)], (3,)),                      # P = 128
+    ([(8, 8)] * 7, (3,)),                      # several passes through scratch
+    ([(3, 3), (16, 16), (8, 4)], (13,)),       # a P % 8 != 0 factor: CUDA cores for its pass
+]
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("case", F32_TC_CASES, ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]))
+def test_float32_modes(gxp, rng, fp32_mode, case, side):
+    shapes, lead = case
+    k = math.prod(p for p, _ in shapes)
+    nq = math.prod(q for _, q in shapes)
+    size = 3 * 4 * 11 * math.prod(lead) * max(k, nq)  # output and two scratch buffers
+    _poison_pool(gxp, min(size, 1 << 28))
+    _check(gxp, rng, shapes, "float32", side=side, lead=lead, n=11, alpha=0.75)
+    _poison_pool(gxp, min(size, 1 << 28))
+    _check(gxp, rng, shapes, "float32", side=side, lead=lead, n=3, alpha=-1.5, beta=0.5)
+
+
+def test_float32_modes_pick_their_kernels(gxp, fp32_mode):
+    tc = _kernels_of("float32", [(16, 16)] * 3, 64)
+    assert tc and all(("tf32x3" in k) == (fp32_mode == "tf32x3") for k in tc), tc
+    # factors with P % 8 != 0 stay on CUDA cores in either mode
+    assert all("ffma" in k for k in _kernels_of("float32", [(5, 5)] * 3, 64))
+    assert all("ffma" in k for k in _kernels_of("float64", [(16, 16)] * 3, 64))
+
+
+def test_float32_modes_differ_within_tolerance(gxp, rng):
+    """Both modes within float32's tolerance on a long reduction (P = 128), and their results
+    differ: the switch reaches the kernel."""
+    kron_mod = sys.modules["kronlinalg.kron"]
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in [(128, 128), (128, 64)]))
+    x, xn = random(gxp, rng, (40, 128 * 128), "float32")
+    ref = kron_matmul_ref(xn, fns)
+    start = kron_mod.float32_precision()
+    got = {}
+    try:
+        for mode in ("tf32x3", "ieee"):
+            kron_mod.float32_precision(mode)
+            out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+            assert_close(out, ref, gxp, "float32")
+            got[mode] = to_numpy(out)
+    finally:
+        kron_mod.float32_precision(start)
+    assert not np.array_equal(got["tf32x3"], got["ieee"])
+
+
+@pytest.mark.parametrize("tile_q", [8, 16, 32])
+@pytest.mark.parametrize("lines", [0, 4, 8, 32])
+def test_tf32_tile_configs(gxp, rng, tile_q, lines):
+    """Every compiled 3xTF32 column tile (8, 16, 32 columns per warp) with several line tiles,
+    on fused and single-step passes, both sides, strided x."""
+    kc = _kron_cuda()
+    kron_mod = sys.modules["kronlinalg.kron"]
+    start = kron_mod.float32_precision("tf32x3")
+    kc.tune(lines=lines, tile_q=tile_q)
+    try:
+        for shapes, lead in [([(8, 8)] * 3, (9,)), ([(32, 16), (16, 8)], (5,)),
+                             ([(64, 40)], (7,))]:
+            assert all("tf32x3.wn%d" % (tile_q // 8) in k for k in _kernels_of("float32", shapes, 9))
+            _poison_pool(gxp, 4 * 9 * 4096 * 11)
+            _check(gxp, rng, shapes, "float32", lead=lead)
+            _check(gxp, rng, shapes, "float32", side="left", lead=(2,), n=7)
+    except RuntimeError as err:  # an override no tile satisfies is reported, not run
+        assert "does not fit" in str(err), err
+    finally:
+        kc.tune()
+        kron_mod.float32_precision(start)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_float32_modes_strided_x(gxp, rng, fp32_mode, side):
+    """x as a strided slice (element stride 2) and as a transposed view (rows adjacent in
+    memory, the prefetching tile loader) on tensor-core-eligible factors."""
+    shapes = [(8, 8), (16, 8)]
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    k = 128 if side == "right" else 64
+    big, bign = random(gxp, rng, (6, 2 * k, 9), "float32")
+    x, xn = (big[:, ::2, 3], bign[:, ::2, 3]) if side == "right" else (big[:, ::2, 1:8],
+                                                                         bign[:, ::2, 1:8])
+    out = kronlinalg.kron_matmul(x, list(fs), side=side, algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xn, fns, side), gxp, "float32")
+    xt, xtn = random(gxp, rng, (128, 300), "float32")
+    xv = xt.mT if gxp.is_torch else xt.T
+    out = kronlinalg.kron_matmul(xv, list(fs), algorithm="sliced", alpha=2.0)
+    assert_close(out, kron_matmul_ref(xtn.T, fns, "right", 2.0), gxp, "float32")

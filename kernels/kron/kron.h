@@ -55,6 +55,13 @@ int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len)
 /* Tuning overrides for benchmarks (0 = automatic): lines per tile, column tile, threads,
  * shared-memory budget in KiB, kernel kind (-1 auto, 0 CUDA cores, 1 tensor cores). */
 int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_budget_kb, int kind);
+/* float32 on the GPU: 3xTF32 tensor cores for passes whose factors all have P % 8 == 0
+ * (KL_KRON_FP32_TF32X3, the default; x = hi + lo in TF32, three products, float32 accumulation,
+ * error near float32's own) or IEEE FMAs on CUDA cores (KL_KRON_FP32_IEEE; also the default when
+ * KRONLINALG_KRON_FP32=ffma).  Sets the mode when it is one of these (-1 only queries); returns
+ * the previous one. */
+enum kl_kron_fp32_mode { KL_KRON_FP32_TF32X3 = 0, KL_KRON_FP32_IEEE = 1 };
+int kl_kron_float32_mode(int mode);
 /* 0 if a CUDA device is usable, else KL_ERR_NO_DEVICE with kl_last_error() saying why. */
 int kl_cuda_device_check(void);
 

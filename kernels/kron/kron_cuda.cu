@@ -1,7 +1,8 @@
 // Host side of the CUDA kron_matmul: the planner (which factors share a memory pass, which compiled
 // kernel and tile each pass uses) and the launches.  The kernels are in kron_cuda_ffma.cuh (CUDA
-// cores: float32, float64, half fallback) and kron_cuda_mma.cuh (tensor cores: float16, bfloat16);
-// the table of compiled configurations in kron_cuda_{f32,f64,f16,bf16}.cu.
+// cores: float32, float64, half fallback), kron_cuda_mma.cuh (tensor cores: float16, bfloat16)
+// and kron_cuda_tf32.cuh (tensor cores: float32 as 3xTF32); the table of compiled configurations
+// in kron_cuda_{f32,f64,f16,bf16}.cu.
 //
 // choose_config() in a sentence: group consecutive factors (from the last) into as few passes as
 // fit on chip — a pass is feasible when its tile of L lines, transformed in place step after step,
@@ -11,7 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -67,6 +70,24 @@ struct Tuning {
 };
 Tuning g_tune;
 
+// float32 mode (kl_kron_float32_mode): 3xTF32 tensor cores where every P % 8 == 0, or IEEE FMAs
+// on CUDA cores; KRONLINALG_KRON_FP32=ffma makes IEEE the default.
+std::atomic<int> g_fp32_mode{-1};
+
+int fp32_mode() {
+  int m = g_fp32_mode.load(std::memory_order_relaxed);
+  if (m < 0) {
+    const char *v = std::getenv("KRONLINALG_KRON_FP32");
+    const int dflt = v && std::strcmp(v, "ffma") == 0 ? KL_KRON_FP32_IEEE : KL_KRON_FP32_TF32X3;
+    g_fp32_mode.compare_exchange_strong(m, dflt);
+    m = g_fp32_mode.load(std::memory_order_relaxed);
+  }
+  return m;
+}
+
+// The 3xTF32 kernel: tensor cores on 4-byte elements (4 per 16-byte chunk).
+bool is_tf32(const KernelDesc *k) { return k->kind == kMma && k->elem_bytes == 4; }
+
 const KernelDesc *kernel_table(int dtype, int *n) {
   switch (dtype) {
     case KL_FLOAT32: return kernels_f32(n);
@@ -119,7 +140,10 @@ struct Plan {
 // Returns false if some per-step constraint fails (register tiles of one block, tile sizes).
 bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelDesc *k, int L,
                     int TQ, PassCfg *c) {
-  const int es = k->elem_bytes, V = 16 / es, padc = es == 8 ? 2 : 1;
+  // (3xTF32: rows 8 floats mod 32 apart, so that the A loads of 4 consecutive p are
+  // conflict-free; see kron_cuda_tf32.cuh)
+  const bool tf32 = is_tf32(k);
+  const int es = k->elem_bytes, V = 16 / es, padc = es == 8 || tf32 ? 2 : 1;
   int64_t bin = 1, bout = 1;
   for (int s = 0; s < count; ++s) {
     bin *= p->P[last - s];
@@ -140,14 +164,15 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
       g.f_ld = g.Qpad;
     } else {
       g.Qpad = int(round_up(g.Q, k->tile_q));
-      g.f_ld = g.P + 8;
+      g.f_ld = g.P + (tf32 ? 4 : 8);  // 16 bytes of padding: ldmatrix rows in 8 bank groups
     }
     const int64_t nch = int64_t(g.R) * L / V;
     const int64_t ldc = nch <= 8 ? nch + (((padc - nch) % 8) + 8) % 8 : round_up(nch, 8) + padc;
     if (ldc * V > (1 << 24)) return false;
     g.ld = int(ldc * V);
     g.f_off = int(fs);
-    fs += round_up(int64_t(k->kind == kFfma ? g.P : g.Qpad) * g.f_ld, 8);
+    // (3xTF32: the factor split into hi and lo)
+    fs += round_up(int64_t(k->kind == kFfma ? g.P : g.Qpad) * g.f_ld * (tf32 ? 2 : 1), 8);
     buf = std::max<int64_t>(buf, int64_t(g.P) * g.ld);
     if (k->kind == kFfma && s + 1 < count) {
       // the in-place step needs every register tile of the step in one block
@@ -157,8 +182,8 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
     lin = lin / g.P * g.Q;
   }
   if (k->kind == kMma) {  // staging of the last step: [k][line]
-    const int64_t nch = int64_t(bout) * L / 8;
-    buf = std::max<int64_t>(buf, (nch <= 8 ? nch : round_up(nch, 8)) * 8);
+    const int64_t nch = int64_t(bout) * L / V;
+    buf = std::max<int64_t>(buf, (nch <= 8 ? nch : round_up(nch, 8)) * V);
   }
   c->fs_elems = int(round_up(fs, 8));
   c->buf_elems = int(round_up(buf, 8));
@@ -176,8 +201,9 @@ int pow2_divisor(int64_t v, int cap) {
   return a;
 }
 
-// The kernel of a group: tensor cores for half types when every P is a multiple of 8, else CUDA
-// cores; the narrowest compiled column tile that covers the widest factor.
+// The kernel of a group: tensor cores for half types, and for float32 in 3xTF32 mode, when every
+// P is a multiple of 8, else CUDA cores; the narrowest compiled column tile that covers the
+// widest factor.
 const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int count) {
   int n = 0;
   const KernelDesc *tab = kernel_table(dtype, &n);
@@ -188,7 +214,8 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
     p8 = p8 && p->P[last - s] % 8 == 0;
   }
   const bool half = dtype == KL_FLOAT16 || dtype == KL_BFLOAT16;
-  const int want_kind = half && p8 && g_tune.kind != kFfma ? kMma : kFfma;
+  const bool tc = half || (dtype == KL_FLOAT32 && fp32_mode() == KL_KRON_FP32_TF32X3);
+  const int want_kind = tc && p8 && g_tune.kind != kFfma ? kMma : kFfma;
   // CUDA cores: 16-column register tiles need ~180 registers, so only 8 warps fit an SM; the
   // in-place steps of a fused pass want the 16 warps of 8-column tiles
   const int want = want_kind == kFfma && count > 1 ? std::min(maxq, 8) : maxq;
@@ -212,7 +239,7 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
   const int64_t S = sh.S, M = sh.rows;
   const KernelDesc *k = pick_kernel(p, dtype, last, count);
   if (!k) return false;
-  const int V = k->kind == kMma ? 8 : 16 / k->elem_bytes;
+  const int V = k->kind == kMma && !is_tf32(k) ? 8 : 16 / k->elem_bytes;
   const int lmult = V;  // a thread's register tile (CUDA cores) / a 16-byte chunk (tensor cores)
   const size_t hard = size_t(dev.smem_optin);
   const size_t budget = g_tune.budget_kb > 0 ? std::min(hard, size_t(g_tune.budget_kb) << 10) : hard;
@@ -471,7 +498,8 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
                  const Operand &in, const Operand &out, double alpha, double beta, PassP *pp) {
   *pp = PassP{};
   const int es = c.k->elem_bytes;
-  const int Vs = c.k->kind == kMma ? 8 : 16 / es;  // elements per 16-byte chunk in smem
+  const bool tf32 = is_tf32(c.k);
+  const int Vs = c.k->kind == kMma && !tf32 ? 8 : 16 / es;  // elements per 16-byte chunk in smem
   const int gbytes = c.k->gmem_bytes;  // element size in global memory
   const int Vg = 16 / gbytes;          // elements per 16-byte chunk in global memory
   const int rows_fast = c.sh.rows_fast;
@@ -489,10 +517,10 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
   pp->nqt = c.nqt;
   const bool aligned = reinterpret_cast<uintptr_t>(in.ptr) % 16 == 0;
   const bool in_rows_adjacent = rows_adjacent(m1, m2, in.rs1, in.rs2, in.es);
-  const bool x_vec = c.k->kind == kMma && in.es == 1 && c.Bin % 8 == 0 && c.st[0].P % 8 == 0 &&
+  const bool x_vec = c.k->kind == kMma && !tf32 && in.es == 1 && c.Bin % 8 == 0 && c.st[0].P % 8 == 0 &&
                      aligned && (m1 == 1 || in.rs1 % 8 == 0) && (m2 == 1 || in.rs2 % 8 == 0);
   pp->x_vec = x_vec;
-  pp->x_run = c.k->kind == kFfma && c.k->elem_bytes == gbytes && in.es == 1 &&
+  pp->x_run = (c.k->kind == kFfma || tf32) && c.k->elem_bytes == gbytes && in.es == 1 &&
               c.st[0].P % 8 == 0 && c.Bin % 8 == 0;
   // whole 16-byte chunks of lines: the same-dtype kernels, lines along adjacent rows
   pp->x_chunk = (c.k->kind == kMma || c.k->elem_bytes == gbytes) && rows_fast && m2 > 1 &&
@@ -509,9 +537,9 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
   pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
   pp->prefetch = c.pf;
-  pp->y_rowvec = c.k->kind == kMma && !rows_fast && c.S == 1 && out.es == 1 && c.Bout % 8 == 0 &&
-                 reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0 && (m1 == 1 || out.rs1 % 8 == 0) &&
-                 (m2 == 1 || out.rs2 % 8 == 0);
+  pp->y_rowvec = c.k->kind == kMma && !rows_fast && c.S == 1 && out.es == 1 && c.Bout % Vs == 0 &&
+                 reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0 && (m1 == 1 || out.rs1 % Vs == 0) &&
+                 (m2 == 1 || out.rs2 % Vs == 0);
   pp->div_bin = FastDiv(uint32_t(c.Bin));
   pp->div_p0 = FastDiv(uint32_t(c.st[0].P));
   pp->div_l = FastDiv(uint32_t(c.L));
@@ -604,7 +632,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
-                              g_tune.kind};
+                              g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);
     key.push_back(p->Q[i]);
@@ -685,6 +713,12 @@ extern "C" int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_bu
   kl::cu::g_tune.budget_kb = smem_budget_kb;
   kl::cu::g_tune.kind = kind;
   return KL_OK;
+}
+
+extern "C" int kl_kron_float32_mode(int mode) {
+  const int prev = kl::cu::fp32_mode();
+  if (mode == KL_KRON_FP32_TF32X3 || mode == KL_KRON_FP32_IEEE) kl::cu::g_fp32_mode.store(mode);
+  return prev;
 }
 
 extern "C" int kl_cuda_device_check(void) {

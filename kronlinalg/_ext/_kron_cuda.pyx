@@ -4,8 +4,8 @@ from cpython.array cimport array
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from .kron_abi cimport (fill_packed, fill_problem, kl_cuda_device_check,
-                        kl_kron_cuda_scratch_elems, kl_kron_matmul_cuda, kl_kron_problem,
-                        kl_last_error, pack_layout)
+                        kl_kron_cuda_scratch_elems, kl_kron_float32_mode, kl_kron_matmul_cuda,
+                        kl_kron_problem, kl_last_error, pack_layout)
 
 
 cdef extern from "kron.h" nogil:
@@ -71,6 +71,15 @@ def tune(int lines=0, int tile_q=0, int threads=0, int smem_budget_kb=0, int kin
     """Override the planner for benchmarks (0 / -1 = automatic); tune() resets."""
     kl_kron_cuda_tune(lines, tile_q, threads, smem_budget_kb, kind)
     _layouts.clear()  # their scratch sizes came from the plans before the override
+
+
+def float32_mode(int mode=-1):
+    """The float32 mode (0: 3xTF32 tensor cores where every P % 8 == 0, 1: CUDA-core FMAs); sets
+    it when mode is 0 or 1; returns the previous one."""
+    cdef int prev = kl_kron_float32_mode(mode)
+    if mode in (0, 1) and mode != prev:
+        _layouts.clear()  # their scratch sizes came from plans of the other mode
+    return prev
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, scratch0, scratch1,

@@ -23,6 +23,7 @@ cdef extern from "kron.h" nogil:
     int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
                             void *scratch1, void *stream)
     int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p)
+    int kl_kron_float32_mode(int mode)
     int kl_cuda_device_check()
     const char *kl_last_error()
 

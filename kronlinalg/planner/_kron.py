@@ -228,6 +228,20 @@ def _simt_flops(prof, dtype):
     return rate
 
 
+def _cuda_flops(prof, dtype, factors):
+    """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except float32 in the 3xTF32 mode
+    (kron.float32_precision) when every P is a multiple of 8: three TF32 products per product,
+    a third of the tensor cores' TF32 rate (never below the CUDA-core rate it replaces)."""
+    simt = _simt_flops(prof, dtype)
+    if dtype != "float32" or any(p % 8 for p, _ in factors):
+        return simt
+    from ..kron import float32_precision
+
+    if float32_precision() != "tf32x3":
+        return simt
+    return max(simt, prof.tc_ops.get("tf32", 0.0) * prof.units * prof.clock_hz / 3.0)
+
+
 def _cuda_plan(problem):
     """(passes, fused) of the compiled CUDA plan.  The fused kernels say how they group the
     factors (kron_cuda.config); without them (or without a GPU to ask) it is one launch per
@@ -280,7 +294,9 @@ def _cuda_sliced(problem, s_e, prof):
             lines += outputs / 32.0 * p * per_load
     return {"mem": dram / prof.bandwidth, "cache": cached / prof.bandwidth,
             "smem": on_chip / (prof.B_sm * cycles) if fused else 0.0,
-            "l1": lines / cycles, "flop": info["flops"] / _simt_flops(prof, dtype),
+            "l1": lines / cycles,
+            "flop": info["flops"] / (_cuda_flops(prof, dtype, factors) if fused
+                                     else _simt_flops(prof, dtype)),
             "launches": passes * prof.launch_s, "call": prof.launch_s}, \
         {"passes": passes, "fused": fused}
 

@@ -1,0 +1,313 @@
+// Tensor-core fused sliced multiply for float32 as 3xTF32 (mma.sync m16n8k8 tf32, float32
+// accumulation): each operand x = hi + lo (hi = tf32(x), lo = tf32(x - hi)) and
+// acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, small terms first; the dropped lo*lo term leaves an
+// error near float32's own.  Passes whose factors all have P % 8 == 0.
+//
+// Same tiles, line tables, float32 shared-memory layout ([p][rho], 4-float chunks, see
+// kron_cuda_common.cuh) and tile loader as the CUDA-core kernel; steps ping-pong between two
+// buffers and the last one is staged as [k][line] for a vectorised copy-out, as in the half
+// tensor-core kernel (kron_cuda_mma.cuh).
+//  - A (rho x p): a warp item is 32 rho = 8 chunks; lane (g, t) = (lane / 4, lane % 4) reads
+//    chunk g at p = kk + t and kk + t + 4 (two 16-byte loads) and uses its 4 rho as rows g and
+//    g + 8 of two m16 tiles.  The permutation of rows is undone on the way out: the
+//    accumulators of a lane then hold 4 consecutive rho per column, one 16-byte store.  With the
+//    row pitch = 8 (mod 32) floats the loads of each quarter-warp hit 8 distinct bank groups.
+//  - B (p x q) is the factor split once into hi and lo when loaded, stored transposed Ft[q][p]
+//    (pitch P + 4: 8 rows of an ldmatrix fall in 8 bank groups); an 8 x 4-float ldmatrix tile
+//    gives lane (g, t) Ft[g][t], the tf32 B fragment.
+#ifndef KRONLINALG_KRON_CUDA_TF32_CUH
+#define KRONLINALG_KRON_CUDA_TF32_CUH
+
+#include "kron_cuda_common.cuh"
+#include "kron_cuda_ffma.cuh"  // load_tile<float, float>
+
+namespace kl {
+namespace cu {
+
+// Factors split into hi (at f_off) and lo (at f_off + Qpad * f_ld), transposed, zero-padded
+// columns.
+__device__ inline void load_factors_tf32(const PassP &p, float *Fs) {
+  for (int si = 0; si < p.nsteps; ++si) {
+    const StepP &s = p.st[si];
+    const float *F = static_cast<const float *>(s.F);
+    const int n = s.Qpad * s.P, lo_off = s.Qpad * s.f_ld;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int q = i / s.P, pp = i - q * s.P;
+      const float v = q < s.Q ? F[pp * s.frs + q * s.fcs] : 0.f;
+      uint32_t hi, lo;
+      split_tf32(__float_as_uint(v), hi, lo);
+      float *d = Fs + s.f_off + q * s.f_ld + pp;
+      d[0] = __uint_as_float(hi);
+      d[lo_off] = __uint_as_float(lo);
+    }
+  }
+}
+
+// Line tables: offsets of every line and, per chunk of 4 lines, the offset of its first line
+// where the 4 are adjacent and 16-byte aligned in y (else kNoLine).  Whole warps run the loop.
+__device__ __forceinline__ void fill_lines_tf32(const PassP &p, const Tile &t, int64_t *xoff,
+                                                int64_t *yoff, int64_t *ych) {
+  const int lane = threadIdx.x & 31, i4 = lane & 3;
+  for (int l0 = threadIdx.x & ~31; l0 < p.L; l0 += blockDim.x) {
+    const int l = l0 + lane;
+    int64_t xo = kNoLine, yo = kNoLine;
+    if (l < p.L) {
+      line_offsets(p, t, l, &xo, &yo);
+      xoff[l] = xo;
+      yoff[l] = yo;
+    }
+    const int64_t y0 = __shfl_sync(0xffffffffu, yo, lane & ~3);
+    const bool yv = p.y_vec && yo != kNoLine && yo == y0 + i4 && y0 % 4 == 0;
+    const unsigned yb = __ballot_sync(0xffffffffu, yv);
+    if (i4 == 0 && l < p.L) ych[l >> 2] = ((yb >> lane) & 0xfu) == 0xfu ? y0 : kNoLine;
+  }
+}
+
+template <int WN>
+struct Tf32 {
+  // acc[i][j]: m16 tile i, n8 tile j of the warp item (mg: 32 rho, ng: 8 * WN columns)
+  static __device__ __forceinline__ void compute(const float *in, const float *Fs, const StepP &s,
+                                                 int mg, int ng, int nch,
+                                                 float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < WN; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+    const int ld = s.ld;
+    // chunks past the step's rows reread the last one (their results are not stored)
+    const float *ap = in + phys_chunk(min(mg * 8 + g, nch - 1)) * 4 + t * ld;
+    constexpr int NB = WN >= 2 ? WN / 2 : 1;  // ldmatrix x4 (two n-tiles) or x2 (one)
+    const float *bh[NB];
+#pragma unroll
+    for (int jp = 0; jp < NB; ++jp) {
+      const int nt = WN >= 2 ? ng * WN + 2 * jp + (mi >> 1) : ng;
+      bh[jp] = Fs + s.f_off + (nt * 8 + r8) * s.f_ld + (mi & 1) * 4;
+    }
+    const int lo_off = s.Qpad * s.f_ld;
+    const int P = s.P;
+#pragma unroll 2
+    for (int kk = 0; kk < P; kk += 8) {
+      const float4 v0 = *reinterpret_cast<const float4 *>(ap + kk * ld);
+      const float4 v1 = *reinterpret_cast<const float4 *>(ap + (kk + 4) * ld);
+      const uint32_t raw[2][4] = {
+          {__float_as_uint(v0.x), __float_as_uint(v0.y), __float_as_uint(v1.x), __float_as_uint(v1.y)},
+          {__float_as_uint(v0.z), __float_as_uint(v0.w), __float_as_uint(v1.z), __float_as_uint(v1.w)}};
+      uint32_t ah[2][4], al[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split_tf32(raw[i][e], ah[i][e], al[i][e]);
+      uint32_t bhi[WN][2], blo[WN][2];
+#pragma unroll
+      for (int jp = 0; jp < NB; ++jp) {
+        if constexpr (WN >= 2) {
+          uint32_t th[4], tl[4];
+          ldsm_x4(th, bh[jp] + kk);
+          ldsm_x4(tl, bh[jp] + lo_off + kk);
+          bhi[2 * jp][0] = th[0], bhi[2 * jp][1] = th[1];
+          bhi[2 * jp + 1][0] = th[2], bhi[2 * jp + 1][1] = th[3];
+          blo[2 * jp][0] = tl[0], blo[2 * jp][1] = tl[1];
+          blo[2 * jp + 1][0] = tl[2], blo[2 * jp + 1][1] = tl[3];
+        } else {
+          ldsm_x2(bhi[0][0], bhi[0][1], bh[jp] + kk);
+          ldsm_x2(blo[0][0], blo[0][1], bh[jp] + lo_off + kk);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {  // small terms first
+          mma_tf32(acc[i][j], al[i], bhi[j][0], bhi[j][1]);
+          mma_tf32(acc[i][j], ah[i], blo[j][0], blo[j][1]);
+          mma_tf32(acc[i][j], ah[i], bhi[j][0], bhi[j][1]);
+        }
+    }
+  }
+
+  // Results -> `out`: the next step's input (pitch ldn, P' = pn), or on the last step the
+  // staging layout [k][line] (pn = 1, Rn = R).  A lane's chunk g holds rho 4g..4g+3 of the item:
+  // rows g, g + 8 of tile 0, then of tile 1.
+  static __device__ __forceinline__ void store(const PassP &p, float *out, const StepP &s, int ldn,
+                                               int pn, int mg, int ng, int nch,
+                                               const float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int ch = mg * 8 + g;
+    if (ch >= nch) return;
+    const int L = p.L;
+    const int rho0 = ch * 4;
+    const int r = int(p.div_l.div(uint32_t(rho0)));
+    const int l0 = rho0 - r * L;
+    const int rq = int(s.div_pn.div(uint32_t(r)));
+    const int rp = r - rq * pn;
+    float *row = out + rp * ldn;
+    const int base = rq * L + l0;
+#pragma unroll
+    for (int j = 0; j < WN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = (ng * WN + j) * 8 + 2 * t + h;
+        if (q >= s.Q) continue;
+        const float4 v = make_float4(acc[0][j][h], acc[0][j][2 + h], acc[1][j][h], acc[1][j][2 + h]);
+        *reinterpret_cast<float4 *>(row + phys_chunk((q * s.Rn * L + base) >> 2) * 4) = v;
+      }
+  }
+};
+
+// d[0..3] = alpha * v + beta * d (beta == 0: d is not read), one 16-byte load and store.
+__device__ __forceinline__ void store4_scaled(float *d, float4 v, float alpha, float beta) {
+  float4 w = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
+  if (beta != 0.f) {
+    const float4 o = *reinterpret_cast<const float4 *>(d);
+    w.x += beta * o.x, w.y += beta * o.y, w.z += beta * o.z, w.w += beta * o.w;
+  }
+  *reinterpret_cast<float4 *>(d) = w;
+}
+
+__device__ __forceinline__ void store1_scaled(float *d, float v, float alpha, float beta) {
+  float f = alpha * v;
+  if (beta != 0.f) f += beta * *d;
+  *d = f;
+}
+
+// staged [k][line] -> y (alpha, beta), 16-byte runs where lines are consecutive in y
+__device__ inline void copy_out_f32(const PassP &p, const float *stage, const int64_t *yoff,
+                             const int64_t *ych) {
+  float *y = static_cast<float *>(p.y);
+  const float alpha = float(p.alpha), beta = float(p.beta);
+  const int L = p.L, Lc = L >> 2;
+  if (p.rows_fast || p.S > 1) {
+    const int total = p.Bout * Lc;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int k = int(p.div_l.div(uint32_t(idx) << 2));
+      const int c = idx - k * Lc;
+      const float4 v = *reinterpret_cast<const float4 *>(stage + phys_chunk(k * Lc + c) * 4);
+      const int64_t koff = int64_t(k) * p.S * p.yes;
+      const int64_t y0 = ych[c];
+      if (y0 != kNoLine) {
+        store4_scaled(y + y0 + koff, v, alpha, beta);
+      } else {
+        const float *h = reinterpret_cast<const float *>(&v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t yo = yoff[c * 4 + i];
+          if (yo != kNoLine) store1_scaled(y + yo + koff, h[i], alpha, beta);
+        }
+      }
+    }
+  } else if (p.y_rowvec) {
+    // one instance per row (S == 1), rows 16-byte aligned: a thread gathers 4 consecutive k of
+    // one line (stride L in the staging) into one 16-byte store; lane pairs take the two halves
+    // of a 32-byte sector, then lines
+    const int kc_n = p.Bout >> 2, wl = (kc_n & 1) ? 0 : 1;
+    const int total = kc_n * L;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int rest = idx >> wl;
+      const int kh = int(p.div_l.div(uint32_t(rest)));
+      const int l = rest - kh * L;
+      const int kc = (kh << wl) + (idx & wl);
+      const int64_t yo = yoff[l];
+      if (yo == kNoLine) continue;
+      const int c0 = kc * L + (l >> 2);  // chunk of (k = 4 kc, l)
+      float4 v;
+      v.x = stage[phys_chunk(c0) * 4 + (l & 3)];
+      v.y = stage[phys_chunk(c0 + Lc) * 4 + (l & 3)];
+      v.z = stage[phys_chunk(c0 + 2 * Lc) * 4 + (l & 3)];
+      v.w = stage[phys_chunk(c0 + 3 * Lc) * 4 + (l & 3)];
+      store4_scaled(y + yo + (kc << 2), v, alpha, beta);
+    }
+  } else {
+    // one instance per row (S == 1): lanes along k, which is contiguous in y
+    const int total = p.Bout * L;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int l = int(p.div_bout.div(uint32_t(idx)));
+      const int k = idx - l * p.Bout;
+      const int64_t yo = yoff[l];
+      if (yo == kNoLine) continue;
+      const int e = k * L + l;
+      store1_scaled(y + yo + int64_t(k) * p.yes, stage[phys_chunk(e >> 2) * 4 + (e & 3)], alpha,
+                    beta);
+    }
+  }
+}
+
+// Persistent blocks over tiles, as kron_mma_kernel: with p.prefetch a third buffer takes the
+// next tile's copies while this tile is computed (double-buffered line tables); otherwise each
+// tile loads, computes and stores in turn.
+template <int WN>
+__global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant__ PassP p) {
+  using K = Tf32<WN>;
+  KL_DYNAMIC_SMEM(smem_raw);
+  float *Fs = reinterpret_cast<float *>(smem_raw);
+  float *in0 = Fs + p.fs_elems;
+  float *scr = in0 + p.buf_elems;
+  float *pf = scr + p.buf_elems;
+  const int nbuf = p.prefetch ? 3 : 2;
+  int64_t *tab = reinterpret_cast<int64_t *>(in0 + int64_t(nbuf) * p.buf_elems);
+  const int tab_len = 2 * p.L + (p.L >> 2);  // xoff, yoff, ych
+  int64_t *tab_n = p.prefetch ? tab + tab_len : tab;
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  int64_t t = blockIdx.x;
+  if (t < p.ntiles) load_factors_tf32(p, Fs);
+  if (p.prefetch && t < p.ntiles) {
+    fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
+    __syncthreads();
+    load_tile<float, float>(p, in0, tab);
+  }
+  for (; t < p.ntiles; t += gridDim.x) {
+    if (p.prefetch) {
+      const int64_t tn = t + gridDim.x;
+      if (tn < p.ntiles) fill_lines_tf32(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L);
+      cp_async_wait_all();  // this tile has landed
+      __syncthreads();
+      // the next tile streams in while this one is computed
+      if (tn < p.ntiles) load_tile<float, float>(p, pf, tab_n);
+    } else {
+      __syncthreads();
+      fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
+      __syncthreads();
+      load_tile<float, float>(p, in0, tab);
+      cp_async_wait_all();
+      __syncthreads();
+    }
+    float *in = in0, *out = scr;
+    for (int si = 0; si < p.nsteps; ++si) {
+      const StepP &s = p.st[si];
+      const bool last = si + 1 == p.nsteps;
+      const int ldn = last ? 0 : p.st[si + 1].ld;
+      const int pn = last ? 1 : p.st[si + 1].P;
+      const int nch = (s.R * p.L) >> 2;
+      const int mgroups = (nch + 7) >> 3;
+      const int items = mgroups * (s.Qpad / (8 * WN));
+      for (int w = warp; w < items; w += nwarps) {
+        const int ng = int(s.div_chunks.div(uint32_t(w)));
+        const int mg = w - ng * mgroups;
+        float acc[2][WN][4];
+        K::compute(in, Fs, s, mg, ng, nch, acc);
+        K::store(p, out, s, ldn, pn, mg, ng, nch, acc);
+      }
+      __syncthreads();
+      float *tmp = in;
+      in = out;
+      out = tmp;
+    }
+    copy_out_f32(p, in, tab + p.L, tab + 2 * p.L);
+    if (p.prefetch) {
+      __syncthreads();  // this tile's buffers and tables are free again
+      float *tb = in0;
+      in0 = pf;
+      pf = tb;
+      int64_t *tt = tab;
+      tab = tab_n;
+      tab_n = tt;
+    }
+  }
+}
+
+}  // namespace cu
+}  // namespace kl
+
+#endif
