@@ -39,6 +39,15 @@ for dt in (cp.float32, cp.float16):
         for nb in (29, 40):  # 40: rows 16-byte aligned (the pipelined half kernel)
             kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((cols, nb)), dtype=dt),
                                          ch, layout="batch_last", algorithm="kernel")
+# the half types' wide tiles (launch_pipe_wide): batches that give every SM two tiles
+for pats, nb in [([(1, 16, 16, 8)], 16929), ([(1, 128, 128, 8)], 8500), ([(1, 256, 128, 6)], 4300),
+                 ([(1, 256, 128, 3)], 8500), ([(1, 256, 128, 2)], 16900),
+                 ([(1, 128, 128, 12)], 5700)]:
+    ch = KSChain.random(pats, rng=rng, xp=cp, dtype=cp.float16)
+    x = cp.asarray(rng.standard_normal((nb, ch.shape[1])), dtype=cp.float16)
+    kronlinalg.structured_matmul(x, ch, algorithm="kernel")
+    kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, layout="batch_last",
+                                 algorithm="kernel")
 cp.cuda.Device().synchronize(); print("sanitizer script done")
 PY
   for tool in memcheck racecheck; do

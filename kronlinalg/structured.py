@@ -799,13 +799,36 @@ _CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 16, 3), 6: (64, 32, 16, 6),
                     8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
 
 
+# Its wide shapes for the half types (launch_pipe_wide: 16 warps, or 12 for d = 3, 6, one block
+# per SM): d (spans) or TJ (runs) -> (TN, TK), with the narrow shape's TL and TJ, where they pay on an H100 (runs of 8
+# j batch_first, or b·c >= 128², runs of 4 j with b·c >= 128², the spans d = 2, 3, 6 batch_first
+# with b·c >= 2·128²) and still give every SM two tiles.
+_CUDA_PIPE_WIDE = {2: (128, 128), 3: (128, 64), 6: (64, 64), 8: (64, 64), 4: (128, 64)}
+
+
+def _cuda_wide_pays(p, first) -> bool:
+    b, c, d = p[1], p[2], p[3]
+    if d % 8 == 0:
+        return first or b * c >= 128 * 128
+    if d % 4 == 0 and d != 4:
+        return b * c >= 128 * 128
+    return d in (2, 3, 6) and first and b * c >= 2 * 128 * 128
+
+
 def _cuda_pipelined(p, s_e) -> bool:
     return p[2] % 8 == 0 and (s_e == 2 or float32_precision() == "tf32x3")
 
 
-def _cuda_tile(p, s_e) -> tuple:
-    """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile."""
+def _cuda_tile(p, s_e, B=0, units=0, first=True) -> tuple:
+    """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile, for
+    a batch of B (batch_first or not) on a device of `units` SMs (B = 0: the 8-warp shapes)."""
     b, d = p[1], p[3]
+    if _cuda_pipelined(p, s_e) and s_e == 2 and B > 0 and _cuda_wide_pays(p, first):
+        tn, tk, tl, tj = _cuda_tile(p, s_e)
+        wide = _CUDA_PIPE_WIDE[d if d in (2, 3, 6) else tj]
+        blocks = p[0] * math.ceil(d / tj) * math.ceil(B / wide[0]) * math.ceil(b / wide[1])
+        if blocks >= 2 * units:
+            return (*wide, tl, tj)
     if _cuda_pipelined(p, s_e):
         if d == 1:
             tn, tk, tl, tj = (256, 64, 32, 1) if -b % 64 < -b % 128 else (128, 128, 32, 1)
@@ -845,7 +868,7 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
     t = dict.fromkeys(("mem", "flop", "unaligned", "tiles", "l2", "calls"), 0.0)
     for p in info["patterns"]:
         a, b, c, d = p
-        tn, tk, tl, tj = _cuda_tile(p, s_e)
+        tn, tk, tl, tj = _cuda_tile(p, s_e, B, prof.units, first)
         nn, nk, nl, nj = (math.ceil(B / tn), math.ceil(b / tk), math.ceil(c / tl),
                           math.ceil(d / tj))
         tiles = a * nj * nn * nk

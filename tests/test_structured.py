@@ -479,6 +479,24 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 16, 1)
     assert structured._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
     assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 32, 1)
+    # the half types' wide shapes (launch_pipe_wide) where they pay and still give 132 SMs two
+    # tiles
+    wide = lambda p, B, first=True: structured._cuda_tile(p, 2, B, 132, first)  # noqa: E731
+    assert wide((1, 64, 64, 8), 25088) == (64, 64, 16, 8)
+    assert wide((1, 64, 64, 8), 8000) == (64, 32, 16, 8)  # 125 wide tiles: the narrow shape
+    assert wide((1, 64, 64, 24), 8000) == (64, 64, 16, 8)  # three j tiles each
+    assert wide((1, 64, 64, 8), 25088, False) == (64, 32, 16, 8)  # b·c < 128²
+    assert wide((1, 128, 128, 8), 25088, False) == (64, 64, 16, 8)
+    assert wide((1, 256, 256, 6), 25088) == (64, 64, 16, 6)
+    assert wide((1, 256, 256, 6), 25088, False) == (64, 32, 16, 6)  # spans: batch_first only
+    assert wide((1, 128, 64, 6), 25088) == (64, 32, 16, 6)  # b·c < 2·128²
+    assert wide((1, 256, 256, 3), 25088) == (128, 64, 16, 3)
+    assert wide((1, 256, 256, 2), 25088) == (128, 128, 32, 2)
+    assert wide((1, 128, 128, 12), 25088, False) == (128, 64, 16, 4)
+    assert wide((1, 64, 64, 12), 25088) == (64, 64, 16, 4)  # b·c < 128²
+    assert wide((1, 512, 512, 4), 25088) == (64, 64, 16, 4)  # d = 4, d = 1: never
+    assert wide((1, 768, 768, 1), 25088) == (128, 128, 32, 1)
+    assert structured._cuda_tile((1, 64, 64, 8), 4, 25088, 132) == (64, 32, 8, 8)  # float32
 
 
 def test_cuda_cost_model_on_the_h100():
@@ -604,6 +622,57 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
         w = ks_dense_ref(v.float().cpu().numpy())
         ref = xn[:, :n] @ w.T if layout == 0 else w @ xn[:, :batch]
         err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < RTOL[dtype], (pattern, layout, dtype, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", (0, 1))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_cuda_wide_tiles_for_every_d(rng, layout, dtype):
+    """The half types' wide tiles (launch_pipe_wide: 16 or 12 warps, one block per SM), taken
+    where they pay and still give every SM two tiles: each shape (and the narrow ones at the
+    same batches where they do not pay), with tails in the batch, in b and in the l chunks,
+    a > 1; the cost model's tile agrees with the launcher's.  Padding columns of y stay
+    untouched."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tdt = getattr(torch, dtype)
+    for pattern, pad in [((1, 128, 256, 2), 0), ((1, 256, 136, 3), 8), ((1, 200, 168, 6), 0),
+                         ((1, 40, 32, 8), 8), ((2, 24, 16, 16), 0), ((1, 130, 136, 12), 8),
+                         ((1, 128, 128, 8), 0)]:
+        a, b, c, d = pattern
+        first = layout == 0
+        tn, tk, _, tj = structured._cuda_tile(pattern, 2, 1 << 30, sms, first)
+        if structured._cuda_wide_pays(pattern, first):
+            assert (tn, tk) != structured._cuda_tile(pattern, 2)[:2], pattern  # wider
+        # the least batch that gives 2 tiles per SM, plus a partial batch tile
+        per_tile = a * -(-d // tj) * -(-b // tk)
+        batch = -(-2 * sms // per_tile) * tn + tn // 2 + 1
+        assert structured._cuda_tile(pattern, 2, batch, sms, first)[:2] == (tn, tk)
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+        ld_b = -(-batch // 8) * 8 + pad
+        xs = (batch, n + pad) if layout == 0 else (n, ld_b)
+        ys = (batch, m + pad) if layout == 0 else (m, ld_b)
+        x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
+        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.matmul(pattern, batch, layout, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
+                       {"float16": 2, "bfloat16": 3}[dtype],
+                       torch.cuda.current_stream().cuda_stream)
+        w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
+        xd = x.double()
+        ref = xd[:, :n] @ w.T if layout == 0 else w @ xd[:, :batch]
+        yd = y.double()
+        got = yd[:, :m] if layout == 0 else yd[:, :batch]
+        rest = yd[:, m:] if layout == 0 else yd[:, batch:]
+        assert bool(torch.isnan(rest).all()), ("padding written", pattern)
+        assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
+        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
         assert err < RTOL[dtype], (pattern, layout, dtype, err)
 
 

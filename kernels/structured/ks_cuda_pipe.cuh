@@ -254,10 +254,11 @@ __device__ __forceinline__ void store_vec(T *dst, const T *src) {
   }
 }
 
-// DJ: d > 1 (K and the batch_first X through registers); SPAN: TJ == d in {2, 3, 6}, loaded
-// as whole (l, j) spans; NT threads (8 warps, or 6 for d = 3, 6).
+// DJ: d > 1 (K and the batch_first X through registers); SPAN: TJ == d in {2, 3, 4, 6}, loaded
+// as whole (l, j) spans; NT threads: 8 warps (6 for d = 3, 6), two blocks per SM, or the wide
+// shapes' 16 (12) warps, one block per SM (the same 128 registers per thread either way).
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
-__global__ void __launch_bounds__(NT, 2) ks_pipe(Params p) {
+__global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   typedef PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))> S;
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
