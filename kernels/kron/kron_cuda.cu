@@ -101,8 +101,12 @@ const KernelDesc *kernel_table(int dtype, int *n) {
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 struct StepGeo {
-  int P, Q, Qpad, R, ld, f_off, f_ld;
+  int P, Q, Qpad, R, ld, f_off, f_ld, f_lo;
 };
+
+// 3xTF32: the factors are stored split (hi and lo) while both fit this many bytes, else as
+// they are and split per use (a large factor would otherwise crowd out the data buffers).
+constexpr int64_t kTf32PresplitBytes = 48 * 1024;
 
 // Where a pass's lines sit: rows (m1 x m2n, two levels) x instances S, which direction is
 // adjacent in memory, and how long a run of adjacent lines can be.
@@ -153,6 +157,13 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
     return false;
   c->Bin = int(bin);
   c->Bout = int(bout);
+  bool presplit = false;
+  if (tf32) {
+    int64_t area = 0;
+    for (int s = 0; s < count; ++s)
+      area += round_up(p->Q[last - s], k->tile_q) * (p->P[last - s] + 4);
+    presplit = 2 * area * es <= kTf32PresplitBytes;
+  }
   int64_t lin = bin, fs = 0, buf = 0;
   for (int s = 0; s < count; ++s) {
     StepGeo &g = c->st[s];
@@ -171,8 +182,8 @@ bool group_geometry(const kl_kron_problem *p, int last, int count, const KernelD
     if (ldc * V > (1 << 24)) return false;
     g.ld = int(ldc * V);
     g.f_off = int(fs);
-    // (3xTF32: the factor split into hi and lo)
-    fs += round_up(int64_t(k->kind == kFfma ? g.P : g.Qpad) * g.f_ld * (tf32 ? 2 : 1), 8);
+    g.f_lo = presplit ? g.Qpad * g.f_ld : 0;  // 3xTF32: the lo part after the hi part
+    fs += round_up(int64_t(k->kind == kFfma ? g.P : g.Qpad) * g.f_ld * (presplit ? 2 : 1), 8);
     buf = std::max<int64_t>(buf, int64_t(g.P) * g.ld);
     if (k->kind == kFfma && s + 1 < count) {
       // the in-place step needs every register tile of the step in one block
@@ -267,7 +278,8 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
     c.k = k;
     c.S = S;
     // tensor cores, lines adjacent in x: the next tile's chunks stream in (cp.async) meanwhile
-    c.pf = k->kind == kMma && rows_fast;
+    // (3xTF32: every tile, all its loads are cp.async)
+    c.pf = k->kind == kMma && (rows_fast || is_tf32(k));
     // lines: C consecutive instances of TM rows (instances fastest), or the other way round;
     // neither beyond what the matrix has, rounded up to the register tile
     if (!rows_fast) {
@@ -289,7 +301,7 @@ bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
     if (!sh.line_outputs_contig) {
       const int64_t run = std::min<int64_t>(rows_fast ? c.TM : c.C, sh.run_cap);
       // (prefetching tensor-core passes: 64-byte runs, as each tile's line is read in runs too)
-      const int64_t want = ((c.pf ? 64 : 32) + k->gmem_bytes - 1) / k->gmem_bytes;
+      const int64_t want = ((c.pf && rows_fast ? 64 : 32) + k->gmem_bytes - 1) / k->gmem_bytes;
       if (run < want && sh.run_cap >= want && g_tune.L == 0) continue;
     }
     if (!group_geometry(p, last, count, k, c.L, TQ, &c)) continue;
@@ -572,6 +584,7 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
     d.ld = g.ld;
     d.f_off = g.f_off;
     d.f_ld = g.f_ld;
+    d.f_lo = g.f_lo;
     const bool lastp = s + 1 == c.count;
     const int pn = lastp ? 1 : c.st[s + 1].P;
     d.Rn = g.R / pn;

@@ -65,6 +65,7 @@ struct StepP {
   int ld;          // pitch of one p-row in shared memory (elements)
   int f_off;       // offset of this step's factor in the factor area (elements)
   int f_ld;        // pitch of the factor in shared memory (elements)
+  int f_lo;        // 3xTF32: offset of the factor's lo part from its hi part, 0 = split per use
   int Rn;          // R / P of the next step (0 on the last step)
   FastDiv div_pn;  // P of the next step (1 on the last step)
   FastDiv div_chunks;  // chunks (R * L / V) of this step, or m-tiles for the MMA kernel

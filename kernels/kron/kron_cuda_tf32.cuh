@@ -12,9 +12,10 @@
 //    g + 8 of two m16 tiles.  The permutation of rows is undone on the way out: the
 //    accumulators of a lane then hold 4 consecutive rho per column, one 16-byte store.  With the
 //    row pitch = 8 (mod 32) floats the loads of each quarter-warp hit 8 distinct bank groups.
-//  - B (p x q) is the factor split once into hi and lo when loaded, stored transposed Ft[q][p]
-//    (pitch P + 4: 8 rows of an ldmatrix fall in 8 bank groups); an 8 x 4-float ldmatrix tile
-//    gives lane (g, t) Ft[g][t], the tf32 B fragment.
+//  - B (p x q) is the factor stored transposed Ft[q][p] (pitch P + 4: 8 rows of an ldmatrix
+//    fall in 8 bank groups); an 8 x 4-float ldmatrix tile gives lane (g, t) Ft[g][t], the tf32
+//    B fragment.  Small factors are split into hi and lo once, when loaded (StepP::f_lo); large
+//    ones, which would crowd out the data, are stored once and split per use.
 #ifndef KRONLINALG_KRON_CUDA_TF32_CUH
 #define KRONLINALG_KRON_CUDA_TF32_CUH
 
@@ -24,21 +25,25 @@
 namespace kl {
 namespace cu {
 
-// Factors split into hi (at f_off) and lo (at f_off + Qpad * f_ld), transposed, zero-padded
-// columns.
+// Factors transposed, zero-padded columns: split into hi (at f_off) and lo (at f_off + f_lo)
+// where f_lo > 0, else as they are.
 __device__ inline void load_factors_tf32(const PassP &p, float *Fs) {
   for (int si = 0; si < p.nsteps; ++si) {
     const StepP &s = p.st[si];
     const float *F = static_cast<const float *>(s.F);
-    const int n = s.Qpad * s.P, lo_off = s.Qpad * s.f_ld;
+    const int n = s.Qpad * s.P;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       const int q = i / s.P, pp = i - q * s.P;
       const float v = q < s.Q ? F[pp * s.frs + q * s.fcs] : 0.f;
-      uint32_t hi, lo;
-      split_tf32(__float_as_uint(v), hi, lo);
       float *d = Fs + s.f_off + q * s.f_ld + pp;
-      d[0] = __uint_as_float(hi);
-      d[lo_off] = __uint_as_float(lo);
+      if (s.f_lo) {
+        uint32_t hi, lo;
+        split_tf32(__float_as_uint(v), hi, lo);
+        d[0] = __uint_as_float(hi);
+        d[s.f_lo] = __uint_as_float(lo);
+      } else {
+        d[0] = v;
+      }
     }
   }
 }
@@ -87,7 +92,7 @@ struct Tf32 {
       const int nt = WN >= 2 ? ng * WN + 2 * jp + (mi >> 1) : ng;
       bh[jp] = Fs + s.f_off + (nt * 8 + r8) * s.f_ld + (mi & 1) * 4;
     }
-    const int lo_off = s.Qpad * s.f_ld;
+    const int lo_off = s.f_lo;
     const int P = s.P;
 #pragma unroll 2
     for (int kk = 0; kk < P; kk += 8) {
@@ -104,17 +109,22 @@ struct Tf32 {
       uint32_t bhi[WN][2], blo[WN][2];
 #pragma unroll
       for (int jp = 0; jp < NB; ++jp) {
+        uint32_t th[4], tl[4];
         if constexpr (WN >= 2) {
-          uint32_t th[4], tl[4];
           ldsm_x4(th, bh[jp] + kk);
-          ldsm_x4(tl, bh[jp] + lo_off + kk);
-          bhi[2 * jp][0] = th[0], bhi[2 * jp][1] = th[1];
-          bhi[2 * jp + 1][0] = th[2], bhi[2 * jp + 1][1] = th[3];
-          blo[2 * jp][0] = tl[0], blo[2 * jp][1] = tl[1];
-          blo[2 * jp + 1][0] = tl[2], blo[2 * jp + 1][1] = tl[3];
+          if (lo_off) ldsm_x4(tl, bh[jp] + lo_off + kk);
         } else {
-          ldsm_x2(bhi[0][0], bhi[0][1], bh[jp] + kk);
-          ldsm_x2(blo[0][0], blo[0][1], bh[jp] + lo_off + kk);
+          ldsm_x2(th[0], th[1], bh[jp] + kk);
+          if (lo_off) ldsm_x2(tl[0], tl[1], bh[jp] + lo_off + kk);
+        }
+        if (!lo_off) {  // a large factor, stored once: split here
+#pragma unroll
+          for (int e = 0; e < (WN >= 2 ? 4 : 2); ++e) split_tf32(th[e], th[e], tl[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < (WN >= 2 ? 4 : 2); ++e) {
+          bhi[2 * jp + e / 2][e % 2] = th[e];
+          blo[2 * jp + e / 2][e % 2] = tl[e];
         }
       }
 #pragma unroll
