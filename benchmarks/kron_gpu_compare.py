@@ -351,6 +351,9 @@ def main(argv=None):
     ap.add_argument("--fp32", choices=("tf32x3", "ieee"), default=None,
                     help="float32 mode of the CUDA kernels (kron.float32_precision; default: "
                          "the library's default)")
+    ap.add_argument("--kind", choices=("auto", "ffma", "tc"), default="auto",
+                    help="kernel kind where both apply: the planner's choice, CUDA cores, or "
+                         "tensor cores for every group with P % 8 == 0 (kron_cuda.tune(kind=))")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="small shapes over every kernel path, untimed (for compute-sanitizer)")
@@ -362,6 +365,10 @@ def main(argv=None):
         from kronlinalg.kron import float32_precision
 
         float32_precision(args.fp32)
+    if args.kind != "auto":
+        from kronlinalg._ext import kron_cuda
+
+        kron_cuda.tune(kind={"ffma": 0, "tc": 1}[args.kind])
     if args.smoke or args.smoke_light:
         return smoke(light=args.smoke_light)
     if args.once:
@@ -380,7 +387,7 @@ def main(argv=None):
     rows = []
     hdr = (f"{'case':<26}{'dtype':<10}{'ours ms':>10}{'shuffle ms':>12}{'speedup':>9}"
            f"{'TFLOP/s':>9}{'roof':>7}{'relerr':>10}{'passes':>7}")
-    print(f"float32 mode: {float32_precision()}")
+    print(f"float32 mode: {float32_precision()}, kernel kind: {args.kind}")
     print(hdr)
     for set_name in args.sets.split(","):
         for case in cases[set_name]:
@@ -441,7 +448,7 @@ def main(argv=None):
             pass
         with open(args.json, "w") as f:
             json.dump({"device": dev, "roof": roof, "rows": rows, "summary": summary,
-                       "fp32": float32_precision(), "command": " ".join(sys.argv)}, f, indent=1)
+                       "fp32": float32_precision(), "kind": args.kind, "command": " ".join(sys.argv)}, f, indent=1)
     return 0
 
 

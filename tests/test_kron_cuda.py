@@ -370,6 +370,20 @@ def fp32_mode(request):
     kron_mod.float32_precision(start)
 
 
+@pytest.fixture(params=["tf32x3", "tf32x3-forced", "ieee"])
+def fp32_path(request):
+    """A float32 mode, and "tf32x3-forced": tensor cores for every group with P % 8 == 0, also
+    where the planner would keep CUDA cores (Q < 16)."""
+    kron_mod = sys.modules["kronlinalg.kron"]
+    start = kron_mod.float32_precision()
+    kron_mod.float32_precision(request.param.split("-")[0])
+    if request.param.endswith("forced"):
+        _kron_cuda().tune(kind=1)
+    yield request.param
+    _kron_cuda().tune()
+    kron_mod.float32_precision(start)
+
+
 def _poison_pool(gxp, nbytes):
     """Fill nbytes of the library's memory pool with NaN and free them again: outputs and
     scratch allocated next come from that memory, so an element the kernel leaves unwritten
@@ -410,7 +424,7 @@ F32_TC_CASES = [
 
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("case", F32_TC_CASES, ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]))
-def test_float32_modes(gxp, rng, fp32_mode, case, side):
+def test_float32_modes(gxp, rng, fp32_path, case, side):
     shapes, lead = case
     k = math.prod(p for p, _ in shapes)
     nq = math.prod(q for _, q in shapes)
@@ -424,9 +438,17 @@ def test_float32_modes(gxp, rng, fp32_mode, case, side):
 def test_float32_modes_pick_their_kernels(gxp, fp32_mode):
     tc = _kernels_of("float32", [(16, 16)] * 3, 64)
     assert tc and all(("tf32x3" in k) == (fp32_mode == "tf32x3") for k in tc), tc
-    # factors with P % 8 != 0 stay on CUDA cores in either mode
+    # factors with P % 8 != 0 stay on CUDA cores in either mode, and so do Q < 16 unless forced
     assert all("ffma" in k for k in _kernels_of("float32", [(5, 5)] * 3, 64))
     assert all("ffma" in k for k in _kernels_of("float64", [(16, 16)] * 3, 64))
+    assert all("ffma" in k for k in _kernels_of("float32", [(8, 8)] * 3, 64))
+    kc = _kron_cuda()
+    kc.tune(kind=1)
+    try:
+        forced = _kernels_of("float32", [(8, 8)] * 3, 64)
+        assert all(("tf32x3" in k) == (fp32_mode == "tf32x3") for k in forced), forced
+    finally:
+        kc.tune()
 
 
 def test_float32_modes_differ_within_tolerance(gxp, rng):
@@ -457,7 +479,7 @@ def test_tf32_tile_configs(gxp, rng, tile_q, lines):
     kc = _kron_cuda()
     kron_mod = sys.modules["kronlinalg.kron"]
     start = kron_mod.float32_precision("tf32x3")
-    kc.tune(lines=lines, tile_q=tile_q)
+    kc.tune(lines=lines, tile_q=tile_q, kind=1)
     try:
         for shapes, lead in [([(8, 8)] * 3, (9,)), ([(32, 16), (16, 8)], (5,)),
                              ([(64, 40)], (7,))]:
@@ -476,15 +498,15 @@ def test_tf32_tile_configs(gxp, rng, tile_q, lines):
 def test_float32_modes_strided_x(gxp, rng, fp32_mode, side):
     """x as a strided slice (element stride 2) and as a transposed view (rows adjacent in
     memory, the prefetching tile loader) on tensor-core-eligible factors."""
-    shapes = [(8, 8), (16, 8)]
+    shapes = [(16, 16), (16, 32)]
     fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
-    k = 128 if side == "right" else 64
+    k = 256 if side == "right" else 512
     big, bign = random(gxp, rng, (6, 2 * k, 9), "float32")
     x, xn = (big[:, ::2, 3], bign[:, ::2, 3]) if side == "right" else (big[:, ::2, 1:8],
                                                                          bign[:, ::2, 1:8])
     out = kronlinalg.kron_matmul(x, list(fs), side=side, algorithm="sliced")
     assert_close(out, kron_matmul_ref(xn, fns, side), gxp, "float32")
-    xt, xtn = random(gxp, rng, (128, 300), "float32")
+    xt, xtn = random(gxp, rng, (256, 300), "float32")
     xv = xt.mT if gxp.is_torch else xt.T
     out = kronlinalg.kron_matmul(xv, list(fs), algorithm="sliced", alpha=2.0)
     assert_close(out, kron_matmul_ref(xtn.T, fns, "right", 2.0), gxp, "float32")

@@ -107,6 +107,8 @@ struct StepGeo {
 // 3xTF32: the factors are stored split (hi and lo) while both fit this many bytes, else as
 // they are and split per use (a large factor would otherwise crowd out the data buffers).
 constexpr int64_t kTf32PresplitBytes = 48 * 1024;
+// 3xTF32 for groups whose factors all have at least this many columns (see pick_kernel).
+constexpr int kTf32MinQ = 16;
 
 // Where a pass's lines sit: rows (m1 x m2n, two levels) x instances S, which direction is
 // adjacent in memory, and how long a run of adjacent lines can be.
@@ -215,17 +217,22 @@ int pow2_divisor(int64_t v, int cap) {
 // The kernel of a group: tensor cores for half types, and for float32 in 3xTF32 mode, when every
 // P is a multiple of 8, else CUDA cores; the narrowest compiled column tile that covers the
 // widest factor.
-const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int count) {
+const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int count,
+                              bool allow_tf32 = true) {
   int n = 0;
   const KernelDesc *tab = kernel_table(dtype, &n);
-  int maxq = 1;
+  int maxq = 1, minq = 1 << 30;
   bool p8 = true;
   for (int s = 0; s < count; ++s) {
     maxq = std::max<int>(maxq, int(p->Q[last - s]));
+    minq = std::min<int>(minq, int(p->Q[last - s]));
     p8 = p8 && p->P[last - s] % 8 == 0;
   }
   const bool half = dtype == KL_FLOAT16 || dtype == KL_BFLOAT16;
-  const bool tc = half || (dtype == KL_FLOAT32 && fp32_mode() == KL_KRON_FP32_TF32X3);
+  // (3xTF32 splits each input element once per step and column group, a cost that a CUDA-core
+  // register tile of Q <= 8 columns matches: there the CUDA cores are as fast, and exact)
+  const bool tc = half || (dtype == KL_FLOAT32 && allow_tf32 && fp32_mode() == KL_KRON_FP32_TF32X3 &&
+                           (minq >= kTf32MinQ || g_tune.kind == kMma));
   const int want_kind = tc && p8 && g_tune.kind != kFfma ? kMma : kFfma;
   // CUDA cores: 16-column register tiles need ~180 registers, so only 8 warps fit an SM; the
   // in-place steps of a fused pass want the 16 warps of 8-column tiles
@@ -244,12 +251,25 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
 int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks);
 
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
+bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
+                    const PassShape &sh, PassCfg *out);
+
+// Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
+// (A group that fits no 3xTF32 tile, whose factors have no column tiles there, may still fit
+// the CUDA cores.)
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                    const PassShape &sh, PassCfg *out) {
+  const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
+  if (!k) return false;
+  if (configure_with(p, k, dev, sh, out)) return true;
+  if (!is_tf32(k) || g_tune.kind == kMma) return false;
+  return configure_with(p, pick_kernel(p, dtype, sh.last, sh.count, false), dev, sh, out);
+}
+
+bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out) {
   const int last = sh.last, count = sh.count, rows_fast = sh.rows_fast;
   const int64_t S = sh.S, M = sh.rows;
-  const KernelDesc *k = pick_kernel(p, dtype, last, count);
-  if (!k) return false;
   const int V = k->kind == kMma && !is_tf32(k) ? 8 : 16 / k->elem_bytes;
   const int lmult = V;  // a thread's register tile (CUDA cores) / a 16-byte chunk (tensor cores)
   const size_t hard = size_t(dev.smem_optin);

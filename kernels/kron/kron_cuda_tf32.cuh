@@ -68,6 +68,15 @@ __device__ __forceinline__ void fill_lines_tf32(const PassP &p, const Tile &t, i
   }
 }
 
+// x = hi + lo, both rounded to TF32 (nearest, ties away) as cvt.rna.tf32.f32 does for finite x,
+// in integer arithmetic: the compiler expands cvt.rna to four instructions with an infinity test
+// that this split does not need (an infinite x gives hi = x and a NaN lo, as NaN propagates).
+__device__ __forceinline__ void split_tf32_int(uint32_t x, uint32_t &hi, uint32_t &lo) {
+  hi = (x + 0x1000u) & 0xffffe000u;
+  const uint32_t rest = __float_as_uint(__uint_as_float(x) - __uint_as_float(hi));
+  lo = (rest + 0x1000u) & 0xffffe000u;
+}
+
 template <int WN>
 struct Tf32 {
   // acc[i][j]: m16 tile i, n8 tile j of the warp item (mg: 32 rho, ng: 8 * WN columns)
@@ -105,7 +114,7 @@ struct Tf32 {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) split_tf32(raw[i][e], ah[i][e], al[i][e]);
+        for (int e = 0; e < 4; ++e) split_tf32_int(raw[i][e], ah[i][e], al[i][e]);
       uint32_t bhi[WN][2], blo[WN][2];
 #pragma unroll
       for (int jp = 0; jp < NB; ++jp) {
@@ -119,7 +128,7 @@ struct Tf32 {
         }
         if (!lo_off) {  // a large factor, stored once: split here
 #pragma unroll
-          for (int e = 0; e < (WN >= 2 ? 4 : 2); ++e) split_tf32(th[e], th[e], tl[e]);
+          for (int e = 0; e < (WN >= 2 ? 4 : 2); ++e) split_tf32_int(th[e], th[e], tl[e]);
         }
 #pragma unroll
         for (int e = 0; e < (WN >= 2 ? 4 : 2); ++e) {
@@ -244,6 +253,46 @@ __device__ inline void copy_out_f32(const PassP &p, const float *stage, const in
   }
 }
 
+// Passes whose lines are runs of contiguous elements of x (p.x_run): the tile is copied as it
+// lies, line after line ([l][e], line pitch Bin), in 16-byte pieces (a warp reads 512 contiguous
+// bytes; the CUDA-core loader's 4-byte copies to 8 p-rows keep L1 busy for 32 sectors per
+// instruction), and transpose_tile() then moves it into the [p][rho] layout.  Lines outside the
+// matrix are zero-filled; a line not 16-byte aligned in x is copied in 4-byte pieces.
+__device__ inline void load_tile_raw(const PassP &p, float *raw, const int64_t *xoff) {
+  const float *x = static_cast<const float *>(p.x);
+  const int per_line = p.Bin >> 2, units = p.L * per_line;
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {
+    const int l = int(p.div_bin.div(uint32_t(u) << 2));
+    const int c = u - l * per_line;
+    float *dst = raw + l * p.Bin + c * 4;
+    const int64_t xo = xoff[l];
+    if (xo == kNoLine) {
+      cp_async_16(dst, x, false);
+    } else if (reinterpret_cast<uintptr_t>(x + xo) % 16 == 0) {
+      cp_async_16(dst, x + xo + c * 4, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cp_async_elem<4>(dst + i, x + xo + c * 4 + i, true);
+    }
+  }
+}
+
+// [l][e] -> element (p, rho = r * L + l) of the step-0 layout, e = r * P + p: a thread gathers
+// one e of 4 consecutive lines (lanes along e: conflict-free loads) into one 16-byte store.
+__device__ inline void transpose_tile(const PassP &p, const float *raw, float *buf) {
+  const StepP &s0 = p.st[0];
+  const int Lc = p.L >> 2, total = Lc * p.Bin;
+  for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+    const int lc = int(p.div_bin.div(uint32_t(idx)));
+    const int e = idx - lc * p.Bin;
+    const int r = int(p.div_p0.div(uint32_t(e)));
+    const int pp = e - r * s0.P;
+    const float *src = raw + lc * 4 * p.Bin + e;
+    const float4 v = make_float4(src[0], src[p.Bin], src[2 * p.Bin], src[3 * p.Bin]);
+    *reinterpret_cast<float4 *>(buf + pp * s0.ld + phys_chunk(r * Lc + lc) * 4) = v;
+  }
+}
+
 // Persistent blocks over tiles, as kron_mma_kernel: with p.prefetch a third buffer takes the
 // next tile's copies while this tile is computed (double-buffered line tables); otherwise each
 // tile loads, computes and stores in turn.
@@ -260,12 +309,18 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
   const int tab_len = 2 * p.L + (p.L >> 2);  // xoff, yoff, ych
   int64_t *tab_n = p.prefetch ? tab + tab_len : tab;
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  // (x_run passes: the next tile lands in pf as it lies in x, and is transposed into in0 when
+  // its turn comes)
+  const bool raw = p.prefetch && p.x_run && !p.x_chunk;
   int64_t t = blockIdx.x;
   if (t < p.ntiles) load_factors_tf32(p, Fs);
   if (p.prefetch && t < p.ntiles) {
     fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
     __syncthreads();
-    load_tile<float, float>(p, in0, tab);
+    if (raw)
+      load_tile_raw(p, pf, tab);
+    else
+      load_tile<float, float>(p, in0, tab);
   }
   for (; t < p.ntiles; t += gridDim.x) {
     if (p.prefetch) {
@@ -273,8 +328,17 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
       if (tn < p.ntiles) fill_lines_tf32(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L);
       cp_async_wait_all();  // this tile has landed
       __syncthreads();
+      if (raw) {
+        transpose_tile(p, pf, in0);
+        __syncthreads();
+      }
       // the next tile streams in while this one is computed
-      if (tn < p.ntiles) load_tile<float, float>(p, pf, tab_n);
+      if (tn < p.ntiles) {
+        if (raw)
+          load_tile_raw(p, pf, tab_n);
+        else
+          load_tile<float, float>(p, pf, tab_n);
+      }
     } else {
       __syncthreads();
       fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
@@ -308,8 +372,8 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
     if (p.prefetch) {
       __syncthreads();  // this tile's buffers and tables are free again
       float *tb = in0;
-      in0 = pf;
-      pf = tb;
+      in0 = raw ? in0 : pf;  // (raw: pf keeps receiving, in0 keeps the transposed tile)
+      pf = raw ? pf : tb;
       int64_t *tt = tab;
       tab = tab_n;
       tab_n = tt;
