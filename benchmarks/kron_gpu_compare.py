@@ -353,7 +353,7 @@ def main(argv=None):
                          "the library's default)")
     ap.add_argument("--kind", choices=("auto", "ffma", "tc"), default="auto",
                     help="kernel kind where both apply: the planner's choice, CUDA cores, or "
-                         "tensor cores for every group with P % 8 == 0 (kron_cuda.tune(kind=))")
+                         "tensor cores for every group with P %% 8 == 0 (kron_cuda.tune(kind=))")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="small shapes over every kernel path, untimed (for compute-sanitizer)")
