@@ -354,6 +354,8 @@ def main(argv=None):
     ap.add_argument("--kind", choices=("auto", "ffma", "tc"), default="auto",
                     help="kernel kind where both apply: the planner's choice, CUDA cores, or "
                          "tensor cores for every group with P %% 8 == 0 (kron_cuda.tune(kind=))")
+    ap.add_argument("--tile-q", type=int, default=0,
+                    help="column tile of the kernels (kron_cuda.tune(tile_q=)); 0: the planner's")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="small shapes over every kernel path, untimed (for compute-sanitizer)")
@@ -365,10 +367,10 @@ def main(argv=None):
         from kronlinalg.kron import float32_precision
 
         float32_precision(args.fp32)
-    if args.kind != "auto":
+    if args.kind != "auto" or args.tile_q:
         from kronlinalg._ext import kron_cuda
 
-        kron_cuda.tune(kind={"ffma": 0, "tc": 1}[args.kind])
+        kron_cuda.tune(tile_q=args.tile_q, kind={"auto": -1, "ffma": 0, "tc": 1}[args.kind])
     if args.smoke or args.smoke_light:
         return smoke(light=args.smoke_light)
     if args.once:
@@ -387,7 +389,7 @@ def main(argv=None):
     rows = []
     hdr = (f"{'case':<26}{'dtype':<10}{'ours ms':>10}{'shuffle ms':>12}{'speedup':>9}"
            f"{'TFLOP/s':>9}{'roof':>7}{'relerr':>10}{'passes':>7}")
-    print(f"float32 mode: {float32_precision()}, kernel kind: {args.kind}")
+    print(f"float32 mode: {float32_precision()}, kernel kind: {args.kind}, tile_q: {args.tile_q}")
     print(hdr)
     for set_name in args.sets.split(","):
         for case in cases[set_name]:

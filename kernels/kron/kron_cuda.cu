@@ -255,14 +255,15 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
                     const PassShape &sh, PassCfg *out);
 
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
-// (A group that fits no 3xTF32 tile, whose factors have no column tiles there, may still fit
-// the CUDA cores.)
+// (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
+// cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
+// 1024 x 64^3 on an H100, 3.8 against 4.4 ms.)
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out) {
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
-  if (!is_tf32(k) || g_tune.kind == kMma) return false;
+  if (!is_tf32(k) || sh.count > 1 || g_tune.kind == kMma) return false;
   return configure_with(p, pick_kernel(p, dtype, sh.last, sh.count, false), dev, sh, out);
 }
 
