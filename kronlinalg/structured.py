@@ -794,7 +794,8 @@ def _cuda_tj(d) -> int:
 # The pipelined tensor-core kernel (ks_cuda_pipe.cuh, launch_pipe; float32 as 3xTF32), taken
 # when c % 8 == 0 (and rows 16-byte aligned, which the model assumes): d -> (TN, TK, TL, TJ) with
 # the half types' l chunk (float32: 16 for d = 1, else 8); d = 2, 3, 4, 6 whole, else TJ the
-# largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least.
+# largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least, l
+# chunks of 64.
 _CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 16, 3), 6: (64, 32, 16, 6),
                     8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
 
@@ -831,7 +832,7 @@ def _cuda_tile(p, s_e, B=0, units=0, first=True) -> tuple:
             return (*wide, tl, tj)
     if _cuda_pipelined(p, s_e):
         if d == 1:
-            tn, tk, tl, tj = (256, 64, 32, 1) if -b % 64 < -b % 128 else (128, 128, 32, 1)
+            tn, tk, tl, tj = (256, 64, 64, 1) if -b % 64 < -b % 128 else (128, 128, 64, 1)
         elif d in (2, 3, 6):
             tn, tk, tl, tj = _CUDA_PIPE_TILES[d]
         else:

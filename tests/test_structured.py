@@ -475,10 +475,10 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert structured._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
     assert structured._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
     assert structured._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
-    assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 32, 1)
+    assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 64, 1)
     assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 16, 1)
     assert structured._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
-    assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 32, 1)
+    assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 64, 1)
     # the half types' wide shapes (launch_pipe_wide) where they pay and still give 132 SMs two
     # tiles
     wide = lambda p, B, first=True: structured._cuda_tile(p, 2, B, 132, first)  # noqa: E731
@@ -495,7 +495,7 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert wide((1, 128, 128, 12), 25088, False) == (128, 64, 16, 4)
     assert wide((1, 64, 64, 12), 25088) == (64, 64, 16, 4)  # b·c < 128²
     assert wide((1, 512, 512, 4), 25088) == (64, 64, 16, 4)  # d = 4, d = 1: never
-    assert wide((1, 768, 768, 1), 25088) == (128, 128, 32, 1)
+    assert wide((1, 768, 768, 1), 25088) == (128, 128, 64, 1)
     assert structured._cuda_tile((1, 64, 64, 8), 4, 25088, 132) == (64, 32, 8, 8)  # float32
 
 
@@ -594,6 +594,7 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
 
     tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 48, 200, 1), 301, 0), ((2, 130, 24, 1), 77, 8),
+                                ((1, 256, 136, 1), 150, 8),
                                 ((1, 64, 40, 2), 129, 0), ((3, 40, 16, 3), 70, 8),
                                 ((1, 20, 56, 4), 65, 0), ((2, 33, 8, 6), 100, 0),
                                 ((1, 48, 72, 8), 67, 8), ((2, 24, 32, 12), 90, 0),
