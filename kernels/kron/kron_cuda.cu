@@ -222,26 +222,18 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
   int n = 0;
   const KernelDesc *tab = kernel_table(dtype, &n);
   int maxq = 1, minq = 1 << 30;
-  bool p8 = true, cramped = false;
-  int64_t len = 1;  // elements of a line before step s
-  for (int s = 0; s < count; ++s) len *= p->P[last - s];
+  bool p8 = true;
   for (int s = 0; s < count; ++s) {
-    const int64_t P = p->P[last - s], Q = p->Q[last - s];
-    maxq = std::max<int>(maxq, int(Q));
-    minq = std::min<int>(minq, int(Q));
-    p8 = p8 && P % 8 == 0;
-    // the CUDA-core in-place steps hold a step's register tiles (4 rows x 8 columns) in one
-    // block of 512 threads: (len / P) * round_up(Q, 8) > 2048 leaves tiles of under 8 lines
-    if (s + 1 < count && len / P * round_up(Q, 8) > 2048) cramped = true;
-    len = len / P * Q;
+    maxq = std::max<int>(maxq, int(p->Q[last - s]));
+    minq = std::min<int>(minq, int(p->Q[last - s]));
+    p8 = p8 && p->P[last - s] % 8 == 0;
   }
   const bool half = dtype == KL_FLOAT16 || dtype == KL_BFLOAT16;
   // (3xTF32 splits each input element once per step and column group, a cost that a CUDA-core
-  // register tile of Q <= 8 columns matches: there the CUDA cores are as fast, and exact, unless
-  // the group is too long for their tiles: H100, 1024 x 8^7 26.5 against 30.1 ms, 8^6 3.1
-  // against 2.4)
+  // register tile of Q <= 8 columns matches: there the CUDA cores are as fast, and exact; H100,
+  // 1024 x 8^6: 2.4 ms on CUDA cores, 3.1 on 3xTF32)
   const bool tc = half || (dtype == KL_FLOAT32 && allow_tf32 && fp32_mode() == KL_KRON_FP32_TF32X3 &&
-                           (minq >= kTf32MinQ || cramped || g_tune.kind == kMma));
+                           (minq >= kTf32MinQ || g_tune.kind == kMma));
   const int want_kind = tc && p8 && g_tune.kind != kFfma ? kMma : kFfma;
   // CUDA cores: 16-column register tiles need ~180 registers, so only 8 warps fit an SM; the
   // in-place steps of a fused pass want the 16 warps of 8-column tiles

@@ -296,10 +296,8 @@ __device__ inline void transpose_tile(const PassP &p, const float *raw, float *b
 // Persistent blocks over tiles, as kron_mma_kernel: with p.prefetch a third buffer takes the
 // next tile's copies while this tile is computed (double-buffered line tables); otherwise each
 // tile loads, computes and stores in turn.
-// (MAXT: 512 threads, or 256 for the widest column tile, whose accumulators and fragments need
-// more than 128 registers)
-template <int WN, int MAXT>
-__global__ void __launch_bounds__(MAXT, 1) kron_tf32_kernel(const __grid_constant__ PassP p) {
+template <int WN>
+__global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant__ PassP p) {
   using K = Tf32<WN>;
   KL_DYNAMIC_SMEM(smem_raw);
   float *Fs = reinterpret_cast<float *>(smem_raw);

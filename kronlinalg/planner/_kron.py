@@ -231,9 +231,8 @@ def _simt_flops(prof, dtype):
 def _cuda_flops(prof, dtype, factors):
     """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except float32 in the 3xTF32 mode
     (kron.float32_precision) when every P is a multiple of 8 and every Q at least 16 (the
-    kernel's main rule, kron_cuda.cu pick_kernel, which also takes long groups of narrower
-    factors): three TF32 products per product, a third of the tensor cores' TF32 rate (never
-    below the CUDA-core rate it replaces)."""
+    kernel's rule, kron_cuda.cu pick_kernel): three TF32 products per product, a third of the
+    tensor cores' TF32 rate (never below the CUDA-core rate it replaces)."""
     simt = _simt_flops(prof, dtype)
     if dtype != "float32" or any(p % 8 or q < 16 for p, q in factors):
         return simt
