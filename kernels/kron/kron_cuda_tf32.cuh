@@ -1,12 +1,14 @@
 // Tensor-core fused sliced multiply for float32 as 3xTF32 (mma.sync m16n8k8 tf32, float32
 // accumulation): each operand x = hi + lo (hi = tf32(x), lo = tf32(x - hi)) and
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, small terms first; the dropped lo*lo term leaves an
-// error near float32's own.  Passes whose factors all have P % 8 == 0.
+// error near float32's own.  Passes whose factors all have P % 8 == 0 (kron_cuda.cu pick_kernel
+// takes it where every Q >= 16 too; below that the CUDA cores are as fast).
 //
-// Same tiles, line tables, float32 shared-memory layout ([p][rho], 4-float chunks, see
-// kron_cuda_common.cuh) and tile loader as the CUDA-core kernel; steps ping-pong between two
-// buffers and the last one is staged as [k][line] for a vectorised copy-out, as in the half
-// tensor-core kernel (kron_cuda_mma.cuh).
+// Same tiles, line tables and float32 shared-memory layout ([p][rho], 4-float chunks, see
+// kron_cuda_common.cuh) as the CUDA-core kernel, and its tile loader except for lines of
+// contiguous elements (load_tile_raw below).  The next tile always streams in (cp.async) while
+// this one is computed; steps ping-pong between two buffers and the last one is staged as
+// [k][line] for a vectorised copy-out, as in the half tensor-core kernel (kron_cuda_mma.cuh).
 //  - A (rho x p): a warp item is 32 rho = 8 chunks; lane (g, t) = (lane / 4, lane % 4) reads
 //    chunk g at p = kk + t and kk + t + 4 (two 16-byte loads) and uses its 4 rho as rows g and
 //    g + 8 of two m16 tiles.  The permutation of rows is undone on the way out: the
