@@ -9,13 +9,12 @@ factors, so no operand is ever copied into a transposed layout.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
 
-from . import _backend, _validation
+from . import _backend, _precision, _validation
 from ._ext import kron_cpu, kron_cuda
 from ._signatures import SignatureCache, arrays_signature
 
@@ -152,8 +151,7 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
     return _run_cpu(spec, fast_key)
 
 
-_FP32_MODES = ("tf32x3", "ieee")  # kl_kron_fp32_mode order
-_fp32_mode_host = ["ieee" if os.environ.get("KRONLINALG_KRON_FP32") == "ffma" else "tf32x3"]
+_float32_precision = _precision.Float32Precision(kron_cuda, "KRONLINALG_KRON_FP32")
 
 
 def float32_precision(precision=None) -> str:
@@ -163,19 +161,7 @@ def float32_precision(precision=None) -> str:
     P % 8 == 0, or ``"ieee"``: CUDA-core float32 FMAs everywhere.  ``KRONLINALG_KRON_FP32=ffma``
     makes ``"ieee"`` the default.  With an argument, sets the mode (the planner's cached choices
     are dropped: its model follows the mode); returns the previous mode."""
-    prev = _FP32_MODES[kron_cuda.float32_mode()] if kron_cuda is not None else _fp32_mode_host[0]
-    if precision is None:
-        return prev
-    if precision not in _FP32_MODES:
-        raise ValueError(f"precision: expected one of {_FP32_MODES}, got {precision!r}")
-    if kron_cuda is not None:
-        kron_cuda.float32_mode(_FP32_MODES.index(precision))
-    _fp32_mode_host[0] = precision
-    if precision != prev:
-        from . import planner
-
-        planner.clear_cache()
-    return prev
+    return _float32_precision(precision)
 
 
 def _needs_autograd(spec: _Spec) -> bool:

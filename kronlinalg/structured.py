@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import operator
 from dataclasses import dataclass
 
 import array_api_compat
 import numpy as np
 
-from . import _backend, _validation
+from . import _backend, _precision, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
@@ -429,8 +428,7 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     return out
 
 
-_FP32_MODES = ("tf32x3", "ieee")  # kl_ks_fp32_mode order
-_fp32_mode_host = ["ieee" if os.environ.get("KRONLINALG_KS_FP32") == "ffma" else "tf32x3"]
+_float32_precision = _precision.Float32Precision(ks_cuda, "KRONLINALG_KS_FP32")
 
 
 def float32_precision(precision=None) -> str:
@@ -440,19 +438,7 @@ def float32_precision(precision=None) -> str:
     1.3-1.8x slower on compute-heavy patterns.  ``KRONLINALG_KS_FP32=ffma`` makes ``"ieee"`` the
     default.  With an argument, sets the mode (the planner's cached choices are dropped: its
     model follows the mode); returns the previous mode."""
-    prev = _FP32_MODES[ks_cuda.float32_mode()] if ks_cuda is not None else _fp32_mode_host[0]
-    if precision is None:
-        return prev
-    if precision not in _FP32_MODES:
-        raise ValueError(f"precision: expected one of {_FP32_MODES}, got {precision!r}")
-    if ks_cuda is not None:
-        ks_cuda.float32_mode(_FP32_MODES.index(precision))
-    _fp32_mode_host[0] = precision
-    if precision != prev:
-        from . import planner
-
-        planner.clear_cache()
-    return prev
+    return _float32_precision(precision)
 
 
 def tune(x, factors, /, *, layout="batch_first", repeats=5):

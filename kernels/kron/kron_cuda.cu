@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fp32_mode.hpp"
 #include "kron.h"
 #include "kron_cuda_common.cuh"
 #include "kron_cuda_kernels.cuh"
@@ -72,18 +73,10 @@ Tuning g_tune;
 
 // float32 mode (kl_kron_float32_mode): 3xTF32 tensor cores where every P % 8 == 0, or IEEE FMAs
 // on CUDA cores; KRONLINALG_KRON_FP32=ffma makes IEEE the default.
-std::atomic<int> g_fp32_mode{-1};
-
-int fp32_mode() {
-  int m = g_fp32_mode.load(std::memory_order_relaxed);
-  if (m < 0) {
-    const char *v = std::getenv("KRONLINALG_KRON_FP32");
-    const int dflt = v && std::strcmp(v, "ffma") == 0 ? KL_KRON_FP32_IEEE : KL_KRON_FP32_TF32X3;
-    g_fp32_mode.compare_exchange_strong(m, dflt);
-    m = g_fp32_mode.load(std::memory_order_relaxed);
-  }
-  return m;
-}
+Fp32Mode g_fp32("KRONLINALG_KRON_FP32");
+static_assert(Fp32Mode::kTf32x3 == KL_KRON_FP32_TF32X3 && Fp32Mode::kIeee == KL_KRON_FP32_IEEE,
+              "one numbering");
+int fp32_mode() { return g_fp32.get(); }
 
 // The 3xTF32 kernel: tensor cores on 4-byte elements (4 per 16-byte chunk).
 bool is_tf32(const KernelDesc *k) { return k->kind == kMma && k->elem_bytes == 4; }
@@ -750,11 +743,7 @@ extern "C" int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_bu
   return KL_OK;
 }
 
-extern "C" int kl_kron_float32_mode(int mode) {
-  const int prev = kl::cu::fp32_mode();
-  if (mode == KL_KRON_FP32_TF32X3 || mode == KL_KRON_FP32_IEEE) kl::cu::g_fp32_mode.store(mode);
-  return prev;
-}
+extern "C" int kl_kron_float32_mode(int mode) { return kl::cu::g_fp32.set(mode); }
 
 extern "C" int kl_cuda_device_check(void) {
   int count = 0;

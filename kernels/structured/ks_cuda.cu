@@ -1,9 +1,6 @@
 // CUDA Kronecker-sparse kernel: float32 instantiations and the entry point (the half types are
 // instantiated in ks_cuda_f16.cu and ks_cuda_bf16.cu, compiled in parallel).
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
+#include "fp32_mode.hpp"
 #include "ks_cuda_launch.cuh"
 
 namespace kl {
@@ -13,18 +10,9 @@ namespace {
 // float32 goes to the pipelined tensor-core kernel as 3xTF32 (ks_cuda_pipe.cuh) where its
 // alignment holds, unless the mode says IEEE (kl_ks_float32_mode; KRONLINALG_KS_FP32=ffma sets
 // that default): then the CUDA-core kernel below (exact float32 FMAs).
-std::atomic<int> g_fp32_mode{-1};
-
-int fp32_mode() {
-  int m = g_fp32_mode.load(std::memory_order_relaxed);
-  if (m < 0) {
-    const char *v = std::getenv("KRONLINALG_KS_FP32");
-    const int dflt = v && std::strcmp(v, "ffma") == 0 ? KL_KS_FP32_IEEE : KL_KS_FP32_TF32X3;
-    g_fp32_mode.compare_exchange_strong(m, dflt);
-    m = g_fp32_mode.load(std::memory_order_relaxed);
-  }
-  return m;
-}
+Fp32Mode g_fp32("KRONLINALG_KS_FP32");
+static_assert(Fp32Mode::kTf32x3 == KL_KS_FP32_TF32X3 && Fp32Mode::kIeee == KL_KS_FP32_IEEE,
+              "one numbering");
 
 // float32 on CUDA cores: 8×8 outputs per thread.  d = 3, 6: whole-d tiles (TJ = d), so the (l, j) span of an X
 // row, a K row and a Y row is contiguous and loads in 16-byte vectors whatever d is.  Other d:
@@ -40,7 +28,7 @@ int launch_f32_shape(const kl_ks_problem *p, cudaStream_t s) {
 }
 
 int launch_f32(const kl_ks_problem *p, cudaStream_t s) {
-  if (pipe_applies(p) && fp32_mode() == KL_KS_FP32_TF32X3)
+  if (pipe_applies(p) && g_fp32.get() == KL_KS_FP32_TF32X3)
     return p->layout == KL_KS_BATCH_FIRST ? launch_pipe<float, true>(p, s)
                                           : launch_pipe<float, false>(p, s);
   const int64_t d = p->d;
@@ -91,8 +79,4 @@ extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream
   }
 }
 
-extern "C" int kl_ks_float32_mode(int mode) {
-  const int prev = kl::ks::fp32_mode();
-  if (mode == KL_KS_FP32_TF32X3 || mode == KL_KS_FP32_IEEE) kl::ks::g_fp32_mode.store(mode);
-  return prev;
-}
+extern "C" int kl_ks_float32_mode(int mode) { return kl::ks::g_fp32.set(mode); }
