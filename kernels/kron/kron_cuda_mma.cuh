@@ -8,7 +8,8 @@
 //  - C (rho x q) goes back through stmatrix.trans (sm_90; scalar stores elsewhere): for a fixed q,
 //    8 consecutive rho are 8 consecutive lines, i.e. one 16-byte chunk of the next step's input.
 // Steps ping-pong between two buffers; the last step stages its result as [k][line] and a final
-// copy writes 16-byte runs of consecutive instances (or rows) to y with alpha/beta.
+// copy (kron_cuda_copyout.cuh) writes 16-byte runs of consecutive instances (or rows) to y with
+// alpha/beta.
 // Intermediates between steps are rounded to the storage type, as between passes.
 #ifndef KRONLINALG_KRON_CUDA_MMA_CUH
 #define KRONLINALG_KRON_CUDA_MMA_CUH
@@ -17,6 +18,7 @@
 #include <cuda_fp16.h>
 
 #include "kron_cuda_common.cuh"
+#include "kron_cuda_copyout.cuh"
 
 namespace kl {
 namespace cu {
@@ -278,90 +280,6 @@ struct Mma {
   }
 };
 
-// y[0..7] = alpha * h + beta * y (beta == 0: y is not read), one 16-byte load and store.
-template <class H>
-__device__ __forceinline__ void store8_scaled(H *d, const H *h, float alpha, float beta) {
-  using Ops = HalfOps<H>;
-  uint4 o = make_uint4(0, 0, 0, 0);
-  if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
-  const H *oh = reinterpret_cast<const H *>(&o);
-  uint4 w;
-  H *wh = reinterpret_cast<H *>(&w);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    float f = alpha * Ops::tof(h[i]);
-    if (beta != 0.f) f += beta * Ops::tof(oh[i]);
-    wh[i] = Ops::fromf(f);
-  }
-  *reinterpret_cast<uint4 *>(d) = w;
-}
-
-// staged [k][line] -> y (alpha, beta), 16-byte runs where lines are consecutive in y
-template <class H>
-__device__ void copy_out(const PassP &p, const H *stage, const int64_t *yoff, const int64_t *ych) {
-  using Ops = HalfOps<H>;
-  H *y = static_cast<H *>(p.y);
-  const float alpha = float(p.alpha), beta = float(p.beta);
-  const int L = p.L, Lc = L >> 3;
-  if (p.rows_fast || p.S > 1) {
-    const int total = p.Bout * Lc;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int k = int(p.div_l.div(uint32_t(idx) << 3));
-      const int c = idx - k * Lc;
-      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk(k * Lc + c) * 8);
-      const H *h = reinterpret_cast<const H *>(&v);
-      const int64_t koff = int64_t(k) * p.S * p.yes;
-      const int64_t y0 = ych[c];
-      if (y0 != kNoLine) {
-        store8_scaled<H>(y + y0 + koff, h, alpha, beta);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int64_t yo = yoff[c * 8 + i];
-          if (yo == kNoLine) continue;
-          H *d = y + yo + koff;
-          float f = alpha * Ops::tof(h[i]);
-          if (beta != 0.f) f += beta * Ops::tof(*d);
-          *d = Ops::fromf(f);
-        }
-      }
-    }
-  } else if (p.y_rowvec) {
-    // one instance per row (S == 1), rows 16-byte aligned: a thread gathers 8 consecutive k of
-    // one line (stride L in the staging) into one 16-byte store; lane pairs take the two halves
-    // of a 32-byte sector, then lines
-    const int kc_n = p.Bout >> 3, wl = (kc_n & 1) ? 0 : 1;
-    const int total = kc_n * L;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int rest = idx >> wl;
-      const int kh = int(p.div_l.div(uint32_t(rest)));
-      const int l = rest - kh * L;
-      const int kc = (kh << wl) + (idx & wl);
-      const int64_t yo = yoff[l];
-      if (yo == kNoLine) continue;
-      const int c0 = kc * L + (l >> 3);  // chunk of (k = 8 kc, l)
-      uint4 v;
-      H *vh = reinterpret_cast<H *>(&v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) vh[i] = stage[phys_chunk(c0 + i * Lc) * 8 + (l & 7)];
-      store8_scaled<H>(y + yo + (kc << 3), vh, alpha, beta);
-    }
-  } else {
-    // one instance per row (S == 1): lanes along k, which is contiguous in y
-    const int total = p.Bout * L;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int l = int(p.div_bout.div(uint32_t(idx)));
-      const int k = idx - l * p.Bout;
-      const int64_t yo = yoff[l];
-      if (yo == kNoLine) continue;
-      H *d = y + yo + int64_t(k) * p.yes;
-      float f = alpha * Ops::tof(stage[hpos(0, 0, k * L + l)]);
-      if (beta != 0.f) f += beta * Ops::tof(*d);
-      *d = Ops::fromf(f);
-    }
-  }
-}
-
 // Persistent blocks over tiles.  With p.prefetch (passes whose lines are adjacent in x) a third
 // buffer takes the next tile's copies (cp.async) while this tile is computed, and the line
 // tables are double-buffered; otherwise each tile loads, computes and stores in turn.
@@ -427,7 +345,7 @@ __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant_
       in = out;
       out = tmp;
     }
-    copy_out<H>(p, in, tab + p.L, tab + 2 * p.L + (p.L >> 3));
+    copy_out_staged<H>(p, in, tab + p.L, tab + 2 * p.L + (p.L >> 3));
     if (p.prefetch) {
       __syncthreads();  // this tile's buffers and tables are free again
       H *tb = in0;

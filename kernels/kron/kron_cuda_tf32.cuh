@@ -22,6 +22,7 @@
 #define KRONLINALG_KRON_CUDA_TF32_CUH
 
 #include "kron_cuda_common.cuh"
+#include "kron_cuda_copyout.cuh"
 #include "kron_cuda_ffma.cuh"  // load_tile<float, float>
 
 namespace kl {
@@ -178,83 +179,6 @@ struct Tf32 {
   }
 };
 
-// d[0..3] = alpha * v + beta * d (beta == 0: d is not read), one 16-byte load and store.
-__device__ __forceinline__ void store4_scaled(float *d, float4 v, float alpha, float beta) {
-  float4 w = make_float4(alpha * v.x, alpha * v.y, alpha * v.z, alpha * v.w);
-  if (beta != 0.f) {
-    const float4 o = *reinterpret_cast<const float4 *>(d);
-    w.x += beta * o.x, w.y += beta * o.y, w.z += beta * o.z, w.w += beta * o.w;
-  }
-  *reinterpret_cast<float4 *>(d) = w;
-}
-
-__device__ __forceinline__ void store1_scaled(float *d, float v, float alpha, float beta) {
-  float f = alpha * v;
-  if (beta != 0.f) f += beta * *d;
-  *d = f;
-}
-
-// staged [k][line] -> y (alpha, beta), 16-byte runs where lines are consecutive in y
-__device__ inline void copy_out_f32(const PassP &p, const float *stage, const int64_t *yoff,
-                             const int64_t *ych) {
-  float *y = static_cast<float *>(p.y);
-  const float alpha = float(p.alpha), beta = float(p.beta);
-  const int L = p.L, Lc = L >> 2;
-  if (p.rows_fast || p.S > 1) {
-    const int total = p.Bout * Lc;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int k = int(p.div_l.div(uint32_t(idx) << 2));
-      const int c = idx - k * Lc;
-      const float4 v = *reinterpret_cast<const float4 *>(stage + phys_chunk(k * Lc + c) * 4);
-      const int64_t koff = int64_t(k) * p.S * p.yes;
-      const int64_t y0 = ych[c];
-      if (y0 != kNoLine) {
-        store4_scaled(y + y0 + koff, v, alpha, beta);
-      } else {
-        const float *h = reinterpret_cast<const float *>(&v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t yo = yoff[c * 4 + i];
-          if (yo != kNoLine) store1_scaled(y + yo + koff, h[i], alpha, beta);
-        }
-      }
-    }
-  } else if (p.y_rowvec) {
-    // one instance per row (S == 1), rows 16-byte aligned: a thread gathers 4 consecutive k of
-    // one line (stride L in the staging) into one 16-byte store; lane pairs take the two halves
-    // of a 32-byte sector, then lines
-    const int kc_n = p.Bout >> 2, wl = (kc_n & 1) ? 0 : 1;
-    const int total = kc_n * L;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int rest = idx >> wl;
-      const int kh = int(p.div_l.div(uint32_t(rest)));
-      const int l = rest - kh * L;
-      const int kc = (kh << wl) + (idx & wl);
-      const int64_t yo = yoff[l];
-      if (yo == kNoLine) continue;
-      const int c0 = kc * L + (l >> 2);  // chunk of (k = 4 kc, l)
-      float4 v;
-      v.x = stage[phys_chunk(c0) * 4 + (l & 3)];
-      v.y = stage[phys_chunk(c0 + Lc) * 4 + (l & 3)];
-      v.z = stage[phys_chunk(c0 + 2 * Lc) * 4 + (l & 3)];
-      v.w = stage[phys_chunk(c0 + 3 * Lc) * 4 + (l & 3)];
-      store4_scaled(y + yo + (kc << 2), v, alpha, beta);
-    }
-  } else {
-    // one instance per row (S == 1): lanes along k, which is contiguous in y
-    const int total = p.Bout * L;
-    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
-      const int l = int(p.div_bout.div(uint32_t(idx)));
-      const int k = idx - l * p.Bout;
-      const int64_t yo = yoff[l];
-      if (yo == kNoLine) continue;
-      const int e = k * L + l;
-      store1_scaled(y + yo + int64_t(k) * p.yes, stage[phys_chunk(e >> 2) * 4 + (e & 3)], alpha,
-                    beta);
-    }
-  }
-}
-
 // Passes whose lines are runs of contiguous elements of x (p.x_run): the tile is copied as it
 // lies, line after line ([l][e], line pitch Bin), in 16-byte pieces (a warp reads 512 contiguous
 // bytes; the CUDA-core loader's 4-byte copies to 8 p-rows keep L1 busy for 32 sectors per
@@ -370,7 +294,7 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
       in = out;
       out = tmp;
     }
-    copy_out_f32(p, in, tab + p.L, tab + 2 * p.L);
+    copy_out_staged<float>(p, in, tab + p.L, tab + 2 * p.L);
     if (p.prefetch) {
       __syncthreads();  // this tile's buffers and tables are free again
       float *tb = in0;

@@ -1,0 +1,127 @@
+// The tensor-core kernels' copy-out, for every storage type (float32 under 3xTF32, float16,
+// bfloat16): the last step's results, staged in shared memory as [k][line] in 16-byte chunks of
+// V = 16 / sizeof(E) lines (phys_chunk-permuted), go to y with alpha and beta, in 16-byte runs
+// where lines are consecutive in y.
+#ifndef KRONLINALG_KRON_CUDA_COPYOUT_CUH
+#define KRONLINALG_KRON_CUDA_COPYOUT_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kron_cuda_common.cuh"
+
+namespace kl {
+namespace cu {
+
+// float conversions of a stored element
+template <class E>
+struct ElemF;
+template <>
+struct ElemF<float> {
+  static __device__ __forceinline__ float tof(float v) { return v; }
+  static __device__ __forceinline__ float fromf(float v) { return v; }
+};
+template <>
+struct ElemF<__half> {
+  static __device__ __forceinline__ float tof(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half fromf(float v) { return __float2half_rn(v); }
+};
+template <>
+struct ElemF<__nv_bfloat16> {
+  static __device__ __forceinline__ float tof(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 fromf(float v) { return __float2bfloat16_rn(v); }
+};
+
+// d[0..V-1] = alpha * h + beta * d (beta == 0: d is not read), one 16-byte load and store.
+template <class E>
+__device__ __forceinline__ void store_chunk_scaled(E *d, const E *h, float alpha, float beta) {
+  constexpr int V = 16 / int(sizeof(E));
+  uint4 o = make_uint4(0, 0, 0, 0);
+  if (beta != 0.f) o = *reinterpret_cast<const uint4 *>(d);
+  const E *oh = reinterpret_cast<const E *>(&o);
+  uint4 w;
+  E *wh = reinterpret_cast<E *>(&w);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    float f = alpha * ElemF<E>::tof(h[i]);
+    if (beta != 0.f) f += beta * ElemF<E>::tof(oh[i]);
+    wh[i] = ElemF<E>::fromf(f);
+  }
+  *reinterpret_cast<uint4 *>(d) = w;
+}
+
+template <class E>
+__device__ __forceinline__ void store_one_scaled(E *d, E v, float alpha, float beta) {
+  float f = alpha * ElemF<E>::tof(v);
+  if (beta != 0.f) f += beta * ElemF<E>::tof(*d);
+  *d = ElemF<E>::fromf(f);
+}
+
+// stage [k][line] -> y; yoff: every line's output offset, ych: per chunk of V lines the offset
+// of its first line where the V are adjacent and 16-byte aligned in y, else kNoLine.
+template <class E>
+__device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *yoff,
+                                const int64_t *ych) {
+  constexpr int V = 16 / int(sizeof(E)), LV = V == 8 ? 3 : 2;
+  static_assert(V == 1 << LV, "4 or 8 elements per chunk");
+  E *y = static_cast<E *>(p.y);
+  const float alpha = float(p.alpha), beta = float(p.beta);
+  const int L = p.L, Lc = L >> LV;
+  if (p.rows_fast || p.S > 1) {
+    const int total = p.Bout * Lc;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int k = int(p.div_l.div(uint32_t(idx) << LV));
+      const int c = idx - k * Lc;
+      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk(k * Lc + c) * V);
+      const E *h = reinterpret_cast<const E *>(&v);
+      const int64_t koff = int64_t(k) * p.S * p.yes;
+      const int64_t y0 = ych[c];
+      if (y0 != kNoLine) {
+        store_chunk_scaled<E>(y + y0 + koff, h, alpha, beta);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const int64_t yo = yoff[c * V + i];
+          if (yo != kNoLine) store_one_scaled<E>(y + yo + koff, h[i], alpha, beta);
+        }
+      }
+    }
+  } else if (p.y_rowvec) {
+    // one instance per row (S == 1), rows 16-byte aligned: a thread gathers V consecutive k of
+    // one line (stride L in the staging) into one 16-byte store; lane pairs take the two halves
+    // of a 32-byte sector, then lines
+    const int kc_n = p.Bout >> LV, wl = (kc_n & 1) ? 0 : 1;
+    const int total = kc_n * L;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int rest = idx >> wl;
+      const int kh = int(p.div_l.div(uint32_t(rest)));
+      const int l = rest - kh * L;
+      const int kc = (kh << wl) + (idx & wl);
+      const int64_t yo = yoff[l];
+      if (yo == kNoLine) continue;
+      const int c0 = kc * L + (l >> LV);  // chunk of (k = V kc, l)
+      uint4 v;
+      E *vh = reinterpret_cast<E *>(&v);
+#pragma unroll
+      for (int i = 0; i < V; ++i) vh[i] = stage[phys_chunk(c0 + i * Lc) * V + (l & (V - 1))];
+      store_chunk_scaled<E>(y + yo + (kc << LV), vh, alpha, beta);
+    }
+  } else {
+    // one instance per row (S == 1): lanes along k, which is contiguous in y
+    const int total = p.Bout * L;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int l = int(p.div_bout.div(uint32_t(idx)));
+      const int k = idx - l * p.Bout;
+      const int64_t yo = yoff[l];
+      if (yo == kNoLine) continue;
+      const int e = k * L + l;
+      store_one_scaled<E>(y + yo + int64_t(k) * p.yes, stage[phys_chunk(e >> LV) * V + (e & (V - 1))],
+                          alpha, beta);
+    }
+  }
+}
+
+}  // namespace cu
+}  // namespace kl
+
+#endif
