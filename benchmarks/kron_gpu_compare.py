@@ -423,18 +423,29 @@ def main(argv=None):
                 "median_speedup": median([r.get("speedup") for r in rs]),
                 "median_roof_frac": median([r["roof_frac"] for r in rs]),
                 "all_ok": all(r["ok"] for r in rs), "n": len(rs)}
-    # bfloat16 tensor cores against our float32 CUDA cores on kron_large with P >= 16
-    ratios = []
-    for r in rows:
-        if r.get("dtype") == "bfloat16" and r.get("set") == "kron_large" and "ms" in r and \
-                r["shapes"][0][0] >= 16:
-            f32 = [s for s in rows if s.get("case") == r["case"] and s.get("dtype") == "float32"
-                   and "ms" in s]
-            if f32:
-                ratios.append(f32[0]["ms"] / r["ms"])
-    if ratios:
-        summary["bf16_over_f32_P>=16"] = {"median": statistics.median(ratios),
-                                          "min": min(ratios), "n": len(ratios)}
+    # bfloat16 tensor cores against our float32 on kron_large with P >= 16: the float32 rows
+    # above (the mode in force) and, when that is 3xTF32, the float32 CUDA cores (the issue's
+    # baseline) timed again here under float32_precision("ieee")
+    big = [r for r in rows if r.get("dtype") == "bfloat16" and r.get("set") == "kron_large"
+           and "ms" in r and r["shapes"][0][0] >= 16]
+    f32_rows = {"": [r for r in rows if r.get("dtype") == "float32" and "ms" in r]}
+    if big and "float32" in args.dtypes.split(",") and float32_precision() == "tf32x3":
+        ieee_args = argparse.Namespace(**{**vars(args), "no_shuffle": True, "sweep": False})
+        prev = float32_precision("ieee")
+        try:
+            f32_rows["_ieee"] = []
+            for case in cases["kron_large"]:
+                if any(r["case"] == shapes_of("kron_large", case)[2] for r in big):
+                    f32_rows["_ieee"].append(run_case("kron_large", case, "float32", ieee_args,
+                                                      roof, kl, kron_cuda))
+        finally:
+            float32_precision(prev)
+    for tag, f32s in f32_rows.items():
+        ratios = [f[0]["ms"] / r["ms"] for r in big
+                  for f in [[s for s in f32s if s["case"] == r["case"]]] if f]
+        if ratios:
+            summary[f"bf16_over_f32{tag}_P>=16"] = {"median": statistics.median(ratios),
+                                                   "min": min(ratios), "n": len(ratios)}
     print()
     for k, v in summary.items():
         print(k, json.dumps({a: (round(b, 3) if isinstance(b, float) else b)
