@@ -1,6 +1,8 @@
 """CUDA kron_matmul on the full shared benchmark sets (the cases of
 benchmarks/kron_gpu_compare.py): fused CUDA kernels against the CuPy shuffle algorithm, float32
-and float64 on CuPy arrays, bfloat16 (tensor cores) on torch tensors.
+and float64 on CuPy arrays, bfloat16 (tensor cores) on torch tensors.  float32 runs in the
+default mode (3xTF32 tensor cores where the factors allow) and as "float32-ieee" (CUDA-core
+FMAs, ``kron.float32_precision("ieee")``: the baseline of the bfloat16 tensor cores).
 
 GPU only: setup raises NotImplementedError when no CUDA device is visible.  Device time is
 tracked with CUDA events (``track_*_ms``, median of 10 after a warm-up), next to asv's own
@@ -14,6 +16,7 @@ import math
 import statistics
 
 import kronlinalg
+from kronlinalg.kron import float32_precision
 from kronlinalg.planner import kron_flops
 
 # name -> (M, factor shapes), as in /work/shared/bench/cases.json
@@ -103,7 +106,8 @@ class _KronGpuSet:
     timeout = 600
 
     def setup(self, case, dtype):
-        self.gpu = _Gpu(dtype)
+        self.gpu = _Gpu(dtype.split("-")[0])
+        self.prev_fp32 = float32_precision("ieee") if dtype == "float32-ieee" else None
         m, shapes = self.cases[case]
         k = math.prod(p for p, _ in shapes)
         self.flops = kron_flops(m, shapes)
@@ -112,13 +116,15 @@ class _KronGpuSet:
             self.fs = [self.gpu.randn(s, 2 + i) for i, s in enumerate(shapes)]
             kronlinalg.kron_matmul(self.x, self.fs, algorithm="sliced")  # warm-up, kernel load
         except Exception as err:  # noqa: BLE001 - out of memory on a smaller GPU
-            self.gpu.free()
+            self.teardown(case, dtype)
             raise NotImplementedError(f"does not fit this GPU: {err}") from err
         self.gpu.sync()
 
     def teardown(self, case, dtype):
         self.x = self.fs = None
         self.gpu.free()
+        if self.prev_fp32 is not None:
+            float32_precision(self.prev_fp32)
 
     def _ours(self):
         kronlinalg.kron_matmul(self.x, self.fs, algorithm="sliced")
@@ -154,7 +160,7 @@ class _KronGpuSet:
 
 class KronLargeGpu(_KronGpuSet):
     cases = KRON_LARGE
-    params = [list(KRON_LARGE), ["float32", "float64", "bfloat16"]]
+    params = [list(KRON_LARGE), ["float32", "float32-ieee", "float64", "bfloat16"]]
 
 
 class KronSmallGpu(_KronGpuSet):
