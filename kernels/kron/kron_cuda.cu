@@ -268,7 +268,15 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
   const int V = k->kind == kMma && !is_tf32(k) ? 8 : 16 / k->elem_bytes;
   const int lmult = V;  // a thread's register tile (CUDA cores) / a 16-byte chunk (tensor cores)
   const size_t hard = size_t(dev.smem_optin);
-  const size_t budget = g_tune.budget_kb > 0 ? std::min(hard, size_t(g_tune.budget_kb) << 10) : hard;
+  size_t budget = g_tune.budget_kb > 0 ? std::min(hard, size_t(g_tune.budget_kb) << 10) : hard;
+  // float32 groups of factors on CUDA cores: at most half an SM's shared memory, so that two
+  // blocks share each SM.  A lone 16-warp block stalls at every step's barrier: 1024 x 8^7 ran
+  // in 30.0 ms as 2 passes (a 4-factor group at 132 KB, 1 block per SM) and in 22.1 ms as 3
+  // passes of 4 blocks per SM on the H100.  Single factors keep the whole budget (any factor
+  // must fit somewhere).
+  if (k->kind == kFfma && k->elem_bytes == 4 && k->gmem_bytes == 4 && count > 1 &&
+      g_tune.budget_kb <= 0 && dev.smem_sm > 0)
+    budget = std::min(budget, size_t(dev.smem_sm / 2 - 1024));
   // q tiles: a single-factor pass whose factor would crowd out the data
   int TQ = 0;
   if (k->kind == kFfma && count == 1) {
