@@ -298,6 +298,31 @@ def test_config_reports_the_plan(gxp):
     assert nbufs in (0, 1, 2) and (elems > 0) == (nbufs > 0)
 
 
+def test_float32_cuda_core_groups_leave_room_for_two_blocks(gxp):
+    """The planner holds float32 groups of factors on CUDA cores to half an SM's shared memory
+    (two blocks per SM); a single factor may still take it all, and float64 is unchanged."""
+    kc = _kron_cuda()
+    try:
+        import cupy
+
+        per_sm = cupy.cuda.Device().attributes["MaxSharedMemoryPerMultiprocessor"]
+    except ImportError:
+        import torch
+
+        per_sm = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor
+    k = 8 ** 7
+    descs = [(0, 8, 8, 8, 1)] * 7
+    text = kc.config(1, 1024, descs, (256, 1024 * k, k, 1), (256, 1024 * k, k, 1),
+                     kc.DTYPES["float32"])
+    groups = re.findall(r"factors (\d+)\.\.(\d+) kernel=(\S+) .* smem=(\d+)", text)
+    assert groups, text
+    covered = sorted(i for lo, hi, _, _ in groups for i in range(int(lo), int(hi) + 1))
+    assert covered == list(range(7)), text
+    for lo, hi, kernel, smem in groups:
+        if "ffma" in kernel and lo != hi:
+            assert int(smem) <= per_sm // 2, text
+
+
 # ---------------------------------------------------------------------------------------------
 # the per-call fast path (a signature seen before skips validation and planning)
 
