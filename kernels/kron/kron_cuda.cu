@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_device.hpp"
 #include "fp32_mode.hpp"
 #include "kron.h"
 #include "kron_cuda_common.cuh"
@@ -37,32 +38,12 @@ int cuda_fail(cudaError_t e, const char *what) {
   return fail(KL_ERR_CUDA, msg.c_str());
 }
 
-struct DeviceInfo {
-  int id = 0, sms = 0, smem_optin = 0, smem_sm = 0;
-};
-
+using DeviceInfo = kl::DeviceInfo;
 std::mutex g_mutex, g_occ_mutex, g_plan_mutex;
 
 int device_info(DeviceInfo *out) {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
-  static std::map<int, DeviceInfo> cache;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = cache.find(dev);
-  if (it == cache.end()) {
-    DeviceInfo d;
-    d.id = dev;
-    if ((e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                    dev)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-                                    dev)) != cudaSuccess)
-      return cuda_fail(e, "cudaDeviceGetAttribute");
-    it = cache.emplace(dev, d).first;
-  }
-  *out = it->second;
-  return KL_OK;
+  const cudaError_t e = query_device(out);
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "device attributes");
 }
 
 // Overrides for tuning sweeps (0 / -1 = the planner's own choice).

@@ -8,7 +8,7 @@
 //  - C (rho x q) goes back through stmatrix.trans (sm_90; scalar stores elsewhere): for a fixed q,
 //    8 consecutive rho are 8 consecutive lines, i.e. one 16-byte chunk of the next step's input.
 // Steps ping-pong between two buffers; the last step stages its result as [k][line] and a final
-// copy (kron_cuda_copyout.cuh) writes 16-byte runs of consecutive instances (or rows) to y with
+// copy (kron_cuda_tc.cuh) writes 16-byte runs of consecutive instances (or rows) to y with
 // alpha/beta.
 // Intermediates between steps are rounded to the storage type, as between passes.
 #ifndef KRONLINALG_KRON_CUDA_MMA_CUH
@@ -18,7 +18,7 @@
 #include <cuda_fp16.h>
 
 #include "kron_cuda_common.cuh"
-#include "kron_cuda_copyout.cuh"
+#include "kron_cuda_tc.cuh"
 
 namespace kl {
 namespace cu {
@@ -51,34 +51,6 @@ struct HalfOps<__half> {
 // Position of element (p, rho) of a step input laid out with pitch ld (8 elements per chunk).
 __device__ __forceinline__ int hpos(int pp, int ld, int rho) {
   return pp * ld + phys_chunk(rho >> 3) * 8 + (rho & 7);
-}
-
-// Line tables of a tile: offsets of every line (fill_lines) and, per chunk of 8 lines, the
-// offset of its first line where the 8 lines are adjacent and 16-byte aligned in x (xch) or y
-// (ych), else kNoLine, so that the chunked copies read one table entry per chunk (lanes reading
-// 8 entries 64 bytes apart hit the same banks).  Whole warps run the loop: a chunk's 8 lines
-// are 8 lanes of one warp.
-__device__ __forceinline__ void fill_lines_mma(const PassP &p, const Tile &t, int64_t *xoff,
-                                               int64_t *yoff, int64_t *xch, int64_t *ych) {
-  const int lane = threadIdx.x & 31, i8 = lane & 7;
-  for (int l0 = threadIdx.x & ~31; l0 < p.L; l0 += blockDim.x) {
-    const int l = l0 + lane;
-    int64_t xo = kNoLine, yo = kNoLine;
-    if (l < p.L) {
-      line_offsets(p, t, l, &xo, &yo);
-      xoff[l] = xo;
-      yoff[l] = yo;
-    }
-    const int64_t x0 = __shfl_sync(0xffffffffu, xo, lane & ~7);
-    const int64_t y0 = __shfl_sync(0xffffffffu, yo, lane & ~7);
-    const bool xv = xo != kNoLine && xo == x0 + i8 && x0 % 8 == 0;
-    const bool yv = p.y_vec && yo != kNoLine && yo == y0 + i8 && y0 % 8 == 0;
-    const unsigned xb = __ballot_sync(0xffffffffu, xv), yb = __ballot_sync(0xffffffffu, yv);
-    if (i8 == 0 && l < p.L) {
-      xch[l >> 3] = ((xb >> lane) & 0xffu) == 0xffu ? x0 : kNoLine;
-      ych[l >> 3] = ((yb >> lane) & 0xffu) == 0xffu ? y0 : kNoLine;
-    }
-  }
 }
 
 template <class H>
@@ -299,7 +271,7 @@ __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant_
   int64_t t = blockIdx.x;
   if (t < p.ntiles) load_factors_t<H>(p, Fs);
   if (p.prefetch && t < p.ntiles) {
-    fill_lines_mma(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
+    fill_lines_chunked<8, true>(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
                    tab + 2 * p.L + (p.L >> 3));
     __syncthreads();
     load_tile_half<H>(p, in0, tab, tab + 2 * p.L);
@@ -308,7 +280,7 @@ __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant_
     if (p.prefetch) {
       const int64_t tn = t + gridDim.x;
       if (tn < p.ntiles)
-        fill_lines_mma(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L,
+        fill_lines_chunked<8, true>(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L,
                        tab_n + 2 * p.L + (p.L >> 3));
       cp_async_wait_all();  // this tile has landed
       __syncthreads();
@@ -316,7 +288,7 @@ __global__ void __launch_bounds__(512, 1) kron_mma_kernel(const __grid_constant_
       if (tn < p.ntiles) load_tile_half<H>(p, pf, tab_n, tab_n + 2 * p.L);
     } else {
       __syncthreads();
-      fill_lines_mma(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
+      fill_lines_chunked<8, true>(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L,
                      tab + 2 * p.L + (p.L >> 3));
       __syncthreads();
       load_tile_half<H>(p, in0, tab, tab + 2 * p.L);

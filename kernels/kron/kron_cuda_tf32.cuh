@@ -22,7 +22,7 @@
 #define KRONLINALG_KRON_CUDA_TF32_CUH
 
 #include "kron_cuda_common.cuh"
-#include "kron_cuda_copyout.cuh"
+#include "kron_cuda_tc.cuh"
 #include "kron_cuda_ffma.cuh"  // load_tile<float, float>
 
 namespace kl {
@@ -48,26 +48,6 @@ __device__ inline void load_factors_tf32(const PassP &p, float *Fs) {
         d[0] = v;
       }
     }
-  }
-}
-
-// Line tables: offsets of every line and, per chunk of 4 lines, the offset of its first line
-// where the 4 are adjacent and 16-byte aligned in y (else kNoLine).  Whole warps run the loop.
-__device__ __forceinline__ void fill_lines_tf32(const PassP &p, const Tile &t, int64_t *xoff,
-                                                int64_t *yoff, int64_t *ych) {
-  const int lane = threadIdx.x & 31, i4 = lane & 3;
-  for (int l0 = threadIdx.x & ~31; l0 < p.L; l0 += blockDim.x) {
-    const int l = l0 + lane;
-    int64_t xo = kNoLine, yo = kNoLine;
-    if (l < p.L) {
-      line_offsets(p, t, l, &xo, &yo);
-      xoff[l] = xo;
-      yoff[l] = yo;
-    }
-    const int64_t y0 = __shfl_sync(0xffffffffu, yo, lane & ~3);
-    const bool yv = p.y_vec && yo != kNoLine && yo == y0 + i4 && y0 % 4 == 0;
-    const unsigned yb = __ballot_sync(0xffffffffu, yv);
-    if (i4 == 0 && l < p.L) ych[l >> 2] = ((yb >> lane) & 0xfu) == 0xfu ? y0 : kNoLine;
   }
 }
 
@@ -241,7 +221,7 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
   int64_t t = blockIdx.x;
   if (t < p.ntiles) load_factors_tf32(p, Fs);
   if (p.prefetch && t < p.ntiles) {
-    fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
+    fill_lines_chunked<4, false>(p, decode_tile(p, t), tab, tab + p.L, nullptr, tab + 2 * p.L);
     __syncthreads();
     if (raw)
       load_tile_raw(p, pf, tab);
@@ -251,7 +231,9 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
   for (; t < p.ntiles; t += gridDim.x) {
     if (p.prefetch) {
       const int64_t tn = t + gridDim.x;
-      if (tn < p.ntiles) fill_lines_tf32(p, decode_tile(p, tn), tab_n, tab_n + p.L, tab_n + 2 * p.L);
+      if (tn < p.ntiles)
+        fill_lines_chunked<4, false>(p, decode_tile(p, tn), tab_n, tab_n + p.L, nullptr,
+                                     tab_n + 2 * p.L);
       cp_async_wait_all();  // this tile has landed
       __syncthreads();
       if (raw) {
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
       }
     } else {
       __syncthreads();
-      fill_lines_tf32(p, decode_tile(p, t), tab, tab + p.L, tab + 2 * p.L);
+      fill_lines_chunked<4, false>(p, decode_tile(p, t), tab, tab + p.L, nullptr, tab + 2 * p.L);
       __syncthreads();
       load_tile<float, float>(p, in0, tab);
       cp_async_wait_all();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_device.hpp"
 #include "ks_cuda_kernels.cuh"
 #include "ks_cuda_pipe.cuh"
 
@@ -112,13 +113,11 @@ inline bool wide_pays(const kl_ks_problem *p) {
 }
 
 inline bool fills_device(const kl_ks_problem *p, int BN, int BK, int TJ) {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return false;
+  DeviceInfo dev;
+  if (query_device(&dev) != cudaSuccess) return false;
   const int64_t blocks =
       p->a * ((p->d + TJ - 1) / TJ) * ((p->batch + BN - 1) / BN) * ((p->b + BK - 1) / BK);
-  return blocks >= 2 * int64_t(sms);
+  return blocks >= 2 * int64_t(dev.sms);
 }
 
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>

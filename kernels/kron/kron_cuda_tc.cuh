@@ -1,9 +1,9 @@
-// The tensor-core kernels' copy-out, for every storage type (float32 under 3xTF32, float16,
-// bfloat16): the last step's results, staged in shared memory as [k][line] in 16-byte chunks of
-// V = 16 / sizeof(E) lines (phys_chunk-permuted), go to y with alpha and beta, in 16-byte runs
-// where lines are consecutive in y.
-#ifndef KRONLINALG_KRON_CUDA_COPYOUT_CUH
-#define KRONLINALG_KRON_CUDA_COPYOUT_CUH
+// Shared by the tensor-core kernels of every storage type (float32 under 3xTF32, float16,
+// bfloat16): the line tables of a tile, and the copy-out of the last step's results, staged in
+// shared memory as [k][line] in 16-byte chunks of V = 16 / sizeof(E) lines (phys_chunk-permuted),
+// to y with alpha and beta, in 16-byte runs where lines are consecutive in y.
+#ifndef KRONLINALG_KRON_CUDA_TC_CUH
+#define KRONLINALG_KRON_CUDA_TC_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,6 +12,40 @@
 
 namespace kl {
 namespace cu {
+
+// Line tables of a tile: every line's offsets (xoff, yoff) and, per chunk of V lines, the
+// offset of its first line where the V lines are adjacent and V-aligned in y (ych) and, with
+// XCH, in x (xch); else kNoLine.  The chunked copies then read one table entry per chunk
+// (lanes reading entries V lines apart would hit the same banks).  Whole warps run the loop: a
+// chunk's lines are V lanes of one warp.
+template <int V, bool XCH>
+__device__ __forceinline__ void fill_lines_chunked(const PassP &p, const Tile &t, int64_t *xoff,
+                                                   int64_t *yoff, int64_t *xch, int64_t *ych) {
+  constexpr unsigned kAll = 0xffffffffu, kChunk = (1u << V) - 1;
+  const int lane = threadIdx.x & 31, iv = lane & (V - 1);
+  for (int l0 = threadIdx.x & ~31; l0 < p.L; l0 += blockDim.x) {
+    const int l = l0 + lane;
+    int64_t xo = kNoLine, yo = kNoLine;
+    if (l < p.L) {
+      line_offsets(p, t, l, &xo, &yo);
+      xoff[l] = xo;
+      yoff[l] = yo;
+    }
+    const int64_t y0 = __shfl_sync(kAll, yo, lane & ~(V - 1));
+    const bool yv = p.y_vec && yo != kNoLine && yo == y0 + iv && y0 % V == 0;
+    const unsigned yb = __ballot_sync(kAll, yv);
+    int64_t x0 = kNoLine;
+    unsigned xb = 0;
+    if constexpr (XCH) {
+      x0 = __shfl_sync(kAll, xo, lane & ~(V - 1));
+      xb = __ballot_sync(kAll, xo != kNoLine && xo == x0 + iv && x0 % V == 0);
+    }
+    if (iv == 0 && l < p.L) {
+      if constexpr (XCH) xch[l / V] = ((xb >> lane) & kChunk) == kChunk ? x0 : kNoLine;
+      ych[l / V] = ((yb >> lane) & kChunk) == kChunk ? y0 : kNoLine;
+    }
+  }
+}
 
 // float conversions of a stored element
 template <class E>
@@ -115,8 +149,8 @@ __device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *y
       const int64_t yo = yoff[l];
       if (yo == kNoLine) continue;
       const int e = k * L + l;
-      store_one_scaled<E>(y + yo + int64_t(k) * p.yes, stage[phys_chunk(e >> LV) * V + (e & (V - 1))],
-                          alpha, beta);
+      const E v = stage[phys_chunk(e >> LV) * V + (e & (V - 1))];
+      store_one_scaled<E>(y + yo + int64_t(k) * p.yes, v, alpha, beta);
     }
   }
 }
