@@ -174,11 +174,15 @@ struct SpanLoader {
 
 // float32: the same tiles element by element (no pairs to form): runs of TJ floats at (r, l)
 // (TransposingLoader's case), or 16-byte chunks of a whole-d span, each element (l, j) = (e / d,
-// e % d) of the span stored at [j][r][l] (SpanLoader's case, any d).
-template <int R, int TL, int TJ, int PL, int NT, bool SPAN>
+// e % d) of the span stored at [j][r][l] (SpanLoader's case, any d).  PAIR (the batch_first X,
+// the operand that streams from DRAM): runs longer than 16 bytes are split into 16-byte pieces
+// on neighbouring lanes, so that one load instruction reads whole 32-byte sectors; K, read from
+// L2, keeps whole runs per thread (fewer registers: the split costs its kernels spills).
+template <int R, int TL, int TJ, int PL, int NT, bool SPAN, bool PAIR>
 struct FloatLoader {
-  static constexpr int UE = SPAN ? 4 : TJ;  // elements per unit
-  static constexpr int UR = TL * (SPAN ? TJ : 1) / (SPAN ? 4 : 1);  // units per row
+  static constexpr int UE = SPAN || (PAIR && TJ > 4) ? 4 : TJ;  // elements per unit
+  static constexpr int H = SPAN ? 1 : TJ / UE;                   // units per run
+  static constexpr int UR = SPAN ? TL * TJ / 4 : TL * H;         // units per row
   static constexpr int U = R * UR, G = (U + NT - 1) / NT;
   static_assert(!SPAN || TL * TJ % 4 == 0, "whole chunks per row");
   static_assert(SPAN || TJ == 1 || TJ == 2 || TJ == 4 || TJ == 8, "vector runs");
@@ -190,9 +194,10 @@ struct FloatLoader {
     for (int s = 0; s < G; ++s) {
       const int u = int(threadIdx.x) + s * NT;
       const int r = u / UR, x = u % UR;
-      // SPAN: chunk x of the row's contiguous span; else the run of TJ j's at l = x
-      const bool in = u < U && r < rmax && (SPAN ? x * 4 / TJ : x) < lmax;
-      const float *src = base + r * rs + (SPAN ? int64_t(x) * 4 : x * d);
+      // SPAN: chunk x of the row's contiguous span; else piece x % H of the run at l = x / H
+      const bool in = u < U && r < rmax && (SPAN ? x * 4 / TJ : x / H) < lmax;
+      const float *src =
+          base + r * rs + (SPAN ? int64_t(x) * 4 : (x / H) * d + (x % H) * UE);
 #pragma unroll
       for (int e = 0; e < UE; e += 4) {
         if constexpr (UE % 4 == 0) {
@@ -217,24 +222,26 @@ struct FloatLoader {
       const int r = u / UR, x = u % UR;
 #pragma unroll
       for (int e = 0; e < UE; ++e) {
-        const int l = SPAN ? (x * 4 + e) / TJ : x, j = SPAN ? (x * 4 + e) % TJ : e;
+        const int l = SPAN ? (x * 4 + e) / TJ : x / H;
+        const int j = SPAN ? (x * 4 + e) % TJ : (x % H) * UE + e;
         sm[(j * R + r) * PL + l] = v[s][e];
       }
     }
   }
 };
 
-template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
+template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, int PL, int NT>
 struct RegLoaderOf {
   using type = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, PL, NT>,
                                          TransposingLoader<T, R, TL, TJ, PL, NT>>::type;
 };
-template <bool SPAN, int R, int TL, int TJ, int PL, int NT>
-struct RegLoaderOf<SPAN, float, R, TL, TJ, PL, NT> {
-  using type = FloatLoader<R, TL, TJ, PL, NT, SPAN>;
+template <bool SPAN, bool PAIR, int R, int TL, int TJ, int PL, int NT>
+struct RegLoaderOf<SPAN, PAIR, float, R, TL, TJ, PL, NT> {
+  using type = FloatLoader<R, TL, TJ, PL, NT, SPAN, PAIR>;
 };
-template <bool SPAN, class T, int R, int TL, int TJ, int PL, int NT>
-using RegLoader = typename RegLoaderOf<SPAN, T, R, TL, TJ, PL, NT>::type;
+// PAIR: sector-whole loads for the operand streamed from DRAM (FloatLoader)
+template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, int PL, int NT>
+using RegLoader = typename RegLoaderOf<SPAN, PAIR, T, R, TL, TJ, PL, NT>::type;
 
 // Stores N consecutive elements of `src` (shared) to `dst` (global, aligned to their size).
 template <class T, int N>
@@ -287,8 +294,8 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   const int64_t c = p.c, d = p.d, x_ld = p.x_ld;
   const int64_t nl = (c + TL - 1) / TL;
 
-  RegLoader<SPAN, T, BN, TL, TJ, PL, NT> xr;  // used when BF && DJ
-  RegLoader<SPAN, T, BK, TL, TJ, PL, NT> kr;  // used when DJ
+  RegLoader<SPAN, true, T, BN, TL, TJ, PL, NT> xr;   // used when BF && DJ
+  RegLoader<SPAN, false, T, BK, TL, TJ, PL, NT> kr;  // used when DJ
 
   auto lmax_of = [&](int64_t it) { return int(c - it * TL < TL ? c - it * TL : TL); };
   // the asynchronous operands of chunk `it` into stage buffer `st`
@@ -453,35 +460,30 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   T *Y = static_cast<T *>(p.Y);
   const int64_t y_ld = p.y_ld;
   if (BF) {
-    // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart
-    constexpr int RL = BK * TJ, CPR = RL / 8;
+    // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart; a thread
+    // stores one piece of at most 16 bytes, neighbouring lanes the next pieces of the row (whole
+    // 32-byte sectors per instruction where the runs are that long)
+    constexpr int V = 16 / int(sizeof(T)), RL = BK * TJ;
     const bool whole = TJ == d;
-    for (int u = threadIdx.x; u < BN * CPR; u += NT) {
-      const int n = u / CPR, e = (u % CPR) * 8;
-      if (n >= nmax) continue;
-      const T *src = cs + n * S::OP + e;
-      T *row = Y + (n0 + n) * y_ld + (i * p.b + k0) * d + j0;
-      if (whole) {
-        T *dst = row + e;
-        if ((e + 7) / TJ < kmax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-          store_vec<T, 8>(dst, src);
-        } else {
-          for (int t = 0; t < 8 && (e + t) / TJ < kmax; ++t) dst[t] = src[t];
-        }
-      } else {
-        constexpr int RUN = TJ < 8 ? TJ : 8;
-#pragma unroll
-        for (int t = 0; t < 8; t += RUN) {
-          const int kt = (e + t) / TJ, jt = (e + t) % TJ;
-          if (kt >= kmax) break;
-          T *dst = row + kt * d + jt;
-          if ((reinterpret_cast<uintptr_t>(dst) & (RUN * sizeof(T) - 1)) == 0)
-            store_vec<T, RUN>(dst, src + t);
-          else
-            for (int v = 0; v < RUN; ++v) dst[v] = src[t + v];
-        }
+    auto store_rows = [&](auto piece) {  // pieces of PV elements (V when whole, else a run's)
+      constexpr int PV = decltype(piece)::value, CPR = RL / PV;
+      static_assert(RL % PV == 0, "whole pieces per row");
+      for (int u = threadIdx.x; u < BN * CPR; u += NT) {
+        const int n = u / CPR, e = (u % CPR) * PV;
+        const int kt = e / TJ, jt = e % TJ;
+        if (n >= nmax || kt >= kmax) continue;
+        const T *src = cs + n * S::OP + e;
+        T *dst = Y + (n0 + n) * y_ld + (i * p.b + k0 + kt) * d + j0 + jt;
+        if ((e + PV - 1) / TJ < kmax && (reinterpret_cast<uintptr_t>(dst) & (PV * sizeof(T) - 1)) == 0)
+          store_vec<T, PV>(dst, src);
+        else
+          for (int t = 0; t < PV && (e + t) / TJ < kmax; ++t) dst[t] = src[t];
       }
-    }
+    };
+    if (whole)
+      store_rows(std::integral_constant<int, V>());
+    else
+      store_rows(std::integral_constant<int, (TJ < V ? TJ : V)>());
   } else {
     constexpr int CPR = BN / 8;
     for (int u = threadIdx.x; u < BK * TJ * CPR; u += NT) {
