@@ -471,7 +471,7 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert structured._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
     assert structured._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
     assert structured._cuda_tile((1, 64, 64, 6), 2) == (64, 32, 16, 6)
-    assert structured._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 16, 3)
+    assert structured._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 32, 3)
     assert structured._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
     assert structured._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
     assert structured._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
@@ -490,7 +490,7 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert wide((1, 256, 256, 6), 25088) == (64, 64, 16, 6)
     assert wide((1, 256, 256, 6), 25088, False) == (64, 32, 16, 6)  # spans: batch_first only
     assert wide((1, 128, 64, 6), 25088) == (64, 32, 16, 6)  # b·c < 2·128²
-    assert wide((1, 256, 256, 3), 25088) == (128, 64, 16, 3)
+    assert wide((1, 256, 256, 3), 25088) == (64, 64, 32, 3)  # d = 3: never (l chunks of 32)
     assert wide((1, 256, 256, 2), 25088) == (128, 128, 32, 2)
     assert wide((1, 128, 128, 12), 25088, False) == (128, 64, 16, 4)
     assert wide((1, 64, 64, 12), 25088) == (64, 64, 16, 4)  # b·c < 128²

@@ -172,6 +172,62 @@ struct SpanLoader {
   }
 };
 
+// Half types, TJ = d in {2, 3, 4, 6}: the K tile and, batch_first, the X tile together, in units
+// of 8 l of one row (d 16-byte chunks of its (l, j) span, loaded as they lie): the 8 l of each
+// j are gathered by byte permutes into one 16-byte word and stored as one vector, a quarter of
+// the shared stores of (l, l + 1) pairs (the transposition kept L1 ~85 % busy on an H100).  One
+// unit numbering over both tiles spreads them evenly over the threads: RX = 0 when X is not
+// loaded here (batch_last: cp.async).  Units never straddle the valid l range (c and TL are
+// multiples of 8).
+template <class T, int RX, int RK, int TL, int D, int PL, int NT>
+struct SpanTiles {
+  static constexpr int UPR = TL / 8;                  // units per row
+  static constexpr int UX = RX * UPR, U = UX + RK * UPR, G = (U + NT - 1) / NT;
+  static_assert(TL % 8 == 0, "whole units per row");
+  uint32_t w[G][4 * D];
+
+  __device__ __forceinline__ void load(const T *xb, int64_t xrs, int xrmax, const T *kb,
+                                       int64_t krs, int krmax, int lmax) {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      const bool isx = u < UX;
+      const int v = isx ? u : u - UX, r = v / UPR, l0 = (v % UPR) * 8;
+      const bool in = u < U && r < (isx ? xrmax : krmax) && l0 < lmax;
+      const uint4 *src =
+          reinterpret_cast<const uint4 *>((isx ? xb + r * xrs : kb + r * krs) + l0 * D);
+#pragma unroll
+      for (int cc = 0; cc < D; ++cc) {
+        const uint4 q = in ? __ldg(src + cc) : make_uint4(0, 0, 0, 0);
+        w[s][4 * cc] = q.x, w[s][4 * cc + 1] = q.y, w[s][4 * cc + 2] = q.z, w[s][4 * cc + 3] = q.w;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(T *xs, T *ks) const {
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+      const int u = int(threadIdx.x) + s * NT;
+      if (U % NT != 0 && u >= U) break;
+      const bool isx = u < UX;
+      const int v = isx ? u : u - UX, r = v / UPR, l0 = (v % UPR) * 8;
+      T *row = isx ? xs + r * PL + l0 : ks + r * PL + l0;
+      const int jstride = (isx ? RX : RK) * PL;
+#pragma unroll
+      for (int j = 0; j < D; ++j) {
+        uint32_t q[4];
+#pragma unroll
+        for (int lp = 0; lp < 4; ++lp) {
+          const int e1 = 2 * lp * D + j, e2 = e1 + D;  // elements (l, j) and (l + 1, j)
+          const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
+          q[lp] = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
+        }
+        *reinterpret_cast<uint4 *>(row + j * jstride) = make_uint4(q[0], q[1], q[2], q[3]);
+      }
+    }
+  }
+};
+
 // float32: the same tiles element by element (no pairs to form): runs of TJ floats at (r, l)
 // (TransposingLoader's case), or 16-byte chunks of a whole-d span, each element (l, j) = (e / d,
 // e % d) of the span stored at [j][r][l] (SpanLoader's case, any d).  PAIR (the batch_first X,
@@ -320,16 +376,29 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
           ks, base, [&](int r) { return r * c; }, [&](int r) { return r < kmax; }, lmax);
     }
   };
+  constexpr bool kSpanTiles = SPAN && kHalf && TJ == 3;  // (d = 2, 4, 6: coalesced loads pay more)
+  SpanTiles<T, (BF ? BN : 0), BK, TL, TJ, PL, NT> sp;  // used when kSpanTiles
+
   auto load_regs = [&](int64_t it) {
     const int64_t l0 = it * TL;
     const int lmax = lmax_of(it);
-    if (BF && DJ) xr.load(X + n0 * x_ld + (i * c + l0) * d + j0, x_ld, d, nmax, lmax);
-    if (DJ) kr.load(K + ((i * p.b + k0) * c + l0) * d + j0, c * d, d, kmax, lmax);
+    const T *xb = X + n0 * x_ld + (i * c + l0) * d + j0;
+    const T *kb = K + ((i * p.b + k0) * c + l0) * d + j0;
+    if constexpr (kSpanTiles) {
+      sp.load(xb, x_ld, nmax, kb, c * d, kmax, lmax);
+    } else {
+      if (BF && DJ) xr.load(xb, x_ld, d, nmax, lmax);
+      if (DJ) kr.load(kb, c * d, d, kmax, lmax);
+    }
   };
   auto store_regs = [&](int st) {
     T *xs = smem + st * S::STAGE;
-    if (BF && DJ) xr.store(xs);
-    if (DJ) kr.store(xs + S::XE);
+    if constexpr (kSpanTiles) {
+      sp.store(xs, xs + S::XE);
+    } else {
+      if (BF && DJ) xr.store(xs);
+      if (DJ) kr.store(xs + S::XE);
+    }
   };
 
   float acc[4][4][4];
