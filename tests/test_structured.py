@@ -577,10 +577,24 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
         assert err < 1e-5, (pattern, layout, err)
 
 
+# KRONLINALG_KS_KT=1: the runs of 8 j's read K pre-transposed (ks_cuda_launch.cuh,
+# transposed_values_pay), which the test shapes are too small to take on their own.
+KT_MODES = ("auto", "transposed")
+
+
+def _kt_mode(monkeypatch, kt, d):
+    """Switch the launcher to the pre-transposed K; False where the shape has no such variant."""
+    if kt == "auto":
+        return True
+    monkeypatch.setenv("KRONLINALG_KS_KT", "1")
+    return d % 8 == 0
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("kt", KT_MODES)
 @pytest.mark.parametrize("layout", (0, 1))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
-def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
+def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
     """The pipelined tensor-core kernel (c % 8 == 0, x_ld % 8 == 0; float32 as 3xTF32, held to
     float32's tolerance): every tile (d = 1 with both k tiles, the whole-d spans d = 2, 3, 6,
     runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
@@ -600,8 +614,11 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
                                 ((1, 48, 72, 8), 67, 8), ((2, 24, 32, 12), 90, 0),
                                 ((1, 16, 48, 24), 40, 0), ((1, 72, 104, 16), 150, 16),
                                 ((2, 48, 64, 4), 99, 3), ((1, 24, 16, 10), 50, 0),
-                                ((1, 40, 24, 5), 33, 0), ((2, 64, 48, 6), 300, 8)]:
+                                ((1, 40, 24, 5), 33, 0), ((2, 64, 48, 6), 300, 8),
+                                ((3, 24, 40, 8), 70, 8)]:
         a, b, c, d = pattern
+        if not _kt_mode(monkeypatch, kt, d):
+            continue
         n, m = a * c * d, a * b * d
         v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
         # pad % 8 == 0: rows start 16-byte aligned (batch_last rounds the batch up first)
@@ -627,9 +644,10 @@ def test_cuda_pipelined_tiles_for_every_d(rng, layout, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kt", KT_MODES)
 @pytest.mark.parametrize("layout", (0, 1))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_cuda_wide_tiles_for_every_d(rng, layout, dtype):
+def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
     """The half types' wide tiles (launch_pipe_wide: 16 or 12 warps, one block per SM), taken
     where they pay and still give every SM two tiles: each shape (and the narrow ones at the
     same batches where they do not pay), with tails in the batch, in b and in the l chunks,
@@ -646,6 +664,8 @@ def test_cuda_wide_tiles_for_every_d(rng, layout, dtype):
                          ((1, 40, 32, 8), 8), ((2, 24, 16, 16), 0), ((1, 130, 136, 12), 8),
                          ((1, 128, 128, 8), 0)]:
         a, b, c, d = pattern
+        if not _kt_mode(monkeypatch, kt, d):
+            continue
         first = layout == 0
         tn, tk, _, tj = structured._cuda_tile(pattern, 2, 1 << 30, sms, first)
         if structured._cuda_wide_pays(pattern, first):

@@ -4,8 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "cuda_device.hpp"
@@ -78,11 +80,79 @@ inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cud
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
 
+// The factor transposed to [i][j][k][l] (from its contiguous (a, b, c, d)), for the KT kernels.
+template <class T>
+__global__ void transpose_values(const T *__restrict__ K, T *__restrict__ Kt, int64_t a, int64_t b,
+                                 int64_t c, int64_t d) {
+  const int64_t n = a * b * c * d;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t l = t % c, kji = t / c, k = kji % b, ji = kji / b, j = ji % d, i = ji / d;
+    Kt[t] = K[((i * b + k) * c + l) * d + j];
+  }
+}
+
+// A stream-ordered pool per device for the transposed factors (kept up to 256 MB between calls,
+// so that a steady stream of calls does not allocate).
+inline cudaError_t values_pool(cudaMemPool_t *out) {
+  static std::mutex mu;
+  static cudaMemPool_t pools[64] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!pools[dev]) {
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    if ((e = cudaMemPoolCreate(&pools[dev], &props)) != cudaSuccess) return e;
+    uint64_t keep = uint64_t(256) << 20;
+    cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  *out = pools[dev];
+  return cudaSuccess;
+}
+
+// Transposing K once per call pays for runs of 8 j's on long j ranges, where each block's K tile
+// is a gather of d-strided values that blocks would otherwise repeat once per batch tile: on an
+// H100 (batch 25088, 120 generator patterns) 1.10x median for float32 batch_first at d = 16,
+// 1.2x at d >= 24, 1.06-1.12x for the half types at d >= 24 (both layouts); it costs 3-17 % on
+// float32 batch_last, on half types at d <= 16, and on small products, where the extra launch
+// (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP.  KRONLINALG_KS_KT=0 never takes it, =1
+// always (TJ = 8 shapes; read per call so that tests can switch it).
+inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
+  if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;
+  const bool first = p->layout == KL_KS_BATCH_FIRST;
+  if (!(half ? p->d >= 24 : first && p->d >= 16)) return false;
+  return 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d) >= 6e9;
+}
+
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT = kThreads>
 int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
-  const Params q = make_params(p, BN, BK, TJ);
-  return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>,
-                        PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))>::smem_bytes(), s, NT);
+  Params q = make_params(p, BN, BK, TJ);
+  constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))>::smem_bytes();
+  if constexpr (DJ && TJ == 8) {
+    cudaMemPool_t pool;
+    void *kt = nullptr;
+    const int64_t n = p->a * p->b * p->c * p->d;
+    if (transposed_values_pay(p, sizeof(T) == 2) && values_pool(&pool) == cudaSuccess &&
+        cudaMallocFromPoolAsync(&kt, size_t(n) * sizeof(T), pool, s) == cudaSuccess) {
+      DeviceInfo dev;
+      const int sms = query_device(&dev) == cudaSuccess ? dev.sms : 132;
+      const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(sms) * 8);
+      transpose_values<T><<<unsigned(blocks), 256, 0, s>>>(static_cast<const T *>(p->values),
+                                                          static_cast<T *>(kt), p->a, p->b, p->c,
+                                                          p->d);
+      q.K = kt;
+      const int rc = launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, true>, smem, s, NT);
+      cudaFreeAsync(kt, s);
+      return rc;
+    }
+    cudaGetLastError();  // (a failed pool allocation: the kernel that transposes K tiles itself)
+  }
+  return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>, smem, s, NT);
 }
 
 // Wide tiles for the half types: 16 warps (12 for d = 6) in one block per SM instead of two

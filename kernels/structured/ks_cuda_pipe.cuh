@@ -185,7 +185,7 @@ struct SpanTiles {
   static constexpr int UPR = TL / 8;                  // units per row
   static constexpr int UX = RX * UPR, U = UX + RK * UPR, G = (U + NT - 1) / NT;
   static_assert(TL % 8 == 0, "whole units per row");
-  uint32_t w[G][4 * D];
+  uint32_t w[G > 0 ? G : 1][4 * D];
 
   __device__ __forceinline__ void load(const T *xb, int64_t xrs, int xrmax, const T *kb,
                                        int64_t krs, int krmax, int lmax) {
@@ -321,7 +321,10 @@ __device__ __forceinline__ void store_vec(T *dst, const T *src) {
 // DJ: d > 1 (K and the batch_first X through registers); SPAN: TJ == d in {2, 3, 4, 6}, loaded
 // as whole (l, j) spans; NT threads: 8 warps (6 for d = 3, 6), two blocks per SM, or the wide
 // shapes' 16 (12) warps, one block per SM (the same 128 registers per thread either way).
-template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
+// KT (TJ = 8 shapes): p.K is the factor transposed to [i][j][k][l] (transpose_values in
+// ks_cuda_launch.cuh), so its tiles are l-contiguous rows that travel by cp.async like X's.
+template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT,
+          bool KT = false>
 __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   typedef PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))> S;
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
@@ -376,9 +379,16 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
       async_rows<T, BK, TL, PL, NT>(
           ks, base, [&](int r) { return r * c; }, [&](int r) { return r < kmax; }, lmax);
     }
+    if (DJ && KT) {  // transposed K rows (j, k): ((i·d + j0 + j)·b + k0 + k)·c + l0 ..
+      const T *base = K + ((i * d + j0) * p.b + k0) * c + l0;
+      async_rows<T, TJ * BK, TL, PL, NT>(
+          ks, base, [&](int r) { return ((r / BK) * p.b + r % BK) * c; },
+          [&](int r) { return r % BK < kmax; }, lmax);
+    }
   };
-  constexpr bool kSpanTiles = SPAN && kHalf && TJ == 3;  // see SpanTiles
-  SpanTiles<T, (BF ? BN : 0), BK, TL, TJ, PL, NT> sp;  // used when kSpanTiles
+  constexpr bool kRegX = BF && DJ, kRegK = DJ && !KT;  // operands that pass through registers
+  constexpr bool kSpanTiles = SPAN && kHalf && TJ == 3 && (kRegX || kRegK);  // see SpanTiles
+  SpanTiles<T, (kRegX ? BN : 0), (kRegK ? BK : 0), TL, TJ, PL, NT> sp;  // used when kSpanTiles
 
   auto load_regs = [&](int64_t it) {
     const int64_t l0 = it * TL;
@@ -388,8 +398,8 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     if constexpr (kSpanTiles) {
       sp.load(xb, x_ld, nmax, kb, c * d, kmax, lmax);
     } else {
-      if (BF && DJ) xr.load(xb, x_ld, d, nmax, lmax);
-      if (DJ) kr.load(kb, c * d, d, kmax, lmax);
+      if (kRegX) xr.load(xb, x_ld, d, nmax, lmax);
+      if (kRegK) kr.load(kb, c * d, d, kmax, lmax);
     }
   };
   auto store_regs = [&](int st) {
@@ -397,8 +407,8 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     if constexpr (kSpanTiles) {
       sp.store(xs, xs + S::XE);
     } else {
-      if (BF && DJ) xr.store(xs);
-      if (DJ) kr.store(xs + S::XE);
+      if (kRegX) xr.store(xs);
+      if (kRegK) kr.store(xs + S::XE);
     }
   };
 
@@ -416,7 +426,7 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     if (s < nl) issue_async(s, s);
     cu::cp_async_commit();
   }
-  if (DJ) {
+  if (kRegX || kRegK) {
     load_regs(0);
     store_regs(0);
     if (nl > 1) load_regs(1);
@@ -500,7 +510,7 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
       }
     }
 
-    if (DJ && it + 1 < nl) {
+    if ((kRegX || kRegK) && it + 1 < nl) {
       store_regs(int((it + 1) % NS));  // its buffer was last read in chunk it + 1 - NS
       if (it + 2 < nl) load_regs(it + 2);
     }
