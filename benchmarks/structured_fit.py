@@ -1,8 +1,9 @@
 """Fit the CUDA cost model of structured_matmul to a benchmark run and report held-out quality.
 
 Input: the JSON of ``benchmarks/structured_compare.py --device gpu`` (per pattern, dtype and
-layout the measured kernel_ms, bmm_ms and dense_ms; dense_ms is None where its flops alone at the
-GEMM rate already lose by more than 5 %).  The patterns are split in two halves by a seeded hash
+layout the measured kernel_ms, strided_ms, bmm_ms and dense_ms; strided_ms is None where the
+strided GEMMs do not apply, dense_ms where its flops alone at the GEMM rate already lose by more
+than 5 %).  The patterns are split in two halves by a seeded hash
 of the pattern; per coefficient key ``structured_matmul/<candidate>/cuda/<dtype>/<layout>`` the
 coefficients of the predictor's terms are fitted on the first half (non-negative least squares
 on the relative error, reweighted towards least absolute relative error, as ``fit`` in
@@ -36,7 +37,8 @@ import sys
 
 import numpy as np
 
-NAMES = ("kernel", "bmm", "dense")
+NAMES = ("kernel", "strided", "bmm", "dense")
+OURS = ("kernel", "strided")
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("batch_first", "batch_last")
 NOT_FITTED = {"dense": ("build", "build_calls")}  # forming K: the benchmark times dense without it
@@ -145,9 +147,13 @@ def evaluate(S, rows, prof, batch):
     for row in rows:
         pr = _Problem(S, row, batch)
         m = measured(row)
+        if not S._strided_pays(tuple(row["pattern"]), row["layout"]):
+            m.pop("strided", None)
         best = min(m.values())
         pred, full = {}, {}
         for n in NAMES:
+            if n not in m:  # strided where it is no candidate (not timed, or no permute saved)
+                continue
             sec, det = preds[n](pr, prof)
             full[n] = sec
             skip = NOT_FITTED.get(n, ())
@@ -155,7 +161,7 @@ def evaluate(S, rows, prof, batch):
         pick = min(full, key=full.get)
         ok = pick in m and m[pick] <= 1.05 * best
         auto_ok = row["auto"] in m and m[row["auto"]] <= 1.05 * best
-        base = min(t for n, t in m.items() if n != "kernel")  # the issue's bar: min(bmm, dense)
+        base = min(t for n, t in m.items() if n not in OURS)  # the issue's bar: min(bmm, dense)
         s = sel.setdefault((row["dtype"], row["layout"]), [0, 0, 0, 0])
         s[0] += ok
         s[1] += 1
@@ -189,7 +195,7 @@ def report(title, sel, errs, misses, show_misses):
         print(f"     {n:>8} " + " ".join(f"{statistics.median(c):9.1%}" if c else f"{'-':>9}"
                                      for c in cells) + f" {statistics.median(every):9.1%}")
     if show_misses and misses:
-        print("\nmisses (pattern dtype layout: pick, measured ms of kernel/bmm/dense):")
+        print("\nmisses (pattern dtype layout: pick, measured ms of kernel/strided/bmm/dense):")
         for row, pick, m in misses:
             ms = " ".join(f"{n}={m[n] * 1e3:.3f}" if n in m else f"{n}=-" for n in NAMES)
             worst = (m[pick] / min(m.values()) - 1.0) if pick in m else float("inf")

@@ -245,6 +245,115 @@ def test_half_precision(xp, rng, layout, algorithm):
                      msg=f"{dtype}: ")
 
 
+# ---------------------------------------------------------------------------------------------
+# "strided": cuBLAS strided-batched GEMMs on views
+
+
+def _emulate_gemm_strided_batched(calls, buffers):
+    """cuBLAS's column-major strided-batched GEMM (alpha = 1, beta = 0) on NumPy buffers:
+    `buffers` maps a base address to (flat float64 array, item size)."""
+    def view(addr, rows, cols, ld, trans):
+        base = max(b for b in buffers if b <= addr)
+        buf, item = buffers[base]
+        off = (addr - base) // item
+        if trans:  # op(A) = Aᵀ of a column-major (cols x rows) matrix
+            idx = off + np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]
+        else:
+            idx = off + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld
+        assert idx.min() >= 0 and idx.max() < buf.size, "a GEMM reads or writes out of bounds"
+        return buf, idx
+
+    for ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch in calls:
+        item = buffers[max(q for q in buffers if q <= c)][1]
+        for t in range(batch):
+            abuf, ai = view(a + t * sa * item, m, k, lda, ta)
+            bbuf, bi = view(b + t * sb * item, k, n, ldb, tb)
+            cbuf, ci = view(c + t * sc * item, m, n, ldc, False)
+            cbuf[ci] = abuf[ai] @ bbuf[bi]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pattern", PATTERNS + [(5, 3, 4, 2), (2, 6, 5, 7)],
+                         ids=lambda p: "x".join(map(str, p)))
+def test_strided_gemm_indexing(rng, pattern, layout):
+    """The strided algorithm's GEMM batches (structured._strided_calls), run by a NumPy model of
+    cuBLAS on padded rows: every output written once with the right value, nothing outside x,
+    K or y touched.  batch_first takes d = 1 only."""
+    a, b, c, d = pattern
+    if not structured._strided_fits(pattern, layout, 9, 64, 64):
+        assert layout == "batch_first" and d > 1
+        return
+    batch, pad, item = 9, 3, 8
+    n, m = a * c * d, a * b * d
+    v = rng.standard_normal(pattern)
+    kt = np.ascontiguousarray(v.transpose(0, 3, 1, 2))  # (a, d, b, c)
+    first = layout == "batch_first"
+    x = rng.standard_normal((batch, n + pad) if first else (n, batch + pad))
+    y = np.full((batch, m + pad) if first else (m, batch + pad), np.nan)
+    X, K, Y = 1 << 40, 2 << 40, 3 << 40
+    calls = structured._strided_calls(pattern, layout, batch, X, x.shape[1], K, Y, y.shape[1],
+                                      item)
+    flat_y = y.reshape(-1)
+    _emulate_gemm_strided_batched(calls, {X: (x.reshape(-1), item), K: (kt.reshape(-1), item),
+                                          Y: (flat_y, item)})
+    y = flat_y.reshape(y.shape)
+    w = ks_dense_ref(v)
+    got, ref = (y[:, :m], x[:, :n] @ w.T) if first else (y[:, :batch], w @ x[:, :batch])
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    assert np.isnan(y[:, m:] if first else y[:, batch:]).all(), "padding written"
+
+
+def test_strided_planner_gate():
+    """Where the strided candidate applies: batch_last, or batch_first with d = 1."""
+    assert structured._strided_fits((2, 3, 4, 5), "batch_last", 100, 100, 100)
+    assert structured._strided_fits((2, 3, 4, 1), "batch_first", 100, 8, 6)
+    assert not structured._strided_fits((2, 3, 4, 5), "batch_first", 100, 40, 30)
+    assert not structured._strided_fits((1, 3, 4, 64), "batch_last", 2**26, 2**26, 2**26)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strided(xp, rng, layout):
+    """The strided algorithm against the float64 reference in every dtype the backend has
+    (CUDA with CuPy); elsewhere, and for batch_first with d > 1, a clear error."""
+    from kronlinalg import _cublas
+
+    runs = xp.is_cuda and _cublas.available()
+    if not runs:
+        chain = make_chain(xp, rng, [(2, 3, 4, 1)], "float32")
+        x, _ = x_for(xp, rng, chain, layout, 5, "float32")
+        with pytest.raises(ValueError, match="algorithm: 'strided' runs cuBLAS"):
+            structured_matmul(x, chain, layout=layout, algorithm="strided")
+        return
+    first = layout == "batch_first"
+    cases = [[p] for p in PATTERNS + [(5, 3, 4, 2), (2, 40, 24, 3)] if not first or p[3] == 1]
+    cases += [list(CHAINS["vit_s16_qkv"]()) if not first else [(1, 24, 12, 1), (3, 4, 8, 1)],
+              [(4, 8, 6, 1), (2, 6, 5, 2)] if not first else [(4, 6, 5, 1)]]
+    for dtype in xp.dtypes:
+        for pats in cases:
+            chain = make_chain(xp, rng, pats, dtype)
+            batch = int(rng.integers(1, 50))
+            x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
+            y = structured_matmul(x, chain, layout=layout, algorithm="strided")
+            assert_close(y, reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain),
+                         msg=f"{pats} B={batch} {layout} {dtype}: ")
+        # row-strided x (every other row) is read in place; leading batch dimensions
+        chain = make_chain(xp, rng, [(2, 5, 3, 3 if not first else 1)], dtype)
+        n = chain.shape[1]
+        big, big64 = random(xp, rng, (14, n) if first else (2 * n, 7), dtype)
+        x, x64 = (big[::2, ...], big64[::2]) if first else (big[::2, ...], big64[::2])
+        assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
+                     reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain))
+    if first:
+        x, x64 = random(xp, rng, (2, 3, 4, 6), "float32")
+        chain = make_chain(xp, rng, [(3, 5, 2, 1)], "float32")
+        assert_close(structured_matmul(x, chain, algorithm="strided"),
+                     x64 @ chain_dense_ref(chain).T, xp, "float32")
+        chain = make_chain(xp, rng, [(2, 3, 4, 5)], "float32")
+        x, _ = x_for(xp, rng, chain, layout, 5, "float32")
+        with pytest.raises(ValueError, match="batch_last or d = 1"):
+            structured_matmul(x, chain, algorithm="strided")
+
+
 def test_dtype_promotion(xp, rng):
     chain = make_chain(xp, rng, [(2, 3, 4, 2)], "float64")
     x, x64 = x_for(xp, rng, chain, "batch_first", 5, "float32")

@@ -48,6 +48,10 @@ int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads);
  * x, y and values are device pointers. */
 int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
 
+/* The values (p->a..d, p->values, contiguous) copied to out as (a, d, b, c) contiguous, enqueued
+ * on `stream` (the "strided" algorithm's GEMM operand). */
+int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream);
+
 /* How the CUDA kernel computes float32: on tensor cores as three TF32 products per product
  * (KL_KS_FP32_TF32X3, the default; relative error within float32's test tolerance) or with
  * CUDA-core FMAs (KL_KS_FP32_IEEE; also the default when KRONLINALG_KS_FP32=ffma).  Sets the mode

@@ -79,4 +79,24 @@ extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream
   }
 }
 
+extern "C" int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype,
+                                           void *stream) {
+  using namespace kl;
+  if (!p || p->a < 1 || p->b < 1 || p->c < 1 || p->d < 1)
+    return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: invalid pattern");
+  if (!p->values || !out) return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: null pointer");
+  if (p->vs[3] != 1 || p->vs[2] != p->d || p->vs[1] != p->c * p->d || p->vs[0] != p->b * p->c * p->d)
+    return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: the values must be C-contiguous (a, b, c, d)");
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {  // a copy: only the element size matters
+    case KL_KS_FLOAT64: ks::launch_transpose<uint64_t>(p, out, s); break;
+    case KL_KS_FLOAT32: ks::launch_transpose<uint32_t>(p, out, s); break;
+    case KL_KS_FLOAT16:
+    case KL_KS_BFLOAT16: ks::launch_transpose<uint16_t>(p, out, s); break;
+    default: return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: unsupported dtype");
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : ks::cuda_fail(e, "transpose launch");
+}
+
 extern "C" int kl_ks_float32_mode(int mode) { return kl::ks::g_fp32.set(mode); }

@@ -92,6 +92,17 @@ __global__ void transpose_values(const T *__restrict__ K, T *__restrict__ Kt, in
   }
 }
 
+template <class T>
+void launch_transpose(const kl_ks_problem *p, void *out, cudaStream_t s) {
+  const int64_t n = p->a * p->b * p->c * p->d;
+  DeviceInfo dev;
+  const int sms = query_device(&dev) == cudaSuccess ? dev.sms : 132;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(sms) * 8);
+  transpose_values<T><<<unsigned(blocks), 256, 0, s>>>(static_cast<const T *>(p->values),
+                                                      static_cast<T *>(out), p->a, p->b, p->c,
+                                                      p->d);
+}
+
 // A stream-ordered pool per device for the transposed factors (kept up to 256 MB between calls,
 // so that a steady stream of calls does not allocate).
 inline cudaError_t values_pool(cudaMemPool_t *out) {
@@ -139,12 +150,7 @@ int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
     const int64_t n = p->a * p->b * p->c * p->d;
     if (transposed_values_pay(p, sizeof(T) == 2) && values_pool(&pool) == cudaSuccess &&
         cudaMallocFromPoolAsync(&kt, size_t(n) * sizeof(T), pool, s) == cudaSuccess) {
-      DeviceInfo dev;
-      const int sms = query_device(&dev) == cudaSuccess ? dev.sms : 132;
-      const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(sms) * 8);
-      transpose_values<T><<<unsigned(blocks), 256, 0, s>>>(static_cast<const T *>(p->values),
-                                                          static_cast<T *>(kt), p->a, p->b, p->c,
-                                                          p->d);
+      launch_transpose<T>(p, kt, s);
       q.K = kt;
       const int rc = launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, true>, smem, s, NT);
       cudaFreeAsync(kt, s);

@@ -3,7 +3,7 @@
 from libc.stdint cimport uintptr_t
 
 from .ks_abi cimport (fill_problem, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_problem,
-                      kl_last_error)
+                      kl_ks_transpose_values_cuda, kl_last_error)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
@@ -14,6 +14,20 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
     cdef int status
     with nogil:
         status = kl_ks_matmul_cuda(&c, dtype, st)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def transpose_values(pattern, values, out, int dtype, stream):
+    """Enqueue the copy of contiguous values (ptr, strides) of `pattern` to out (a pointer) in
+    (a, d, b, c) order on `stream`; no synchronisation."""
+    cdef kl_ks_problem c
+    fill_problem(&c, pattern, 0, 0, values, (0, 0), (0, 0))
+    cdef void *dst = <void *> <uintptr_t> out
+    cdef void *st = <void *> <uintptr_t> stream
+    cdef int status
+    with nogil:
+        status = kl_ks_transpose_values_cuda(&c, dst, dtype, st)
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
 

@@ -15,6 +15,7 @@ cdef extern from "ks.h" nogil:
 
     int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads)
     int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream)
+    int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream)
     int kl_ks_float32_mode(int mode)
     const char *kl_last_error()
 

@@ -1,0 +1,82 @@
+"""cuBLAS strided-batched GEMM on device pointers, through CuPy's cuBLAS bindings.
+
+structured_matmul's "strided" algorithm multiplies the (i, j) blocks of a Kronecker-sparse
+factor as one batched GEMM on strided views of x and y (no permutes, no copies): a call the
+array libraries' matmul does not offer for such views (CuPy copies them to contiguous first).
+CuPy's handle serves CuPy arrays and CUDA torch tensors alike (on torch's stream for torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+
+import numpy as np
+
+# cudaDataType and cublasComputeType_t values (cuBLAS 11+ headers)
+_DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
+_COMPUTE_32F, _COMPUTE_64F = 68, 70
+_GEMM_DEFAULT = -1
+# alpha = 1, beta = 0 on the host, in the compute type (float32 for the half types)
+_SCALARS = {"float32": (np.ones(1, np.float32), np.zeros(1, np.float32)),
+            "float64": (np.ones(1, np.float64), np.zeros(1, np.float64))}
+INT_MAX = 2**31 - 1  # cuBLAS's 32-bit sizes and leading dimensions
+OP_N, OP_T = 0, 1
+
+
+@functools.cache
+def _bindings():
+    try:
+        import cupy
+        from cupy_backends.cuda.libs import cublas
+    except Exception:  # no CuPy (a torch-only install): the algorithm does not apply
+        return None
+    return cupy, cublas
+
+
+def available() -> bool:
+    return _bindings() is not None
+
+
+def dtypes() -> tuple:
+    return tuple(_DATA_TYPE)
+
+
+@functools.lru_cache(maxsize=64)
+def _external_stream(stream: int, device: int):
+    """CuPy's wrapper of a foreign (torch) stream, made once per stream."""
+    cupy = _bindings()[0]
+    with warnings.catch_warnings():  # CuPy 14 deprecates it for objects with __cuda_stream__;
+        warnings.simplefilter("ignore", DeprecationWarning)  # a raw handle has none
+        return cupy.cuda.ExternalStream(stream, device)
+
+
+def _scope(device: int, stream: int, cupy_owned: bool):
+    cupy = _bindings()[0]
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device))
+    if not cupy_owned:  # torch's stream: CuPy's bindings set the handle to CuPy's current one
+        stack.enter_context(_external_stream(stream, device))
+    return stack
+
+
+def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_owned: bool):
+    """Run column-major GEMMs C = op(A) op(B), each a strided batch:
+    ``calls`` = [(trans_a, trans_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, C, ldc,
+    stride_c, batch)], pointers as ints, strides in elements; alpha = 1, beta = 0, accumulation
+    in float32 (float64 for float64)."""
+    cupy, cublas = _bindings()
+    dt = _DATA_TYPE[dtype]
+    wide = dtype == "float64"
+    one, zero = _SCALARS["float64" if wide else "float32"]
+    compute = _COMPUTE_64F if wide else _COMPUTE_32F
+    alpha, beta = one.ctypes.data, zero.ctypes.data
+    # CuPy's current device and stream already are the caller's: no context to enter
+    direct = cupy_owned and cupy.cuda.runtime.getDevice() == device
+    with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
+        handle = cupy.cuda.device.get_cublas_handle()
+        for ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch in calls:
+            cublas.gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, dt, lda, sa, b, dt,
+                                        ldb, sb, beta, c, dt, ldc, sc, batch, compute,
+                                        _GEMM_DEFAULT)
