@@ -411,7 +411,8 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
             chain = (factors.factors if isinstance(factors, KSChain) else
                      (factors,) if isinstance(factors, KSFactor) else tuple(factors))
             if recipe is not None:
-                return _launch_recipe(recipe, x, chain)
+                launch, steps = recipe
+                return launch(steps, x, chain)
             return _execute(dataclasses.replace(spec, x=x, chain=chain), chosen)
     spec = _prepare(x, factors, layout)
     if spec.rows == 0:
@@ -426,6 +427,8 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     recipe = None
     if algorithm == "kernel" and _backend.on_cuda(x):
         out, recipe = _run_cuda(spec, want_recipe=True)
+    elif algorithm == "strided":
+        out, recipe = _strided(spec, want_recipe=True)
     else:
         out = _execute(spec, algorithm)
     # the arrays stay out of the cache (it must not keep them alive)
@@ -621,8 +624,8 @@ def _run_cuda(spec: _Spec, want_recipe=False):
     out = _finish(spec, xp.reshape(cur, spec.out_shape))
     if not want_recipe:
         return out
-    recipe = ((spec.rows, 0 if first else 1, code, cdt, in_shape, spec.out_shape, tuple(steps))
-              if clean else None)
+    recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, cdt, in_shape,
+                                spec.out_shape, tuple(steps))) if clean else None)
     return out, recipe
 
 
@@ -730,7 +733,10 @@ def _strided_calls(pattern, layout, rows, x, ldx, k, y, ldy, item):
     return calls
 
 
-def _strided(spec: _Spec):
+def _strided(spec: _Spec, want_recipe=False):
+    """The product as cuBLAS strided-batched GEMMs; with want_recipe, (result, recipe) as for
+    _run_cuda (see _launch_strided_recipe), the recipe None when this call needed casts or
+    copies."""
     xp, cdt = spec.xp, spec.compute_dtype
     if not (_backend.on_cuda(spec.x) and _cublas.available() and cdt in _cublas.dtypes()):
         raise ValueError("algorithm: 'strided' runs cuBLAS on CUDA arrays (float16, bfloat16, "
@@ -740,10 +746,13 @@ def _strided(spec: _Spec):
     x = _cast(xp, spec.x, cdt)
     item, code = _ITEMSIZE[cdt], _KERNEL_DTYPE[cdt]
     cupy_owned = _backend.is_cupy(x)
+    in_shape = (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows)
+    clean = x is spec.x and cdt == spec.result_dtype
+    steps = []
     with _backend.cuda_device_scope(x):
         stream = _backend.cuda_stream(x)
         device = x.device.id if cupy_owned else x.get_device()
-        cur = x.reshape((spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
+        cur = x.reshape(in_shape)
         for f in reversed(spec.chain):
             a, b, c, d = f.pattern
             xv = _backend.device_view(cur)
@@ -752,28 +761,61 @@ def _strided(spec: _Spec):
                 cur = _backend.contiguous(cur)
                 xv = _backend.device_view(cur)
                 ld = xv.strides[0] if xv.shape[0] > 1 else xv.shape[1]
-            out = _backend.empty_like_lib(cur, (spec.rows, a * b * d) if first
-                                          else (a * b * d, spec.rows), cdt)
-            ldy = out.shape[1]
-            if not _strided_fits(f.pattern, spec.layout, spec.rows, ld, ldy):
+            out_2d = (spec.rows, a * b * d) if first else (a * b * d, spec.rows)
+            out = _backend.empty_like_lib(cur, out_2d, cdt)
+            if not _strided_fits(f.pattern, spec.layout, spec.rows, ld, out_2d[1]):
                 raise ValueError(f"algorithm: 'strided' needs pattern {f.pattern} with "
                                  f"layout={spec.layout!r} to be GEMMs of 32-bit sizes (batch_last "
                                  f"or d = 1); use 'kernel' or 'auto'")
-            kt = _backend.contiguous(_cast(xp, f.values, cdt))
-            if d > 1:  # K's (i, j) blocks as row-major (b, c) matrices: (a, d, b, c)
-                if ks_cuda is not None:  # one launch (a library's transposing copy costs more)
-                    src, kt = kt, _backend.empty_like_lib(kt, (a, d, b, c), cdt)
-                    ks_cuda.transpose_values(f.pattern, _values_desc(_backend.device_view(src)),
-                                             _backend.device_view(kt).ptr, code, stream)
-                else:
-                    kt = _backend.contiguous(xp.permute_dims(kt, (0, 3, 1, 2)))
+            v = _cast(xp, f.values, cdt)
+            vdesc, kt_shape = None, None
+            if d > 1 and ks_cuda is not None:  # K's (i, j) blocks as row-major (b, c) matrices
+                # (a, d, b, c), by one launch (a library's transposing copy costs more)
+                vdesc, kt_shape = _values_desc(_backend.device_view(v)), (a, d, b, c)
+                kt = _backend.empty_like_lib(v, kt_shape, cdt)
+                ks_cuda.transpose_values(f.pattern, vdesc, _backend.device_view(kt).ptr, code,
+                                         stream)
+            else:
+                kt = _backend.contiguous(v if d == 1 else xp.permute_dims(v, (0, 3, 1, 2)))
+            clean = clean and ok and v is f.values and (kt_shape is not None or kt is f.values)
             calls = _strided_calls(f.pattern, spec.layout, spec.rows, xv.ptr, ld,
                                    _backend.device_view(kt).ptr, _backend.device_view(out).ptr,
-                                   ldy, item)
+                                   out_2d[1], item)
+            _cublas.gemm_strided_batched(calls, dtype=cdt, device=device, stream=stream,
+                                         cupy_owned=cupy_owned)
+            steps.append((f.pattern, vdesc and vdesc[1:], kt_shape, ld, out_2d))
+            cur = out
+    out = _finish(spec, cur.reshape(spec.out_shape))
+    if not want_recipe:
+        return out
+    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, item, code, cdt, in_shape,
+                                        spec.out_shape, tuple(steps))) if clean else None)
+    return out, recipe
+
+
+def _launch_strided_recipe(recipe, x, chain):
+    """_strided's launches again, for arrays whose signature matches the recipe's call: the
+    per-call cost of the host is most of a small product's time."""
+    rows, layout, item, code, cdt, in_shape, out_shape, steps = recipe
+    ptr = _backend.address_getter(x)
+    cupy_owned = _backend.is_cupy(x)
+    with _backend.cuda_device_scope(x):
+        stream = _backend.cuda_stream(x)
+        device = x.device.id if cupy_owned else x.get_device()
+        cur = x.reshape(in_shape)
+        for f, (pattern, vstrides, kt_shape, ld, out_2d) in zip(reversed(chain), steps):
+            out = _backend.empty_like_lib(x, out_2d, cdt)
+            k = ptr(f.values)
+            if kt_shape is not None:
+                kt = _backend.empty_like_lib(x, kt_shape, cdt)
+                ks_cuda.transpose_values(pattern, (k,) + vstrides, ptr(kt), code, stream)
+                k = ptr(kt)
+            calls = _strided_calls(pattern, layout, rows, ptr(cur), ld, k, ptr(out), out_2d[1],
+                                   item)
             _cublas.gemm_strided_batched(calls, dtype=cdt, device=device, stream=stream,
                                          cupy_owned=cupy_owned)
             cur = out
-    return _finish(spec, cur.reshape(spec.out_shape))
+    return cur.reshape(out_shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1077,77 +1119,75 @@ DEFAULT_COEF = {
 # CUDA: fitted per candidate, dtype and layout on an H100 (NVIDIA H100 80GB HBM3, sm90, 132
 # SMs) by `python benchmarks/structured_fit.py --json structured_gpu.json --print-coef` (split
 # seed 0: fitted on one half of the patterns, checked on the other; held out: picks within 5 %
-# of min(bmm, dense) on 100 % of the float32 rows, 89.2 % of all rows, where dense is priced
-# with forming K, which the benchmark's dense timing leaves out; MAPE kernel 5.5 %, strided
-# 14.8 %, bmm 5.8 %, dense 3.3 %).  The data: one run of `benchmarks/structured_compare.py
+# of min(bmm, dense) on 100 % of the float32 rows, 90.0 % of all rows, where dense is priced
+# with forming K, which the benchmark's dense timing leaves out; MAPE kernel 6.0 %, strided
+# 20.2 %, bmm 6.6 %, dense 6.1 %).  The data: one run of `benchmarks/structured_compare.py
 # --device gpu --no-tune` (batch 25088, 120 patterns, seed 0) on the pipelined tensor-core
 # kernel (ks_cuda_pipe.cuh; float32 as 3xTF32; the half types' wide tiles; K pre-transposed
-# for long runs of 8 j) and the strided cuBLAS GEMMs (timed through the public call: ~0.1 ms
-# of host time per call, hence their large "calls"), profile calibrated on the same H100.
+# for long runs of 8 j) and the strided cuBLAS GEMMs (timed through the public call's fast
+# path: 25-40 µs of host time per call with CuPy, 35-70 µs with torch, hence their large
+# "calls"), profile calibrated on the same H100.
 # build_calls is left to the generic entry (the benchmark forms dense K beforehand).  CuPy
 # computed the float32 and float16 baselines, torch the bfloat16 ones: bmm's permute
 # coefficients say what each library's copies cost.
 DEFAULT_COEF.update({
     "structured_matmul/bmm/cuda/bfloat16/batch_first": {
-        "calls": 1.119, "gemm_flop": 1.06, "gemm_mem": 2.971, "gemm_tiles": 0.0, "permute": 0.1113,
-        "permute_view": 1.0, "transpose": 0.1883},
+        "calls": 1.572, "gemm_flop": 1.324, "gemm_mem": 1.351, "gemm_tiles": 0.0,
+        "permute": 0.6794, "permute_view": 1.0, "transpose": 0.2134},
     "structured_matmul/bmm/cuda/bfloat16/batch_last": {
-        "calls": 1.194, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 3.689, "permute": 1.55,
+        "calls": 1.64, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0, "permute": 1.868,
         "permute_view": 0.0, "transpose": 0.1},
     "structured_matmul/bmm/cuda/float16/batch_first": {
-        "calls": 1.651, "gemm_flop": 10.68, "gemm_mem": 0.0, "gemm_tiles": 5.795, "permute": 6.499,
-        "permute_view": 1.0, "transpose": 0.1514},
+        "calls": 1.842, "gemm_flop": 10.98, "gemm_mem": 0.0, "gemm_tiles": 2.531, "permute": 6.684,
+        "permute_view": 1.0, "transpose": 0.1576},
     "structured_matmul/bmm/cuda/float16/batch_last": {
-        "calls": 2.09, "gemm_flop": 14.85, "gemm_mem": 0.0, "gemm_tiles": 0.4657, "permute": 7.201,
-        "permute_view": 0.7355, "transpose": 0.1},
+        "calls": 2.017, "gemm_flop": 14.58, "gemm_mem": 0.0, "gemm_tiles": 0.6431,
+        "permute": 7.158, "permute_view": 1.764, "transpose": 0.1},
     "structured_matmul/bmm/cuda/float32/batch_first": {
-        "calls": 1.67, "gemm_flop": 0.9576, "gemm_mem": 1.83, "gemm_tiles": 0.0, "permute": 0.0,
-        "permute_view": 1.0, "transpose": 0.3283},
+        "calls": 1.913, "gemm_flop": 0.976, "gemm_mem": 1.552, "gemm_tiles": 0.0,
+        "permute": 0.1997, "permute_view": 1.0, "transpose": 0.3054},
     "structured_matmul/bmm/cuda/float32/batch_last": {
-        "calls": 1.429, "gemm_flop": 0.9876, "gemm_mem": 1.554, "gemm_tiles": 0.2916, "permute":
-        0.9394, "permute_view": 0.8757, "transpose": 0.1},
+        "calls": 1.739, "gemm_flop": 0.967, "gemm_mem": 1.656, "gemm_tiles": 0.2069,
+        "permute": 0.9109, "permute_view": 1.218, "transpose": 0.1},
     "structured_matmul/dense/cuda/bfloat16/batch_first": {
-        "calls": 0.358, "gemm_flop": 0.8511, "gemm_mem": 0.2166, "gemm_tiles": 1.965},
+        "calls": 0.341, "gemm_flop": 0.86, "gemm_mem": 0.3464, "gemm_tiles": 1.673},
     "structured_matmul/dense/cuda/bfloat16/batch_last": {
-        "calls": 0.2982, "gemm_flop": 0.8244, "gemm_mem": 0.308, "gemm_tiles": 2.367},
+        "calls": 0.2704, "gemm_flop": 0.8125, "gemm_mem": 0.5226, "gemm_tiles": 1.584},
     "structured_matmul/dense/cuda/float16/batch_first": {
-        "calls": 0.4373, "gemm_flop": 0.8952, "gemm_mem": 0.2404, "gemm_tiles": 1.638},
+        "calls": 0.3843, "gemm_flop": 0.8954, "gemm_mem": 0.595, "gemm_tiles": 0.2297},
     "structured_matmul/dense/cuda/float16/batch_last": {
-        "calls": 0.4013, "gemm_flop": 0.8017, "gemm_mem": 0.3353, "gemm_tiles": 2.189},
+        "calls": 0.3619, "gemm_flop": 0.8353, "gemm_mem": 0.4027, "gemm_tiles": 2.393},
     "structured_matmul/dense/cuda/float32/batch_first": {
-        "calls": 0.5345, "gemm_flop": 1.292, "gemm_mem": 0.0, "gemm_tiles": 0.04039},
+        "calls": 0.3706, "gemm_flop": 1.041, "gemm_mem": 1.289, "gemm_tiles": 0.4497},
     "structured_matmul/dense/cuda/float32/batch_last": {
-        "calls": 0.4422, "gemm_flop": 1.174, "gemm_mem": 0.0, "gemm_tiles": 0.5041},
+        "calls": 0.4234, "gemm_flop": 1.229, "gemm_mem": 0.0, "gemm_tiles": 0.7151},
     "structured_matmul/kernel/cuda/bfloat16/batch_first": {
-        "calls": 0.6365, "flop": 0.8, "l2": 0.1916, "mem": 0.3193, "tiles": 7.401, "unaligned":
-        1.0},
+        "calls": 0.564, "flop": 0.8, "l2": 0.196, "mem": 0.3647, "tiles": 7.193, "unaligned": 1.0},
     "structured_matmul/kernel/cuda/bfloat16/batch_last": {
-        "calls": 0.6617, "flop": 0.8, "l2": 0.1663, "mem": 0.2188, "tiles": 6.995, "unaligned":
-        1.0},
+        "calls": 0.6613, "flop": 0.8, "l2": 0.1766, "mem": 0.2133, "tiles": 6.801,
+        "unaligned": 1.0},
     "structured_matmul/kernel/cuda/float16/batch_first": {
-        "calls": 0.6236, "flop": 0.8, "l2": 0.1932, "mem": 0.2871, "tiles": 7.553, "unaligned":
-        1.0},
+        "calls": 0.587, "flop": 0.8, "l2": 0.219, "mem": 0.1995, "tiles": 7.81, "unaligned": 1.0},
     "structured_matmul/kernel/cuda/float16/batch_last": {
-        "calls": 0.6925, "flop": 0.8, "l2": 0.1676, "mem": 0.2238, "tiles": 6.879, "unaligned":
-        1.0},
+        "calls": 0.6426, "flop": 0.8, "l2": 0.1706, "mem": 0.2252, "tiles": 6.878,
+        "unaligned": 1.0},
     "structured_matmul/kernel/cuda/float32/batch_first": {
-        "calls": 0.9901, "flop": 0.8, "l2": 0.661, "mem": 0.3815, "tiles": 4.723, "unaligned":
-        1.0},
+        "calls": 0.9805, "flop": 0.8, "l2": 0.67, "mem": 0.3136, "tiles": 5.114, "unaligned": 1.0},
     "structured_matmul/kernel/cuda/float32/batch_last": {
-        "calls": 1.091, "flop": 2.258, "l2": 0.1935, "mem": 0.03961, "tiles": 4.36, "unaligned":
-        1.0},
+        "calls": 1.098, "flop": 2.248, "l2": 0.1984, "mem": 0.03922, "tiles": 4.338,
+        "unaligned": 1.0},
     "structured_matmul/strided/cuda/bfloat16/batch_first": {
-        "calls": 7.888, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0},
+        "calls": 4.977, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0},
     "structured_matmul/strided/cuda/bfloat16/batch_last": {
-        "calls": 3.584, "gemm_flop": 1.031, "gemm_mem": 0.3768, "gemm_tiles": 1.795},
+        "calls": 1.466, "gemm_flop": 0.8, "gemm_mem": 1.063, "gemm_tiles": 0.0},
     "structured_matmul/strided/cuda/float16/batch_first": {
-        "calls": 6.025, "gemm_flop": 0.8, "gemm_mem": 0.2812, "gemm_tiles": 0.0},
+        "calls": 4.015, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0},
     "structured_matmul/strided/cuda/float16/batch_last": {
-        "calls": 2.999, "gemm_flop": 0.8, "gemm_mem": 0.6607, "gemm_tiles": 0.3739},
+        "calls": 1.599, "gemm_flop": 0.8, "gemm_mem": 0.7578, "gemm_tiles": 0.3252},
     "structured_matmul/strided/cuda/float32/batch_first": {
-        "calls": 6.374, "gemm_flop": 1.24, "gemm_mem": 0.0, "gemm_tiles": 0.0},
+        "calls": 2.867, "gemm_flop": 0.8, "gemm_mem": 2.769, "gemm_tiles": 0.0},
     "structured_matmul/strided/cuda/float32/batch_last": {
-        "calls": 3.813, "gemm_flop": 1.038, "gemm_mem": 0.2009, "gemm_tiles": 0.1254},
+        "calls": 2.953, "gemm_flop": 1.027, "gemm_mem": 0.3851, "gemm_tiles": 0.04372},
 })
 
 

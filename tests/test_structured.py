@@ -931,13 +931,20 @@ def test_record_and_tune_reject_bad_input(rng):
 # repeated calls (CUDA arrays take a per-signature fast path after the first call)
 
 
-@pytest.mark.parametrize("algorithm", ("auto", "kernel", "bmm", "dense"))
+@pytest.mark.parametrize("algorithm", ("auto", "kernel", "strided", "bmm", "dense"))
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
     """Same signature, new values and inputs every call, given as a KSFactor, a KSChain and a
     list: each result matches its own reference (nothing stale from the first call)."""
+    from kronlinalg import _cublas
+
     dtype = kernel_dtype(xp)
     patterns = [(2, 3, 4, 3), (1, 4, 6, 6)]
+    if algorithm == "strided":
+        if not (xp.is_cuda and _cublas.available()):
+            pytest.skip("the strided algorithm runs cuBLAS on CUDA arrays")
+        if layout == "batch_first":  # batch_first needs d = 1
+            patterns = [(2, 3, 4, 1), (1, 8, 6, 1)]
     for rep in range(3):
         chain = make_chain(xp, rng, patterns, dtype)
         x, x64 = x_for(xp, rng, chain, layout, 9, dtype)
