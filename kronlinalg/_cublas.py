@@ -21,6 +21,10 @@ _GEMM_DEFAULT = -1
 # alpha = 1, beta = 0 on the host, in the compute type (float32 for the half types)
 _SCALARS = {"float32": (np.ones(1, np.float32), np.zeros(1, np.float32)),
             "float64": (np.ones(1, np.float64), np.zeros(1, np.float64))}
+# their host addresses and the compute type, by whether the data are float64
+_ALPHA_BETA_COMPUTE = {wide: (*(s.ctypes.data for s in _SCALARS[name]), compute)
+                       for wide, name, compute in ((False, "float32", _COMPUTE_32F),
+                                                    (True, "float64", _COMPUTE_64F))}
 INT_MAX = 2**31 - 1  # cuBLAS's 32-bit sizes and leading dimensions
 OP_N, OP_T = 0, 1
 
@@ -68,12 +72,11 @@ def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_ow
     in float32 (float64 for float64)."""
     cupy, cublas = _bindings()
     dt = _DATA_TYPE[dtype]
-    wide = dtype == "float64"
-    one, zero = _SCALARS["float64" if wide else "float32"]
-    compute = _COMPUTE_64F if wide else _COMPUTE_32F
-    alpha, beta = one.ctypes.data, zero.ctypes.data
-    # CuPy's current device and stream already are the caller's: no context to enter
-    direct = cupy_owned and cupy.cuda.runtime.getDevice() == device
+    alpha, beta, compute = _ALPHA_BETA_COMPUTE[dtype == "float64"]
+    # CuPy's bindings run on CuPy's current device and stream: usually already the caller's
+    # (torch's default stream is CuPy's too), else entered for the call
+    direct = (cupy.cuda.runtime.getDevice() == device
+              and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
     with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
         handle = cupy.cuda.device.get_cublas_handle()
         for ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch in calls:
