@@ -22,6 +22,7 @@ coefficient) and is left out of dense's MAPE.
 
     python benchmarks/structured_fit.py --json /work/.device/1/structured_gpu.json
     python benchmarks/structured_fit.py --json run.json --print-coef   # DEFAULT_COEF entries
+    python benchmarks/structured_fit.py --json run1.json run2.json     # runs merged
 """
 
 from __future__ import annotations
@@ -203,9 +204,30 @@ def report(title, sel, errs, misses, show_misses):
                   f"{pick:>6} (+{worst:.0%})  {ms}")
 
 
+def load_runs(paths):
+    """One run, or several runs of the same patterns merged: each timing the geometric mean of
+    the runs' (single runs differ by a few per cent, which flips near-ties)."""
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            runs.append(json.load(fh))
+    merged = runs[0]
+    key = lambda r: (tuple(r["pattern"]), r["dtype"], r["layout"])  # noqa: E731
+    others = [{key(r): r for r in run["rows"]} for run in runs[1:]]
+    for row in merged["rows"]:
+        for name in NAMES:
+            times = [row.get(f"{name}_ms")] + [o[key(row)].get(f"{name}_ms") for o in others
+                                               if key(row) in o]
+            if all(t is not None for t in times):
+                row[f"{name}_ms"] = float(np.exp(np.mean(np.log(times))))
+    return merged
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", required=True, help="structured_compare.py --device gpu output")
+    ap.add_argument("--json", required=True, nargs="+",
+                    help="structured_compare.py --device gpu output; several runs of the same "
+                         "patterns are merged (geometric mean of each timing)")
     ap.add_argument("--profile", default=DEFAULT_PROFILE,
                     help="the run's calibrated profile (kronlinalg cache file)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the pattern split")
@@ -218,8 +240,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     S = load_structured(args.source)
-    with open(args.json, encoding="utf-8") as fh:
-        run = json.load(fh)
+    run = load_runs(args.json)
     batch = run["batch"]
     prof = device_profile(args.profile, run.get("device", "H100"))
     rows = [r for r in run["rows"] if r["dtype"] in DTYPES]
