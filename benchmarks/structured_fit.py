@@ -15,10 +15,11 @@ benchmarks/planner_quality.py), and the other half is reported:
 - prediction error: the median absolute percentage error (MAPE) of each candidate family.
 
 The predictions go through the planner's own predictors (kronlinalg.structured._predictor) with
-the fitted coefficients stored in the profile's ``coef``, on the device profile of the run (the
-H100 table row updated by its calibration file, --profile).  The benchmark times dense with the
-dense matrix built beforehand, so dense's "build" term is not fitted (it keeps its physical
-coefficient) and is left out of dense's MAPE.
+the fitted coefficients stored in the profile's ``coef``, on the GPU's table row of the device
+profiles (what an install that never calibrated plans with), or that row updated by a
+calibration file (--profile).  The benchmark times dense with the dense matrix built
+beforehand, so dense's "build" term is not fitted (it keeps its physical coefficient) and is
+left out of dense's MAPE.
 
     python benchmarks/structured_fit.py --json /work/.device/1/structured_gpu.json
     python benchmarks/structured_fit.py --json run.json --print-coef   # DEFAULT_COEF entries
@@ -47,7 +48,6 @@ NOT_FITTED = {"dense": ("build", "build_calls")}  # forming K: the benchmark tim
 # measured GEMM rate, the CUDA-core peak): without the bound the fit zeroes the flop term of a
 # memory-bound family and then under-predicts its large products.
 LOWER = {"flop": 0.8, "gemm_flop": 0.8}
-DEFAULT_PROFILE = "/work/.device/2/kl-cache/profile-cuda-NVIDIA_H100_80GB_HBM3-sm90-132.json"
 
 
 def load_structured(source):
@@ -73,10 +73,10 @@ def device_profile(path, device_name):
 
     row = _profiles._table_row(device_name, (9, 0), 132) or _profiles.KNOWN_GPUS["h100-sxm"]
     prof = dataclasses.replace(row, coef={})
-    if path and os.path.exists(path):
+    if path is not None and os.path.exists(path):
         with open(path, encoding="utf-8") as fh:
             prof = prof.updated(json.load(fh))
-    else:
+    elif path is not None:
         print(f"(no calibration file {path!r}: using the table row {row.name})", file=sys.stderr)
     return dataclasses.replace(prof, coef={})
 
@@ -228,8 +228,9 @@ def main(argv=None):
     ap.add_argument("--json", required=True, nargs="+",
                     help="structured_compare.py --device gpu output; several runs of the same "
                          "patterns are merged (geometric mean of each timing)")
-    ap.add_argument("--profile", default=DEFAULT_PROFILE,
-                    help="the run's calibrated profile (kronlinalg cache file)")
+    ap.add_argument("--profile", default=None,
+                    help="a calibrated profile (kronlinalg cache file) to fit on instead of the "
+                         "GPU's table row, which an install that never calibrated plans with")
     ap.add_argument("--seed", type=int, default=0, help="seed of the pattern split")
     ap.add_argument("--source", default=None,
                     help="take the cost model from this structured.py instead of the installed one")
