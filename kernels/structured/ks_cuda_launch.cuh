@@ -132,7 +132,9 @@ inline cudaError_t values_pool(cudaMemPool_t *out) {
 // 1.2x at d >= 24, 1.06-1.12x for the half types at d >= 24 (both layouts); it costs 3-17 % on
 // float32 batch_last, on half types at d <= 16, and on small products, where the extra launch
 // (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP.  KRONLINALG_KS_KT=0 never takes it, =1
-// always (TJ = 8 shapes; read per call so that tests can switch it).
+// always (TJ = 8 shapes; read per call so that tests can switch it).  The whole-d span shapes
+// (d = 2, 3, 4, 6) were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
+// H100 (1.09x only for bfloat16 batch_first d = 3 from 6 GFLOP), so they keep K in registers.
 inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;
   const bool first = p->layout == KL_KS_BATCH_FIRST;
