@@ -1,5 +1,6 @@
 """Host time per kron_matmul call on tiny CUDA problems (the kron_small set is host-bound):
-the whole call against its parts, plus a cProfile of the hot path.
+the whole call against its parts, plus a cProfile of the hot path; structured_matmul's kernel
+and strided (cuBLAS) algorithms on a tiny batch likewise.
 
     python benchmarks/host_overhead.py            # CuPy and, if present, torch CUDA
 """
@@ -49,6 +50,11 @@ def main():
     for alg in ("kernel", "auto"):
         rows[f"structured_matmul {alg}"] = (
             lambda alg=alg: kronlinalg.structured_matmul(xs, chain, algorithm=alg))
+    xl = cp.asarray(rng.standard_normal((128, 64)), dtype=cp.float32)  # batch_last: (a·c·d, B)
+    for alg in ("kernel", "strided"):
+        rows[f"structured_matmul batch_last {alg}"] = (
+            lambda alg=alg: kronlinalg.structured_matmul(xl, chain, layout="batch_last",
+                                                         algorithm=alg))
     for name, fn in rows.items():
         print(f"{name:34s} {per_call_us(fn):8.2f} us")
     cp.cuda.Device().synchronize()
@@ -72,6 +78,13 @@ def main():
           f"{per_call_us(lambda: kronlinalg.kron_matmul(xt, ft, algorithm='sliced')):8.2f} us")
     print(f"{'torch kron_matmul shuffle':34s} "
           f"{per_call_us(lambda: kronlinalg.kron_matmul(xt, ft, algorithm='shuffle')):8.2f} us")
+    xlt = torch.as_tensor(cp.asnumpy(xl), device="cuda")
+    chain_t = KSChain([type(f)(f.pattern, torch.as_tensor(cp.asnumpy(f.values), device="cuda"))
+                       for f in chain])
+    for alg in ("kernel", "strided"):
+        fn = lambda alg=alg: kronlinalg.structured_matmul(  # noqa: E731
+            xlt, chain_t, layout="batch_last", algorithm=alg)
+        print(f"{'torch structured batch_last ' + alg:34s} {per_call_us(fn):8.2f} us")
 
 
 if __name__ == "__main__":
