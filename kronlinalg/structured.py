@@ -451,9 +451,10 @@ def float32_precision(precision=None) -> str:
 
 def tune(x, factors, /, *, layout="batch_first", repeats=5):
     """Time every algorithm that runs this product (the kernel and the strided GEMMs where they
-    apply, bmm, dense) on these arrays and make the fastest what ``algorithm="auto"`` runs for calls of the same
-    signature (shapes, dtype, device, layout) in this process: the measured counterpart of the
-    cost model, for workloads that repeat one shape (like ``torch.backends.cudnn.benchmark``).
+    apply, bmm, dense) on these arrays and make the fastest what ``algorithm="auto"`` runs for
+    calls of the same signature (shapes, dtype, device, layout) in this process: the measured
+    counterpart of the cost model, for workloads that repeat one shape (like
+    ``torch.backends.cudnn.benchmark``).
     Each algorithm runs once to warm up, then `repeats` times, each waited for; the median
     counts.  ``kronlinalg.planner.clear_cache()`` returns to the model.  Returns ``{algorithm:
     seconds}``, fastest first."""
