@@ -739,20 +739,18 @@ def _strided(spec: _Spec, want_recipe=False):
     _run_cuda (see _launch_strided_recipe), the recipe None when this call needed casts or
     copies."""
     xp, cdt = spec.xp, spec.compute_dtype
-    if not (_backend.on_cuda(spec.x) and _cublas.available() and cdt in _cublas.dtypes()):
+    if not (_backend.on_cuda(spec.x) and ks_cuda is not None and _cublas.available()
+            and cdt in _cublas.dtypes()):
         raise ValueError("algorithm: 'strided' runs cuBLAS on CUDA arrays (float16, bfloat16, "
-                         "float32, float64) and needs CuPy installed; use 'kernel', 'bmm' or "
-                         "'dense' (or 'auto')")
+                         "float32, float64) and needs CuPy and kronlinalg's CUDA build; use "
+                         "'kernel', 'bmm' or 'dense' (or 'auto')")
     first = spec.layout == "batch_first"
     x = _cast(xp, spec.x, cdt)
-    item, code = _ITEMSIZE[cdt], _KERNEL_DTYPE[cdt]
-    cupy_owned = _backend.is_cupy(x)
     in_shape = (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows)
     clean = x is spec.x and cdt == spec.result_dtype
     steps = []
     with _backend.cuda_device_scope(x):
-        stream = _backend.cuda_stream(x)
-        device = x.device.id if cupy_owned else x.get_device()
+        launch = _StridedLaunch(x, spec.rows, spec.layout, cdt)
         cur = x.reshape(in_shape)
         for f in reversed(spec.chain):
             a, b, c, d = f.pattern
@@ -763,59 +761,61 @@ def _strided(spec: _Spec, want_recipe=False):
                 xv = _backend.device_view(cur)
                 ld = xv.strides[0] if xv.shape[0] > 1 else xv.shape[1]
             out_2d = (spec.rows, a * b * d) if first else (a * b * d, spec.rows)
-            out = _backend.empty_like_lib(cur, out_2d, cdt)
             if not _strided_fits(f.pattern, spec.layout, spec.rows, ld, out_2d[1]):
                 raise ValueError(f"algorithm: 'strided' needs pattern {f.pattern} with "
                                  f"layout={spec.layout!r} to be GEMMs of 32-bit sizes (batch_last "
                                  f"or d = 1); use 'kernel' or 'auto'")
-            v = _cast(xp, f.values, cdt)
-            vdesc, kt_shape = None, None
-            if d > 1 and ks_cuda is not None:  # K's (i, j) blocks as row-major (b, c) matrices
-                # (a, d, b, c), by one launch (a library's transposing copy costs more)
-                vdesc, kt_shape = _values_desc(_backend.device_view(v)), (a, d, b, c)
-                kt = _backend.empty_like_lib(v, kt_shape, cdt)
-                ks_cuda.transpose_values(f.pattern, vdesc, _backend.device_view(kt).ptr, code,
-                                         stream)
-            else:
-                kt = _backend.contiguous(v if d == 1 else xp.permute_dims(v, (0, 3, 1, 2)))
-            clean = clean and ok and v is f.values and (kt_shape is not None or kt is f.values)
-            calls = _strided_calls(f.pattern, spec.layout, spec.rows, xv.ptr, ld,
-                                   _backend.device_view(kt).ptr, _backend.device_view(out).ptr,
-                                   out_2d[1], item)
-            _cublas.gemm_strided_batched(calls, dtype=cdt, device=device, stream=stream,
-                                         cupy_owned=cupy_owned)
-            steps.append((f.pattern, vdesc and vdesc[1:], kt_shape, ld, out_2d))
-            cur = out
+            v = _backend.contiguous(_cast(xp, f.values, cdt))
+            clean = clean and ok and v is f.values
+            cur = launch.factor(f.pattern, cur, ld, v, out_2d)
+            steps.append((f.pattern, ld, out_2d))
     out = _finish(spec, cur.reshape(spec.out_shape))
     if not want_recipe:
         return out
-    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, item, code, cdt, in_shape,
-                                        spec.out_shape, tuple(steps))) if clean else None)
+    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, cdt, in_shape, spec.out_shape,
+                                        tuple(steps))) if clean else None)
     return out, recipe
+
+
+class _StridedLaunch:
+    """One call's cuBLAS setting (library, stream, device) and the launches of its factors."""
+
+    def __init__(self, x, rows, layout, cdt):
+        self.rows, self.layout, self.cdt = rows, layout, cdt
+        self.item, self.code = _ITEMSIZE[cdt], _KERNEL_DTYPE[cdt]
+        self.ptr = _backend.address_getter(x)
+        self.cupy_owned = _backend.is_cupy(x)
+        self.stream = _backend.cuda_stream(x)
+        self.device = x.device.id if self.cupy_owned else x.get_device()
+
+    def factor(self, pattern, x2d, ld, values, out_2d):
+        """y = one factor's product with x2d (rows ld apart): K, contiguous, transposed to (a, d,
+        b, c) by one launch where d > 1, then the GEMM batches of _strided_calls."""
+        a, b, c, d = pattern
+        ptr = self.ptr
+        out = _backend.empty_like_lib(x2d, out_2d, self.cdt)
+        k = ptr(values)
+        if d > 1:  # K's (i, j) blocks as row-major (b, c) matrices (a library's copy costs more)
+            kt = _backend.empty_like_lib(values, (a, d, b, c), self.cdt)
+            ks_cuda.transpose_values(pattern, (k, b * c * d, c * d, d, 1), ptr(kt), self.code,
+                                     self.stream)
+            k = ptr(kt)
+        calls = _strided_calls(pattern, self.layout, self.rows, ptr(x2d), ld, k, ptr(out),
+                               out_2d[1], self.item)
+        _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
+                                     stream=self.stream, cupy_owned=self.cupy_owned)
+        return out
 
 
 def _launch_strided_recipe(recipe, x, chain):
     """_strided's launches again, for arrays whose signature matches the recipe's call: the
     per-call cost of the host is most of a small product's time."""
-    rows, layout, item, code, cdt, in_shape, out_shape, steps = recipe
-    ptr = _backend.address_getter(x)
-    cupy_owned = _backend.is_cupy(x)
+    rows, layout, cdt, in_shape, out_shape, steps = recipe
     with _backend.cuda_device_scope(x):
-        stream = _backend.cuda_stream(x)
-        device = x.device.id if cupy_owned else x.get_device()
+        launch = _StridedLaunch(x, rows, layout, cdt)
         cur = x.reshape(in_shape)
-        for f, (pattern, vstrides, kt_shape, ld, out_2d) in zip(reversed(chain), steps):
-            out = _backend.empty_like_lib(x, out_2d, cdt)
-            k = ptr(f.values)
-            if kt_shape is not None:
-                kt = _backend.empty_like_lib(x, kt_shape, cdt)
-                ks_cuda.transpose_values(pattern, (k,) + vstrides, ptr(kt), code, stream)
-                k = ptr(kt)
-            calls = _strided_calls(pattern, layout, rows, ptr(cur), ld, k, ptr(out), out_2d[1],
-                                   item)
-            _cublas.gemm_strided_batched(calls, dtype=cdt, device=device, stream=stream,
-                                         cupy_owned=cupy_owned)
-            cur = out
+        for f, (pattern, ld, out_2d) in zip(reversed(chain), steps):
+            cur = launch.factor(pattern, cur, ld, f.values, out_2d)
     return cur.reshape(out_shape)
 
 
@@ -1250,7 +1250,8 @@ def _strided_pays(p, layout) -> bool:
 
 def _strided_applies(problem) -> bool:
     info = problem.info
-    return (problem.kind == "cuda" and _cublas.available() and problem.dtype in _cublas.dtypes()
+    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
+            and problem.dtype in _cublas.dtypes()
             and all(_strided_fits(p, info["layout"], info["B"], *_strided_lds(p, info))
                     for p in info["patterns"])
             and any(_strided_pays(p, info["layout"]) for p in info["patterns"]))

@@ -343,6 +343,15 @@ def test_strided(xp, rng, layout):
         x, x64 = (big[::2, ...], big64[::2]) if first else (big[::2, ...], big64[::2])
         assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
                      reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain))
+        # values given as a non-contiguous view (taken contiguous before the transposing copy)
+        p = (2, 5, 3, 3 if not first else 1)
+        vt, vt64 = random(xp, rng, p[::-1], dtype)
+        chain = KSChain([KSFactor(p, xp.permute_dims(vt, (3, 2, 1, 0)))])
+        assert tuple(chain[0].values.shape) == p
+        x, x64 = x_for(xp, rng, chain, layout, 11, dtype)
+        w = ks_dense_ref(vt64.transpose(3, 2, 1, 0))
+        assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
+                     x64 @ w.T if first else w @ x64, xp, dtype, rtol_for(dtype, chain))
     if first:
         x, x64 = random(xp, rng, (2, 3, 4, 6), "float32")
         chain = make_chain(xp, rng, [(3, 5, 2, 1)], "float32")
