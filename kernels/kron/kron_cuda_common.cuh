@@ -53,9 +53,10 @@ struct FastDiv {
 
 // Bank-spreading permutation of 16-byte chunks: XOR the low 3 bits with a fold of the others.
 // A bijection on every aligned group of 8 chunks, so consecutive chunks stay conflict-free.
+// (Shared memory stays below 2^15 chunks, so the fold stops at h >> 9.)
 __host__ __device__ __forceinline__ int phys_chunk(int c) {
   int h = c >> 3;
-  h ^= (h >> 3) ^ (h >> 6) ^ (h >> 9) ^ (h >> 12);
+  h ^= (h >> 3) ^ (h >> 6) ^ (h >> 9);
   return c ^ (h & 7);
 }
 

@@ -1,5 +1,5 @@
 // Tensor-core fused sliced multiply for float32 as 3xTF32 (mma.sync m16n8k8 tf32, float32
-// accumulation): each operand x = hi + lo (hi = tf32(x), lo = tf32(x - hi)) and
+// accumulation): each operand x = hi + lo (hi = tf32(x), lo = x - hi, which the mma truncates) and
 // acc += a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, small terms first; the dropped lo*lo term leaves an
 // error near float32's own.  Passes whose factors all have P % 8 == 0 (kron_cuda.cu pick_kernel
 // takes it where every Q >= 16 too; below that the CUDA cores are as fast).
@@ -51,13 +51,14 @@ __device__ inline void load_factors_tf32(const PassP &p, float *Fs) {
   }
 }
 
-// x = hi + lo, both rounded to TF32 (nearest, ties away) as cvt.rna.tf32.f32 does for finite x,
-// in integer arithmetic: the compiler expands cvt.rna to four instructions with an infinity test
-// that this split does not need (an infinite x gives hi = x and a NaN lo, as NaN propagates).
+// x = hi + lo with hi = x rounded to TF32 (nearest, ties away, as cvt.rna.tf32.f32 does for
+// finite x) in integer arithmetic, and lo = x - hi exactly, left unrounded: the tensor core reads
+// a TF32 operand's top 19 bits, so lo is truncated there, an error below 2^-21 |x|.  Three
+// instructions, two of them dependent, instead of cvt.rna's expansion with its infinity test (an
+// infinite x gives hi = x and a NaN lo, as NaN propagates).
 __device__ __forceinline__ void split_tf32_int(uint32_t x, uint32_t &hi, uint32_t &lo) {
   hi = (x + 0x1000u) & 0xffffe000u;
-  const uint32_t rest = __float_as_uint(__uint_as_float(x) - __uint_as_float(hi));
-  lo = (rest + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(__uint_as_float(x) - __uint_as_float(hi));
 }
 
 template <int WN>
