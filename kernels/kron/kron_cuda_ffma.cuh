@@ -84,8 +84,9 @@ __device__ void load_factors(const PassP &p, T *Fs, int qt) {
 // Tile -> shared memory, transposed.  Lanes take 2^a_log2 lines x consecutive elements, so a
 // warp reads whole 32-byte sectors along the contiguous direction (elements for x @ kron, lines
 // for the transposed x of kron @ x) and writes distinct banks.
-// Issues the copies; the caller waits (cp.async) before the data is read.
-template <class S, class T>
+// Issues the copies; the caller waits (cp.async) before the data is read.  PermTc: the chunk
+// permutation of the tensor-core kernels (the 3xTF32 kernel loads its tiles here too).
+template <class S, class T, bool PermTc = false>
 __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
   constexpr int V = 16 / sizeof(T);
   const StepP &s0 = p.st[0];
@@ -101,7 +102,7 @@ __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
         const int l = (u - e * lcn) * V;
         const int r = int(p.div_p0.div(uint32_t(e)));
         const int pp = e - r * s0.P;
-        T *dst = buf + pp * s0.ld + phys_chunk((r * p.L + l) / V) * V;
+        T *dst = buf + pp * s0.ld + phys_chunk_of<PermTc>((r * p.L + l) / V) * V;
         const int64_t x0 = xoff[l], x1 = xoff[l + V - 1];
         if (x0 != kNoLine && x1 == x0 + (V - 1) && x0 % V == 0) {
           cp_async_16(dst, x + x0 + e * p.xes, true);
@@ -125,7 +126,7 @@ __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
         int l, rr, p0;
         run_unit(p, u, &l, &rr, &p0);
         const int rho = rr * p.L + l;
-        T *dst = buf + p0 * s0.ld + phys_chunk(rho / V) * V + (rho & (V - 1));
+        T *dst = buf + p0 * s0.ld + phys_chunk_of<PermTc>(rho / V) * V + (rho & (V - 1));
         const int64_t xo = xoff[l];
         const bool ok = xo != kNoLine;
         const S *src = ok ? x + xo + (rr * s0.P + p0) : x;
@@ -144,7 +145,7 @@ __device__ void load_tile(const PassP &p, T *buf, const int64_t *xoff) {
     const int r = int(p.div_p0.div(uint32_t(e)));
     const int pp = e - r * s0.P;
     const int rho = r * p.L + l;
-    T *dst = buf + pp * s0.ld + phys_chunk(rho / V) * V + (rho & (V - 1));
+    T *dst = buf + pp * s0.ld + phys_chunk_of<PermTc>(rho / V) * V + (rho & (V - 1));
     const int64_t xo = xoff[l];
     const bool ok = xo != kNoLine;
     const S *src = ok ? x + xo + e * p.xes : x;

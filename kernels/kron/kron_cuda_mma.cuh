@@ -50,7 +50,7 @@ struct HalfOps<__half> {
 
 // Position of element (p, rho) of a step input laid out with pitch ld (8 elements per chunk).
 __device__ __forceinline__ int hpos(int pp, int ld, int rho) {
-  return pp * ld + phys_chunk(rho >> 3) * 8 + (rho & 7);
+  return pp * ld + phys_chunk_tc(rho >> 3) * 8 + (rho & 7);
 }
 
 template <class H>
@@ -158,7 +158,7 @@ struct Mma {
 #pragma unroll
     for (int i = 0; i < WM; ++i) {
       const int mt = min(mg * WM + i, nmt - 1);  // out-of-range tiles reread the last one
-      arow[i] = in + phys_chunk(mt * 2 + (mi & 1)) * 8;
+      arow[i] = in + phys_chunk_tc(mt * 2 + (mi & 1)) * 8;
     }
     const H *brow[WN / 2];
 #pragma unroll

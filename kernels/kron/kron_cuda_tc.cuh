@@ -1,7 +1,7 @@
 // Shared by the tensor-core kernels of every storage type (float32 under 3xTF32, float16,
 // bfloat16): the line tables of a tile, and the copy-out of the last step's results, staged in
-// shared memory as [k][line] in 16-byte chunks of V = 16 / sizeof(E) lines (phys_chunk-permuted),
-// to y with alpha and beta, in 16-byte runs where lines are consecutive in y.
+// shared memory as [k][line] in 16-byte chunks of V = 16 / sizeof(E) lines (permuted by
+// phys_chunk_tc), to y with alpha and beta, in 16-byte runs where lines are consecutive in y.
 #ifndef KRONLINALG_KRON_CUDA_TC_CUH
 #define KRONLINALG_KRON_CUDA_TC_CUH
 
@@ -106,7 +106,7 @@ __device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *y
     for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
       const int k = int(p.div_l.div(uint32_t(idx) << LV));
       const int c = idx - k * Lc;
-      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk(k * Lc + c) * V);
+      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk_tc(k * Lc + c) * V);
       const E *h = reinterpret_cast<const E *>(&v);
       const int64_t koff = int64_t(k) * p.S * p.yes;
       const int64_t y0 = ych[c];
@@ -129,7 +129,7 @@ __device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *y
     for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
       const int lc = int(p.div_bout.div(uint32_t(idx)));
       const int k = idx - lc * p.Bout;
-      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk(k * Lc + lc) * V);
+      const uint4 v = *reinterpret_cast<const uint4 *>(stage + phys_chunk_tc(k * Lc + lc) * V);
       const E *h = reinterpret_cast<const E *>(&v);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -154,7 +154,7 @@ __device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *y
       uint4 v;
       E *vh = reinterpret_cast<E *>(&v);
 #pragma unroll
-      for (int i = 0; i < V; ++i) vh[i] = stage[phys_chunk(c0 + i * Lc) * V + (l & (V - 1))];
+      for (int i = 0; i < V; ++i) vh[i] = stage[phys_chunk_tc(c0 + i * Lc) * V + (l & (V - 1))];
       store_chunk_scaled<E>(y + yo + (kc << LV), vh, alpha, beta);
     }
   } else {
@@ -166,7 +166,7 @@ __device__ void copy_out_staged(const PassP &p, const E *stage, const int64_t *y
       const int64_t yo = yoff[l];
       if (yo == kNoLine) continue;
       const int e = k * L + l;
-      const E v = stage[phys_chunk(e >> LV) * V + (e & (V - 1))];
+      const E v = stage[phys_chunk_tc(e >> LV) * V + (e & (V - 1))];
       store_one_scaled<E>(y + yo + int64_t(k) * p.yes, v, alpha, beta);
     }
   }

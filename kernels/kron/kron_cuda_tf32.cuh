@@ -77,7 +77,7 @@ struct Tf32 {
         for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
     const int ld = s.ld;
     // chunks past the step's rows reread the last one (their results are not stored)
-    const float *ap = in + phys_chunk(min(mg * 8 + g, nch - 1)) * 4 + t * ld;
+    const float *ap = in + phys_chunk_tc(min(mg * 8 + g, nch - 1)) * 4 + t * ld;
     constexpr int NB = WN >= 2 ? WN / 2 : 1;  // ldmatrix x4 (two n-tiles) or x2 (one)
     const float *bh[NB];
 #pragma unroll
@@ -155,7 +155,7 @@ struct Tf32 {
         const int q = (ng * WN + j) * 8 + 2 * t + h;
         if (q >= s.Q) continue;
         const float4 v = make_float4(acc[0][j][h], acc[0][j][2 + h], acc[1][j][h], acc[1][j][2 + h]);
-        *reinterpret_cast<float4 *>(row + phys_chunk((q * s.Rn * L + base) >> 2) * 4) = v;
+        *reinterpret_cast<float4 *>(row + phys_chunk_tc((q * s.Rn * L + base) >> 2) * 4) = v;
       }
   }
 };
@@ -196,7 +196,7 @@ __device__ inline void transpose_tile(const PassP &p, const float *raw, float *b
     const int pp = e - r * s0.P;
     const float *src = raw + lc * 4 * p.Bin + e;
     const float4 v = make_float4(src[0], src[p.Bin], src[2 * p.Bin], src[3 * p.Bin]);
-    *reinterpret_cast<float4 *>(buf + pp * s0.ld + phys_chunk(r * Lc + lc) * 4) = v;
+    *reinterpret_cast<float4 *>(buf + pp * s0.ld + phys_chunk_tc(r * Lc + lc) * 4) = v;
   }
 }
 
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
     if (raw)
       load_tile_raw(p, pf, tab);
     else
-      load_tile<float, float>(p, in0, tab);
+      load_tile<float, float, true>(p, in0, tab);
   }
   for (; t < p.ntiles; t += gridDim.x) {
     if (p.prefetch) {
@@ -246,13 +246,13 @@ __global__ void __launch_bounds__(512, 1) kron_tf32_kernel(const __grid_constant
         if (raw)
           load_tile_raw(p, pf, tab_n);
         else
-          load_tile<float, float>(p, pf, tab_n);
+          load_tile<float, float, true>(p, pf, tab_n);
       }
     } else {
       __syncthreads();
       fill_lines_chunked<4, false>(p, decode_tile(p, t), tab, tab + p.L, nullptr, tab + 2 * p.L);
       __syncthreads();
-      load_tile<float, float>(p, in0, tab);
+      load_tile<float, float, true>(p, in0, tab);
       cp_async_wait_all();
       __syncthreads();
     }
