@@ -56,8 +56,8 @@ struct FastDiv {
 // conflict-free.  The CUDA-core kernel folds every 3-bit digit of the group index in (shared
 // memory stays below 2^15 chunks, so the fold stops at h >> 9); the tensor-core kernels take the
 // group index's low digit only, a third of the instructions.  Measured on the H100 against the
-// fold: bfloat16 kron_large 7-12 % faster, 3xTF32 float32 up to 5 % (1024 x 16^5, 16 x 64^4),
-// but the CUDA-core 1024 x 8^6 10 % slower, hence two.  Every reader and writer of a buffer
+// fold: bfloat16 kron_large 5-12 % faster, 3xTF32 float32 within noise (+-5 %), but the
+// CUDA-core 1024 x 8^6 10 % slower, hence two.  Every reader and writer of a buffer
 // must use the same one (PermTc selects it in code shared by both kinds).
 __host__ __device__ __forceinline__ int phys_chunk(int c) {
   int h = c >> 3;
