@@ -32,7 +32,7 @@ for dt in (cp.float32, cp.float16):
     for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)],
                  [(2, 8, 4, 6)], [(1, 16, 16, 12)], [(1, 8, 8, 48)], [(1, 48, 40, 1)],
                  [(2, 24, 16, 8)], [(1, 16, 24, 6)], [(3, 40, 16, 3)], [(1, 130, 24, 1)],
-                 [(1, 256, 136, 1)]]:
+                 [(1, 256, 136, 1)], [(1, 72, 200, 2)], [(1, 136, 104, 4)], [(1, 40, 48, 6)]]:
         ch = KSChain.random(pats, rng=rng, xp=cp, dtype=dt)
         rows, cols = ch.shape
         kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((37, cols)), dtype=dt), ch,

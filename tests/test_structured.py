@@ -698,6 +698,9 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
 # KRONLINALG_KS_KT=1: the runs of 8 j's read K pre-transposed (ks_cuda_launch.cuh,
 # transposed_values_pay), which the test shapes are too small to take on their own.
 KT_MODES = ("auto", "transposed")
+# KRONLINALG_KS_WGMMA: the half types batch_first run on warpgroup MMAs on an sm_90
+# (launch_pipe_wgmma in ks_cuda_launch.cuh); "off" keeps the mma.sync shapes for these tests.
+WGMMA_MODES = ("auto", "off")
 
 
 def _kt_mode(monkeypatch, kt, d):
@@ -712,7 +715,8 @@ def _kt_mode(monkeypatch, kt, d):
 @pytest.mark.parametrize("kt", KT_MODES)
 @pytest.mark.parametrize("layout", (0, 1))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
-def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
+@pytest.mark.parametrize("wgmma", WGMMA_MODES)
+def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma):
     """The pipelined tensor-core kernel (c % 8 == 0, x_ld % 8 == 0; float32 as 3xTF32, held to
     float32's tolerance): every tile (d = 1 with both k tiles, the whole-d spans d = 2, 3, 6,
     runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
@@ -724,6 +728,8 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
         pytest.skip("no CUDA device")
     from kronlinalg._ext import ks_cuda
 
+    if wgmma == "off":
+        monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
     tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 48, 200, 1), 301, 0), ((2, 130, 24, 1), 77, 8),
                                 ((1, 256, 136, 1), 150, 8),
@@ -765,7 +771,8 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
 @pytest.mark.parametrize("kt", KT_MODES)
 @pytest.mark.parametrize("layout", (0, 1))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
+@pytest.mark.parametrize("wgmma", WGMMA_MODES)
+def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma):
     """The half types' wide tiles (launch_pipe_wide: 16 or 12 warps, one block per SM), taken
     where they pay and still give every SM two tiles: each shape (and the narrow ones at the
     same batches where they do not pay), with tails in the batch, in b and in the l chunks,
@@ -776,6 +783,8 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
         pytest.skip("no CUDA device")
     from kronlinalg._ext import ks_cuda
 
+    if wgmma == "off":
+        monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tdt = getattr(torch, dtype)
     for pattern, pad in [((1, 128, 256, 2), 0), ((1, 256, 136, 3), 8), ((1, 200, 168, 6), 0),
@@ -813,6 +822,50 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt):
         assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
         err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
         assert err < RTOL[dtype], (pattern, layout, dtype, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wgmma", ("on", "off"))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
+    """The warpgroup-MMA shapes (d = 1, the spans d = 2, 3, 4, 6, runs of 4 j for d % 4 == 0),
+    batch_first, against a float64 reference: tails in the batch (several warpgroup rows), in b
+    (several k tiles, a partial one) and in c (several 32-l chunks, more than the 3 stages, a
+    partial one), a > 1, odd leading dimensions of y (scalar stores), padding columns of y left
+    untouched; the same with the mma.sync shapes."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    monkeypatch.setenv("KRONLINALG_KS_WGMMA", "1" if wgmma == "on" else "0")
+    tdt = getattr(torch, dtype)
+    for pattern, batch, pad in [((1, 200, 168, 1), 301, 8), ((2, 136, 40, 1), 77, 0),
+                                ((1, 72, 200, 2), 257, 8), ((3, 130, 16, 2), 65, 0),
+                                ((1, 264, 136, 3), 129, 0), ((2, 24, 8, 3), 70, 8),
+                                ((1, 136, 104, 4), 99, 1), ((1, 40, 48, 6), 150, 0),
+                                ((2, 72, 136, 6), 67, 8), ((1, 130, 72, 8), 64, 0),
+                                ((2, 24, 40, 12), 90, 8), ((1, 16, 48, 24), 40, 0),
+                                ((1, 9, 8, 16), 1, 0)]:
+        a, b, c, d = pattern
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+        xs = (batch, n + (pad // 8) * 8)
+        ys = (batch, m + pad)
+        x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
+        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.matmul(pattern, batch, 0, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
+                       {"float16": 2, "bfloat16": 3}[dtype],
+                       torch.cuda.current_stream().cuda_stream)
+        w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
+        ref = x.double()[:, :n] @ w.T
+        yd = y.double()
+        got = yd[:, :m]
+        assert bool(torch.isnan(yd[:, m:]).all()), ("padding written", pattern)
+        assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
+        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        assert err < RTOL[dtype], (pattern, dtype, wgmma, err)
 
 
 def test_float32_precision_switch(rng):

@@ -11,7 +11,7 @@
 namespace kl {
 
 struct DeviceInfo {
-  int id = 0, sms = 0, smem_optin = 0, smem_sm = 0;
+  int id = 0, sms = 0, smem_optin = 0, smem_sm = 0, cc_major = 0, cc_minor = 0;
 };
 
 inline cudaError_t query_device(DeviceInfo *out) {
@@ -29,7 +29,11 @@ inline cudaError_t query_device(DeviceInfo *out) {
         (e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     dev)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-                                    dev)) != cudaSuccess)
+                                    dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev)) !=
+            cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, dev)) !=
+            cudaSuccess)
       return e;
     it = cache.emplace(dev, d).first;
   }

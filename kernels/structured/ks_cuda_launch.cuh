@@ -142,9 +142,24 @@ inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   return 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d) >= 6e9;
 }
 
-template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT = kThreads>
+template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
+int launch_pipe_shape_mma(const kl_ks_problem *p, Params q, cudaStream_t s);
+
+// A shape of the pipelined kernel: mma.sync (with K transposed first where that pays), or WG.
+template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT = kThreads,
+          bool WG = false>
 int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
   Params q = make_params(p, BN, BK, TJ);
+  if constexpr (WG) {
+    constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T)), true>::smem_bytes();
+    return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, false, true>, smem, s, NT);
+  } else {
+    return launch_pipe_shape_mma<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>(p, q, s);
+  }
+}
+
+template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
+int launch_pipe_shape_mma(const kl_ks_problem *p, Params q, cudaStream_t s) {
   constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))>::smem_bytes();
   if constexpr (DJ && TJ == 8) {
     cudaMemPool_t pool;
@@ -217,6 +232,51 @@ bool launch_pipe_wide(const kl_ks_problem *p, cudaStream_t s, int *rc) {
   return try_wide<T, BF, true, false, 4, 128, 64, 16, 512>(p, s, rc);  // d % 4 == 0
 }
 
+// Warpgroup MMAs (wgmma) for the half types batch_first, where the build has sm_90a code and the
+// device is an sm_90: a warpgroup per (j, 64 rows n) and N = 128 columns k (64 for d = 6, whose 24
+// warps leave 80 registers per thread), operands in 64-byte-swizzled rows of 32 l, fed by the same
+// loaders as the mma.sync shapes.  On an H100 (batch 25088, the 120 generator patterns, kernel
+// alone against the mma.sync shapes): d = 1 1.07-1.10x median (up to 1.28x), d = 2 1.13x, d = 4
+// 1.0-1.13x where b >= 96, c >= 128 and the k tiles pad b little, d = 6 1.03-1.16x from c = 64;
+// below those sizes (a 128-wide k tile on b <= 64, two or three l chunks) 0.5-0.95x, d = 3
+// 0.87-1.04x and runs of 4 j for d % 4 == 0 (in place of the wide runs of 8) 0.4-0.8x, so those
+// keep mma.sync.  Large tiles are what the operands' j-interleaving denies: a block covers the d
+// j's of a span, so each j's tile stays at 64 x 64-128 and the L2 -> SM traffic per flop is what
+// bounds these shapes, not the MMA instruction.  KRONLINALG_KS_WGMMA=0 never takes them, =1
+// wherever a shape exists (read per call, for tests and comparisons).
+inline bool wgmma_runs_here() {
+#if defined(KL_WGMMA_BUILT)
+  DeviceInfo dev;
+  return query_device(&dev) == cudaSuccess && dev.cc_major == 9 && dev.cc_minor == 0;
+#else
+  return false;
+#endif
+}
+
+inline bool wgmma_wanted(const kl_ks_problem *p) {
+  if (p->layout != KL_KS_BATCH_FIRST || !wgmma_runs_here()) return false;
+  if (const char *v = std::getenv("KRONLINALG_KS_WGMMA")) return std::atoi(v) == 1;
+  const int64_t b = p->b, c = p->c, d = p->d;
+  if (d == 1 || d == 2) return b > 64;
+  if (d == 4) return b >= 96 && c >= 128 && (b % 128 == 0 || b % 128 > 64);  // (b = 192: 0.82x)
+  if (d == 6) return c >= 64;
+  return false;
+}
+
+template <class T>
+bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
+  if (!wgmma_wanted(p)) return false;
+  const int64_t d = p->d;
+  if (d == 1) *rc = launch_pipe_shape<T, true, false, false, 1, 128, 128, 32, 256, true>(p, s);
+  else if (d == 2) *rc = launch_pipe_shape<T, true, true, true, 2, 128, 128, 32, 512, true>(p, s);
+  else if (d == 3) *rc = launch_pipe_shape<T, true, true, true, 3, 64, 128, 32, 384, true>(p, s);
+  else if (d == 4) *rc = launch_pipe_shape<T, true, true, true, 4, 64, 128, 32, 512, true>(p, s);
+  else if (d == 6) *rc = launch_pipe_shape<T, true, true, true, 6, 64, 64, 32, 768, true>(p, s);
+  else if (d % 4 == 0) *rc = launch_pipe_shape<T, true, true, false, 4, 64, 128, 32, 512, true>(p, s);
+  else return false;
+  return true;
+}
+
 // The pipelined kernel's shape.  d = 1: the k tile that pads b least (128 on a tie: fewer
 // re-reads of the X tile).  d = 2, 3, 4, 6: whole-d tiles loaded as contiguous (l, j) spans
 // (6 warps for d = 3, 6).  Else TJ the largest of 8, 4, 2, 1 dividing d: runs of TJ j's are
@@ -226,6 +286,7 @@ template <class T, bool BF>
 int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
   if constexpr (sizeof(T) == 2) {
     int rc = KL_OK;
+    if (BF && launch_pipe_wgmma<T>(p, s, &rc)) return rc;
     if (launch_pipe_wide<T, BF>(p, s, &rc)) return rc;
   }
   constexpr int L2 = sizeof(T) == 2 ? 32 : 16, L1 = L2 / 2;

@@ -19,21 +19,30 @@
 #define KRONLINALG_KS_CUDA_PIPE_CUH
 
 #include "cuda_ptx.cuh"
+#include "cuda_wgmma.cuh"
 #include "ks_cuda_kernels.cuh"
 
 namespace kl {
 namespace ks {
 
-template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads, int ES = 2>
+// WG: warpgroup MMAs (wgmma, sm_90a; half types, batch_first): a warpgroup per j and 64 rows n
+// takes the whole BK, its operands read from 64-byte-swizzled rows of TL = 32 elements; 4 stages
+// for d = 1 (all by cp.async), 3 where operands pass through registers (4 cost 5-10 % there on
+// an H100: the larger ring only takes shared memory from the epilogue and L1).
+template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads, int ES = 2, bool WG = false>
 struct PipeShape {
-  static constexpr int kWarps = NT / 32, kStages = 3;
+  static constexpr int kWarps = NT / 32, kStages = WG && TJ == 1 ? 4 : 3;
   static constexpr int WPJ = kWarps / TJ;  // warps per j
   static constexpr int GN = BN / 64, GK = BK / 32;
   static_assert(TJ >= 1 && kWarps % TJ == 0, "TJ divides the warps");
-  static_assert(GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0, "64 x 32 warp tiles");
+  static_assert(WG || (GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0), "64 x 32 warp tiles");
+  static_assert(!WG || (WPJ == 4 * GN && BN % 64 == 0 && (BK == 64 || BK == 128) && TL == 32 &&
+                        ES == 2 && BF),
+                "one warpgroup per 64 rows n of a j, N = BK, 64-byte rows");
   static_assert(TL % (32 / ES) == 0, "whole k steps (k16 for half, k8 for tf32)");
-  // pitch of [row][l] tiles, rows padded by 16 bytes: 8 ldmatrix rows hit 8 bank groups
-  static constexpr int PL = TL + 16 / ES;
+  // pitch of [row][l] tiles, rows padded by 16 bytes: 8 ldmatrix rows hit 8 bank groups (WG:
+  // unpadded, swizzled instead)
+  static constexpr int PL = WG ? TL : TL + 16 / ES;
   static constexpr int PN = BN + 8;  // pitch of [l][n] tiles (batch_last X)
   static constexpr int XE = BF ? TJ * BN * PL : TJ * TL * PN;
   static constexpr int KE = TJ * BK * PL;
@@ -42,12 +51,27 @@ struct PipeShape {
   static constexpr int OP = BF ? BK * TJ + 8 : BN + 8;
   static constexpr int OUT = BF ? BN * OP : BK * TJ * OP;
   static constexpr int elems = kStages * STAGE > OUT ? kStages * STAGE : OUT;
-  static constexpr int smem_bytes() { return elems * ES; }
+  // WG: + 512 bytes to align the tiles to the swizzle pattern (the kernel rounds the base up)
+  static constexpr int smem_bytes() { return elems * ES + (WG ? 512 : 0); }
 };
 
-// R rows of E elements (E a multiple of a 16-byte chunk) into shared rows of pitch P: row r starts at
-// base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are zeros.
-template <class T, int R, int E, int P, int NT, class RowOff, class RowOk>
+// Where element (row, l) of a region of [row][l] operand rows lies in shared memory: rows of
+// pitch P (PaddedRows), or wgmma's 64-byte swizzle (rows of 32 two-byte elements, the 16-byte
+// chunks of row r XORed with (r / 2) % 4; the region starts on a 512-byte boundary).
+template <int P>
+struct PaddedRows {
+  static __device__ __forceinline__ int off(int row, int l) { return row * P + l; }
+};
+struct Swizzle64Rows {
+  static __device__ __forceinline__ int off(int row, int l) {
+    return row * 32 + ((((l >> 3) ^ (row >> 1)) & 3) << 3) + (l & 7);
+  }
+};
+
+// R rows of E elements (E a multiple of a 16-byte chunk) into shared rows laid out by Lay: row r
+// starts at base + row_off(r) in global memory; elements >= emax and rows without row_ok(r) are
+// zeros.
+template <class T, int R, int E, class Lay, int NT, class RowOff, class RowOk>
 __device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off, RowOk row_ok,
                                            int emax) {
   constexpr int VE = 16 / int(sizeof(T)), CPR = E / VE;
@@ -59,7 +83,7 @@ __device__ __forceinline__ void async_rows(T *sm, const T *base, RowOff row_off,
     int valid = emax - e;
     valid = row_ok(r) ? (valid < 0 ? 0 : (valid > VE ? VE : valid)) : 0;
     const T *src = valid > 0 ? base + row_off(r) + e : base;
-    cu::cp_async_16_part(sm + r * P + e, src, valid * int(sizeof(T)));
+    cu::cp_async_16_part(sm + Lay::off(r, e), src, valid * int(sizeof(T)));
   }
 }
 
@@ -86,8 +110,9 @@ __device__ __forceinline__ Run<TJ> load_run(const void *p) {
 }
 
 // An [R][TL][TJ] tile (element (r, l, j) at base[r·rs + l·d + j]) loaded as runs of TJ j's at
-// l and l + 1, stored transposed as [j][r][l] with pitch PL: word j of a unit is (l, l + 1) of j.
-template <class T, int R, int TL, int TJ, int PL, int NT>
+// l and l + 1, stored transposed as rows [j][r] of l (laid out by Lay): word j of a unit is
+// (l, l + 1) of j.
+template <class T, int R, int TL, int TJ, class Lay, int NT>
 struct TransposingLoader {
   static constexpr int U = R * TL / 2, G = (U + NT - 1) / NT;
   Run<TJ> lo[G], hi[G];
@@ -116,7 +141,7 @@ struct TransposingLoader {
       for (int j = 0; j < TJ; ++j) {
         const uint32_t a = lo[s].w[j / 2], b = hi[s].w[j / 2];
         const uint32_t pair = __byte_perm(a, b, (j & 1) ? 0x7632 : 0x5410);
-        *reinterpret_cast<uint32_t *>(sm + (j * R + r) * PL + l) = pair;
+        *reinterpret_cast<uint32_t *>(sm + Lay::off(j * R + r, l)) = pair;
       }
     }
   }
@@ -128,7 +153,7 @@ struct TransposingLoader {
 // are multiples of 8, a unit spans at most 8 l).
 constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 
-template <class T, int R, int TL, int D, int PL, int NT>
+template <class T, int R, int TL, int D, class Lay, int NT>
 struct SpanLoader {
   static constexpr int UE = 2 * D * (8 / gcd(8, 2 * D));  // lcm(8, 2d)
   static_assert(UE <= 32, "at most 4 chunks per unit");
@@ -166,7 +191,7 @@ struct SpanLoader {
           const int e1 = 2 * lp * D + j, e2 = e1 + D;  // elements (l, j) and (l + 1, j)
           const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
           const uint32_t pair = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
-          *reinterpret_cast<uint32_t *>(sm + (j * R + r) * PL + l0 + 2 * lp) = pair;
+          *reinterpret_cast<uint32_t *>(sm + Lay::off(j * R + r, l0 + 2 * lp)) = pair;
         }
     }
   }
@@ -180,7 +205,7 @@ struct SpanLoader {
 // here (batch_last: cp.async).  Units never straddle the valid l range (c and TL are multiples
 // of 8).  For d = 2, 4, 6 SpanLoader's units (one chunk for d = 2, 4) keep the global loads
 // coalesced, which paid more on an H100 (this loader: 0.89-0.95x there).
-template <class T, int RX, int RK, int TL, int D, int PL, int NT>
+template <class T, int RX, int RK, int TL, int D, class Lay, int NT>
 struct SpanTiles {
   static constexpr int UPR = TL / 8;                  // units per row
   static constexpr int UX = RX * UPR, U = UX + RK * UPR, G = (U + NT - 1) / NT;
@@ -212,8 +237,8 @@ struct SpanTiles {
       if (U % NT != 0 && u >= U) break;
       const bool isx = u < UX;
       const int v = isx ? u : u - UX, r = v / UPR, l0 = (v % UPR) * 8;
-      T *row = isx ? xs + r * PL + l0 : ks + r * PL + l0;
-      const int jstride = (isx ? RX : RK) * PL;
+      T *tile = isx ? xs : ks;
+      const int rows = isx ? RX : RK;
 #pragma unroll
       for (int j = 0; j < D; ++j) {
         uint32_t q[4];
@@ -223,7 +248,7 @@ struct SpanTiles {
           const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
           q[lp] = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
         }
-        *reinterpret_cast<uint4 *>(row + j * jstride) = make_uint4(q[0], q[1], q[2], q[3]);
+        *reinterpret_cast<uint4 *>(tile + Lay::off(j * rows + r, l0)) = make_uint4(q[0], q[1], q[2], q[3]);
       }
     }
   }
@@ -235,7 +260,7 @@ struct SpanTiles {
 // the operand that streams from DRAM): runs longer than 16 bytes are split into 16-byte pieces
 // on neighbouring lanes, so that one load instruction reads whole 32-byte sectors; K, read from
 // L2, keeps whole runs per thread (fewer registers: the split costs its kernels spills).
-template <int R, int TL, int TJ, int PL, int NT, bool SPAN, bool PAIR>
+template <int R, int TL, int TJ, class Lay, int NT, bool SPAN, bool PAIR>
 struct FloatLoader {
   static constexpr int UE = SPAN || (PAIR && TJ > 4) ? 4 : TJ;  // elements per unit
   static constexpr int H = SPAN ? 1 : TJ / UE;                   // units per run
@@ -281,24 +306,24 @@ struct FloatLoader {
       for (int e = 0; e < UE; ++e) {
         const int l = SPAN ? (x * 4 + e) / TJ : x / H;
         const int j = SPAN ? (x * 4 + e) % TJ : (x % H) * UE + e;
-        sm[(j * R + r) * PL + l] = v[s][e];
+        sm[Lay::off(j * R + r, l)] = v[s][e];
       }
     }
   }
 };
 
-template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, int PL, int NT>
+template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, class Lay, int NT>
 struct RegLoaderOf {
-  using type = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, PL, NT>,
-                                         TransposingLoader<T, R, TL, TJ, PL, NT>>::type;
+  using type = typename std::conditional<SPAN, SpanLoader<T, R, TL, TJ, Lay, NT>,
+                                         TransposingLoader<T, R, TL, TJ, Lay, NT>>::type;
 };
-template <bool SPAN, bool PAIR, int R, int TL, int TJ, int PL, int NT>
-struct RegLoaderOf<SPAN, PAIR, float, R, TL, TJ, PL, NT> {
-  using type = FloatLoader<R, TL, TJ, PL, NT, SPAN, PAIR>;
+template <bool SPAN, bool PAIR, int R, int TL, int TJ, class Lay, int NT>
+struct RegLoaderOf<SPAN, PAIR, float, R, TL, TJ, Lay, NT> {
+  using type = FloatLoader<R, TL, TJ, Lay, NT, SPAN, PAIR>;
 };
 // PAIR: sector-whole loads for the operand streamed from DRAM (FloatLoader)
-template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, int PL, int NT>
-using RegLoader = typename RegLoaderOf<SPAN, PAIR, T, R, TL, TJ, PL, NT>::type;
+template <bool SPAN, bool PAIR, class T, int R, int TL, int TJ, class Lay, int NT>
+using RegLoader = typename RegLoaderOf<SPAN, PAIR, T, R, TL, TJ, Lay, NT>::type;
 
 // Stores N consecutive elements of `src` (shared) to `dst` (global, aligned to their size).
 template <class T, int N>
@@ -323,14 +348,19 @@ __device__ __forceinline__ void store_vec(T *dst, const T *src) {
 // shapes' 16 (12) warps, one block per SM (the same 128 registers per thread either way).
 // KT (TJ = 8 shapes): p.K is the factor transposed to [i][j][k][l] (transpose_values in
 // ks_cuda_launch.cuh), so its tiles are l-contiguous rows that travel by cp.async like X's.
+// WG (see PipeShape): the same operand pipeline feeding warpgroup MMAs that read both tiles from
+// shared memory, one warpgroup per (j, 64 rows n), N = BK.
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT,
-          bool KT = false>
+          bool KT = false, bool WG = false>
 __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
-  typedef PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))> S;
+  typedef PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T)), WG> S;
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr bool kHalf = sizeof(T) == 2;
+  using Lay = typename std::conditional<WG, Swizzle64Rows, PaddedRows<PL>>::type;
   T *smem = reinterpret_cast<T *>(dynamic_smem());
+  if constexpr (WG)  // the swizzle pattern repeats every 512 bytes
+    smem += ((512 - (cu::smem_u32(smem) & 511)) & 511) / sizeof(T);
 
   // tiles: batch_first runs j tiles fastest (neighbouring blocks share the sectors of X and Y
   // rows), batch_last k tiles (the blocks that read one X tile run together)
@@ -354,8 +384,8 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   const int64_t c = p.c, d = p.d, x_ld = p.x_ld;
   const int64_t nl = (c + TL - 1) / TL;
 
-  RegLoader<SPAN, true, T, BN, TL, TJ, PL, NT> xr;   // used when BF && DJ
-  RegLoader<SPAN, false, T, BK, TL, TJ, PL, NT> kr;  // used when DJ
+  RegLoader<SPAN, true, T, BN, TL, TJ, Lay, NT> xr;   // used when BF && DJ
+  RegLoader<SPAN, false, T, BK, TL, TJ, Lay, NT> kr;  // used when DJ
 
   auto lmax_of = [&](int64_t it) { return int(c - it * TL < TL ? c - it * TL : TL); };
   // the asynchronous operands of chunk `it` into stage buffer `st`
@@ -365,30 +395,30 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     const int lmax = lmax_of(it);
     if (BF && !DJ) {  // X rows n: (i·c + l0 ..) contiguous
       const T *base = X + n0 * x_ld + i * c + l0;
-      async_rows<T, BN, TL, PL, NT>(
+      async_rows<T, BN, TL, Lay, NT>(
           xs, base, [&](int r) { return r * x_ld; }, [&](int r) { return r < nmax; }, lmax);
     }
     if (!BF) {  // X rows (j, l): ((i·c + l0 + l)·d + j0 + j)·x_ld + n0, n contiguous
       const T *base = X + ((i * c + l0) * d + j0) * x_ld + n0;
-      async_rows<T, TJ * TL, BN, PN, NT>(
+      async_rows<T, TJ * TL, BN, PaddedRows<PN>, NT>(
           xs, base, [&](int r) { return ((r % TL) * d + r / TL) * x_ld; },
           [&](int r) { return r % TL < lmax; }, nmax);
     }
     if (!DJ) {  // K rows k (d = 1): (i·b + k0 + k)·c + l0 ..
       const T *base = K + (i * p.b + k0) * c + l0;
-      async_rows<T, BK, TL, PL, NT>(
+      async_rows<T, BK, TL, Lay, NT>(
           ks, base, [&](int r) { return r * c; }, [&](int r) { return r < kmax; }, lmax);
     }
     if (DJ && KT) {  // transposed K rows (j, k): ((i·d + j0 + j)·b + k0 + k)·c + l0 ..
       const T *base = K + ((i * d + j0) * p.b + k0) * c + l0;
-      async_rows<T, TJ * BK, TL, PL, NT>(
+      async_rows<T, TJ * BK, TL, Lay, NT>(
           ks, base, [&](int r) { return ((r / BK) * p.b + r % BK) * c; },
           [&](int r) { return r % BK < kmax; }, lmax);
     }
   };
   constexpr bool kRegX = BF && DJ, kRegK = DJ && !KT;  // operands that pass through registers
   constexpr bool kSpanTiles = SPAN && kHalf && TJ == 3 && (kRegX || kRegK);  // see SpanTiles
-  SpanTiles<T, (kRegX ? BN : 0), (kRegK ? BK : 0), TL, TJ, PL, NT> sp;  // used when kSpanTiles
+  SpanTiles<T, (kRegX ? BN : 0), (kRegK ? BK : 0), TL, TJ, Lay, NT> sp;  // used when kSpanTiles
 
   auto load_regs = [&](int64_t it) {
     const int64_t l0 = it * TL;
@@ -419,6 +449,12 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     for (int b = 0; b < 4; ++b)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
+  // WG: the warpgroup's (j, 64 rows n) tile, N = BK columns k
+  constexpr int kWgAcc = WG ? BK / 2 : 1;
+  float wacc[kWgAcc];
+#pragma unroll
+  for (int e = 0; e < kWgAcc; ++e) wacc[e] = 0.f;
+  const int wg = threadIdx.x / 128, wg_j = wg / S::GN, wg_n = wg % S::GN;
 
   // prologue: chunks 0 .. NS-2 in flight, chunk 0 of the register operands stored, chunk 1 loaded
 #pragma unroll
@@ -432,6 +468,7 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     if (nl > 1) load_regs(1);
   }
   cu::cp_async_wait<NS - 2>();
+  if constexpr (WG) cu::fence_proxy_async_shared();
   __syncthreads();
 
   const int mi_l = lane >> 3, r8 = lane & 7;
@@ -442,7 +479,16 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     cu::cp_async_commit();
 
     const T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
-    if constexpr (kHalf) {
+    if constexpr (WG) {
+      // 64 rows n of j (A) and the BK rows k of j (B), both K-major: TL / 16 k steps of 32 bytes
+      const uint64_t da = cu::wgmma_desc_sw64(xs + (wg_j * BN + wg_n * 64) * TL);
+      const uint64_t db = cu::wgmma_desc_sw64(ks + wg_j * BK * TL);
+      cu::wgmma_fence_operands(wacc);
+      cu::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < TL / 16; ++kk) cu::wgmma_ss<BK, kBf16>(wacc, da + 2 * kk, db + 2 * kk);
+      cu::wgmma_commit();
+    } else if constexpr (kHalf) {
 #pragma unroll
       for (int kk = 0; kk < TL; kk += 16) {
         uint32_t af[4][4], bfr[4][2];
@@ -514,7 +560,12 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
       store_regs(int((it + 1) % NS));  // its buffer was last read in chunk it + 1 - NS
       if (it + 2 < nl) load_regs(it + 2);
     }
+    if constexpr (WG) {  // (the stage's tiles are free once its MMAs are done)
+      cu::wgmma_wait<0>();
+      cu::wgmma_fence_operands(wacc);
+    }
     cu::cp_async_wait<NS - 2>();
+    if constexpr (WG) cu::fence_proxy_async_shared();
     __syncthreads();
   }
   cu::cp_async_wait<0>();
@@ -524,6 +575,14 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   // [k·TJ + j][n]
   T *cs = smem;
   const int g = lane / 4, q = lane % 4;
+  if constexpr (WG) {
+#pragma unroll
+    for (int e = 0; e < kWgAcc; ++e) {
+      const int n = wg_n * 64 + (warp % 4) * 16 + g + 8 * ((e >> 1) & 1);
+      const int k = (e >> 2) * 8 + 2 * q + (e & 1);
+      cs[n * S::OP + k * TJ + wg_j] = Elem<T>::from_f(wacc[e]);
+    }
+  } else
 #pragma unroll
   for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
