@@ -28,6 +28,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw64(const void *tile) {
          | (uint64_t(2) << 62);    // 64-byte swizzle
 }
 
+// The same with 128-byte swizzle: rows of 128 bytes (64 half values), 8-row groups 1024 bytes
+// apart, chunks of row r XORed with r % 8 (Swizzle128Rows); the tile starts on a 1024-byte
+// boundary.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
+  const uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #if KL_HAS_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -234,16 +234,18 @@ bool launch_pipe_wide(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 
 // Warpgroup MMAs (wgmma) for the half types batch_first, where the build has sm_90a code and the
 // device is an sm_90: a warpgroup per (j, 64 rows n) and N = 128 columns k (64 for d = 6, whose 24
-// warps leave 80 registers per thread), operands in 64-byte-swizzled rows of 32 l, fed by the same
-// loaders as the mma.sync shapes.  On an H100 (batch 25088, the 120 generator patterns, kernel
-// alone against the mma.sync shapes): d = 1 1.07-1.10x median (up to 1.28x), d = 2 1.13x, d = 4
-// 1.0-1.13x where b >= 96, c >= 128 and the k tiles pad b little, d = 6 1.03-1.16x from c = 64;
-// below those sizes (a 128-wide k tile on b <= 64, two or three l chunks) 0.5-0.95x, d = 3
-// 0.87-1.04x and runs of 4 j for d % 4 == 0 (in place of the wide runs of 8) 0.4-0.8x, so those
-// keep mma.sync.  Large tiles are what the operands' j-interleaving denies: a block covers the d
-// j's of a span, so each j's tile stays at 64 x 64-128 and the L2 -> SM traffic per flop is what
-// bounds these shapes, not the MMA instruction.  KRONLINALG_KS_WGMMA=0 never takes them, =1
-// wherever a shape exists (read per call, for tests and comparisons).
+// warps leave 80 registers per thread), operands in swizzled rows (64 l for d = 1, by cp.async; 32
+// for the spans, fed by the same register loaders as the mma.sync shapes), one chunk's MMAs left
+// running while the next is multiplied where the ring is small (d = 1, 2).  On an H100 (batch
+// 25088, the 120 generator patterns, kernel alone against the mma.sync shapes in one run): d = 1
+// 1.16x median where b > 64 (1.03-1.26x), d = 2 1.16x, d = 4 1.0-1.1x where b >= 96, c >= 128 and
+// the k tiles pad b little, d = 6 1.0-1.1x from c = 64; below those sizes (a 128-wide k tile on b
+// <= 64, two or three l chunks) 0.5-0.95x, d = 3 0.87-1.04x and runs of 4 j for d % 4 == 0 (in
+// place of the wide runs of 8) 0.4-0.8x, so those keep mma.sync.  Large tiles are what the
+// operands' j-interleaving denies: a block covers the d j's of a span, so each j's tile stays at 64
+// x 64-128 and the L2 -> SM traffic per flop bounds these shapes, not the MMA instruction.
+// KRONLINALG_KS_WGMMA=0 never takes them, =1 wherever a shape exists (read per call, for tests and
+// comparisons).
 inline bool wgmma_runs_here() {
 #if defined(KL_WGMMA_BUILT)
   DeviceInfo dev;
@@ -267,7 +269,7 @@ template <class T>
 bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
   if (!wgmma_wanted(p)) return false;
   const int64_t d = p->d;
-  if (d == 1) *rc = launch_pipe_shape<T, true, false, false, 1, 128, 128, 32, 256, true>(p, s);
+  if (d == 1) *rc = launch_pipe_shape<T, true, false, false, 1, 128, 128, 64, 256, true>(p, s);
   else if (d == 2) *rc = launch_pipe_shape<T, true, true, true, 2, 128, 128, 32, 512, true>(p, s);
   else if (d == 3) *rc = launch_pipe_shape<T, true, true, true, 3, 64, 128, 32, 384, true>(p, s);
   else if (d == 4) *rc = launch_pipe_shape<T, true, true, true, 4, 64, 128, 32, 512, true>(p, s);

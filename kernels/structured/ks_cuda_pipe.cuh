@@ -26,19 +26,18 @@ namespace kl {
 namespace ks {
 
 // WG: warpgroup MMAs (wgmma, sm_90a; half types, batch_first): a warpgroup per j and 64 rows n
-// takes the whole BK, its operands read from 64-byte-swizzled rows of TL = 32 elements; 4 stages
-// for d = 1 (all by cp.async), 3 where operands pass through registers (4 cost 5-10 % there on
-// an H100: the larger ring only takes shared memory from the epilogue and L1).
+// takes the whole BK, its operands read from swizzled rows of TL = 32 (64-byte swizzle) or 64
+// (128-byte) elements.
 template <int TJ, int BN, int BK, int TL, bool BF, int NT = kThreads, int ES = 2, bool WG = false>
 struct PipeShape {
-  static constexpr int kWarps = NT / 32, kStages = WG && TJ == 1 ? 4 : 3;
+  static constexpr int kWarps = NT / 32;
   static constexpr int WPJ = kWarps / TJ;  // warps per j
   static constexpr int GN = BN / 64, GK = BK / 32;
   static_assert(TJ >= 1 && kWarps % TJ == 0, "TJ divides the warps");
   static_assert(WG || (GN * GK == WPJ && BN % 64 == 0 && BK % 32 == 0), "64 x 32 warp tiles");
-  static_assert(!WG || (WPJ == 4 * GN && BN % 64 == 0 && (BK == 64 || BK == 128) && TL == 32 &&
+  static_assert(!WG || (WPJ == 4 * GN && BN % 64 == 0 && (BK == 64 || BK == 128) && (TL == 32 || TL == 64) &&
                         ES == 2 && BF),
-                "one warpgroup per 64 rows n of a j, N = BK, 64-byte rows");
+                "one warpgroup per 64 rows n of a j, N = BK, rows of 64 or 128 bytes");
   static_assert(TL % (32 / ES) == 0, "whole k steps (k16 for half, k8 for tf32)");
   // pitch of [row][l] tiles, rows padded by 16 bytes: 8 ldmatrix rows hit 8 bank groups (WG:
   // unpadded, swizzled instead)
@@ -47,12 +46,20 @@ struct PipeShape {
   static constexpr int XE = BF ? TJ * BN * PL : TJ * TL * PN;
   static constexpr int KE = TJ * BK * PL;
   static constexpr int STAGE = XE + KE;
+  // WG keeps one chunk's MMAs in flight (kOverlap) in 3 stages of 128-byte rows or 4 of 64-byte
+  // rows where those fit in 128 KB; larger rings (d >= 3) cost 5-10 % on an H100 (less L1 for
+  // the operands gathered through registers), so those wait for each chunk's MMAs in 3 stages
+  static constexpr bool kBigRing = WG && TL == 32 && 4 * STAGE * ES > 128 * 1024;
+  static constexpr int kStages = WG && TL == 32 && !kBigRing ? 4 : 3;
+  static constexpr bool kOverlap = WG && !kBigRing;
   // staging of the result: rows n of (k, j) (batch_first) or rows (k, j) of n, padded
   static constexpr int OP = BF ? BK * TJ + 8 : BN + 8;
   static constexpr int OUT = BF ? BN * OP : BK * TJ * OP;
   static constexpr int elems = kStages * STAGE > OUT ? kStages * STAGE : OUT;
-  // WG: + 512 bytes to align the tiles to the swizzle pattern (the kernel rounds the base up)
-  static constexpr int smem_bytes() { return elems * ES + (WG ? 512 : 0); }
+  // WG: + the swizzle pattern's period (TL · 16 bytes), to align the tiles to it (the kernel
+  // rounds the base up)
+  static constexpr int kAlign = WG ? TL * 16 : 0;
+  static constexpr int smem_bytes() { return elems * ES + kAlign; }
 };
 
 // Where element (row, l) of a region of [row][l] operand rows lies in shared memory: rows of
@@ -65,6 +72,13 @@ struct PaddedRows {
 struct Swizzle64Rows {
   static __device__ __forceinline__ int off(int row, int l) {
     return row * 32 + ((((l >> 3) ^ (row >> 1)) & 3) << 3) + (l & 7);
+  }
+};
+// 128-byte swizzle: rows of 64 two-byte elements, chunks of row r XORed with r % 8 (1024-byte
+// aligned regions).
+struct Swizzle128Rows {
+  static __device__ __forceinline__ int off(int row, int l) {
+    return row * 64 + ((((l >> 3) ^ row) & 7) << 3) + (l & 7);
   }
 };
 
@@ -357,10 +371,13 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr bool kHalf = sizeof(T) == 2;
-  using Lay = typename std::conditional<WG, Swizzle64Rows, PaddedRows<PL>>::type;
+  using Swizzled = typename std::conditional<TL == 64, Swizzle128Rows, Swizzle64Rows>::type;
+  using Lay = typename std::conditional<WG, Swizzled, PaddedRows<PL>>::type;
   T *smem = reinterpret_cast<T *>(dynamic_smem());
-  if constexpr (WG)  // the swizzle pattern repeats every 512 bytes
-    smem += ((512 - (cu::smem_u32(smem) & 511)) & 511) / sizeof(T);
+  if constexpr (WG) {  // the swizzle pattern repeats every kAlign bytes
+    constexpr unsigned A = S::kAlign;
+    smem += ((A - (cu::smem_u32(smem) & (A - 1))) & (A - 1)) / sizeof(T);
+  }
 
   // tiles: batch_first runs j tiles fastest (neighbouring blocks share the sectors of X and Y
   // rows), batch_last k tiles (the blocks that read one X tile run together)
@@ -456,9 +473,14 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   for (int e = 0; e < kWgAcc; ++e) wacc[e] = 0.f;
   const int wg = threadIdx.x / 128, wg_j = wg / S::GN, wg_n = wg % S::GN;
 
-  // prologue: chunks 0 .. NS-2 in flight, chunk 0 of the register operands stored, chunk 1 loaded
+  // AHEAD asynchronous chunks in flight: NS - 1, or NS - 2 where WG keeps the MMAs of one chunk
+  // running while the next is multiplied (the buffer of chunk it - 1 is then free one chunk later)
+  constexpr int AHEAD = S::kOverlap ? NS - 2 : NS - 1;
+  static_assert(AHEAD >= 1, "a stage in flight");
+  // prologue: chunks 0 .. AHEAD-1 in flight, chunk 0 of the register operands stored, chunk 1
+  // loaded
 #pragma unroll
-  for (int s = 0; s < NS - 1; ++s) {
+  for (int s = 0; s < AHEAD; ++s) {
     if (s < nl) issue_async(s, s);
     cu::cp_async_commit();
   }
@@ -467,22 +489,24 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     store_regs(0);
     if (nl > 1) load_regs(1);
   }
-  cu::cp_async_wait<NS - 2>();
+  cu::cp_async_wait<AHEAD - 1>();
   if constexpr (WG) cu::fence_proxy_async_shared();
   __syncthreads();
 
   const int mi_l = lane >> 3, r8 = lane & 7;
   for (int64_t it = 0; it < nl; ++it) {
     const int st = int(it % NS);
-    // chunk it + NS - 1 goes to the buffer chunk it - 1 used (free since the last barrier)
-    if (it + NS - 1 < nl) issue_async(int((it + NS - 1) % NS), it + NS - 1);
+    // chunk it + AHEAD goes to the buffer chunk it - 1 (overlapping WG: it - 2) used, free since
+    // the last barrier
+    if (it + AHEAD < nl) issue_async(int((it + AHEAD) % NS), it + AHEAD);
     cu::cp_async_commit();
 
     const T *xs = smem + st * S::STAGE, *ks = xs + S::XE;
     if constexpr (WG) {
       // 64 rows n of j (A) and the BK rows k of j (B), both K-major: TL / 16 k steps of 32 bytes
-      const uint64_t da = cu::wgmma_desc_sw64(xs + (wg_j * BN + wg_n * 64) * TL);
-      const uint64_t db = cu::wgmma_desc_sw64(ks + wg_j * BK * TL);
+      const T *a_tile = xs + (wg_j * BN + wg_n * 64) * TL, *b_tile = ks + wg_j * BK * TL;
+      const uint64_t da = TL == 64 ? cu::wgmma_desc_sw128(a_tile) : cu::wgmma_desc_sw64(a_tile);
+      const uint64_t db = TL == 64 ? cu::wgmma_desc_sw128(b_tile) : cu::wgmma_desc_sw64(b_tile);
       cu::wgmma_fence_operands(wacc);
       cu::wgmma_fence();
 #pragma unroll
@@ -560,13 +584,17 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
       store_regs(int((it + 1) % NS));  // its buffer was last read in chunk it + 1 - NS
       if (it + 2 < nl) load_regs(it + 2);
     }
-    if constexpr (WG) {  // (the stage's tiles are free once its MMAs are done)
-      cu::wgmma_wait<0>();
+    if constexpr (WG) {  // the MMAs of chunk it (kOverlap: it - 1) are done, their buffer free
+      cu::wgmma_wait<S::kOverlap ? 1 : 0>();  // after the barrier
       cu::wgmma_fence_operands(wacc);
     }
-    cu::cp_async_wait<NS - 2>();
+    cu::cp_async_wait<AHEAD - 1>();
     if constexpr (WG) cu::fence_proxy_async_shared();
     __syncthreads();
+  }
+  if constexpr (WG) {
+    cu::wgmma_wait<0>();
+    cu::wgmma_fence_operands(wacc);
   }
   cu::cp_async_wait<0>();
   __syncthreads();
