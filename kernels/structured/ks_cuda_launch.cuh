@@ -241,11 +241,11 @@ bool launch_pipe_wide(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 // 1.16x median where b > 64 (1.03-1.26x), d = 2 1.16x, d = 4 1.0-1.1x where b >= 96, c >= 128 and
 // the k tiles pad b little, d = 6 1.0-1.1x from c = 64; below those sizes (a 128-wide k tile on b
 // <= 64, two or three l chunks) 0.5-0.95x, d = 3 0.87-1.04x and runs of 4 j for d % 4 == 0 (in
-// place of the wide runs of 8) 0.4-0.8x, so those keep mma.sync.  Large tiles are what the
-// operands' j-interleaving denies: a block covers the d j's of a span, so each j's tile stays at 64
-// x 64-128 and the L2 -> SM traffic per flop bounds these shapes, not the MMA instruction.
-// KRONLINALG_KS_WGMMA=0 never takes them, =1 wherever a shape exists (read per call, for tests and
-// comparisons).
+// place of the wide runs of 8) 0.4-0.8x, runs of 8 j with two j per warpgroup (N = 64, tried)
+// 0.71-0.95x, so those keep mma.sync.  Large tiles are what the operands' j-interleaving denies: a
+// block covers the d j's of a span, so each j's tile stays at 64 x 64-128 and the L2 -> SM traffic
+// per flop bounds these shapes, not the MMA instruction. KRONLINALG_KS_WGMMA=0 never takes them, =1
+// wherever a shape exists (read per call, for tests and comparisons).
 inline bool wgmma_runs_here() {
 #if defined(KL_WGMMA_BUILT)
   DeviceInfo dev;
