@@ -828,8 +828,8 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
 @pytest.mark.parametrize("wgmma", ("on", "off"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
-    """The warpgroup-MMA shapes (d = 1, the spans d = 2, 3, 4, 6, runs of 4 j for d % 4 == 0),
-    batch_first, against a float64 reference: tails in the batch (several warpgroup rows), in b
+    """The warpgroup-MMA shapes (d = 1, the spans d = 2, 4, 6; other d keep mma.sync when
+    forced), batch_first, against a float64 reference: tails in the batch (several warpgroup rows), in b
     (several k tiles, a partial one) and in c (several l chunks, more than the stages, a
     partial one), a > 1, odd leading dimensions of y (scalar stores), padding columns of y left
     untouched; the same with the mma.sync shapes."""

@@ -16,25 +16,19 @@
 namespace kl {
 namespace cu {
 
-// Descriptor of a K-major tile with 64-byte swizzle: rows of 64 bytes (32 half values of the
-// contraction index), 8-row groups 512 bytes apart, the 16-byte chunks of row r XORed with
-// (r / 2) % 4 (the layout Swizzle64Rows writes).  The tile must start on a 512-byte boundary;
-// one k16 step further along the row is +32 bytes (desc + 2).
-__device__ __forceinline__ uint64_t wgmma_desc_sw64(const void *tile) {
+// Descriptor of a K-major tile of 16-bit values in rows of ROW = 64 or 128 bytes (32 or 64
+// values of the contraction index) with the swizzle of that width: 8-row groups 8·ROW bytes
+// apart, the 16-byte chunks of row r XORed with (r / (128 / ROW)) % (ROW / 16) (the layout
+// SwizzledRows writes).  The tile starts on an 8·ROW-byte boundary; one k16 step further along
+// the row is +32 bytes (desc + 2).
+template <int ROW>
+__device__ __forceinline__ uint64_t wgmma_desc_swizzled(const void *tile) {
+  static_assert(ROW == 64 || ROW == 128, "64- or 128-byte swizzle");
   const uint64_t addr = smem_u32(tile);
-  return ((addr & 0x3FFFF) >> 4)   // start address, 16-byte units
-         | (uint64_t(1) << 16)     // leading byte offset: unused for swizzled K-major
-         | (uint64_t(512 >> 4) << 32)  // stride byte offset: 8 rows of 64 bytes
-         | (uint64_t(2) << 62);    // 64-byte swizzle
-}
-
-// The same with 128-byte swizzle: rows of 128 bytes (64 half values), 8-row groups 1024 bytes
-// apart, chunks of row r XORed with r % 8 (Swizzle128Rows); the tile starts on a 1024-byte
-// boundary.
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void *tile) {
-  const uint64_t addr = smem_u32(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
+  return ((addr & 0x3FFFF) >> 4)                 // start address, 16-byte units
+         | (uint64_t(1) << 16)                   // leading byte offset: unused for swizzled K-major
+         | (uint64_t(8 * ROW >> 4) << 32)        // stride byte offset: 8 rows
+         | (uint64_t(ROW == 128 ? 1 : 2) << 62);  // swizzle mode
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -70,8 +64,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
 // D(64 x N) += A(64 x 16) · B(16 x N) for the warpgroup, A and B K-major in shared memory; BF16:
 // bfloat16 inputs, else float16.  Thread t of the warpgroup holds rows 16·(t / 32) + (t % 32) / 4
 // (+ 8) and columns 8·i + 2·(t % 4) (+ 1) of D in d[4·i ..].
-template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db);
 // The accumulator operands and their placeholders, 32 or 64 of them.
 #define KL_WGMMA_ACC32 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
@@ -100,34 +92,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_
                KL_WGMMA_REGS##R "%" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"                   \
                : KL_WGMMA_ACC##R                                                            \
                : "l"(da), "l"(db), "r"(1))
-template <>
-__device__ __forceinline__ void wgmma_ss<64, false>(float (&d)[32], uint64_t da, uint64_t db) {
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db) {
+  static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
 #if KL_HAS_WGMMA
-  KL_WGMMA_SS(64, f16, 32, 32, 33, 34);
-#else
-  __trap();
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<64, true>(float (&d)[32], uint64_t da, uint64_t db) {
-#if KL_HAS_WGMMA
-  KL_WGMMA_SS(64, bf16, 32, 32, 33, 34);
-#else
-  __trap();
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<128, false>(float (&d)[64], uint64_t da, uint64_t db) {
-#if KL_HAS_WGMMA
-  KL_WGMMA_SS(128, f16, 64, 64, 65, 66);
-#else
-  __trap();
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<128, true>(float (&d)[64], uint64_t da, uint64_t db) {
-#if KL_HAS_WGMMA
-  KL_WGMMA_SS(128, bf16, 64, 64, 65, 66);
+  if constexpr (N == 64 && !BF16) KL_WGMMA_SS(64, f16, 32, 32, 33, 34);
+  else if constexpr (N == 64) KL_WGMMA_SS(64, bf16, 32, 32, 33, 34);
+  else if constexpr (!BF16) KL_WGMMA_SS(128, f16, 64, 64, 65, 66);
+  else KL_WGMMA_SS(128, bf16, 64, 64, 65, 66);
 #else
   __trap();
 #endif

@@ -142,40 +142,32 @@ inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   return 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d) >= 6e9;
 }
 
-template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
-int launch_pipe_shape_mma(const kl_ks_problem *p, Params q, cudaStream_t s);
-
-// A shape of the pipelined kernel: mma.sync (with K transposed first where that pays), or WG.
+// A shape of the pipelined kernel: mma.sync (K transposed first where that pays), or WG.
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT = kThreads,
           bool WG = false>
 int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
   Params q = make_params(p, BN, BK, TJ);
+  constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T)), WG>::smem_bytes();
   if constexpr (WG) {
-    constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T)), true>::smem_bytes();
     return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, false, true>, smem, s, NT);
   } else {
-    return launch_pipe_shape_mma<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>(p, q, s);
-  }
-}
-
-template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT>
-int launch_pipe_shape_mma(const kl_ks_problem *p, Params q, cudaStream_t s) {
-  constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T))>::smem_bytes();
-  if constexpr (DJ && TJ == 8) {
-    cudaMemPool_t pool;
-    void *kt = nullptr;
-    const int64_t n = p->a * p->b * p->c * p->d;
-    if (transposed_values_pay(p, sizeof(T) == 2) && values_pool(&pool) == cudaSuccess &&
-        cudaMallocFromPoolAsync(&kt, size_t(n) * sizeof(T), pool, s) == cudaSuccess) {
-      launch_transpose<T>(p, kt, s);
-      q.K = kt;
-      const int rc = launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, true>, smem, s, NT);
-      cudaFreeAsync(kt, s);
-      return rc;
+    if constexpr (DJ && TJ == 8) {
+      cudaMemPool_t pool;
+      void *kt = nullptr;
+      const int64_t n = p->a * p->b * p->c * p->d;
+      if (transposed_values_pay(p, sizeof(T) == 2) && values_pool(&pool) == cudaSuccess &&
+          cudaMallocFromPoolAsync(&kt, size_t(n) * sizeof(T), pool, s) == cudaSuccess) {
+        launch_transpose<T>(p, kt, s);
+        q.K = kt;
+        const int rc =
+            launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, true>, smem, s, NT);
+        cudaFreeAsync(kt, s);
+        return rc;
+      }
+      cudaGetLastError();  // (a failed pool allocation: the kernel that transposes K tiles itself)
     }
-    cudaGetLastError();  // (a failed pool allocation: the kernel that transposes K tiles itself)
+    return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>, smem, s, NT);
   }
-  return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT>, smem, s, NT);
 }
 
 // Wide tiles for the half types: 16 warps (12 for d = 6) in one block per SM instead of two
@@ -240,12 +232,12 @@ bool launch_pipe_wide(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 // 25088, the 120 generator patterns, kernel alone against the mma.sync shapes in one run): d = 1
 // 1.16x median where b > 64 (1.03-1.26x), d = 2 1.16x, d = 4 1.0-1.1x where b >= 96, c >= 128 and
 // the k tiles pad b little, d = 6 1.0-1.1x from c = 64; below those sizes (a 128-wide k tile on b
-// <= 64, two or three l chunks) 0.5-0.95x, d = 3 0.87-1.04x and runs of 4 j for d % 4 == 0 (in
-// place of the wide runs of 8) 0.4-0.8x, runs of 8 j with two j per warpgroup (N = 64, tried)
-// 0.71-0.95x, so those keep mma.sync.  Large tiles are what the operands' j-interleaving denies: a
+// <= 64, two or three l chunks) 0.5-0.95x; d = 3 (0.87-1.04x), runs of 4 j for d % 4 == 0 (in place
+// of the wide runs of 8: 0.4-0.8x) and runs of 8 j with two j per warpgroup (N = 64: 0.71-0.95x)
+// were tried and have no wgmma shape.  Large tiles are what the operands' j-interleaving denies: a
 // block covers the d j's of a span, so each j's tile stays at 64 x 64-128 and the L2 -> SM traffic
 // per flop bounds these shapes, not the MMA instruction. KRONLINALG_KS_WGMMA=0 never takes them, =1
-// wherever a shape exists (read per call, for tests and comparisons).
+// wherever a shape exists (d = 1, 2, 4, 6) (read per call, for tests and comparisons).
 inline bool wgmma_runs_here() {
 #if defined(KL_WGMMA_BUILT)
   DeviceInfo dev;
@@ -271,10 +263,8 @@ bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
   const int64_t d = p->d;
   if (d == 1) *rc = launch_pipe_shape<T, true, false, false, 1, 128, 128, 64, 256, true>(p, s);
   else if (d == 2) *rc = launch_pipe_shape<T, true, true, true, 2, 128, 128, 32, 512, true>(p, s);
-  else if (d == 3) *rc = launch_pipe_shape<T, true, true, true, 3, 64, 128, 32, 384, true>(p, s);
   else if (d == 4) *rc = launch_pipe_shape<T, true, true, true, 4, 64, 128, 32, 512, true>(p, s);
   else if (d == 6) *rc = launch_pipe_shape<T, true, true, true, 6, 64, 64, 32, 768, true>(p, s);
-  else if (d % 4 == 0) *rc = launch_pipe_shape<T, true, true, false, 4, 64, 128, 32, 512, true>(p, s);
   else return false;
   return true;
 }

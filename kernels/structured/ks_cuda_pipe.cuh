@@ -63,22 +63,18 @@ struct PipeShape {
 };
 
 // Where element (row, l) of a region of [row][l] operand rows lies in shared memory: rows of
-// pitch P (PaddedRows), or wgmma's 64-byte swizzle (rows of 32 two-byte elements, the 16-byte
-// chunks of row r XORed with (r / 2) % 4; the region starts on a 512-byte boundary).
+// pitch P (PaddedRows), or wgmma's swizzle for rows of L = 32 or 64 two-byte elements
+// (SwizzledRows: the C = L / 8 16-byte chunks of row r XORed with (r / (8 / C)) % C, as
+// cu::wgmma_desc_swizzled<2 L> reads them; the region starts on a 16·L-byte boundary).
 template <int P>
 struct PaddedRows {
   static __device__ __forceinline__ int off(int row, int l) { return row * P + l; }
 };
-struct Swizzle64Rows {
+template <int L>
+struct SwizzledRows {
+  static constexpr int C = L / 8;
   static __device__ __forceinline__ int off(int row, int l) {
-    return row * 32 + ((((l >> 3) ^ (row >> 1)) & 3) << 3) + (l & 7);
-  }
-};
-// 128-byte swizzle: rows of 64 two-byte elements, chunks of row r XORed with r % 8 (1024-byte
-// aligned regions).
-struct Swizzle128Rows {
-  static __device__ __forceinline__ int off(int row, int l) {
-    return row * 64 + ((((l >> 3) ^ row) & 7) << 3) + (l & 7);
+    return row * L + ((((l >> 3) ^ (row / (8 / C))) & (C - 1)) << 3) + (l & 7);
   }
 };
 
@@ -371,8 +367,7 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   constexpr int PL = S::PL, PN = S::PN, NS = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr bool kHalf = sizeof(T) == 2;
-  using Swizzled = typename std::conditional<TL == 64, Swizzle128Rows, Swizzle64Rows>::type;
-  using Lay = typename std::conditional<WG, Swizzled, PaddedRows<PL>>::type;
+  using Lay = typename std::conditional<WG, SwizzledRows<TL>, PaddedRows<PL>>::type;
   T *smem = reinterpret_cast<T *>(dynamic_smem());
   if constexpr (WG) {  // the swizzle pattern repeats every kAlign bytes
     constexpr unsigned A = S::kAlign;
@@ -505,8 +500,8 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
     if constexpr (WG) {
       // 64 rows n of j (A) and the BK rows k of j (B), both K-major: TL / 16 k steps of 32 bytes
       const T *a_tile = xs + (wg_j * BN + wg_n * 64) * TL, *b_tile = ks + wg_j * BK * TL;
-      const uint64_t da = TL == 64 ? cu::wgmma_desc_sw128(a_tile) : cu::wgmma_desc_sw64(a_tile);
-      const uint64_t db = TL == 64 ? cu::wgmma_desc_sw128(b_tile) : cu::wgmma_desc_sw64(b_tile);
+      const uint64_t da = cu::wgmma_desc_swizzled<TL * 2>(a_tile);
+      const uint64_t db = cu::wgmma_desc_swizzled<TL * 2>(b_tile);
       cu::wgmma_fence_operands(wacc);
       cu::wgmma_fence();
 #pragma unroll
