@@ -8,7 +8,9 @@ a·b·c·d < 2^31) and, to fit the time budget, a·b·d and a·c·d <= --max-dim
     python benchmarks/structured_compare.py --device cpu             # 30 patterns, B = 2048
     python benchmarks/structured_compare.py --device gpu --json out.json
 
-GPU (CuPy arrays, CUDA events, median of --reps after warm-up), batch 25088, float32, float16
+GPU (CuPy arrays, CUDA events, median of --reps after warm-up; device time: a spinning kernel
+queued ahead of the start event hides the host's time before the launches, --timer call counts
+it), batch 25088, float32, float16
 and bfloat16, both layouts: times of the kernel (one launch per factor, called through its thin
 wrapper), the bmm algorithm in CuPy (permute → cupy.matmul → permute, what the KS paper calls
 bmm), dense (x @ W.T with W formed beforehand), and, where it applies (batch_last, or d = 1),
@@ -138,13 +140,36 @@ def run_cpu(args, ks):
 # GPU
 
 
-def _gpu_timer(cp, reps, warmup=2):
+# A one-thread kernel that keeps the stream busy for a while: queued before the start event, it
+# lets the host enqueue the timed call's launches before the event fires, so that the timing is
+# the device's (the host's Python and launch time, 5-30 µs per call here, otherwise counts).
+_SPIN = r"""
+__device__ unsigned long long kl_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+extern "C" __global__ void kl_bench_spin(unsigned long long ns) {
+  const unsigned long long t0 = kl_now();
+  while (kl_now() - t0 < ns) {}
+}
+"""
+
+
+def _gpu_timer(cp, reps, warmup=2, device_time=True):
+    """timeit(fn): median over `reps` calls of the CUDA-event time of one call; device_time:
+    with the stream held busy ~0.3 ms before each start event (_SPIN), so that host time
+    spent before the call's launches is not counted (the calls' own device gaps still are)."""
+    spin = cp.RawKernel(_SPIN, "kl_bench_spin") if device_time else None
+
     def timeit(fn):
         for _ in range(warmup):
             fn()
         start, end = cp.cuda.Event(), cp.cuda.Event()
         ts = []
         for _ in range(reps):
+            if spin is not None:
+                spin((1,), (1,), (np.uint64(300_000),))
             start.record()
             fn()
             end.record()
@@ -172,7 +197,7 @@ def run_gpu(args, ks):
         raise SystemExit("kronlinalg was built without CUDA")
     B = args.batch or ks["batch"]
     pats, pool = sample(ks, args.patterns or 120, args.seed, B, args.max_dim)
-    timeit = _gpu_timer(cp, args.reps)
+    timeit = _gpu_timer(cp, args.reps, device_time=args.timer == "device")
     dev = cp.cuda.runtime.getDeviceProperties(cp.cuda.runtime.getDevice())
     name = dev["name"].decode() if isinstance(dev["name"], bytes) else dev["name"]
     prof = profile_for("cuda")
@@ -495,6 +520,9 @@ def main(argv=None):
     ap.add_argument("--max-dense-bytes", type=float, default=4e9)
     ap.add_argument("--cases", default=CASES)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--timer", choices=("device", "call"), default="device",
+                    help="GPU: device time (host time before the launches hidden, default), or "
+                         "each call's time from an idle device (host time included)")
     ap.add_argument("--no-tune", dest="tune", action="store_false",
                     help="GPU: skip the measured planning (structured.tune) per pattern")
     ap.add_argument("--smoke", action="store_true",

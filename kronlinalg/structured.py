@@ -1118,82 +1118,76 @@ DEFAULT_COEF = {
                                      "build_calls": 2.0},
 }
 # CUDA: fitted per candidate, dtype and layout on an H100 (NVIDIA H100 80GB HBM3, sm90, 132
-# SMs) by `python benchmarks/structured_fit.py --json run1.json run2.json run3.json
-# --print-coef` (split seed 0: fitted on one half of the patterns, checked on the other; held
-# out: picks within 5 %
-# of min(bmm, dense) on 100 % of the float32 rows, 91.9 % of all rows, where dense is priced
+# SMs) by `python benchmarks/structured_fit.py --json run1.json run2.json --print-coef` (split
+# seed 0: fitted on one half of the patterns, checked on the other; held out: picks within 5 %
+# of min(bmm, dense) on 100 % of the float32 rows, 90.8 % of all rows, where dense is priced
 # with forming K, which the benchmark's dense timing leaves out; MAPE kernel 6.1 %, strided
-# 10.8 %, bmm 6.3 %, dense 4.0 %).  The data: three runs of `benchmarks/structured_compare.py
-# --device gpu --no-tune` (batch 25088, 120 patterns, seed 0; geometric mean of the timings:
-# single runs differ by a few per cent, which flips near-ties) on the pipelined tensor-core
-# kernel (ks_cuda_pipe.cuh; float32 as 3xTF32; the half types' wide tiles; K pre-transposed for
-# long runs of 8 j) and the strided cuBLAS GEMMs (timed through the public call's fast path:
-# 25-40 µs of host time per call, hence their large "calls"), on the H100's table profile
-# (what an install that never calibrated plans with: fitted on a calibrated profile, the
-# coefficients pick worse on it).
+# 6.0 %, bmm 6.6 %, dense 3.1 %).  The data: two runs of `benchmarks/structured_compare.py
+# --device gpu --no-tune` (batch 25088, 120 patterns, seed 0; geometric mean of the timings) on
+# the pipelined tensor-core kernel (ks_cuda_pipe.cuh; float32 as 3xTF32; the half types' wide
+# tiles and, on the sm_90, warpgroup MMAs; K pre-transposed for long runs of 8 j) and the
+# strided cuBLAS GEMMs, every candidate timed as device time (the host's time before the
+# launches hidden, so that "calls" is the launches' device-side cost), on the H100's table
+# profile (what an install that never calibrated plans with: fitted on a calibrated profile,
+# the coefficients pick worse on it).
 # build_calls is left to the generic entry (the benchmark forms dense K beforehand).  CuPy
 # computed the float32 and float16 baselines, torch the bfloat16 ones: bmm's permute
 # coefficients say what each library's copies cost.
 DEFAULT_COEF.update({
-    "structured_matmul/bmm/cuda/bfloat16/batch_first": {
-        "calls": 4.034, "gemm_flop": 1.135, "gemm_mem": 2.156, "gemm_tiles": 0.0,
-        "permute": 0.5413, "permute_view": 1.0, "transpose": 0.2122},
-    "structured_matmul/bmm/cuda/bfloat16/batch_last": {
-        "calls": 4.608, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 2.515, "permute": 1.693,
-        "permute_view": 0.0, "transpose": 0.1},
-    "structured_matmul/bmm/cuda/float16/batch_first": {
-        "calls": 5.042, "gemm_flop": 9.951, "gemm_mem": 0.0, "gemm_tiles": 3.879, "permute": 7.218,
-        "permute_view": 1.0, "transpose": 0.1526},
-    "structured_matmul/bmm/cuda/float16/batch_last": {
-        "calls": 5.844, "gemm_flop": 13.4, "gemm_mem": 0.0, "gemm_tiles": 0.0, "permute": 7.904,
-        "permute_view": 1.567, "transpose": 0.1},
-    "structured_matmul/bmm/cuda/float32/batch_first": {
-        "calls": 5.937, "gemm_flop": 0.9489, "gemm_mem": 1.448, "gemm_tiles": 0.0,
-        "permute": 0.2285, "permute_view": 1.0, "transpose": 0.3599},
-    "structured_matmul/bmm/cuda/float32/batch_last": {
-        "calls": 6.084, "gemm_flop": 0.9678, "gemm_mem": 1.379, "gemm_tiles": 0.2237,
-        "permute": 1.158, "permute_view": 1.335, "transpose": 0.1},
-    "structured_matmul/dense/cuda/bfloat16/batch_first": {
-        "calls": 1.093, "gemm_flop": 0.8011, "gemm_mem": 0.3076, "gemm_tiles": 2.166},
-    "structured_matmul/dense/cuda/bfloat16/batch_last": {
-        "calls": 0.8781, "gemm_flop": 0.8, "gemm_mem": 0.455, "gemm_tiles": 1.816},
-    "structured_matmul/dense/cuda/float16/batch_first": {
-        "calls": 1.312, "gemm_flop": 0.8085, "gemm_mem": 0.4597, "gemm_tiles": 1.324},
-    "structured_matmul/dense/cuda/float16/batch_last": {
-        "calls": 1.152, "gemm_flop": 0.8, "gemm_mem": 0.4581, "gemm_tiles": 2.127},
-    "structured_matmul/dense/cuda/float32/batch_first": {
-        "calls": 1.441, "gemm_flop": 1.317, "gemm_mem": 0.0, "gemm_tiles": 0.4724},
-    "structured_matmul/dense/cuda/float32/batch_last": {
-        "calls": 1.176, "gemm_flop": 1.26, "gemm_mem": 0.0, "gemm_tiles": 0.8612},
-    "structured_matmul/kernel/cuda/bfloat16/batch_first": {
-        "calls": 1.928, "flop": 0.8, "l2": 0.1947, "mem": 0.3678, "tiles": 7.004,
-        "unaligned": 1.0},
-    "structured_matmul/kernel/cuda/bfloat16/batch_last": {
-        "calls": 2.367, "flop": 0.8, "l2": 0.1664, "mem": 0.2236, "tiles": 6.72, "unaligned": 1.0},
-    "structured_matmul/kernel/cuda/float16/batch_first": {
-        "calls": 1.927, "flop": 0.8, "l2": 0.2009, "mem": 0.2777, "tiles": 7.418,
-        "unaligned": 1.0},
-    "structured_matmul/kernel/cuda/float16/batch_last": {
-        "calls": 2.179, "flop": 0.8, "l2": 0.1595, "mem": 0.2689, "tiles": 6.577,
-        "unaligned": 1.0},
-    "structured_matmul/kernel/cuda/float32/batch_first": {
-        "calls": 3.39, "flop": 1.151, "l2": 0.7148, "mem": 0.4062, "tiles": 7.355,
-        "unaligned": 1.0},
-    "structured_matmul/kernel/cuda/float32/batch_last": {
-        "calls": 3.882, "flop": 3.427, "l2": 0.2073, "mem": 0.0598, "tiles": 6.446,
-        "unaligned": 1.0},
-    "structured_matmul/strided/cuda/bfloat16/batch_first": {
-        "calls": 14.22, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0},
-    "structured_matmul/strided/cuda/bfloat16/batch_last": {
-        "calls": 7.079, "gemm_flop": 0.8, "gemm_mem": 0.7282, "gemm_tiles": 1.21},
-    "structured_matmul/strided/cuda/float16/batch_first": {
-        "calls": 10.81, "gemm_flop": 0.8, "gemm_mem": 0.0, "gemm_tiles": 0.0},
-    "structured_matmul/strided/cuda/float16/batch_last": {
-        "calls": 6.77, "gemm_flop": 0.8, "gemm_mem": 0.6334, "gemm_tiles": 1.027},
-    "structured_matmul/strided/cuda/float32/batch_first": {
-        "calls": 0.0, "gemm_flop": 0.8033, "gemm_mem": 2.197, "gemm_tiles": 4.07},
-    "structured_matmul/strided/cuda/float32/batch_last": {
-        "calls": 8.135, "gemm_flop": 0.9934, "gemm_mem": 0.3865, "gemm_tiles": 0.1446},
+    "structured_matmul/bmm/cuda/bfloat16/batch_first": {"calls": 0.03706, "gemm_flop": 0.8,
+        "gemm_mem": 1.156, "gemm_tiles": 0.0, "permute": 1.4, "permute_view": 1.0,
+        "transpose": 0.1741},
+    "structured_matmul/bmm/cuda/bfloat16/batch_last": {"calls": 0.1245, "gemm_flop": 0.8,
+        "gemm_mem": 0.2207, "gemm_tiles": 8.97, "permute": 0.9308, "permute_view": 0.0,
+        "transpose": 0.1},
+    "structured_matmul/bmm/cuda/float16/batch_first": {"calls": 0.7866, "gemm_flop": 3.662,
+        "gemm_mem": 0.0, "gemm_tiles": 0.6611, "permute": 8.227, "permute_view": 1.0,
+        "transpose": 0.1521},
+    "structured_matmul/bmm/cuda/float16/batch_last": {"calls": 0.8049, "gemm_flop": 5.582,
+        "gemm_mem": 0.0, "gemm_tiles": 0.0, "permute": 8.67, "permute_view": 3.264,
+        "transpose": 0.1},
+    "structured_matmul/bmm/cuda/float32/batch_first": {"calls": 1.376, "gemm_flop": 0.9328,
+        "gemm_mem": 0.8182, "gemm_tiles": 0.0, "permute": 0.6808, "permute_view": 1.0,
+        "transpose": 0.3411},
+    "structured_matmul/bmm/cuda/float32/batch_last": {"calls": 1.247, "gemm_flop": 0.9231,
+        "gemm_mem": 0.6873, "gemm_tiles": 0.1689, "permute": 1.654, "permute_view": 1.753,
+        "transpose": 0.1},
+    "structured_matmul/dense/cuda/bfloat16/batch_first": {"calls": 0.2092, "gemm_flop": 0.8127,
+        "gemm_mem": 0.2467, "gemm_tiles": 1.986},
+    "structured_matmul/dense/cuda/bfloat16/batch_last": {"calls": 0.184, "gemm_flop": 0.8,
+        "gemm_mem": 0.3489, "gemm_tiles": 2.0},
+    "structured_matmul/dense/cuda/float16/batch_first": {"calls": 0.2077, "gemm_flop": 0.8216,
+        "gemm_mem": 0.2391, "gemm_tiles": 1.983},
+    "structured_matmul/dense/cuda/float16/batch_last": {"calls": 0.1846, "gemm_flop": 0.8,
+        "gemm_mem": 0.3623, "gemm_tiles": 1.911},
+    "structured_matmul/dense/cuda/float32/batch_first": {"calls": 0.4695, "gemm_flop": 1.304,
+        "gemm_mem": 0.0, "gemm_tiles": 0.1916},
+    "structured_matmul/dense/cuda/float32/batch_last": {"calls": 0.1935, "gemm_flop": 1.197,
+        "gemm_mem": 0.0, "gemm_tiles": 0.6951},
+    "structured_matmul/kernel/cuda/bfloat16/batch_first": {"calls": 0.6235, "flop": 0.8,
+        "l2": 0.2013, "mem": 0.3279, "tiles": 6.753, "unaligned": 1.0},
+    "structured_matmul/kernel/cuda/bfloat16/batch_last": {"calls": 0.8814, "flop": 0.8,
+        "l2": 0.1666, "mem": 0.2362, "tiles": 6.678, "unaligned": 1.0},
+    "structured_matmul/kernel/cuda/float16/batch_first": {"calls": 0.6388, "flop": 0.8,
+        "l2": 0.2024, "mem": 0.3101, "tiles": 6.89, "unaligned": 1.0},
+    "structured_matmul/kernel/cuda/float16/batch_last": {"calls": 0.9078, "flop": 0.8,
+        "l2": 0.1646, "mem": 0.2496, "tiles": 6.63, "unaligned": 1.0},
+    "structured_matmul/kernel/cuda/float32/batch_first": {"calls": 2.116, "flop": 1.186,
+        "l2": 0.7074, "mem": 0.38, "tiles": 7.59, "unaligned": 1.0},
+    "structured_matmul/kernel/cuda/float32/batch_last": {"calls": 2.396, "flop": 3.515,
+        "l2": 0.1882, "mem": 0.06714, "tiles": 6.615, "unaligned": 1.0},
+    "structured_matmul/strided/cuda/bfloat16/batch_first": {"calls": 1.462, "gemm_flop": 1.402,
+        "gemm_mem": 0.0, "gemm_tiles": 0.0},
+    "structured_matmul/strided/cuda/bfloat16/batch_last": {"calls": 0.6119, "gemm_flop": 0.8,
+        "gemm_mem": 0.7734, "gemm_tiles": 1.159},
+    "structured_matmul/strided/cuda/float16/batch_first": {"calls": 1.451, "gemm_flop": 1.276,
+        "gemm_mem": 0.0, "gemm_tiles": 0.0},
+    "structured_matmul/strided/cuda/float16/batch_last": {"calls": 0.5933, "gemm_flop": 0.8,
+        "gemm_mem": 0.7654, "gemm_tiles": 1.3},
+    "structured_matmul/strided/cuda/float32/batch_first": {"calls": 0.0, "gemm_flop": 1.279,
+        "gemm_mem": 0.0, "gemm_tiles": 1.378},
+    "structured_matmul/strided/cuda/float32/batch_last": {"calls": 1.421, "gemm_flop": 0.9521,
+        "gemm_mem": 0.5532, "gemm_tiles": 0.1494},
 })
 
 
