@@ -730,6 +730,7 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, w
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
+    monkeypatch.setenv("KRONLINALG_KS_NATURAL", "0")  # (test_cuda_natural_tiles covers it)
     tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 48, 200, 1), 301, 0), ((2, 130, 24, 1), 77, 8),
                                 ((1, 256, 136, 1), 150, 8),
@@ -785,6 +786,7 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
+    monkeypatch.setenv("KRONLINALG_KS_NATURAL", "0")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tdt = getattr(torch, dtype)
     for pattern, pad in [((1, 128, 256, 2), 0), ((1, 256, 136, 3), 8), ((1, 200, 168, 6), 0),
@@ -839,6 +841,7 @@ def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
     from kronlinalg._ext import ks_cuda
 
     monkeypatch.setenv("KRONLINALG_KS_WGMMA", "1" if wgmma == "on" else "0")
+    monkeypatch.setenv("KRONLINALG_KS_NATURAL", "0")
     tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 200, 296, 1), 301, 8), ((2, 136, 40, 1), 77, 0),
                                 ((1, 72, 200, 2), 257, 8), ((3, 130, 16, 2), 65, 0),
@@ -1020,3 +1023,42 @@ def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
     with pytest.raises(ValueError, match="x"):  # same factors, a wrong x: still validated
         bad = x[..., :-1] if layout == "batch_first" else x[:-1, ...]
         structured_matmul(bad, chain, layout=layout, algorithm=algorithm)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_cuda_natural_tiles(rng, monkeypatch, dtype):
+    """The natural-layout kernel (ks_cuda_natural.cuh: batch_first half types, d = 2, 3, X and
+    K copied as they lie, fragments picked out of each lane's (l, j) run), forced on beyond the
+    sizes it is taken for, against a float64 reference: tails in the batch, in b (several k tiles, a
+    partial one) and in c (c % 16 == 8: a half k16 step; more l chunks than stages), a > 1,
+    y rows off the 16-byte grid (scalar stores), padding columns of y left untouched."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    monkeypatch.setenv("KRONLINALG_KS_NATURAL", "1")
+    tdt = getattr(torch, dtype)
+    for pattern, batch, pad in [((1, 72, 200, 2), 257, 8), ((3, 130, 24, 2), 65, 0),
+                                ((1, 136, 40, 3), 129, 1), ((2, 24, 8, 3), 70, 8),
+                                ((1, 200, 264, 3), 300, 0), ((1, 9, 8, 2), 1, 0)]:
+        a, b, c, d = pattern
+        n, m = a * c * d, a * b * d
+        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+        xs = (batch, n + (pad // 8) * 8)
+        ys = (batch, m + pad)
+        x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
+        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.matmul(pattern, batch, 0, (v.data_ptr(),) + tuple(v.stride()),
+                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
+                       {"float16": 2, "bfloat16": 3}[dtype],
+                       torch.cuda.current_stream().cuda_stream)
+        w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
+        ref = x.double()[:, :n] @ w.T
+        yd = y.double()
+        got = yd[:, :m]
+        assert bool(torch.isnan(yd[:, m:]).all()), ("padding written", pattern)
+        assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
+        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        assert err < RTOL[dtype], (pattern, dtype, err)

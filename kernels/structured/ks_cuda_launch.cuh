@@ -12,6 +12,7 @@
 
 #include "cuda_device.hpp"
 #include "ks_cuda_kernels.cuh"
+#include "ks_cuda_natural.cuh"
 #include "ks_cuda_pipe.cuh"
 
 namespace kl {
@@ -269,6 +270,40 @@ bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
   return true;
 }
 
+// The natural-layout kernel (ks_cuda_natural.cuh) for the half types batch_first: d = 3, and d = 2
+// with b·c <= 128².  On an H100 (batch 25088, the 120 generator patterns, kernel alone in one
+// run against the pipelined shapes): d = 3 1.0-1.16x (median 1.07x), d = 2 1.09-1.13x up to b·c
+// = 128², 0.90-0.98x above (where the 128-row wgmma and wide shapes take over); d = 4 and 6 lost
+// (0.59-0.98x with 16 warps of 64 x 16 tiles or 8 of 64 x 32: every warp picks its j out of the
+// rows it reads, so the permutes repeat once per warp that shares an operand, where the
+// pipelined kernel permutes each element once on its way into shared memory) and have no shape.
+// KRONLINALG_KS_NATURAL=0 never takes it, =1 wherever a shape exists (d = 2, 3; read per call,
+// for tests and comparisons).
+inline bool natural_wanted(const kl_ks_problem *p) {
+  const int64_t d = p->d;
+  if (p->layout != KL_KS_BATCH_FIRST || !(d == 2 || d == 3)) return false;
+  if (const char *v = std::getenv("KRONLINALG_KS_NATURAL")) return std::atoi(v) == 1;
+  return d == 3 || p->b * p->c <= 128 * 128;
+}
+
+template <class T, int D, int MI, int NI, int WN, int WK, int TL, int NS, int MINB>
+int launch_natural_shape(const kl_ks_problem *p, cudaStream_t s) {
+  typedef NaturalShape<D, MI, NI, WN, WK, TL, NS> S;
+  const Params q = make_params(p, S::BN, S::BK, D);
+  return launch_checked(q, ks_natural<T, D, MI, NI, WN, WK, TL, NS, MINB>, S::smem_bytes(), s,
+                        S::NT);
+}
+
+// d = 2: 8 warps of 32 x 32 (128 x 64 tiles), d = 3: 8 warps of 16 x 32 (64 x 64); l chunks of
+// 32, 3 stages, two blocks per SM.
+template <class T>
+bool launch_natural(const kl_ks_problem *p, cudaStream_t s, int *rc) {
+  if (!natural_wanted(p)) return false;
+  *rc = p->d == 2 ? launch_natural_shape<T, 2, 2, 4, 4, 2, 32, 3, 2>(p, s)
+                  : launch_natural_shape<T, 3, 1, 4, 4, 2, 32, 3, 2>(p, s);
+  return true;
+}
+
 // The pipelined kernel's shape.  d = 1: the k tile that pads b least (128 on a tie: fewer
 // re-reads of the X tile).  d = 2, 3, 4, 6: whole-d tiles loaded as contiguous (l, j) spans
 // (6 warps for d = 3, 6).  Else TJ the largest of 8, 4, 2, 1 dividing d: runs of TJ j's are
@@ -278,6 +313,7 @@ template <class T, bool BF>
 int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
   if constexpr (sizeof(T) == 2) {
     int rc = KL_OK;
+    if (BF && launch_natural<T>(p, s, &rc)) return rc;
     if (BF && launch_pipe_wgmma<T>(p, s, &rc)) return rc;
     if (launch_pipe_wide<T, BF>(p, s, &rc)) return rc;
   }
