@@ -826,6 +826,34 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
         assert err < RTOL[dtype], (pattern, layout, dtype, err)
 
 
+def _half_batch_first_error(rng, pattern, batch, pad, dtype):
+    """Relative error of the CUDA extension's half-type batch_first product (x rows padded by
+    pad // 8 * 8 elements, y rows by pad, y prefilled with NaN) against a float64 reference,
+    after checking that y's padding stayed untouched and every output was written."""
+    import torch
+    from kronlinalg._ext import ks_cuda
+
+    tdt = getattr(torch, dtype)
+    a, b, c, d = pattern
+    n, m = a * c * d, a * b * d
+    v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
+    xs = (batch, n + (pad // 8) * 8)
+    ys = (batch, m + pad)
+    x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
+    y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
+    ks_cuda.matmul(pattern, batch, 0, (v.data_ptr(),) + tuple(v.stride()),
+                   (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
+                   {"float16": 2, "bfloat16": 3}[dtype],
+                   torch.cuda.current_stream().cuda_stream)
+    w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
+    ref = x.double()[:, :n] @ w.T
+    yd = y.double()
+    got = yd[:, :m]
+    assert bool(torch.isnan(yd[:, m:]).all()), ("padding written", pattern)
+    assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
+    return float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("wgmma", ("on", "off"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
@@ -838,11 +866,9 @@ def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
 
     monkeypatch.setenv("KRONLINALG_KS_WGMMA", "1" if wgmma == "on" else "0")
     monkeypatch.setenv("KRONLINALG_KS_NATURAL", "0")
-    tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 200, 296, 1), 301, 8), ((2, 136, 40, 1), 77, 0),
                                 ((1, 72, 200, 2), 257, 8), ((3, 130, 16, 2), 65, 0),
                                 ((1, 264, 136, 3), 129, 0), ((2, 24, 8, 3), 70, 8),
@@ -850,24 +876,7 @@ def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
                                 ((2, 72, 136, 6), 67, 8), ((1, 130, 72, 8), 64, 0),
                                 ((2, 24, 40, 12), 90, 8), ((1, 16, 48, 24), 40, 0),
                                 ((1, 9, 8, 16), 1, 0)]:
-        a, b, c, d = pattern
-        n, m = a * c * d, a * b * d
-        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
-        xs = (batch, n + (pad // 8) * 8)
-        ys = (batch, m + pad)
-        x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
-        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
-        ks_cuda.matmul(pattern, batch, 0, (v.data_ptr(),) + tuple(v.stride()),
-                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
-                       {"float16": 2, "bfloat16": 3}[dtype],
-                       torch.cuda.current_stream().cuda_stream)
-        w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
-        ref = x.double()[:, :n] @ w.T
-        yd = y.double()
-        got = yd[:, :m]
-        assert bool(torch.isnan(yd[:, m:]).all()), ("padding written", pattern)
-        assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
-        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        err = _half_batch_first_error(rng, pattern, batch, pad, dtype)
         assert err < RTOL[dtype], (pattern, dtype, wgmma, err)
 
 
@@ -1036,29 +1045,10 @@ def test_cuda_natural_tiles(rng, monkeypatch, dtype):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
 
     monkeypatch.setenv("KRONLINALG_KS_NATURAL", "1")
-    tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 72, 200, 2), 257, 8), ((3, 130, 24, 2), 65, 0),
                                 ((1, 136, 40, 3), 129, 1), ((2, 24, 8, 3), 70, 8),
                                 ((1, 200, 264, 3), 300, 0), ((1, 9, 8, 2), 1, 0)]:
-        a, b, c, d = pattern
-        n, m = a * c * d, a * b * d
-        v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
-        xs = (batch, n + (pad // 8) * 8)
-        ys = (batch, m + pad)
-        x = torch.randn(xs, dtype=torch.float32, device="cuda").to(tdt)
-        y = torch.full(ys, float("nan"), dtype=tdt, device="cuda")
-        ks_cuda.matmul(pattern, batch, 0, (v.data_ptr(),) + tuple(v.stride()),
-                       (x.data_ptr(), xs[1]), (y.data_ptr(), ys[1]),
-                       {"float16": 2, "bfloat16": 3}[dtype],
-                       torch.cuda.current_stream().cuda_stream)
-        w = torch.tensor(ks_dense_ref(v.double().cpu().numpy()), device="cuda")
-        ref = x.double()[:, :n] @ w.T
-        yd = y.double()
-        got = yd[:, :m]
-        assert bool(torch.isnan(yd[:, m:]).all()), ("padding written", pattern)
-        assert bool(torch.isfinite(got).all()), f"{pattern}: unwritten outputs"
-        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        err = _half_batch_first_error(rng, pattern, batch, pad, dtype)
         assert err < RTOL[dtype], (pattern, dtype, err)

@@ -135,15 +135,7 @@ __global__ void __launch_bounds__(32 * WN * WK, MINB) ks_natural(Params p) {
         [&](int r) { return r < kmax; }, emax);
   };
 
-  float acc[D][MI][NI][4];
-#pragma unroll
-  for (int j = 0; j < D; ++j)
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][mi][ni][e] = 0.f;
+  float acc[D][MI][NI][4] = {};
 
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) {
