@@ -274,7 +274,8 @@ bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 // with b·c <= 128².  On an H100 (batch 25088, the 120 generator patterns, kernel alone in one
 // run against the pipelined shapes): d = 3 1.0-1.16x (median 1.07x), d = 2 1.09-1.13x up to b·c
 // = 128², 0.90-0.98x above (where the 128-row wgmma and wide shapes take over); d = 4 and 6 lost
-// (0.59-0.98x with 16 warps of 64 x 16 tiles or 8 of 64 x 32: every warp picks its j out of the
+// (medians 0.76-0.97x, 64-row blocks of 16 warps of 16 x 16 rows n x outputs k, or for d = 4 of
+// 8 warps of 16 x 32, all d j's each: every warp picks its j out of the
 // rows it reads, so the permutes repeat once per warp that shares an operand, where the
 // pipelined kernel permutes each element once on its way into shared memory) and have no shape.
 // KRONLINALG_KS_NATURAL=0 never takes it, =1 wherever a shape exists (d = 2, 3; read per call,
