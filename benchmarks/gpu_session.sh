@@ -55,6 +55,17 @@ for pats, nb in [([(1, 16, 16, 8)], 16929), ([(1, 128, 128, 8)], 8500), ([(1, 25
     kronlinalg.structured_matmul(x, ch, algorithm="kernel")
     kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, layout="batch_last",
                                  algorithm="kernel")
+# the natural-layout kernel forced on beyond the sizes it is taken for (KRONLINALG_KS_NATURAL is
+# read per call): d = 2, 3, tails in batch, b and c, a > 1, a chain
+import os
+os.environ["KRONLINALG_KS_NATURAL"] = "1"
+for pats, nb in [([(1, 72, 200, 2)], 257), ([(3, 130, 24, 2)], 65), ([(1, 136, 40, 3)], 129),
+                 ([(2, 24, 8, 3)], 70), ([(1, 200, 264, 3)], 300), ([(1, 9, 8, 2)], 1),
+                 ([(1, 64, 48, 3), (2, 36, 24, 2)], 45)]:
+    ch = KSChain.random(pats, rng=rng, xp=cp, dtype=cp.float16)
+    x = cp.asarray(rng.standard_normal((nb, ch.shape[1])), dtype=cp.float16)
+    kronlinalg.structured_matmul(x, ch, algorithm="kernel")
+del os.environ["KRONLINALG_KS_NATURAL"]
 cp.cuda.Device().synchronize(); print("sanitizer script done")
 PY
   for tool in memcheck racecheck; do
