@@ -96,9 +96,7 @@ __device__ __forceinline__ void load_natural_run(uint32_t (&w)[2 * D], const voi
 // The (l, l + 1) pair of j for l = 2·h (h = 0, 1) of a run: elements (2h)·D + j and that + D.
 template <int D>
 __device__ __forceinline__ uint32_t natural_pair(const uint32_t (&w)[2 * D], int h, int j) {
-  const int e1 = 2 * h * D + j, e2 = e1 + D;
-  const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
-  return __byte_perm(w[e1 / 2], w[e2 / 2], sel);
+  return pick_halves(w, 2 * h * D + j, 2 * h * D + j + D);
 }
 
 template <class T, int D, int MI, int NI, int WN, int WK, int TL, int NS, int MINB>
@@ -201,18 +199,8 @@ __global__ void __launch_bounds__(32 * WN * WK, MINB) ks_natural(Params p) {
         }
   __syncthreads();
 
-  T *Y = static_cast<T *>(p.Y);
-  constexpr int CPR = BK * D / 8;  // 16-byte pieces per staged row
-  for (int u = threadIdx.x; u < BN * CPR; u += NT) {
-    const int n = u / CPR, e = (u % CPR) * 8;
-    if (n >= nmax || e / D >= kmax) continue;
-    const T *src = cs + n * S::OP + e;
-    T *dst = Y + (n0 + n) * p.y_ld + (i * p.b + k0) * D + e;
-    if ((e + 7) / D < kmax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0)
-      store_vec<T, 8>(dst, src);
-    else
-      for (int q = 0; q < 8 && (e + q) / D < kmax; ++q) dst[q] = src[q];
-  }
+  store_staged_rows<T, 8, BN, BK * D, D, NT>(cs, S::OP, static_cast<T *>(p.Y), p.y_ld, n0,
+                                           (i * p.b + k0) * D, D, nmax, kmax);
 }
 
 }  // namespace ks

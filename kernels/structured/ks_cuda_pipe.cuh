@@ -157,6 +157,12 @@ struct TransposingLoader {
   }
 };
 
+// Two half values, elements e1 and e2 of the raw words w (two per word), as one word (e1 low).
+__device__ __forceinline__ uint32_t pick_halves(const uint32_t *w, int e1, int e2) {
+  const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
+  return __byte_perm(w[e1 / 2], w[e2 / 2], sel);
+}
+
 // The same tile for TJ = d in {2, 3, 4, 6} (whole d: a row's (l, j) span is contiguous): units of
 // UE = lcm(8, 2d) elements (UP = UE / 2d pairs of l) loaded as 16-byte vectors, each (l, l + 1)
 // pair of a j picked out by a byte permute.  Units never straddle the valid l range (c and TL
@@ -199,8 +205,7 @@ struct SpanLoader {
 #pragma unroll
         for (int j = 0; j < D; ++j) {
           const int e1 = 2 * lp * D + j, e2 = e1 + D;  // elements (l, j) and (l + 1, j)
-          const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
-          const uint32_t pair = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
+          const uint32_t pair = pick_halves(w[s], e1, e2);
           *reinterpret_cast<uint32_t *>(sm + Lay::off(j * R + r, l0 + 2 * lp)) = pair;
         }
     }
@@ -255,8 +260,7 @@ struct SpanTiles {
 #pragma unroll
         for (int lp = 0; lp < 4; ++lp) {
           const int e1 = 2 * lp * D + j, e2 = e1 + D;  // elements (l, j) and (l + 1, j)
-          const unsigned sel = (e1 & 1 ? 0x32u : 0x10u) | (e2 & 1 ? 0x7600u : 0x5400u);
-          q[lp] = __byte_perm(w[s][e1 / 2], w[s][e2 / 2], sel);
+          q[lp] = pick_halves(w[s], e1, e2);
         }
         *reinterpret_cast<uint4 *>(tile + Lay::off(j * rows + r, l0)) = make_uint4(q[0], q[1], q[2], q[3]);
       }
@@ -350,6 +354,30 @@ __device__ __forceinline__ void store_vec(T *dst, const T *src) {
     *reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<const uint32_t *>(src);
   } else {
     *dst = *src;
+  }
+}
+
+// The batch_first epilogue's second half: BN staged rows n (pitch OP) of RL elements, element e
+// being output (k, j) = (e / TJ, e % TJ) at column col0 + k·d + j of Y's row n0 + n.  Each thread
+// stores a piece of PV elements (a 16-byte vector at most, within one run of TJ j's), neighbouring
+// lanes the next pieces of the row (whole 32-byte sectors per instruction where the runs are that
+// long); rows n >= nmax and outputs k >= kmax are left out, cut or unaligned pieces go by element.
+template <class T, int PV, int BN, int RL, int TJ, int NT>
+__device__ __forceinline__ void store_staged_rows(const T *cs, int OP, T *Y, int64_t y_ld,
+                                                  int64_t n0, int64_t col0, int64_t d, int nmax,
+                                                  int kmax) {
+  constexpr int CPR = RL / PV;
+  static_assert(RL % PV == 0, "whole pieces per row");
+  for (int u = threadIdx.x; u < BN * CPR; u += NT) {
+    const int n = u / CPR, e = (u % CPR) * PV;
+    const int kt = e / TJ, jt = e % TJ;
+    if (n >= nmax || kt >= kmax) continue;
+    const T *src = cs + n * OP + e;
+    T *dst = Y + (n0 + n) * y_ld + col0 + kt * d + jt;
+    if ((e + PV - 1) / TJ < kmax && (reinterpret_cast<uintptr_t>(dst) & (PV * sizeof(T) - 1)) == 0)
+      store_vec<T, PV>(dst, src);
+    else
+      for (int t = 0; t < PV && (e + t) / TJ < kmax; ++t) dst[t] = src[t];
   }
 }
 
@@ -622,30 +650,14 @@ __global__ void __launch_bounds__(NT, NT > 256 ? 1 : 2) ks_pipe(Params p) {
   T *Y = static_cast<T *>(p.Y);
   const int64_t y_ld = p.y_ld;
   if (BF) {
-    // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart; a thread
-    // stores one piece of at most 16 bytes, neighbouring lanes the next pieces of the row (whole
-    // 32-byte sectors per instruction where the runs are that long)
+    // row n: (k, j) pairs, contiguous in Y when TJ == d, else runs of TJ j's d apart
     constexpr int V = 16 / int(sizeof(T)), RL = BK * TJ;
-    const bool whole = TJ == d;
-    auto store_rows = [&](auto piece) {  // pieces of PV elements (V when whole, else a run's)
-      constexpr int PV = decltype(piece)::value, CPR = RL / PV;
-      static_assert(RL % PV == 0, "whole pieces per row");
-      for (int u = threadIdx.x; u < BN * CPR; u += NT) {
-        const int n = u / CPR, e = (u % CPR) * PV;
-        const int kt = e / TJ, jt = e % TJ;
-        if (n >= nmax || kt >= kmax) continue;
-        const T *src = cs + n * S::OP + e;
-        T *dst = Y + (n0 + n) * y_ld + (i * p.b + k0 + kt) * d + j0 + jt;
-        if ((e + PV - 1) / TJ < kmax && (reinterpret_cast<uintptr_t>(dst) & (PV * sizeof(T) - 1)) == 0)
-          store_vec<T, PV>(dst, src);
-        else
-          for (int t = 0; t < PV && (e + t) / TJ < kmax; ++t) dst[t] = src[t];
-      }
-    };
-    if (whole)
-      store_rows(std::integral_constant<int, V>());
+    const int64_t col0 = (i * p.b + k0) * d + j0;
+    if (TJ == d)
+      store_staged_rows<T, V, BN, RL, TJ, NT>(cs, S::OP, Y, y_ld, n0, col0, d, nmax, kmax);
     else
-      store_rows(std::integral_constant<int, (TJ < V ? TJ : V)>());
+      store_staged_rows<T, (TJ < V ? TJ : V), BN, RL, TJ, NT>(cs, S::OP, Y, y_ld, n0, col0, d,
+                                                              nmax, kmax);
   } else {
     constexpr int CPR = BN / 8;
     for (int u = threadIdx.x; u < BK * TJ * CPR; u += NT) {
