@@ -40,12 +40,15 @@ for dt in (cp.float32, cp.float16):
         for nb in (29, 40):  # 40: rows 16-byte aligned (the pipelined half kernel)
             kronlinalg.structured_matmul(cp.asarray(rng.standard_normal((cols, nb)), dtype=dt),
                                          ch, layout="batch_last", algorithm="kernel")
-# the strided algorithm (K transposed by transpose_values, then cuBLAS)
+# the strided algorithm (K transposed by transpose_values, then cuBLAS; batch_first with d > 1
+# through the planar copies: vector paths, d = 5 and odd runs one element per thread)
 for dt in (cp.float32, cp.float16, cp.float64):
-    for pats in [[(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(5, 7, 3, 2)]]:
+    for pats in [[(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(5, 7, 3, 2)], [(1, 16, 8, 3)],
+                 [(2, 8, 16, 8)], [(1, 24, 16, 12)], [(1, 8, 8, 48)], [(1, 5, 7, 5)]]:
         ch = KSChain.random(pats, rng=rng, xp=cp, dtype=dt)
         x = cp.asarray(rng.standard_normal((ch.shape[1], 33)), dtype=dt)
         kronlinalg.structured_matmul(x, ch, layout="batch_last", algorithm="strided")
+        kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, algorithm="strided")
 # the half types' wide tiles (launch_pipe_wide): batches that give every SM two tiles
 for pats, nb in [([(1, 16, 16, 8)], 16929), ([(1, 128, 128, 8)], 8500), ([(1, 256, 128, 6)], 4300),
                  ([(1, 256, 128, 3)], 8500), ([(1, 256, 128, 2)], 16900),

@@ -701,13 +701,23 @@ def _dense(spec: _Spec):
 
 def _strided_fits(pattern, layout, rows, ldx, ldy) -> bool:
     """Whether one factor's blocks are strided-batched GEMMs of 32-bit sizes: batch_last (block
-    (i, j) of x is rows i·c·d + j + l·d, each contiguous along the batch), or d = 1 (blocks
-    are column ranges of x's rows)."""
+    (i, j) of x is rows i·c·d + j + l·d, each contiguous along the batch), batch_first with d = 1
+    (blocks are column ranges of x's rows), or batch_first with d > 1 on planar copies of x and
+    y ((a·d, B, c) and (a·d, B, b), see _planar)."""
     a, b, c, d = pattern
-    if layout != "batch_last" and d != 1:
-        return False
-    lead = d * max(ldx, ldy) if layout == "batch_last" else max(ldx, ldy)
-    return max(rows, b, c, lead) <= _cublas.INT_MAX
+    if layout == "batch_last":
+        lead = d * max(ldx, ldy)
+    else:
+        lead = max(ldx, ldy) if d == 1 else max(b, c)
+    return max(rows, b, c, lead, a * d) <= _cublas.INT_MAX
+
+
+def _planar(pattern, layout) -> bool:
+    """Whether the strided algorithm copies x and y to planar order for this factor: batch_first
+    with d > 1, where a row of x holds the blocks interleaved as (i, l, j) and no GEMM can read
+    block (i, j) in place.  One launch copies x to (a, d, B, c), the GEMMs read that, and one
+    launch copies their (a, d, B, b) result into y's rows."""
+    return layout == "batch_first" and pattern[3] > 1
 
 
 def _strided_calls(pattern, layout, rows, x, ldx, k, y, ldy, item):
@@ -718,9 +728,13 @@ def _strided_calls(pattern, layout, rows, x, ldx, k, y, ldy, item):
     batch_last: Y_ijᵀ (B × b) = X_ijᵀ (B × c) · K_ijᵀ, X_ij the rows i·c·d + j + l·d of x (a
     column-major B × c matrix of leading dimension d·ldx); batched over j (or over i where
     a > d), one call per value of the other.  batch_first, d = 1: Y_iᵀ (b × B) = K_i X_iᵀ,
-    X_i the columns i·c … of x; batched over i."""
+    X_i the columns i·c … of x; batched over i.  batch_first, d > 1 (_planar): x and y are the
+    planar copies, block (i, j) a contiguous (B, c) and (B, b) matrix; batched over (i, j)."""
     a, b, c, d = pattern
     if layout == "batch_first":
+        if _planar(pattern, layout):
+            return [(_cublas.OP_T, _cublas.OP_N, b, rows, c, k, c, b * c, x, c, rows * c,
+                     y, b, rows * b, a * d)]
         return [(_cublas.OP_T, _cublas.OP_N, b, rows, c, k, c, b * c, x, ldx, c, y, ldy, b, a)]
     # strides, in elements, of block (i, j) in x, K and y
     step_i = (c * d * ldx, d * b * c, b * d * ldy)
@@ -763,8 +777,8 @@ def _strided(spec: _Spec, want_recipe=False):
             out_2d = (spec.rows, a * b * d) if first else (a * b * d, spec.rows)
             if not _strided_fits(f.pattern, spec.layout, spec.rows, ld, out_2d[1]):
                 raise ValueError(f"algorithm: 'strided' needs pattern {f.pattern} with "
-                                 f"layout={spec.layout!r} to be GEMMs of 32-bit sizes (batch_last "
-                                 f"or d = 1); use 'kernel' or 'auto'")
+                                 f"layout={spec.layout!r} and {spec.rows} rows to be GEMMs of "
+                                 f"32-bit sizes; use 'kernel' or 'auto'")
             v = _backend.contiguous(_cast(xp, f.values, cdt))
             clean = clean and ok and v is f.values
             cur = launch.factor(f.pattern, cur, ld, v, out_2d)
@@ -790,7 +804,8 @@ class _StridedLaunch:
 
     def factor(self, pattern, x2d, ld, values, out_2d):
         """y = one factor's product with x2d (rows ld apart): K, contiguous, transposed to (a, d,
-        b, c) by one launch where d > 1, then the GEMM batches of _strided_calls."""
+        b, c) by one launch where d > 1, then the GEMM batches of _strided_calls (on planar
+        copies of x and y where _planar says so)."""
         a, b, c, d = pattern
         ptr = self.ptr
         out = _backend.empty_like_lib(x2d, out_2d, self.cdt)
@@ -800,10 +815,21 @@ class _StridedLaunch:
             ks_cuda.transpose_values(pattern, (k, b * c * d, c * d, d, 1), ptr(kt), self.code,
                                      self.stream)
             k = ptr(kt)
-        calls = _strided_calls(pattern, self.layout, self.rows, ptr(x2d), ld, k, ptr(out),
-                               out_2d[1], self.item)
+        planar = _planar(pattern, self.layout)
+        if planar:
+            xs = _backend.empty_like_lib(x2d, (a * d, self.rows, c), self.cdt)
+            ys = _backend.empty_like_lib(x2d, (a * d, self.rows, b), self.cdt)
+            ks_cuda.planar(True, self.rows, a, c, d, ptr(x2d), ptr(xs), ld, self.code, self.stream)
+            xa, ya = ptr(xs), ptr(ys)
+        else:
+            xa, ya = ptr(x2d), ptr(out)
+        calls = _strided_calls(pattern, self.layout, self.rows, xa, ld, k, ya, out_2d[1],
+                               self.item)
         _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
                                      stream=self.stream, cupy_owned=self.cupy_owned)
+        if planar:
+            ks_cuda.planar(False, self.rows, a, b, d, ya, ptr(out), out_2d[1], self.code,
+                           self.stream)
         return out
 
 
@@ -1074,21 +1100,27 @@ def _dense_terms(info, s_e, prof, dtype):
             "build_calls": (3 * len(masked) + 3 * (len(pats) - 1)) * prof.launch_s}
 
 
-def _strided_loops(p) -> int:
-    """cuBLAS calls of one factor (_strided_calls): one per value of the smaller of a and d."""
-    return 1 if p[3] == 1 else min(p[0], p[3])
+def _strided_loops(p, layout) -> int:
+    """cuBLAS calls of one factor (_strided_calls): one per value of the smaller of a and d
+    (batch_last with d > 1), else one."""
+    return min(p[0], p[3]) if layout == "batch_last" and p[3] > 1 else 1
 
 
 def _strided_terms(info, s_e, prof, dtype):
     """cuBLAS strided-batched GEMMs: x and y once, K transposed (read, written, read), the
-    GEMMs' flops and per-tile cost as for bmm, the transposing copy and the GEMM calls."""
-    B, pats = info["B"], info["patterns"]
+    GEMMs' flops and per-tile cost as for bmm, the transposing copy and the GEMM calls; where
+    x and y go through planar copies (batch_first, d > 1), each read and written once more and
+    two launches ("planar")."""
+    B, pats, layout = info["B"], info["patterns"], info["layout"]
     elems = sum(_io_elems(B, p) + (2 * math.prod(p) if p[3] > 1 else 0) for p in pats)
     tiles = sum(p[0] * p[3] * _gemm_tiles(B, p[1]) for p in pats)
-    calls = sum(_strided_loops(p) + (p[3] > 1) for p in pats)
+    planar = [p for p in pats if _planar(p, layout)]
+    calls = sum(_strided_loops(p, layout) + (p[3] > 1) for p in pats) + 2 * len(planar)
+    moved = sum(2.0 * B * p[0] * p[3] * (p[1] + p[2]) for p in planar)
     return {"gemm_mem": elems * s_e / prof.bandwidth,
             "gemm_flop": info["flops"] / prof.flops(dtype),
             "gemm_tiles": tiles * _GEMM_TILE_FLOPS / prof.flops(dtype),
+            "planar": moved * s_e / prof.bandwidth,
             "calls": calls * prof.launch_s}
 
 
@@ -1109,7 +1141,7 @@ DEFAULT_COEF = {
                                       "l2": 0.3, "interleaved": 1.0, "calls": 1.0},
     # not fitted: cuBLAS's rates, one launch per call
     "structured_matmul/strided/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "gemm_tiles": 1.0,
-                                       "calls": 1.0},
+                                       "planar": 1.0, "calls": 1.0},
     "structured_matmul/bmm/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "gemm_tiles": 1.0,
                                    "permute": 1.0,
                                    "transpose": 0.1, "permute_view": 1.0, "calls": 1.0},
@@ -1244,8 +1276,10 @@ def _kernel_applies(problem) -> bool:
 
 def _strided_pays(p, layout) -> bool:
     """A factor where the strided GEMMs save bmm's permutes: batch_last with d > 1, batch_first
-    with d = 1 < a (elsewhere bmm's batched matmul already reads views: the same GEMMs)."""
-    return p[3] > 1 if layout == "batch_last" else p[3] == 1 < p[0]
+    with d = 1 < a (elsewhere bmm's batched matmul already reads views: the same GEMMs), and
+    batch_first with d > 1, whose planar copies are one launch each way where bmm's permutes
+    are a library's strided copies."""
+    return p[3] > 1 if layout == "batch_last" else p[3] > 1 or p[0] > 1
 
 
 def _strided_applies(problem) -> bool:
@@ -1271,7 +1305,8 @@ def _register():
     register_op("structured_matmul", _normalise,
                 "x @ (K1 … KL)ᵀ for Kronecker-sparse factors; shapes: x, then each pattern")
     docs = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",
-            "strided": "cuBLAS strided-batched GEMMs on views of x and y (batch_last or d = 1)",
+            "strided": "cuBLAS strided-batched GEMMs on views of x and y (batch_last or d = 1), "
+                       "or on planar copies of them (batch_first, d > 1)",
             "bmm": "permute → batched matmul → permute through the array library",
             "dense": "x @ K.to_dense().T through the array library"}
     applies = {"kernel": _kernel_applies, "strided": _strided_applies}

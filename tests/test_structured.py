@@ -272,31 +272,46 @@ def _emulate_gemm_strided_batched(calls, buffers):
             cbuf[ci] = abuf[ai] @ bbuf[bi]
 
 
+def _planar_split_ref(x, a, n, d):
+    """x (B, a·n·d) rows holding (a, n, d) each -> (a, d, B, n): the planar copy's model."""
+    return np.ascontiguousarray(x.reshape(x.shape[0], a, n, d).transpose(1, 3, 0, 2))
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("pattern", PATTERNS + [(5, 3, 4, 2), (2, 6, 5, 7)],
                          ids=lambda p: "x".join(map(str, p)))
 def test_strided_gemm_indexing(rng, pattern, layout):
     """The strided algorithm's GEMM batches (structured._strided_calls), run by a NumPy model of
     cuBLAS on padded rows: every output written once with the right value, nothing outside x,
-    K or y touched.  batch_first takes d = 1 only."""
+    K or y touched.  batch_first with d > 1 multiplies planar copies of x and y (modelled by
+    transposes here; the copies themselves are checked on the GPU)."""
     a, b, c, d = pattern
-    if not structured._strided_fits(pattern, layout, 9, 64, 64):
-        assert layout == "batch_first" and d > 1
-        return
+    assert structured._strided_fits(pattern, layout, 9, 64, 64)
     batch, pad, item = 9, 3, 8
     n, m = a * c * d, a * b * d
     v = rng.standard_normal(pattern)
     kt = np.ascontiguousarray(v.transpose(0, 3, 1, 2))  # (a, d, b, c)
     first = layout == "batch_first"
+    planar = structured._planar(pattern, layout)
+    assert planar == (first and d > 1)
     x = rng.standard_normal((batch, n + pad) if first else (n, batch + pad))
     y = np.full((batch, m + pad) if first else (m, batch + pad), np.nan)
     X, K, Y = 1 << 40, 2 << 40, 3 << 40
+    if planar:  # the GEMMs' operands: contiguous (a·d, B, c) and (a·d, B, b) buffers
+        xg = _planar_split_ref(x[:, :n], a, c, d)
+        yg = np.full((a, d, batch, b), np.nan)
+    else:
+        xg, yg = x, y
     calls = structured._strided_calls(pattern, layout, batch, X, x.shape[1], K, Y, y.shape[1],
                                       item)
-    flat_y = y.reshape(-1)
-    _emulate_gemm_strided_batched(calls, {X: (x.reshape(-1), item), K: (kt.reshape(-1), item),
+    flat_y = yg.reshape(-1)
+    _emulate_gemm_strided_batched(calls, {X: (xg.reshape(-1), item), K: (kt.reshape(-1), item),
                                           Y: (flat_y, item)})
-    y = flat_y.reshape(y.shape)
+    if planar:
+        assert np.isfinite(flat_y).all(), "a planar output left unwritten"
+        y[:, :m] = flat_y.reshape(a, d, batch, b).transpose(2, 0, 3, 1).reshape(batch, m)
+    else:
+        y = flat_y.reshape(y.shape)
     w = ks_dense_ref(v)
     got, ref = (y[:, :m], x[:, :n] @ w.T) if first else (y[:, :batch], w @ x[:, :batch])
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
@@ -304,17 +319,25 @@ def test_strided_gemm_indexing(rng, pattern, layout):
 
 
 def test_strided_planner_gate():
-    """Where the strided candidate applies: batch_last, or batch_first with d = 1."""
+    """Where the strided candidate applies: any layout and d within cuBLAS's 32-bit sizes (batch_first
+    with d > 1 on planar copies); where it pays: all but batch_first with a = d = 1 and
+    batch_last with d = 1 (bmm's GEMMs read those in place too)."""
     assert structured._strided_fits((2, 3, 4, 5), "batch_last", 100, 100, 100)
     assert structured._strided_fits((2, 3, 4, 1), "batch_first", 100, 8, 6)
-    assert not structured._strided_fits((2, 3, 4, 5), "batch_first", 100, 40, 30)
+    assert structured._strided_fits((2, 3, 4, 5), "batch_first", 100, 40, 30)
     assert not structured._strided_fits((1, 3, 4, 64), "batch_last", 2**26, 2**26, 2**26)
+    assert not structured._strided_fits((1, 3, 2**31, 2), "batch_first", 100, 2**32, 6)
+    assert structured._strided_pays((1, 3, 4, 5), "batch_first")
+    assert structured._strided_pays((2, 3, 4, 1), "batch_first")
+    assert not structured._strided_pays((1, 3, 4, 1), "batch_first")
+    assert not structured._strided_pays((2, 3, 4, 1), "batch_last")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_strided(xp, rng, layout):
     """The strided algorithm against the float64 reference in every dtype the backend has
-    (CUDA with CuPy); elsewhere, and for batch_first with d > 1, a clear error."""
+    (CUDA with CuPy), batch_first with d > 1 through the planar copies; elsewhere a clear
+    error."""
     from kronlinalg import _cublas
 
     runs = xp.is_cuda and _cublas.available()
@@ -324,10 +347,8 @@ def test_strided(xp, rng, layout):
         with pytest.raises(ValueError, match="algorithm: 'strided' runs cuBLAS"):
             structured_matmul(x, chain, layout=layout, algorithm="strided")
         return
-    first = layout == "batch_first"
-    cases = [[p] for p in PATTERNS + [(5, 3, 4, 2), (2, 40, 24, 3)] if not first or p[3] == 1]
-    cases += [list(CHAINS["vit_s16_qkv"]()) if not first else [(1, 24, 12, 1), (3, 4, 8, 1)],
-              [(4, 8, 6, 1), (2, 6, 5, 2)] if not first else [(4, 6, 5, 1)]]
+    cases = [[p] for p in PATTERNS + [(5, 3, 4, 2), (2, 40, 24, 3), (1, 16, 48, 8)]]
+    cases += [list(CHAINS["vit_s16_qkv"]()), [(4, 8, 6, 1), (2, 6, 5, 2)]]
     for dtype in xp.dtypes:
         for pats in cases:
             chain = make_chain(xp, rng, pats, dtype)
@@ -337,30 +358,71 @@ def test_strided(xp, rng, layout):
             assert_close(y, reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain),
                          msg=f"{pats} B={batch} {layout} {dtype}: ")
         # row-strided x (every other row) is read in place; leading batch dimensions
-        chain = make_chain(xp, rng, [(2, 5, 3, 3 if not first else 1)], dtype)
-        n = chain.shape[1]
-        big, big64 = random(xp, rng, (14, n) if first else (2 * n, 7), dtype)
-        x, x64 = (big[::2, ...], big64[::2]) if first else (big[::2, ...], big64[::2])
-        assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
-                     reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain))
+        for d in (1, 3):
+            chain = make_chain(xp, rng, [(2, 5, 3, d)], dtype)
+            n = chain.shape[1]
+            big, big64 = random(xp, rng, (14, n) if layout == "batch_first" else (2 * n, 7),
+                                dtype)
+            assert_close(structured_matmul(big[::2, ...], chain, layout=layout,
+                                           algorithm="strided"),
+                         reference(big64[::2], chain, layout), xp, dtype, rtol_for(dtype, chain))
         # values given as a non-contiguous view (taken contiguous before the transposing copy)
-        p = (2, 5, 3, 3 if not first else 1)
+        p = (2, 5, 3, 3)
         vt, vt64 = random(xp, rng, p[::-1], dtype)
         chain = KSChain([KSFactor(p, xp.permute_dims(vt, (3, 2, 1, 0)))])
         assert tuple(chain[0].values.shape) == p
         x, x64 = x_for(xp, rng, chain, layout, 11, dtype)
         w = ks_dense_ref(vt64.transpose(3, 2, 1, 0))
         assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
-                     x64 @ w.T if first else w @ x64, xp, dtype, rtol_for(dtype, chain))
-    if first:
-        x, x64 = random(xp, rng, (2, 3, 4, 6), "float32")
-        chain = make_chain(xp, rng, [(3, 5, 2, 1)], "float32")
-        assert_close(structured_matmul(x, chain, algorithm="strided"),
-                     x64 @ chain_dense_ref(chain).T, xp, "float32")
-        chain = make_chain(xp, rng, [(2, 3, 4, 5)], "float32")
-        x, _ = x_for(xp, rng, chain, layout, 5, "float32")
-        with pytest.raises(ValueError, match="batch_last or d = 1"):
-            structured_matmul(x, chain, algorithm="strided")
+                     x64 @ w.T if layout == "batch_first" else w @ x64, xp, dtype,
+                     rtol_for(dtype, chain))
+    if layout == "batch_first":
+        for p in [(3, 5, 2, 1), (2, 3, 4, 2)]:
+            x, x64 = random(xp, rng, (2, 3, 4, p[0] * p[2] * p[3]), "float32")
+            chain = make_chain(xp, rng, [p], "float32")
+            assert_close(structured_matmul(x, chain, algorithm="strided"),
+                         x64 @ chain_dense_ref(chain).T, xp, "float32")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float16", "float32", "float64"))
+def test_cuda_planar_copies(rng, dtype):
+    """The planar copies (ks_cuda_planar.cuh) against NumPy transposes, both ways: every d with
+    code of its own (d < the vector width, multiples of it, 3·2^k) and d = 5, 7 (one element
+    per thread), a > 1, runs that are not whole vectors, rows off the 16-byte grid, one row,
+    several blocks and a partial last one; the destination prefilled with NaN, its padding
+    columns left untouched."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    tdt = getattr(torch, dtype)
+    code = {"float16": 2, "float32": 0, "float64": 1}[dtype]
+    stream = torch.cuda.current_stream().cuda_stream
+    for a, n, d, batch, pad in [(1, 16, 2, 37, 0), (1, 24, 3, 5, 8), (2, 8, 4, 9, 0),
+                                (1, 40, 6, 3, 0), (1, 8, 8, 17, 0), (3, 16, 12, 4, 8),
+                                (1, 16, 16, 7, 0), (2, 8, 24, 3, 0), (1, 8, 48, 2, 0),
+                                (1, 32, 5, 6, 0), (2, 9, 7, 5, 3), (1, 12, 2, 10, 0),
+                                (2, 16, 4, 1, 0), (1, 20, 6, 8, 1), (2, 4, 3, 3, 0),
+                                (1, 16, 3, 300, 0), (2, 24, 6, 211, 8), (1, 8, 8, 500, 0)]:
+        ld = a * n * d + pad
+        x = torch.randn((batch, ld), dtype=torch.float32, device="cuda").to(tdt)
+        planar = torch.full((a, d, batch, n), float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.planar(True, batch, a, n, d, x.data_ptr(), planar.data_ptr(), ld, code, stream)
+        want = _planar_split_ref(x[:, :a * n * d].double().cpu().numpy(), a, n, d)
+        np.testing.assert_array_equal(planar.double().cpu().numpy(), want,
+                                      err_msg=f"split a={a} n={n} d={d} B={batch} ld={ld}")
+        src = torch.randn((a, d, batch, n), dtype=torch.float32, device="cuda").to(tdt)
+        y = torch.full((batch, ld), float("nan"), dtype=tdt, device="cuda")
+        ks_cuda.planar(False, batch, a, n, d, src.data_ptr(), y.data_ptr(), ld, code, stream)
+        got = y.double().cpu().numpy()
+        want = src.double().cpu().numpy().transpose(2, 0, 3, 1).reshape(batch, a * n * d)
+        np.testing.assert_array_equal(got[:, :a * n * d], want,
+                                      err_msg=f"merge a={a} n={n} d={d} B={batch} ld={ld}")
+        assert np.isnan(got[:, a * n * d:]).all(), "padding written"
+    with pytest.raises(RuntimeError, match="leading dimension"):
+        ks_cuda.planar(True, 4, 1, 8, 2, x.data_ptr(), planar.data_ptr(), 15, code, stream)
 
 
 def test_dtype_promotion(xp, rng):

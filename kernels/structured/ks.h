@@ -52,6 +52,13 @@ int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
  * on `stream` (the "strided" algorithm's GEMM operand). */
 int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream);
 
+/* The "strided" algorithm's planar copies for batch_first with d > 1, enqueued on `stream`.
+ * split != 0: src holds `batch` rows of pitch `ld` (elements), each a x n x d (the blocks
+ * interleaved as (i, l, j)); dst receives them as a contiguous (a, d, batch, n) array.
+ * split == 0: the reverse, src (a, d, batch, n) contiguous into dst's rows of pitch `ld`. */
+int kl_ks_planar_cuda(int split, int64_t batch, int64_t a, int64_t n, int64_t d, const void *src,
+                      void *dst, int64_t ld, int dtype, void *stream);
+
 /* How the CUDA kernel computes float32: on tensor cores as three TF32 products per product
  * (KL_KS_FP32_TF32X3, the default; relative error within float32's test tolerance) or with
  * CUDA-core FMAs (KL_KS_FP32_IEEE; also the default when KRONLINALG_KS_FP32=ffma).  Sets the mode

@@ -2,6 +2,7 @@
 // instantiated in ks_cuda_f16.cu and ks_cuda_bf16.cu, compiled in parallel).
 #include "fp32_mode.hpp"
 #include "ks_cuda_launch.cuh"
+#include "ks_cuda_planar.cuh"
 
 namespace kl {
 namespace ks {
@@ -97,6 +98,30 @@ extern "C" int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, in
   }
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : ks::cuda_fail(e, "transpose launch");
+}
+
+extern "C" int kl_ks_planar_cuda(int split, int64_t batch, int64_t a, int64_t n, int64_t d,
+                                 const void *src, void *dst, int64_t ld, int dtype, void *stream) {
+  using namespace kl;
+  if (a < 1 || n < 1 || d < 1 || batch < 0)
+    return fail(KL_ERR_INVALID, "ks_planar_cuda: invalid sizes");
+  if (batch == 0) return KL_OK;
+  if (!src || !dst) return fail(KL_ERR_INVALID, "ks_planar_cuda: null pointer");
+  if (batch > 1 && ld < a * n * d)
+    return fail(KL_ERR_INVALID, "ks_planar_cuda: leading dimension shorter than a row");
+  int es = 0;
+  switch (dtype) {  // a copy: only the element size matters
+    case KL_KS_FLOAT64: es = 8; break;
+    case KL_KS_FLOAT32: es = 4; break;
+    case KL_KS_FLOAT16:
+    case KL_KS_BFLOAT16: es = 2; break;
+    default: return fail(KL_ERR_INVALID, "ks_planar_cuda: unsupported dtype");
+  }
+  const ks::PlanarDims s{batch, a, n, d, ld};
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const cudaError_t e = split ? ks::launch_planar<true>(s, es, src, dst, st)
+                              : ks::launch_planar<false>(s, es, src, dst, st);
+  return e == cudaSuccess ? KL_OK : ks::cuda_fail(e, "planar copy");
 }
 
 extern "C" int kl_ks_float32_mode(int mode) { return kl::ks::g_fp32.set(mode); }

@@ -1,9 +1,9 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport int64_t, uintptr_t
 
-from .ks_abi cimport (fill_problem, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_problem,
-                      kl_ks_transpose_values_cuda, kl_last_error)
+from .ks_abi cimport (fill_problem, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_planar_cuda,
+                      kl_ks_problem, kl_ks_transpose_values_cuda, kl_last_error)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
@@ -28,6 +28,20 @@ def transpose_values(pattern, values, out, int dtype, stream):
     cdef int status
     with nogil:
         status = kl_ks_transpose_values_cuda(&c, dst, dtype, st)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def planar(bint split, int64_t batch, int64_t a, int64_t n, int64_t d, src, dst, int64_t ld,
+           int dtype, stream):
+    """Enqueue a planar copy on `stream` (ks.h kl_ks_planar_cuda): split, rows of pitch `ld`
+    holding (a, n, d) each -> (a, d, batch, n); else the reverse.  No synchronisation."""
+    cdef const void *s = <const void *> <uintptr_t> src
+    cdef void *t = <void *> <uintptr_t> dst
+    cdef void *st = <void *> <uintptr_t> stream
+    cdef int status
+    with nogil:
+        status = kl_ks_planar_cuda(split, batch, a, n, d, s, t, ld, dtype, st)
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
 
