@@ -627,7 +627,9 @@ def test_cuda_kernels_on_the_cpu_emulator(tmp_path):
 # the CUDA cost model (pure Python: checked without a GPU, on the H100 table profile)
 
 
-def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088):
+def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088, without=()):
+    """The CUDA predictor's time; `without`: terms left out (e.g. the kernel's "interleaved"
+    margin, a bias of the planner rather than a prediction)."""
     from kronlinalg.planner import Problem
 
     a, b, c, d = pattern
@@ -635,7 +637,8 @@ def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088):
     info = structured._normalise((x, pattern), {"layout": layout})
     problem = Problem("structured_matmul", (x, pattern), dtype, "h100-sxm", "cuda",
                       {"layout": layout}, info)
-    return structured._predictor(name, "cuda")(problem, prof)[0]
+    seconds, detail = structured._predictor(name, "cuda")(problem, prof)
+    return seconds - sum(v for k, v in detail["terms"].items() if k in without)
 
 
 def test_cuda_tile_shapes_follow_the_launcher():
@@ -694,8 +697,10 @@ def test_cuda_cost_model_on_the_h100():
     # half types: tensor-core GEMMs beat the kernel on a dense block (a = d = 1: 0.076 ms dense
     # against 0.135 ms)
     assert pick((1, 768, 768, 1), "float16", "batch_first") != "kernel"
-    # the pipelined kernel takes both layouts alike (0.187 / 0.165 ms)
-    first = _cuda_seconds("kernel", (1, 192, 192, 8), "float16", "batch_first", prof)
+    # the pipelined kernel takes both layouts alike (0.152 / 0.150 ms), its predictions too once
+    # the batch_first margin is left out
+    first = _cuda_seconds("kernel", (1, 192, 192, 8), "float16", "batch_first", prof,
+                          without=("interleaved",))
     last = _cuda_seconds("kernel", (1, 192, 192, 8), "float16", "batch_last", prof)
     assert 0.7 < last / first < 1.3
 
