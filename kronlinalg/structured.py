@@ -1116,7 +1116,7 @@ def _strided_terms(info, s_e, prof, dtype):
     tiles = sum(p[0] * p[3] * _gemm_tiles(B, p[1]) for p in pats)
     planar = [p for p in pats if _planar(p, layout)]
     calls = sum(_strided_loops(p, layout) + (p[3] > 1) for p in pats) + 2 * len(planar)
-    moved = sum(2.0 * B * p[0] * p[3] * (p[1] + p[2]) for p in planar)
+    moved = sum(_permutes(B, p, layout) for p in planar)  # the same copies as bmm's
     return {"gemm_mem": elems * s_e / prof.bandwidth,
             "gemm_flop": info["flops"] / prof.flops(dtype),
             "gemm_tiles": tiles * _GEMM_TILE_FLOPS / prof.flops(dtype),

@@ -186,21 +186,20 @@ cudaError_t launch_planar_vec(const PlanarDims &s, const void *src, void *dst, c
     case 6: return launch_whole<ES, 6, SPLIT>(runs, src, dst, s, st);
     case 12: return launch_whole<ES, 12, SPLIT>(runs, src, dst, s, st);
   }
-  if constexpr (ES == 2) {
-    if (s.d == 8) return launch_whole<ES, 8, SPLIT>(runs, src, dst, s, st);
-  }
+  if (s.d == V) return launch_whole<ES, V, SPLIT>(runs, src, dst, s, st);  // halves: d = 8
   if (s.d % V == 0) return launch_units(planar_groups<ES, SPLIT>, runs * (s.d / V), src, dst, s, st);
   return cudaErrorNotSupported;
 }
 
 // Whether the 16-byte paths apply: both sides 16-byte aligned, runs of whole vectors, and a
-// d they have code for (else the element path).
+// d they have code for (launch_planar_vec: whole-d runs or groups of V j's; else the element
+// path).
 inline bool planar_vectors(const PlanarDims &s, int es, const void *src, const void *dst) {
   const int V = 16 / es;
   const auto aligned = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  const bool d_ok = s.d % V == 0 || s.d == 2 || s.d == 3 || s.d == 4 || s.d == 6 || s.d == 12;
-  return es <= 4 && d_ok && aligned(src) && aligned(dst) && s.n % V == 0 &&
-         (s.B <= 1 || (s.ld * es) % 16 == 0);
+  const bool whole_d = s.d == 2 || s.d == 3 || s.d == 4 || s.d == 6 || s.d == 12 || s.d == V;
+  return es <= 4 && (whole_d || s.d % V == 0) && aligned(src) && aligned(dst) &&
+         s.n % V == 0 && (s.B <= 1 || (s.ld * es) % 16 == 0);
 }
 
 template <bool SPLIT>
