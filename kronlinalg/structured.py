@@ -942,7 +942,7 @@ def _cuda_tj(d) -> int:
 # when c % 8 == 0 (and rows 16-byte aligned, which the model assumes): d -> (TN, TK, TL, TJ) with
 # the half types' l chunk (float32: 16 for d = 1, else 8); d = 2, 3, 4, 6 whole, else TJ the
 # largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least, l
-# chunks of 64.
+# chunks of 64 (float32 on small slabs, batch_last or b > 64: 128 x 64).
 _CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 32, 3), 6: (64, 32, 16, 6),
                     8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
 
@@ -978,7 +978,9 @@ def _cuda_tile(p, s_e, B=0, units=0, first=True) -> tuple:
         if blocks >= 2 * units:
             return (*wide, tl, tj)
     if _cuda_pipelined(p, s_e):
-        if d == 1:
+        if d == 1 and s_e == 4 and b * p[2] <= 384 * 512 and (not first or b > 64):
+            tn, tk, tl, tj = 128, 64, 16, 1  # (4-warp tiles)
+        elif d == 1:
             tn, tk, tl, tj = (256, 64, 64, 1) if -b % 64 < -b % 128 else (128, 128, 64, 1)
         elif d in (2, 3, 6):
             tn, tk, tl, tj = _CUDA_PIPE_TILES[d]

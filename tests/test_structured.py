@@ -659,7 +659,11 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert structured._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
     assert structured._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
     assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 64, 1)
-    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 128, 16, 1)
+    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 64, 16, 1)
+    assert structured._cuda_tile((1, 640, 320, 1), 4) == (128, 128, 16, 1)  # b·c > 384·512
+    assert structured._cuda_tile((1, 96, 320, 1), 4) == (128, 64, 16, 1)  # float32, small slab
+    assert structured._cuda_tile((1, 64, 320, 1), 4) == (256, 64, 16, 1)  # b <= 64 batch_first
+    assert structured._cuda_tile((1, 64, 320, 1), 4, first=False) == (128, 64, 16, 1)
     assert structured._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
     assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 64, 1)
     # the half types' wide shapes (launch_pipe_wide) where they pay and still give 132 SMs two
@@ -785,8 +789,8 @@ def _kt_mode(monkeypatch, kt, d):
 @pytest.mark.parametrize("wgmma", WGMMA_MODES)
 def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma):
     """The pipelined tensor-core kernel (c % 8 == 0, x_ld % 8 == 0; float32 as 3xTF32, held to
-    float32's tolerance): every tile (d = 1 with both k tiles, the whole-d spans d = 2, 3, 6,
-    runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
+    float32's tolerance): every tile (d = 1 with both k tiles and float32's 4-warp tiles, the
+    whole-d spans d = 2, 3, 6, runs of 8 and 4 j, TJ = 1 and 2 for other d), tails in the batch, in b
     and in the l chunks, several chunks (c > 3 stages), a > 1; a misaligned leading dimension
     takes the other kernel; y rows off the 16-byte grid take scalar stores.  Padding columns of
     y must stay untouched."""
@@ -800,7 +804,7 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, w
     monkeypatch.setenv("KRONLINALG_KS_NATURAL", "0")  # (test_cuda_natural_tiles covers it)
     tdt = getattr(torch, dtype)
     for pattern, batch, pad in [((1, 48, 200, 1), 301, 0), ((2, 130, 24, 1), 77, 8),
-                                ((1, 256, 136, 1), 150, 8),
+                                ((1, 256, 136, 1), 150, 8), ((1, 640, 320, 1), 70, 0),
                                 ((1, 64, 40, 2), 129, 0), ((3, 40, 16, 3), 70, 8),
                                 ((1, 20, 56, 4), 65, 0), ((2, 33, 8, 6), 100, 0),
                                 ((1, 48, 72, 8), 67, 8), ((2, 24, 32, 12), 90, 0),

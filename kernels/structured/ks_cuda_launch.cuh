@@ -131,16 +131,20 @@ inline cudaError_t values_pool(cudaMemPool_t *out) {
 // is a gather of d-strided values that blocks would otherwise repeat once per batch tile: on an
 // H100 (batch 25088, 120 generator patterns) 1.10x median for float32 batch_first at d = 16,
 // 1.2x at d >= 24, 1.06-1.12x for the half types at d >= 24 (both layouts); it costs 3-17 % on
-// float32 batch_last, on half types at d <= 16, and on small products, where the extra launch
-// (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP.  KRONLINALG_KS_KT=0 never takes it, =1
+// float32 batch_last, on half types at d <= 8 and batch_last at d = 16, and on small products,
+// where the extra launch (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP (28 GFLOP for the
+// half types batch_first at d = 16).  KRONLINALG_KS_KT=0 never takes it, =1
 // always (TJ = 8 shapes; read per call so that tests can switch it).  The whole-d span shapes
 // (d = 2, 3, 4, 6) were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
 // H100 (1.09x only for bfloat16 batch_first d = 3 from 6 GFLOP), so they keep K in registers.
 inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;
   const bool first = p->layout == KL_KS_BATCH_FIRST;
+  const double flops = 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d);
+  // (half types batch_first at d = 16: 1.04-1.13x from 28 GFLOP, 0.97-1.03x below)
+  if (half && first && p->d == 16) return flops >= 28e9;
   if (!(half ? p->d >= 24 : first && p->d >= 16)) return false;
-  return 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d) >= 6e9;
+  return flops >= 6e9;
 }
 
 // A shape of the pipelined kernel: mma.sync (K transposed first where that pays), or WG.
@@ -323,6 +327,12 @@ int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
   if (d == 1) {  // half types: l chunks of 64 (1.0-1.2x over 32 on an H100: half the barriers)
     constexpr int TL1 = sizeof(T) == 2 ? 64 : L2;
     const int64_t pad128 = (b + 127) / 128 * 128 - b, pad64 = (b + 63) / 64 * 64 - b;
+    // float32 on small slabs (b·c <= 384·512), batch_last or b > 64: 4-warp 128 x 64 tiles, twice
+    // the blocks of the 8-warp shapes (on an H100, batch 25088: 1.1-1.3x for b = 48-384 and
+    // c = 48-512 batch_last, 1.17-1.22x batch_first from b = 96; 3 % slower batch_first with
+    // b <= 64, where 256 x 64 tiles already pad nothing; 5-7 % slower from b·c = 512²)
+    if (sizeof(T) == 4 && b * p->c <= 384 * 512 && (!BF || b > 64))
+      return launch_pipe_shape<T, BF, false, false, 1, 128, 64, TL1, 128>(p, s);
     return pad64 < pad128 ? launch_pipe_shape<T, BF, false, false, 1, 256, 64, TL1>(p, s)
                           : launch_pipe_shape<T, BF, false, false, 1, 128, 128, TL1>(p, s);
   }
