@@ -49,6 +49,9 @@ for dt in (cp.float32, cp.float16, cp.float64):
         x = cp.asarray(rng.standard_normal((ch.shape[1], 33)), dtype=dt)
         kronlinalg.structured_matmul(x, ch, layout="batch_last", algorithm="strided")
         kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, algorithm="strided")
+        # block_dense: the diagonal blocks formed dense (dense_slabs), one GEMM in place
+        kronlinalg.structured_matmul(x, ch, layout="batch_last", algorithm="block_dense")
+        kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, algorithm="block_dense")
 # the half types' wide tiles (launch_pipe_wide): batches that give every SM two tiles
 for pats, nb in [([(1, 16, 16, 8)], 16929), ([(1, 128, 128, 8)], 8500), ([(1, 256, 128, 6)], 4300),
                  ([(1, 256, 128, 3)], 8500), ([(1, 256, 128, 2)], 16900),

@@ -233,10 +233,15 @@ def run_gpu(args, ks):
                 t = {"kernel": ops.time(timeit, kernel), "bmm": ops.time(timeit, bmm)}
                 # ours too: cuBLAS strided-batched GEMMs on views (batch_last, or d = 1), K
                 # transposed per call, through the public call's cached fast path
-                if structured._strided_fits(p, layout, B, *structured._strided_lds(
-                        p, {"B": B, "layout": layout})):
+                lds = structured._strided_lds(p, {"B": B, "layout": layout})
+                if structured._strided_fits(p, layout, B, *lds):
                     t["strided"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                         x, f, layout=layout, algorithm="strided"))
+                # and block_dense (a, d > 1): the diagonal blocks formed dense per call, one GEMM
+                if structured._block_dense_pays(p) and structured._strided_fits(
+                        structured._dense_slabs(p), layout, B, *lds):
+                    t["block_dense"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
+                        x, f, layout=layout, algorithm="block_dense"))
                 # dense: skipped when its flops alone at the GEMM peak cannot beat the others
                 floor = 2.0 * B * m * n / prof.flops(dtype) * 1e3
                 w_bytes = m * n * ops.itemsize
@@ -253,9 +258,11 @@ def run_gpu(args, ks):
                 auto = kronlinalg.plan("structured_matmul", tuple(x.shape), p, dtype=dtype,
                                        device="cuda", layout=layout)[0].name
                 base = min(v for k, v in t.items() if k in ("bmm", "dense") and v is not None)
-                ours = min(t["kernel"], t.get("strided") or float("inf"))
+                ours = min(t["kernel"], t.get("strided") or float("inf"),
+                           t.get("block_dense") or float("inf"))
                 row = {"pattern": p, "dtype": dtype, "layout": layout, "lib": lib,
                        "kernel_ms": t["kernel"], "strided_ms": t.get("strided"),
+                       "block_dense_ms": t.get("block_dense"),
                        "bmm_ms": t["bmm"], "dense_ms": t["dense"],
                        "dense_floor_ms": floor, "speedup_vs_bmm": t["bmm"] / t["kernel"],
                        "speedup_vs_best_baseline": base / t["kernel"],
@@ -279,8 +286,9 @@ def run_gpu(args, ks):
                     row["tuned_call_within_5pct"] = row["tuned_call_ms"] <= 1.05 * base
                 rows.append(row)
                 strided = f"{t['strided']:8.3f}" if "strided" in t else f"{'-':>8}"
+                blockd = f"{t['block_dense']:8.3f}" if "block_dense" in t else f"{'-':>8}"
                 print(f"{str(p):>20} {dtype:>8} {layout:>11} kernel {t['kernel']:8.3f} strided "
-                      f"{strided} bmm "
+                      f"{strided} block_dense {blockd} bmm "
                       f"{t['bmm']:8.3f} dense {t['dense'] if t['dense'] is not None else '-':>8} "
                       f"x{row['speedup_vs_bmm']:5.2f} auto={auto} err={err:.1e}", flush=True)
                 del x, y
@@ -305,7 +313,7 @@ def run_gpu(args, ks):
                 sum(r["tuned_call_within_5pct"] for r in rows) / len(rows))} if args.tune else {}),
         "half_kernel_beats_all_baselines_fraction": (
             sum(r["speedup_vs_best_baseline"] > 1 for r in half) / len(half)) if half else None,
-        # the kernel or the strided GEMMs, whichever is faster (both are ours)
+        # the kernel, the strided GEMMs or block_dense, whichever is fastest (all are ours)
         "half_ours_beats_all_baselines_fraction": (
             sum(r["speedup_ours_vs_best_baseline"] > 1 for r in half) / len(half))
         if half else None,

@@ -39,8 +39,8 @@ import sys
 
 import numpy as np
 
-NAMES = ("kernel", "strided", "bmm", "dense")
-OURS = ("kernel", "strided")
+NAMES = ("kernel", "strided", "block_dense", "bmm", "dense")
+OURS = ("kernel", "strided", "block_dense")
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("batch_first", "batch_last")
 NOT_FITTED = {"dense": ("build", "build_calls")}  # forming K: the benchmark times dense without it
@@ -116,6 +116,8 @@ def fit(S, rows, prof, batch):
     for row in rows:
         pr = _Problem(S, row, batch)
         for name, t in measured(row).items():
+            if name == "block_dense" and not S._block_dense_pays(tuple(row["pattern"])):
+                continue
             terms = S._FAMILIES[name](pr.info, S._ITEMSIZE[pr.dtype], prof, pr.dtype)
             key = S._coef_keys(name, "cuda", row["dtype"], row["layout"])[-1]
             data.setdefault((name, key), []).append((terms, t))
@@ -157,6 +159,8 @@ def evaluate(S, rows, prof, batch):
         m = measured(row)
         if not S._strided_pays(tuple(row["pattern"]), row["layout"]):
             m.pop("strided", None)
+        if not S._block_dense_pays(tuple(row["pattern"])):  # (a = 1: dense's GEMM)
+            m.pop("block_dense", None)
         best = min(m.values())
         pred, full = {}, {}
         for n in NAMES:

@@ -6,10 +6,11 @@ A Kronecker-sparse (KS) factor of pattern (a, b, c, d) has support I_a ⊗ 1_{b�
 matrices; neural networks use them in place of dense layers, with inference ``Y = X Kᵀ``.
 
 Public function → validation → planner → candidate: the compiled one-pass kernel (CPU, or CUDA
-for CuPy arrays / CUDA torch tensors), "strided" (CUDA, batch_last or d = 1: the (i, j) blocks as
-cuBLAS strided-batched GEMMs on views of x and y, no copies), the "bmm" algorithm (permute,
-batched matmul, permute) and "dense" (``x @ K.to_dense().T``), both through the caller's array
-library.
+for CuPy arrays / CUDA torch tensors), "strided" (CUDA: the (i, j) blocks as cuBLAS
+strided-batched GEMMs, on views of x and y or on planar copies of them), "block_dense" (CUDA: the
+factor's a diagonal blocks formed dense, one strided-batched GEMM on views of x and y), the "bmm"
+algorithm (permute, batched matmul, permute) and "dense" (``x @ K.to_dense().T``), both through
+the caller's array library.
 
     >>> import numpy as np, kronlinalg
     >>> chain = kronlinalg.structured.monarch(16, 16, 4, rng=0)
@@ -36,7 +37,7 @@ from ._ext import ks_cpu, ks_cuda
 __all__ = ["KSFactor", "KSChain", "structured_matmul", "tune", "float32_precision", "butterfly",
            "block_butterfly", "monarch", "low_rank", "block_diagonal"]
 
-ALGORITHMS = ("auto", "kernel", "strided", "bmm", "dense")
+ALGORITHMS = ("auto", "kernel", "strided", "block_dense", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
 _KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -386,11 +387,14 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     factors : KSFactor, KSChain or sequence of KSFactor
         K1 … KL; the shapes must chain.  Values and x must come from one library and device.
     layout : {"batch_first", "batch_last"}
-    algorithm : {"auto", "kernel", "strided", "bmm", "dense"}
+    algorithm : {"auto", "kernel", "strided", "block_dense", "bmm", "dense"}
         "kernel": the compiled one-pass kernel (CPU; CUDA for CuPy arrays and CUDA torch
-        tensors), one launch per factor; "strided": CUDA with CuPy installed, layout
-        "batch_last" or factors with d = 1: each factor's (i, j) blocks as cuBLAS
-        strided-batched GEMMs reading x and writing y in place (K transposed first);
+        tensors), one launch per factor; "strided": CUDA with CuPy installed: each factor's
+        (i, j) blocks as cuBLAS strided-batched GEMMs reading x and writing y in place
+        (batch_last, or d = 1; K transposed first), or on planar copies of them (batch_first
+        with d > 1); "block_dense": CUDA with CuPy installed: each factor's a diagonal blocks
+        (b·d × c·d) formed dense by one launch, then one strided-batched GEMM in place (d times
+        the flops of the others, no copies of x or y);
         "bmm": permute → batched matmul → permute through the array library; "dense":
         ``x @ K.to_dense().T`` through the array library; "auto": the planner's choice
         (``kronlinalg.explain("structured_matmul", x.shape, *patterns)``).
@@ -427,8 +431,8 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     recipe = None
     if algorithm == "kernel" and _backend.on_cuda(x):
         out, recipe = _run_cuda(spec, want_recipe=True)
-    elif algorithm == "strided":
-        out, recipe = _strided(spec, want_recipe=True)
+    elif algorithm in ("strided", "block_dense"):
+        out, recipe = _strided(spec, want_recipe=True, dense_slabs=algorithm == "block_dense")
     else:
         out = _execute(spec, algorithm)
     # the arrays stay out of the cache (it must not keep them alive)
@@ -489,8 +493,8 @@ def _execute(spec: _Spec, algorithm: str):
         return _dense(spec)
     if algorithm == "bmm":
         return _bmm(spec)
-    if algorithm == "strided":
-        return _strided(spec)
+    if algorithm in ("strided", "block_dense"):
+        return _strided(spec, dense_slabs=algorithm == "block_dense")
     return _run_cuda(spec) if _backend.on_cuda(spec.x) else _run_cpu(spec)
 
 
@@ -748,14 +752,23 @@ def _strided_calls(pattern, layout, rows, x, ldx, k, y, ldy, item):
     return calls
 
 
-def _strided(spec: _Spec, want_recipe=False):
-    """The product as cuBLAS strided-batched GEMMs; with want_recipe, (result, recipe) as for
+def _dense_slabs(pattern) -> tuple:
+    """The pattern of a factor's a diagonal blocks formed dense ("block_dense"): (a, b·d, c·d, 1),
+    whose rows and columns are the factor's own (k·d + j, l·d + j')."""
+    a, b, c, d = pattern
+    return (a, b * d, c * d, 1)
+
+
+def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
+    """The product as cuBLAS strided-batched GEMMs ("strided"; dense_slabs: "block_dense", each
+    factor's diagonal blocks formed dense first); with want_recipe, (result, recipe) as for
     _run_cuda (see _launch_strided_recipe), the recipe None when this call needed casts or
     copies."""
     xp, cdt = spec.xp, spec.compute_dtype
+    name = "block_dense" if dense_slabs else "strided"
     if not (_backend.on_cuda(spec.x) and ks_cuda is not None and _cublas.available()
             and cdt in _cublas.dtypes()):
-        raise ValueError("algorithm: 'strided' runs cuBLAS on CUDA arrays (float16, bfloat16, "
+        raise ValueError(f"algorithm: {name!r} runs cuBLAS on CUDA arrays (float16, bfloat16, "
                          "float32, float64) and needs CuPy and kronlinalg's CUDA build; use "
                          "'kernel', 'bmm' or 'dense' (or 'auto')")
     first = spec.layout == "batch_first"
@@ -764,7 +777,7 @@ def _strided(spec: _Spec, want_recipe=False):
     clean = x is spec.x and cdt == spec.result_dtype
     steps = []
     with _backend.cuda_device_scope(x):
-        launch = _StridedLaunch(x, spec.rows, spec.layout, cdt)
+        launch = _StridedLaunch(x, spec.rows, spec.layout, cdt, dense_slabs)
         cur = x.reshape(in_shape)
         for f in reversed(spec.chain):
             a, b, c, d = f.pattern
@@ -775,8 +788,9 @@ def _strided(spec: _Spec, want_recipe=False):
                 xv = _backend.device_view(cur)
                 ld = xv.strides[0] if xv.shape[0] > 1 else xv.shape[1]
             out_2d = (spec.rows, a * b * d) if first else (a * b * d, spec.rows)
-            if not _strided_fits(f.pattern, spec.layout, spec.rows, ld, out_2d[1]):
-                raise ValueError(f"algorithm: 'strided' needs pattern {f.pattern} with "
+            gemm = _dense_slabs(f.pattern) if dense_slabs else f.pattern
+            if not _strided_fits(gemm, spec.layout, spec.rows, ld, out_2d[1]):
+                raise ValueError(f"algorithm: {name!r} needs pattern {f.pattern} with "
                                  f"layout={spec.layout!r} and {spec.rows} rows to be GEMMs of "
                                  f"32-bit sizes; use 'kernel' or 'auto'")
             v = _backend.contiguous(_cast(xp, f.values, cdt))
@@ -786,16 +800,16 @@ def _strided(spec: _Spec, want_recipe=False):
     out = _finish(spec, cur.reshape(spec.out_shape))
     if not want_recipe:
         return out
-    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, cdt, in_shape, spec.out_shape,
-                                        tuple(steps))) if clean else None)
+    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, cdt, dense_slabs, in_shape,
+                                        spec.out_shape, tuple(steps))) if clean else None)
     return out, recipe
 
 
 class _StridedLaunch:
     """One call's cuBLAS setting (library, stream, device) and the launches of its factors."""
 
-    def __init__(self, x, rows, layout, cdt):
-        self.rows, self.layout, self.cdt = rows, layout, cdt
+    def __init__(self, x, rows, layout, cdt, dense_slabs=False):
+        self.rows, self.layout, self.cdt, self.dense_slabs = rows, layout, cdt, dense_slabs
         self.item, self.code = _ITEMSIZE[cdt], _KERNEL_DTYPE[cdt]
         self.ptr = _backend.address_getter(x)
         self.cupy_owned = _backend.is_cupy(x)
@@ -805,11 +819,21 @@ class _StridedLaunch:
     def factor(self, pattern, x2d, ld, values, out_2d):
         """y = one factor's product with x2d (rows ld apart): K, contiguous, transposed to (a, d,
         b, c) by one launch where d > 1, then the GEMM batches of _strided_calls (on planar
-        copies of x and y where _planar says so)."""
+        copies of x and y where _planar says so); dense_slabs: K's a diagonal blocks formed
+        dense by one launch (d > 1), then the GEMMs of the pattern _dense_slabs."""
         a, b, c, d = pattern
         ptr = self.ptr
         out = _backend.empty_like_lib(x2d, out_2d, self.cdt)
         k = ptr(values)
+        if self.dense_slabs and d > 1:
+            kd = _backend.empty_like_lib(values, (a, b * d, c * d), self.cdt)
+            ks_cuda.dense_slabs(pattern, (k, b * c * d, c * d, d, 1), ptr(kd), self.code,
+                                self.stream)
+            calls = _strided_calls(_dense_slabs(pattern), self.layout, self.rows, ptr(x2d), ld,
+                                   ptr(kd), ptr(out), out_2d[1], self.item)
+            _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
+                                         stream=self.stream, cupy_owned=self.cupy_owned)
+            return out
         if d > 1:  # K's (i, j) blocks as row-major (b, c) matrices (a library's copy costs more)
             kt = _backend.empty_like_lib(values, (a, d, b, c), self.cdt)
             ks_cuda.transpose_values(pattern, (k, b * c * d, c * d, d, 1), ptr(kt), self.code,
@@ -836,9 +860,9 @@ class _StridedLaunch:
 def _launch_strided_recipe(recipe, x, chain):
     """_strided's launches again, for arrays whose signature matches the recipe's call: the
     per-call cost of the host is most of a small product's time."""
-    rows, layout, cdt, in_shape, out_shape, steps = recipe
+    rows, layout, cdt, dense_slabs, in_shape, out_shape, steps = recipe
     with _backend.cuda_device_scope(x):
-        launch = _StridedLaunch(x, rows, layout, cdt)
+        launch = _StridedLaunch(x, rows, layout, cdt, dense_slabs)
         cur = x.reshape(in_shape)
         for f, (pattern, ld, out_2d) in zip(reversed(chain), steps):
             cur = launch.factor(pattern, cur, ld, f.values, out_2d)
@@ -1126,7 +1150,24 @@ def _strided_terms(info, s_e, prof, dtype):
             "calls": calls * prof.launch_s}
 
 
-_FAMILIES = {"kernel": _kernel_terms, "strided": _strided_terms, "bmm": _bmm_terms,
+def _block_dense_terms(info, s_e, prof, dtype):
+    """Each factor's diagonal blocks formed dense (read K, write a·b·c·d² elements, one launch
+    where d > 1), then one strided-batched GEMM of the pattern _dense_slabs: x and y once, the
+    dense blocks read, d times the flops, its per-tile cost as for bmm."""
+    B, pats = info["B"], info["patterns"]
+    dense = [_dense_slabs(p) for p in pats]
+    flops = sum(2.0 * B * math.prod(p) for p in dense)
+    formed = sum(math.prod(p) * (1 + p[3]) for p in pats if p[3] > 1)
+    return {"gemm_mem": sum(_io_elems(B, p) for p in dense) * s_e / prof.bandwidth,
+            "gemm_flop": flops / prof.flops(dtype),
+            "gemm_tiles": sum(p[0] * _gemm_tiles(B, p[1]) for p in dense) * _GEMM_TILE_FLOPS
+            / prof.flops(dtype),
+            "densify": formed * s_e / prof.bandwidth,
+            "calls": sum(1 + (p[3] > 1) for p in pats) * prof.launch_s}
+
+
+_FAMILIES = {"kernel": _kernel_terms, "strided": _strided_terms, "block_dense": _block_dense_terms,
+             "bmm": _bmm_terms,
              "dense": _dense_terms}
 # Coefficients: how far each term sits from the device's nominal rate, per family
 # "structured_matmul/<candidate>/<kind>", refined per dtype ("…/float16") and per dtype and
@@ -1144,6 +1185,9 @@ DEFAULT_COEF = {
     # not fitted: cuBLAS's rates, one launch per call
     "structured_matmul/strided/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "gemm_tiles": 1.0,
                                        "planar": 1.0, "calls": 1.0},
+    # the same cuBLAS strided-batched GEMMs and launches as strided: its coefficients
+    # (_coefficients), and this one
+    "structured_matmul/block_dense/cuda": {"densify": 1.0},
     "structured_matmul/bmm/cuda": {"gemm_mem": 1.0, "gemm_flop": 1.0, "gemm_tiles": 1.0,
                                    "permute": 1.0,
                                    "transpose": 0.1, "permute_view": 1.0, "calls": 1.0},
@@ -1175,6 +1219,18 @@ DEFAULT_COEF = {
 # computed the float32 and float16 baselines, torch the bfloat16 ones: bmm's permute
 # coefficients say what each library's copies cost.
 DEFAULT_COEF.update({
+    "structured_matmul/block_dense/cuda/bfloat16/batch_first": {"calls": 1.294, "densify": 0.1442,
+        "gemm_flop": 0.8, "gemm_mem": 0.431, "gemm_tiles": 1.133},
+    "structured_matmul/block_dense/cuda/bfloat16/batch_last": {"calls": 1.349, "densify": 7.811,
+        "gemm_flop": 0.8, "gemm_mem": 0.3419, "gemm_tiles": 1.012},
+    "structured_matmul/block_dense/cuda/float16/batch_first": {"calls": 1.28, "densify": 0.0,
+        "gemm_flop": 0.8, "gemm_mem": 0.4695, "gemm_tiles": 0.916},
+    "structured_matmul/block_dense/cuda/float16/batch_last": {"calls": 1.323, "densify": 8.249,
+        "gemm_flop": 0.8, "gemm_mem": 0.3401, "gemm_tiles": 1.025},
+    "structured_matmul/block_dense/cuda/float32/batch_first": {"calls": 4.396, "densify": 0.0,
+        "gemm_flop": 0.9596, "gemm_mem": 0.03352, "gemm_tiles": 0.507},
+    "structured_matmul/block_dense/cuda/float32/batch_last": {"calls": 2.915, "densify": 0.0,
+        "gemm_flop": 1.006, "gemm_mem": 0.2306, "gemm_tiles": 0.1452},
     "structured_matmul/bmm/cuda/bfloat16/batch_first": {"calls": 0.04958, "gemm_flop": 0.8,
         "gemm_mem": 1.139, "gemm_tiles": 0.0, "permute": 1.4, "permute_view": 1.0,
         "transpose": 0.1761},
@@ -1244,6 +1300,8 @@ def _coefficients(name, kind, dtype, layout, prof) -> dict:
     profile's fitted ones (prof.coef, kronlinalg.planner store_coefficients) in the same order,
     so that anything a device's profile stores overrides the built-in numbers."""
     keys = _coef_keys(name, kind, dtype, layout)
+    if name == "block_dense":  # (strided's GEMMs: its coefficients first)
+        keys = _coef_keys("strided", kind, dtype, layout) + keys
     coef = {}
     for source in (DEFAULT_COEF, prof.coef):
         for k in keys:
@@ -1294,6 +1352,23 @@ def _strided_applies(problem) -> bool:
             and any(_strided_pays(p, info["layout"]) for p in info["patterns"]))
 
 
+def _block_dense_pays(p) -> bool:
+    """A factor whose dense diagonal blocks are a GEMM of fewer flops than dense's: a > 1 (for
+    a = 1 the block is the dense matrix, dense's own GEMM) and d > 1 (d = 1: strided's GEMMs)."""
+    return p[0] > 1 and p[3] > 1
+
+
+def _block_dense_applies(problem) -> bool:
+    """CUDA with cuBLAS, some factor where block_dense pays, every dense block product a GEMM of
+    32-bit sizes."""
+    info = problem.info
+    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
+            and problem.dtype in _cublas.dtypes()
+            and any(_block_dense_pays(p) for p in info["patterns"])
+            and all(_strided_fits(_dense_slabs(p), info["layout"], info["B"],
+                                  *_strided_lds(p, info)) for p in info["patterns"]))
+
+
 def _strided_lds(p, info) -> tuple:
     """x's and y's row strides for one factor of a contiguous problem."""
     a, b, c, d = p
@@ -1310,11 +1385,15 @@ def _register():
     docs = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",
             "strided": "cuBLAS strided-batched GEMMs on views of x and y (batch_last or d = 1), "
                        "or on planar copies of them (batch_first, d > 1)",
+            "block_dense": "each factor's a diagonal blocks formed dense, one cuBLAS "
+                           "strided-batched GEMM on views of x and y (d times the flops)",
             "bmm": "permute → batched matmul → permute through the array library",
             "dense": "x @ K.to_dense().T through the array library"}
-    applies = {"kernel": _kernel_applies, "strided": _strided_applies}
+    applies = {"kernel": _kernel_applies, "strided": _strided_applies,
+               "block_dense": _block_dense_applies}
     for kind in ("cpu", "cuda"):
-        for name in ("kernel", "bmm", "dense") + (("strided",) if kind == "cuda" else ()):
+        for name in ("kernel", "bmm", "dense") + (("strided", "block_dense") if kind == "cuda"
+                                                  else ()):
             register("structured_matmul", Candidate(
                 name, _predictor(name, kind), devices=(kind,),
                 applies=applies.get(name, lambda problem: True),

@@ -272,6 +272,36 @@ def _emulate_gemm_strided_batched(calls, buffers):
             cbuf[ci] = abuf[ai] @ bbuf[bi]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ("float16", "float32", "float64"))
+def test_cuda_dense_slabs_copy(rng, dtype):
+    """ks_cuda.dense_slabs (block_dense's GEMM operand) against NumPy: a > 1, d = 1, odd sizes,
+    a NaN-poisoned output with padding that stays untouched; strides that are not C-contiguous
+    rejected."""
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("no CUDA device")
+    from kronlinalg._ext import ks_cuda
+
+    code = {"float32": 0, "float64": 1, "float16": 2}[dtype]
+    stream = cp.cuda.get_current_stream().ptr
+    for pattern in [(1, 3, 5, 2), (3, 7, 4, 5), (2, 16, 8, 1), (4, 1, 9, 3), (1, 33, 17, 12)]:
+        a, b, c, d = pattern
+        v = cp.asarray(rng.standard_normal(pattern), dtype=dtype)
+        n = a * b * c * d * d
+        out = cp.full(n + 7, cp.nan, dtype=dtype)
+        item = v.itemsize
+        ks_cuda.dense_slabs(pattern, (v.data.ptr,) + tuple(st // item for st in v.strides),
+                            out.data.ptr, code, stream)
+        got = cp.asnumpy(out).astype(np.float64)
+        ref = _dense_slabs_ref(cp.asnumpy(v).astype(np.float64))
+        np.testing.assert_array_equal(got[:n].reshape(ref.shape), ref)
+        assert np.isnan(got[n:]).all(), "padding written"
+    v = cp.asarray(rng.standard_normal((2, 3, 4, 5)), dtype=dtype)
+    with pytest.raises(RuntimeError, match="C-contiguous"):
+        ks_cuda.dense_slabs((2, 3, 4, 5), (v.data.ptr, 1, 2, 3, 4), out.data.ptr, code, stream)
+
+
 def _planar_split_ref(x, a, n, d):
     """x (B, a·n·d) rows holding (a, n, d) each -> (a, d, B, n): the planar copy's model."""
     return np.ascontiguousarray(x.reshape(x.shape[0], a, n, d).transpose(1, 3, 0, 2))
@@ -318,6 +348,62 @@ def test_strided_gemm_indexing(rng, pattern, layout):
     assert np.isnan(y[:, m:] if first else y[:, batch:]).all(), "padding written"
 
 
+def _dense_slabs_ref(v):
+    """(a, b·d, c·d): the a diagonal blocks of the factor's dense matrix (ks_dense_ref)."""
+    a, b, c, d = v.shape
+    w = ks_dense_ref(v)
+    return np.stack([w[i * b * d:(i + 1) * b * d, i * c * d:(i + 1) * c * d] for i in range(a)])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pattern", PATTERNS + [(5, 3, 4, 2), (2, 6, 5, 7)],
+                         ids=lambda p: "x".join(map(str, p)))
+def test_block_dense_gemm_indexing(rng, pattern, layout):
+    """block_dense's GEMM batches (structured._strided_calls of structured._dense_slabs), run by
+    a NumPy model of cuBLAS on padded rows of x and y in place, on the factor's dense diagonal
+    blocks: every output right, nothing outside x, K or y touched."""
+    a, b, c, d = pattern
+    gemm = structured._dense_slabs(pattern)
+    assert gemm == (a, b * d, c * d, 1)
+    batch, pad, item = 9, 3, 8
+    assert structured._strided_fits(gemm, layout, batch, 64, 64)
+    n, m = a * c * d, a * b * d
+    v = rng.standard_normal(pattern)
+    first = layout == "batch_first"
+    x = rng.standard_normal((batch, n + pad) if first else (n, batch + pad))
+    y = np.full((batch, m + pad) if first else (m, batch + pad), np.nan)
+    X, K, Y = 1 << 40, 2 << 40, 3 << 40
+    calls = structured._strided_calls(gemm, layout, batch, X, x.shape[1], K, Y, y.shape[1], item)
+    _emulate_gemm_strided_batched(calls, {X: (x.reshape(-1), item),
+                                          K: (_dense_slabs_ref(v).reshape(-1), item),
+                                          Y: (y.reshape(-1), item)})
+    w = ks_dense_ref(v)
+    got, ref = (y[:, :m], x[:, :n] @ w.T) if first else (y[:, :batch], w @ x[:, :batch])
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    assert np.isnan(y[:, m:] if first else y[:, batch:]).all(), "padding written"
+
+
+def test_block_dense_cost_terms():
+    """block_dense's model: d times the kernel's flops, the dense blocks formed once (written
+    a·b·c·d², read a·b·c·d), one launch more per factor with d > 1, strided's coefficients
+    where it has none of its own; it pays only where a > 1 and d > 1."""
+    from kronlinalg.planner import _profiles
+
+    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    info = structured._normalise(((1000, 2 * 5 * 3), (2, 4, 5, 3)), {"layout": "batch_first"})
+    t = structured._block_dense_terms(info, 2, prof, "float16")
+    assert t["gemm_flop"] == pytest.approx(2.0 * 1000 * 2 * 4 * 5 * 3 * 3 / prof.flops("float16"))
+    assert t["densify"] == pytest.approx(2 * 4 * 5 * 3 * 4 * 2 / prof.bandwidth)
+    assert t["calls"] == pytest.approx(2 * prof.launch_s)
+    # a dtype without fitted block_dense entries: strided's, plus its own densify
+    coef = structured._coefficients("block_dense", "cuda", "float64", "batch_first", prof)
+    strided = structured._coefficients("strided", "cuda", "float64", "batch_first", prof)
+    assert coef == {**strided, "densify": 1.0}
+    assert structured._block_dense_pays((2, 3, 4, 5))
+    assert not structured._block_dense_pays((1, 3, 4, 5))  # dense's own GEMM
+    assert not structured._block_dense_pays((2, 3, 4, 1))  # strided's GEMMs
+
+
 def test_strided_planner_gate():
     """Where the strided candidate applies: any layout and d within cuBLAS's 32-bit sizes (batch_first
     with d > 1 on planar copies); where it pays: all but batch_first with a = d = 1 and
@@ -333,19 +419,21 @@ def test_strided_planner_gate():
     assert not structured._strided_pays((2, 3, 4, 1), "batch_last")
 
 
+@pytest.mark.parametrize("algorithm", ("strided", "block_dense"))
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_strided(xp, rng, layout):
-    """The strided algorithm against the float64 reference in every dtype the backend has
-    (CUDA with CuPy), batch_first with d > 1 through the planar copies; elsewhere a clear
-    error."""
+def test_strided(xp, rng, layout, algorithm):
+    """The cuBLAS algorithms against the float64 reference in every dtype the backend has
+    (CUDA with CuPy): strided (batch_first with d > 1 through the planar copies) and block_dense
+    (the diagonal blocks formed dense); chains, a > 1, odd sizes, row-strided x, leading batch
+    dimensions, non-contiguous values; elsewhere a clear error."""
     from kronlinalg import _cublas
 
     runs = xp.is_cuda and _cublas.available()
     if not runs:
         chain = make_chain(xp, rng, [(2, 3, 4, 1)], "float32")
         x, _ = x_for(xp, rng, chain, layout, 5, "float32")
-        with pytest.raises(ValueError, match="algorithm: 'strided' runs cuBLAS"):
-            structured_matmul(x, chain, layout=layout, algorithm="strided")
+        with pytest.raises(ValueError, match=f"algorithm: '{algorithm}' runs cuBLAS"):
+            structured_matmul(x, chain, layout=layout, algorithm=algorithm)
         return
     cases = [[p] for p in PATTERNS + [(5, 3, 4, 2), (2, 40, 24, 3), (1, 16, 48, 8)]]
     cases += [list(CHAINS["vit_s16_qkv"]()), [(4, 8, 6, 1), (2, 6, 5, 2)]]
@@ -354,7 +442,7 @@ def test_strided(xp, rng, layout):
             chain = make_chain(xp, rng, pats, dtype)
             batch = int(rng.integers(1, 50))
             x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
-            y = structured_matmul(x, chain, layout=layout, algorithm="strided")
+            y = structured_matmul(x, chain, layout=layout, algorithm=algorithm)
             assert_close(y, reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain),
                          msg=f"{pats} B={batch} {layout} {dtype}: ")
         # row-strided x (every other row) is read in place; leading batch dimensions
@@ -364,7 +452,7 @@ def test_strided(xp, rng, layout):
             big, big64 = random(xp, rng, (14, n) if layout == "batch_first" else (2 * n, 7),
                                 dtype)
             assert_close(structured_matmul(big[::2, ...], chain, layout=layout,
-                                           algorithm="strided"),
+                                           algorithm=algorithm),
                          reference(big64[::2], chain, layout), xp, dtype, rtol_for(dtype, chain))
         # values given as a non-contiguous view (taken contiguous before the transposing copy)
         p = (2, 5, 3, 3)
@@ -373,14 +461,14 @@ def test_strided(xp, rng, layout):
         assert tuple(chain[0].values.shape) == p
         x, x64 = x_for(xp, rng, chain, layout, 11, dtype)
         w = ks_dense_ref(vt64.transpose(3, 2, 1, 0))
-        assert_close(structured_matmul(x, chain, layout=layout, algorithm="strided"),
+        assert_close(structured_matmul(x, chain, layout=layout, algorithm=algorithm),
                      x64 @ w.T if layout == "batch_first" else w @ x64, xp, dtype,
                      rtol_for(dtype, chain))
     if layout == "batch_first":
         for p in [(3, 5, 2, 1), (2, 3, 4, 2)]:
             x, x64 = random(xp, rng, (2, 3, 4, p[0] * p[2] * p[3]), "float32")
             chain = make_chain(xp, rng, [p], "float32")
-            assert_close(structured_matmul(x, chain, algorithm="strided"),
+            assert_close(structured_matmul(x, chain, algorithm=algorithm),
                          x64 @ chain_dense_ref(chain).T, xp, "float32")
 
 
@@ -1052,8 +1140,9 @@ def test_tune_on_cuda_arrays(rng):
         f = structured.KSFactor((2, 16, 8, 4), to(v))
         try:
             times = structured.tune(to(x), f, repeats=2)
-            # strided: batch_first with d > 1 on planar copies, where CuPy's cuBLAS is there
-            strided = {"strided"} if _cublas.available() else set()
+            # strided (batch_first with d > 1 on planar copies) and block_dense, where CuPy's
+            # cuBLAS is there
+            strided = {"strided", "block_dense"} if _cublas.available() else set()
             assert set(times) == {"kernel", "bmm", "dense"} | strided
             out = structured.structured_matmul(to(x), f)
             got = out.get() if hasattr(out, "get") else out.cpu().numpy()

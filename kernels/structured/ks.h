@@ -52,6 +52,11 @@ int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
  * on `stream` (the "strided" algorithm's GEMM operand). */
 int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream);
 
+/* The values (contiguous) as the a dense diagonal blocks of the factor, (a, b·d, c·d) contiguous:
+ * out[i][k·d + j][l·d + j'] = values[i, k, l, j] where j == j', else 0; enqueued on `stream` (the
+ * "block_dense" algorithm's GEMM operand). */
+int kl_ks_dense_slabs_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream);
+
 /* The "strided" algorithm's planar copies for batch_first with d > 1, enqueued on `stream`.
  * split != 0: src holds `batch` rows of pitch `ld` (elements), each a x n x d (the blocks
  * interleaved as (i, l, j)); dst receives them as a contiguous (a, d, batch, n) array.

@@ -1,5 +1,7 @@
 // CUDA Kronecker-sparse kernel: float32 instantiations and the entry point (the half types are
 // instantiated in ks_cuda_f16.cu and ks_cuda_bf16.cu, compiled in parallel).
+#include <string>
+
 #include "fp32_mode.hpp"
 #include "ks_cuda_launch.cuh"
 #include "ks_cuda_planar.cuh"
@@ -80,24 +82,49 @@ extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream
   }
 }
 
-extern "C" int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype,
-                                           void *stream) {
+namespace {
+
+// The values' copies (transposed, or as dense blocks): a valid, contiguous pattern; only the
+// element size matters.
+template <template <class> class Launch>
+int copy_values(const kl_ks_problem *p, void *out, int dtype, void *stream, const char *who) {
   using namespace kl;
+  const std::string name(who);
   if (!p || p->a < 1 || p->b < 1 || p->c < 1 || p->d < 1)
-    return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: invalid pattern");
-  if (!p->values || !out) return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: null pointer");
+    return fail(KL_ERR_INVALID, (name + ": invalid pattern").c_str());
+  if (!p->values || !out) return fail(KL_ERR_INVALID, (name + ": null pointer").c_str());
   if (p->vs[3] != 1 || p->vs[2] != p->d || p->vs[1] != p->c * p->d || p->vs[0] != p->b * p->c * p->d)
-    return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: the values must be C-contiguous (a, b, c, d)");
+    return fail(KL_ERR_INVALID, (name + ": the values must be C-contiguous (a, b, c, d)").c_str());
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {  // a copy: only the element size matters
-    case KL_KS_FLOAT64: ks::launch_transpose<uint64_t>(p, out, s); break;
-    case KL_KS_FLOAT32: ks::launch_transpose<uint32_t>(p, out, s); break;
+  switch (dtype) {
+    case KL_KS_FLOAT64: Launch<uint64_t>::run(p, out, s); break;
+    case KL_KS_FLOAT32: Launch<uint32_t>::run(p, out, s); break;
     case KL_KS_FLOAT16:
-    case KL_KS_BFLOAT16: ks::launch_transpose<uint16_t>(p, out, s); break;
-    default: return fail(KL_ERR_INVALID, "ks_transpose_values_cuda: unsupported dtype");
+    case KL_KS_BFLOAT16: Launch<uint16_t>::run(p, out, s); break;
+    default: return fail(KL_ERR_INVALID, (name + ": unsupported dtype").c_str());
   }
   const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? KL_OK : ks::cuda_fail(e, "transpose launch");
+  return e == cudaSuccess ? KL_OK : ks::cuda_fail(e, "values copy launch");
+}
+
+template <class T>
+struct Transposed {
+  static void run(const kl_ks_problem *p, void *out, cudaStream_t s) { kl::ks::launch_transpose<T>(p, out, s); }
+};
+template <class T>
+struct DenseSlabs {
+  static void run(const kl_ks_problem *p, void *out, cudaStream_t s) { kl::ks::launch_dense_slabs<T>(p, out, s); }
+};
+
+}  // namespace
+
+extern "C" int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype,
+                                           void *stream) {
+  return copy_values<Transposed>(p, out, dtype, stream, "ks_transpose_values_cuda");
+}
+
+extern "C" int kl_ks_dense_slabs_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream) {
+  return copy_values<DenseSlabs>(p, out, dtype, stream, "ks_dense_slabs_cuda");
 }
 
 extern "C" int kl_ks_planar_cuda(int split, int64_t batch, int64_t a, int64_t n, int64_t d,

@@ -104,6 +104,29 @@ void launch_transpose(const kl_ks_problem *p, void *out, cudaStream_t s) {
                                                       p->d);
 }
 
+// The factor as its a dense diagonal blocks, (a, b·d, c·d) contiguous, zeros off each block's
+// j == j' support (the "block_dense" algorithm's GEMM operand): written in order, read gathered.
+template <class T>
+__global__ void dense_slabs(const T *__restrict__ K, T *__restrict__ Kd, int64_t a, int64_t b,
+                            int64_t c, int64_t d) {
+  const int64_t n = a * b * c * d * d;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t jp = t % d, r = t / d, l = r % c, kj = r / c, j = kj % d, ik = kj / d;
+    Kd[t] = j == jp ? K[(ik * c + l) * d + j] : T(0);
+  }
+}
+
+template <class T>
+void launch_dense_slabs(const kl_ks_problem *p, void *out, cudaStream_t s) {
+  const int64_t n = p->a * p->b * p->c * p->d * p->d;
+  DeviceInfo dev;
+  const int sms = query_device(&dev) == cudaSuccess ? dev.sms : 132;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t(sms) * 8);
+  dense_slabs<T><<<unsigned(blocks), 256, 0, s>>>(static_cast<const T *>(p->values),
+                                                  static_cast<T *>(out), p->a, p->b, p->c, p->d);
+}
+
 // A stream-ordered pool per device for the transposed factors (kept up to 256 MB between calls,
 // so that a steady stream of calls does not allocate).
 inline cudaError_t values_pool(cudaMemPool_t *out) {

@@ -2,8 +2,9 @@
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
 from libc.stdint cimport int64_t, uintptr_t
 
-from .ks_abi cimport (fill_problem, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_planar_cuda,
-                      kl_ks_problem, kl_ks_transpose_values_cuda, kl_last_error)
+from .ks_abi cimport (fill_problem, kl_ks_dense_slabs_cuda, kl_ks_float32_mode,
+                      kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
+                      kl_ks_transpose_values_cuda, kl_last_error)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
@@ -21,13 +22,26 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
 def transpose_values(pattern, values, out, int dtype, stream):
     """Enqueue the copy of contiguous values (ptr, strides) of `pattern` to out (a pointer) in
     (a, d, b, c) order on `stream`; no synchronisation."""
+    _copy_values(0, pattern, values, out, dtype, stream)
+
+
+def dense_slabs(pattern, values, out, int dtype, stream):
+    """Enqueue the copy of contiguous values (ptr, strides) of `pattern` to out (a pointer) as
+    the factor's a dense diagonal blocks, (a, b·d, c·d), on `stream`; no synchronisation."""
+    _copy_values(1, pattern, values, out, dtype, stream)
+
+
+cdef _copy_values(int dense, pattern, values, out, int dtype, stream):
     cdef kl_ks_problem c
     fill_problem(&c, pattern, 0, 0, values, (0, 0), (0, 0))
     cdef void *dst = <void *> <uintptr_t> out
     cdef void *st = <void *> <uintptr_t> stream
     cdef int status
     with nogil:
-        status = kl_ks_transpose_values_cuda(&c, dst, dtype, st)
+        if dense:
+            status = kl_ks_dense_slabs_cuda(&c, dst, dtype, st)
+        else:
+            status = kl_ks_transpose_values_cuda(&c, dst, dtype, st)
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
 
