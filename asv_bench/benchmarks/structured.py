@@ -1,5 +1,5 @@
-"""structured_matmul: the one-pass Kronecker-sparse kernel (and, on the GPU, the strided cuBLAS
-GEMMs) against the bmm and dense algorithms.
+"""structured_matmul: the one-pass Kronecker-sparse kernel (and, on the GPU, the strided and
+block_dense cuBLAS GEMMs) against the bmm and dense algorithms.
 
 Cases come from the shared benchmark sets (/work/shared/bench/cases.json, ``kronecker_sparse``):
 the two ViT-S/16 chains, patterns of the Kronecker-sparse generator, and a dyadic butterfly.  CPU
@@ -91,15 +91,15 @@ def _cupy_or_skip():
 
 class StructuredGPU:
     param_names = ["case", "layout", "dtype", "algorithm"]
-    params = [list(CASES), LAYOUTS, ["float32", "float16"], ALGORITHMS + ["strided", "auto"]]
+    params = [list(CASES), LAYOUTS, ["float32", "float16"],
+              ALGORITHMS + ["strided", "block_dense", "auto"]]
     timeout = 300
     batch = 25088
 
     def setup(self, case, layout, dtype, algorithm):
         cp = _cupy_or_skip()
-        if algorithm == "strided" and layout == "batch_first" and any(
-                p[3] > 1 for p in CASES[case]):
-            raise NotImplementedError("strided: batch_last, or batch_first with d = 1 only")
+        if algorithm == "block_dense" and not any(p[0] > 1 and p[3] > 1 for p in CASES[case]):
+            raise NotImplementedError("block_dense: a factor with a > 1 and d > 1 only")
         self.cp = cp
         self.chain = _chain(cp, CASES[case], dtype)
         self.x = _x(cp, self.chain, self.batch, layout, dtype)
