@@ -102,8 +102,12 @@ class _Problem:
         self.info = S._normalise((x, tuple(row["pattern"])), {"layout": row["layout"]})
 
 
-def measured(row):
-    return {n: row[f"{n}_ms"] * 1e-3 for n in NAMES if row.get(f"{n}_ms") is not None}
+def measured(S, row):
+    """The row's timed candidates, in seconds; block_dense only where it is one (a, d > 1)."""
+    m = {n: row[f"{n}_ms"] * 1e-3 for n in NAMES if row.get(f"{n}_ms") is not None}
+    if not S._block_dense_pays(tuple(row["pattern"])):  # (a = 1: dense's GEMM)
+        m.pop("block_dense", None)
+    return m
 
 
 def fit(S, rows, prof, batch):
@@ -115,9 +119,7 @@ def fit(S, rows, prof, batch):
     data = {}
     for row in rows:
         pr = _Problem(S, row, batch)
-        for name, t in measured(row).items():
-            if name == "block_dense" and not S._block_dense_pays(tuple(row["pattern"])):
-                continue
+        for name, t in measured(S, row).items():
             terms = S._FAMILIES[name](pr.info, S._ITEMSIZE[pr.dtype], prof, pr.dtype)
             key = S._coef_keys(name, "cuda", row["dtype"], row["layout"])[-1]
             data.setdefault((name, key), []).append((terms, t))
@@ -156,11 +158,9 @@ def evaluate(S, rows, prof, batch):
     preds = {n: S._predictor(n, "cuda") for n in NAMES}
     for row in rows:
         pr = _Problem(S, row, batch)
-        m = measured(row)
+        m = measured(S, row)
         if not S._strided_pays(tuple(row["pattern"]), row["layout"]):
             m.pop("strided", None)
-        if not S._block_dense_pays(tuple(row["pattern"])):  # (a = 1: dense's GEMM)
-            m.pop("block_dense", None)
         best = min(m.values())
         pred, full = {}, {}
         for n in NAMES:

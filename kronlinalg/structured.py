@@ -824,22 +824,17 @@ class _StridedLaunch:
         a, b, c, d = pattern
         ptr = self.ptr
         out = _backend.empty_like_lib(x2d, out_2d, self.cdt)
-        k = ptr(values)
-        if self.dense_slabs and d > 1:
+        k, gemm = ptr(values), pattern
+        desc = (k, b * c * d, c * d, d, 1)
+        if self.dense_slabs and d > 1:  # the GEMMs of (a, b·d, c·d, 1) on the dense blocks
             kd = _backend.empty_like_lib(values, (a, b * d, c * d), self.cdt)
-            ks_cuda.dense_slabs(pattern, (k, b * c * d, c * d, d, 1), ptr(kd), self.code,
-                                self.stream)
-            calls = _strided_calls(_dense_slabs(pattern), self.layout, self.rows, ptr(x2d), ld,
-                                   ptr(kd), ptr(out), out_2d[1], self.item)
-            _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
-                                         stream=self.stream, cupy_owned=self.cupy_owned)
-            return out
-        if d > 1:  # K's (i, j) blocks as row-major (b, c) matrices (a library's copy costs more)
+            ks_cuda.dense_slabs(pattern, desc, ptr(kd), self.code, self.stream)
+            k, gemm = ptr(kd), _dense_slabs(pattern)
+        elif d > 1:  # K's (i, j) blocks as row-major (b, c) matrices (a library's copy costs more)
             kt = _backend.empty_like_lib(values, (a, d, b, c), self.cdt)
-            ks_cuda.transpose_values(pattern, (k, b * c * d, c * d, d, 1), ptr(kt), self.code,
-                                     self.stream)
+            ks_cuda.transpose_values(pattern, desc, ptr(kt), self.code, self.stream)
             k = ptr(kt)
-        planar = _planar(pattern, self.layout)
+        planar = _planar(gemm, self.layout)
         if planar:
             xs = _backend.empty_like_lib(x2d, (a * d, self.rows, c), self.cdt)
             ys = _backend.empty_like_lib(x2d, (a * d, self.rows, b), self.cdt)
@@ -847,8 +842,7 @@ class _StridedLaunch:
             xa, ya = ptr(xs), ptr(ys)
         else:
             xa, ya = ptr(x2d), ptr(out)
-        calls = _strided_calls(pattern, self.layout, self.rows, xa, ld, k, ya, out_2d[1],
-                               self.item)
+        calls = _strided_calls(gemm, self.layout, self.rows, xa, ld, k, ya, out_2d[1], self.item)
         _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
                                      stream=self.stream, cupy_owned=self.cupy_owned)
         if planar:
@@ -1343,10 +1337,15 @@ def _strided_pays(p, layout) -> bool:
     return p[3] > 1 if layout == "batch_last" else p[3] > 1 or p[0] > 1
 
 
+def _cublas_runs(problem) -> bool:
+    """A CUDA problem that the cuBLAS algorithms (strided, block_dense) can run."""
+    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
+            and problem.dtype in _cublas.dtypes())
+
+
 def _strided_applies(problem) -> bool:
     info = problem.info
-    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
-            and problem.dtype in _cublas.dtypes()
+    return (_cublas_runs(problem)
             and all(_strided_fits(p, info["layout"], info["B"], *_strided_lds(p, info))
                     for p in info["patterns"])
             and any(_strided_pays(p, info["layout"]) for p in info["patterns"]))
@@ -1362,9 +1361,7 @@ def _block_dense_applies(problem) -> bool:
     """CUDA with cuBLAS, some factor where block_dense pays, every dense block product a GEMM of
     32-bit sizes."""
     info = problem.info
-    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
-            and problem.dtype in _cublas.dtypes()
-            and any(_block_dense_pays(p) for p in info["patterns"])
+    return (_cublas_runs(problem) and any(_block_dense_pays(p) for p in info["patterns"])
             and all(_strided_fits(_dense_slabs(p), info["layout"], info["B"],
                                   *_strided_lds(p, info)) for p in info["patterns"]))
 

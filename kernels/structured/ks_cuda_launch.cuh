@@ -354,8 +354,10 @@ int launch_pipe(const kl_ks_problem *p, cudaStream_t s) {
     // the blocks of the 8-warp shapes (on an H100, batch 25088: 1.1-1.3x for b = 48-384 and
     // c = 48-512 batch_last, 1.17-1.22x batch_first from b = 96; 3 % slower batch_first with
     // b <= 64, where 256 x 64 tiles already pad nothing; 5-7 % slower from b·c = 512²)
-    if (sizeof(T) == 4 && b * p->c <= 384 * 512 && (!BF || b > 64))
-      return launch_pipe_shape<T, BF, false, false, 1, 128, 64, TL1, 128>(p, s);
+    if constexpr (sizeof(T) == 4) {  // (no half-type instantiation of the shape)
+      if (b * p->c <= 384 * 512 && (!BF || b > 64))
+        return launch_pipe_shape<T, BF, false, false, 1, 128, 64, TL1, 128>(p, s);
+    }
     return pad64 < pad128 ? launch_pipe_shape<T, BF, false, false, 1, 256, 64, TL1>(p, s)
                           : launch_pipe_shape<T, BF, false, false, 1, 128, 128, TL1>(p, s);
   }
