@@ -19,7 +19,9 @@ call, through the public call); reports the median kernel/bmm speedup, the
 fraction of patterns on which the planner's choice is within 5 % of min(bmm, dense) — by the
 cost model, and after measured planning (structured.tune on the pattern; --no-tune skips it) —
 the fraction of half-precision cases where the kernel (or ours: the faster of the kernel and
-strided; or the planner's choice) beats both, and the two ViT-S/16 chains
+strided; or the planner's choice) beats both; the same with the weights packed once
+(structured.KSPacked: strided and block_dense timed without forming K per call, the planner's
+choice for a packed chain through the public call), and the two ViT-S/16 chains
 against the dense layer of the same size.  Dense is not timed where its flop count alone at the
 device's GEMM peak already exceeds 1.05 × the best other time (it cannot be the minimum).
 
@@ -238,10 +240,20 @@ def run_gpu(args, ks):
                     t["strided"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                         x, f, layout=layout, algorithm="strided"))
                 # and block_dense (a, d > 1): the diagonal blocks formed dense per call, one GEMM
-                if structured._block_dense_pays(p) and structured._strided_fits(
-                        structured._dense_slabs(p), layout, B, *lds):
+                block_dense = structured._block_dense_pays(p) and structured._strided_fits(
+                    structured._dense_slabs(p), layout, B, *lds)
+                if block_dense:
                     t["block_dense"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                         x, f, layout=layout, algorithm="block_dense"))
+                # the same with the weights packed once (KSPacked), as the baselines' are: K's
+                # transposed blocks and the dense diagonal blocks formed before the timing
+                packed = structured.KSPacked(f)
+                for alg, runs in (("strided", "strided" in t), ("block_dense", block_dense)):
+                    if runs:
+                        call = lambda: kronlinalg.structured_matmul(  # noqa: E731
+                            x, packed, layout=layout, algorithm=alg)
+                        call()
+                        t[alg + "_packed"] = ops.time(timeit, call)
                 # dense: skipped when its flops alone at the GEMM peak cannot beat the others
                 floor = 2.0 * B * m * n / prof.flops(dtype) * 1e3
                 w_bytes = m * n * ops.itemsize
@@ -260,13 +272,18 @@ def run_gpu(args, ks):
                 base = min(v for k, v in t.items() if k in ("bmm", "dense") and v is not None)
                 ours = min(t["kernel"], t.get("strided") or float("inf"),
                            t.get("block_dense") or float("inf"))
+                ours_packed = min(ours, t.get("strided_packed") or float("inf"),
+                                  t.get("block_dense_packed") or float("inf"))
                 row = {"pattern": p, "dtype": dtype, "layout": layout, "lib": lib,
                        "kernel_ms": t["kernel"], "strided_ms": t.get("strided"),
                        "block_dense_ms": t.get("block_dense"),
+                       "strided_packed_ms": t.get("strided_packed"),
+                       "block_dense_packed_ms": t.get("block_dense_packed"),
                        "bmm_ms": t["bmm"], "dense_ms": t["dense"],
                        "dense_floor_ms": floor, "speedup_vs_bmm": t["bmm"] / t["kernel"],
                        "speedup_vs_best_baseline": base / t["kernel"],
-                       "speedup_ours_vs_best_baseline": base / ours, "auto": auto,
+                       "speedup_ours_vs_best_baseline": base / ours,
+                       "speedup_ours_packed_vs_best_baseline": base / ours_packed, "auto": auto,
                        "auto_ms": t[auto] if t.get(auto) is not None else float("inf"),
                        "rel_err_vs_bmm": err,
                        "bytes_floor_ms": B * (n + m) * ops.itemsize / prof.bandwidth * 1e3}
@@ -276,6 +293,14 @@ def run_gpu(args, ks):
                 row["auto_call_ms"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                     x, f, layout=layout))
                 row["auto_call_within_5pct"] = row["auto_call_ms"] <= 1.05 * base
+                # packed: the planner prices the algorithms without their per-call weight work
+                # (dense and bmm then run the baselines' own calls)
+                row["auto_packed"] = kronlinalg.plan(
+                    "structured_matmul", tuple(x.shape), p, dtype=dtype, device="cuda",
+                    layout=layout, packed=True)[0].name
+                row["auto_packed_call_ms"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
+                    x, packed, layout=layout))
+                row["auto_packed_call_within_5pct"] = row["auto_packed_call_ms"] <= 1.05 * base
                 if args.tune:  # measured planning (structured.tune), then the public call again
                     row["tuned"] = next(iter(structured.tune(x, f, layout=layout)))
                     tuned_ms = t.get(row["tuned"])
@@ -290,7 +315,10 @@ def run_gpu(args, ks):
                 print(f"{str(p):>20} {dtype:>8} {layout:>11} kernel {t['kernel']:8.3f} strided "
                       f"{strided} block_dense {blockd} bmm "
                       f"{t['bmm']:8.3f} dense {t['dense'] if t['dense'] is not None else '-':>8} "
-                      f"x{row['speedup_vs_bmm']:5.2f} auto={auto} err={err:.1e}", flush=True)
+                      f"x{row['speedup_vs_bmm']:5.2f} auto={auto} packed: "
+                      f"{_ms(t.get('strided_packed'))} {_ms(t.get('block_dense_packed'))} "
+                      f"auto={row['auto_packed']} {row['auto_packed_call_ms']:.3f} "
+                      f"err={err:.1e}", flush=True)
                 del x, y
             del vals
             ops.free()
@@ -308,6 +336,10 @@ def run_gpu(args, ks):
         "auto_call_within_5pct_fraction_float32": (
             sum(r["auto_call_within_5pct"] for r in f32) / len(f32)) if f32 else None,
         "auto_call_within_5pct_fraction": sum(r["auto_call_within_5pct"] for r in rows) / len(rows),
+        "auto_packed_call_within_5pct_fraction_float32": (
+            sum(r["auto_packed_call_within_5pct"] for r in f32) / len(f32)) if f32 else None,
+        "auto_packed_call_within_5pct_fraction": (
+            sum(r["auto_packed_call_within_5pct"] for r in rows) / len(rows)),
         **({"tuned_within_5pct_fraction": sum(r["tuned_within_5pct"] for r in rows) / len(rows),
             "tuned_call_within_5pct_fraction": (
                 sum(r["tuned_call_within_5pct"] for r in rows) / len(rows))} if args.tune else {}),
@@ -317,6 +349,13 @@ def run_gpu(args, ks):
         "half_ours_beats_all_baselines_fraction": (
             sum(r["speedup_ours_vs_best_baseline"] > 1 for r in half) / len(half))
         if half else None,
+        # the same with the weights packed (KSPacked) as the baselines' are
+        "half_ours_packed_beats_all_baselines_fraction": (
+            sum(r["speedup_ours_packed_vs_best_baseline"] > 1 for r in half) / len(half))
+        if half else None,
+        "half_auto_packed_call_beats_all_baselines_fraction": (
+            sum(r["auto_packed_call_ms"] < min(r["bmm_ms"], r["dense_ms"] or float("inf"))
+                for r in half) / len(half)) if half else None,
         "half_auto_beats_all_baselines_fraction": (
             sum(r["auto_ms"] < min(r["bmm_ms"], r["dense_ms"] or float("inf")) for r in half)
             / len(half)) if half else None,
@@ -327,10 +366,15 @@ def run_gpu(args, ks):
     print(json.dumps(summary, indent=1))
     for v in vit:
         print(f"ViT-S/16 {v['chain']} {v['dtype']} {v['layout']}: chain (kernel) {v['chain_ms']:.3f} "
-              f"ms, chain (auto: {v['auto']}) {v['auto_ms']:.3f} ms, dense layer {v['dense_ms']:.3f} "
+              f"ms, chain (auto: {v['auto']}) {v['auto_ms']:.3f} ms, packed (auto: "
+              f"{v['auto_packed']}) {v['auto_packed_ms']:.3f} ms, dense layer {v['dense_ms']:.3f} "
               f"ms, dense/chain {v['dense_ms'] / v['chain_ms']:.2f}")
     return {"device": name, "batch": B, "seed": args.seed, "max_dim": args.max_dim, "pool": pool,
             "reps": args.reps, "rows": rows, "vit_s16": vit, "summary": summary}
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _vit_chains(args, ks, timeit, B, dtypes, prof):
@@ -352,11 +396,19 @@ def _vit_chains(args, ks, timeit, B, dtypes, prof):
                     x, chain, layout=layout, algorithm=alg)
                 auto = kronlinalg.plan("structured_matmul", tuple(x.shape), *chain_pats,
                                        dtype=dtype, device="cuda", layout=layout)[0].name
+                packed = structured.KSPacked(chain)
+                run_packed = lambda: kronlinalg.structured_matmul(  # noqa: E731
+                    x, packed, layout=layout)
+                run_packed()
                 dense = (lambda: x @ w.T) if first else (lambda: w @ x)  # noqa: E731
                 out.append({"chain": chain_pats, "dtype": dtype, "layout": layout,
                             "chain_ms": ops.time(timeit, lambda: run("kernel")),
                             "bmm_ms": ops.time(timeit, lambda: run("bmm")),
                             "auto": auto, "auto_ms": ops.time(timeit, lambda: run("auto")),
+                            "auto_packed": kronlinalg.plan(
+                                "structured_matmul", tuple(x.shape), *chain_pats, dtype=dtype,
+                                device="cuda", layout=layout, packed=True)[0].name,
+                            "auto_packed_ms": ops.time(timeit, run_packed),
                             "dense_ms": ops.time(timeit, dense), "shape": (m, n)})
             ops.free()
     return out

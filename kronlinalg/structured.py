@@ -34,7 +34,7 @@ from . import _backend, _cublas, _precision, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
-__all__ = ["KSFactor", "KSChain", "structured_matmul", "tune", "float32_precision", "butterfly",
+__all__ = ["KSFactor", "KSChain", "KSPacked", "structured_matmul", "tune", "float32_precision", "butterfly",
            "block_butterfly", "monarch", "low_rank", "block_diagonal"]
 
 ALGORITHMS = ("auto", "kernel", "strided", "block_dense", "bmm", "dense")
@@ -245,6 +245,51 @@ class KSChain:
                     for p in patterns])
 
 
+class KSPacked(KSChain):
+    """A chain packed for repeated products with fixed weights (inference): its values are
+    copies taken here, and what an algorithm derives from them per call — the K blocks
+    transposed for the strided GEMMs, the dense diagonal blocks of block_dense, the dense
+    product, bmm's batched weight stacks — is formed on its first use and kept, as the
+    weight prepacking of fbgemm/oneDNN linear layers does.  Later changes to the original
+    arrays are not seen (pack again); torch values are detached (no gradients flow to
+    them; x's still do).  The planner knows: ``algorithm="auto"`` prices the algorithms
+    without their per-call weight work.
+
+    Parameters
+    ----------
+    factors : KSFactor, KSChain or sequence of KSFactor
+    """
+
+    __slots__ = ("_forms",)
+
+    def __init__(self, factors):
+        chain = KSChain(factors).factors
+        super().__init__([KSFactor(f.pattern, _snapshot(f.values)) for f in chain])
+        self._forms = {}
+
+    def __repr__(self) -> str:
+        return (f"KSPacked(patterns={list(self.patterns)}, shape={self.shape}, "
+                f"formed={sorted({k[0] for k in self._forms})})")
+
+
+def _snapshot(values):
+    """A copy of values that no later in-place change of the original reaches."""
+    if _backend.is_torch(values):
+        return values.detach().clone()
+    xp = array_api_compat.array_namespace(values)
+    return xp.asarray(values, copy=True)
+
+
+def _formed(spec, key, make):
+    """make() for an unpacked call; for a KSPacked one, its form `key`, made on first use."""
+    if spec.forms is None:
+        return make()
+    hit = spec.forms.get(key)
+    if hit is None:
+        hit = spec.forms[key] = make()
+    return hit
+
+
 # ---------------------------------------------------------------------------------------------
 # families
 
@@ -333,6 +378,7 @@ class _Spec:
     out_shape: tuple
     result_dtype: str
     compute_dtype: str
+    forms: dict | None = None  # a KSPacked's formed weights (None: formed per call)
 
 
 def _as_chain(factors) -> tuple:
@@ -372,7 +418,8 @@ def _prepare(x, factors, layout) -> _Spec:
     result = _backend.dtype_name(xp.result_type(*named.values()))
     # the CUDA kernel computes half types natively (float32 accumulation); elsewhere in float32
     compute = result if _backend.on_cuda(x) else _backend.kernel_dtype(result)
-    return _Spec(xp, x, chain, layout, rows, N, M, out_shape, result, compute)
+    forms = factors._forms if isinstance(factors, KSPacked) else None
+    return _Spec(xp, x, chain, layout, rows, N, M, out_shape, result, compute, forms)
 
 
 def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
@@ -384,8 +431,9 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     x : array
         batch_first: shape ``(..., N)``, leading dimensions are batch dimensions;
         batch_last: shape ``(N, B)`` or ``(N,)``.  N = a·c·d of the last factor.
-    factors : KSFactor, KSChain or sequence of KSFactor
+    factors : KSFactor, KSChain, KSPacked or sequence of KSFactor
         K1 … KL; the shapes must chain.  Values and x must come from one library and device.
+        A KSPacked keeps what the algorithms derive from the weights between calls.
     layout : {"batch_first", "batch_last"}
     algorithm : {"auto", "kernel", "strided", "block_dense", "bmm", "dense"}
         "kernel": the compiled one-pass kernel (CPU; CUDA for CuPy arrays and CUDA torch
@@ -414,10 +462,11 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
             spec, chosen, recipe = hit
             chain = (factors.factors if isinstance(factors, KSChain) else
                      (factors,) if isinstance(factors, KSFactor) else tuple(factors))
+            forms = factors._forms if isinstance(factors, KSPacked) else None
             if recipe is not None:
                 launch, steps = recipe
-                return launch(steps, x, chain)
-            return _execute(dataclasses.replace(spec, x=x, chain=chain), chosen)
+                return launch(steps, x, chain, forms)
+            return _execute(dataclasses.replace(spec, x=x, chain=chain, forms=forms), chosen)
     spec = _prepare(x, factors, layout)
     if spec.rows == 0:
         return spec.xp.zeros(spec.out_shape, dtype=getattr(spec.xp, spec.result_dtype),
@@ -470,7 +519,7 @@ def tune(x, factors, /, *, layout="batch_first", repeats=5):
         raise ValueError(f"repeats: expected a positive int, got {repeats!r}")
     spec = _prepare(x, factors, layout)
     shapes = (tuple(spec.x.shape),) + tuple(f.pattern for f in spec.chain)
-    opts = dict(dtype=spec.compute_dtype, device=spec.x, layout=spec.layout)
+    opts = dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
     names = [c.name for c in planner.plan("structured_matmul", *shapes, **opts)]
     times = {}
     for name in names:
@@ -506,6 +555,7 @@ _FAST = SignatureCache()
 
 def _fast_key(x, factors, layout, algorithm):
     """Hashable signature of a call on CUDA arrays, or None (the full path)."""
+    packed = isinstance(factors, KSPacked)
     if isinstance(factors, KSFactor):
         factors = (factors,)
     elif isinstance(factors, KSChain):
@@ -515,7 +565,7 @@ def _fast_key(x, factors, layout, algorithm):
     arrays = arrays_signature([x] + [f.values for f in factors], host=False)
     if arrays is None:
         return None
-    return (layout, algorithm) + arrays + tuple(f.pattern for f in factors)
+    return (layout, algorithm, packed) + arrays + tuple(f.pattern for f in factors)
 
 
 def _needs_autograd(spec: _Spec) -> bool:
@@ -634,7 +684,7 @@ def _run_cuda(spec: _Spec, want_recipe=False):
     return out, recipe
 
 
-def _launch_recipe(recipe, x, chain):
+def _launch_recipe(recipe, x, chain, forms=None):
     """_run_cuda's launches again, for arrays whose signature matches the recipe's call."""
     rows, layout, code, cdt, in_shape, out_shape, steps = recipe
     ptr = _backend.address_getter(x)
@@ -685,15 +735,24 @@ def _bmm(spec: _Spec):
     first = spec.layout == "batch_first"
     cur = xp.reshape(_cast(xp, spec.x, cdt),
                      (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
-    for f in reversed(spec.chain):
-        kb = _bmm_weights(xp, _cast(xp, f.values, cdt), f.pattern, spec.layout)
+    for t in reversed(range(len(spec.chain))):
+        f = spec.chain[t]
+        kb = _formed(spec, ("bmm", t, cdt, spec.layout), lambda: _bmm_stack(spec, f, cdt))
         cur = _bmm_apply(xp, cur, kb, f.pattern, spec.layout)
     return _finish(spec, xp.reshape(cur, spec.out_shape))
 
 
+def _bmm_stack(spec, f, cdt):
+    """bmm's weights of one factor: a view of its values per call, a contiguous copy (the
+    paper's pre-permuted weights) in a KSPacked."""
+    kb = _bmm_weights(spec.xp, _cast(spec.xp, f.values, cdt), f.pattern, spec.layout)
+    return kb if spec.forms is None else _backend.contiguous_any(kb)
+
+
 def _dense(spec: _Spec):
     xp, cdt = spec.xp, spec.compute_dtype
-    w = KSChain([KSFactor(f.pattern, _cast(xp, f.values, cdt)) for f in spec.chain]).to_dense()
+    w = _formed(spec, ("dense", cdt), lambda: KSChain(
+        [KSFactor(f.pattern, _cast(xp, f.values, cdt)) for f in spec.chain]).to_dense())
     x = _cast(xp, spec.x, cdt)
     out = x @ w.mT if spec.layout == "batch_first" else w @ x
     return _finish(spec, out)
@@ -779,7 +838,8 @@ def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
     with _backend.cuda_device_scope(x):
         launch = _StridedLaunch(x, spec.rows, spec.layout, cdt, dense_slabs)
         cur = x.reshape(in_shape)
-        for f in reversed(spec.chain):
+        for t in reversed(range(len(spec.chain))):
+            f = spec.chain[t]
             a, b, c, d = f.pattern
             xv = _backend.device_view(cur)
             ld, ok = _rows_view(xv.shape, xv.strides, spec.layout)
@@ -795,12 +855,13 @@ def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
                                  f"32-bit sizes; use 'kernel' or 'auto'")
             v = _backend.contiguous(_cast(xp, f.values, cdt))
             clean = clean and ok and v is f.values
-            cur = launch.factor(f.pattern, cur, ld, v, out_2d)
+            kform = _formed(spec, (name, t, cdt), lambda: launch.form(f.pattern, v))
+            cur = launch.factor(f.pattern, cur, ld, v, out_2d, kform)
             steps.append((f.pattern, ld, out_2d))
     out = _finish(spec, cur.reshape(spec.out_shape))
     if not want_recipe:
         return out
-    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, cdt, dense_slabs, in_shape,
+    recipe = ((_launch_strided_recipe, (spec.rows, spec.layout, cdt, name, in_shape,
                                         spec.out_shape, tuple(steps))) if clean else None)
     return out, recipe
 
@@ -816,24 +877,32 @@ class _StridedLaunch:
         self.stream = _backend.cuda_stream(x)
         self.device = x.device.id if self.cupy_owned else x.get_device()
 
-    def factor(self, pattern, x2d, ld, values, out_2d):
-        """y = one factor's product with x2d (rows ld apart): K, contiguous, transposed to (a, d,
-        b, c) by one launch where d > 1, then the GEMM batches of _strided_calls (on planar
-        copies of x and y where _planar says so); dense_slabs: K's a diagonal blocks formed
-        dense by one launch (d > 1), then the GEMMs of the pattern _dense_slabs."""
+    def form(self, pattern, values):
+        """What the GEMMs read of K (values contiguous), formed by one launch where d > 1: its
+        (i, j) blocks as row-major (b, c) matrices, (a, d, b, c) (a library's copy costs more),
+        or for dense_slabs its a diagonal blocks dense, (a, b·d, c·d); None where d = 1 (the
+        values themselves)."""
+        a, b, c, d = pattern
+        if d == 1:
+            return None
+        desc = (self.ptr(values), b * c * d, c * d, d, 1)
+        if self.dense_slabs:
+            kd = _backend.empty_like_lib(values, (a, b * d, c * d), self.cdt)
+            ks_cuda.dense_slabs(pattern, desc, self.ptr(kd), self.code, self.stream)
+            return kd
+        kt = _backend.empty_like_lib(values, (a, d, b, c), self.cdt)
+        ks_cuda.transpose_values(pattern, desc, self.ptr(kt), self.code, self.stream)
+        return kt
+
+    def factor(self, pattern, x2d, ld, values, out_2d, kform):
+        """y = one factor's product with x2d (rows ld apart): the GEMM batches of
+        _strided_calls on K's form (see form(); on planar copies of x and y where _planar says
+        so), or for dense_slabs the GEMMs of the pattern _dense_slabs."""
         a, b, c, d = pattern
         ptr = self.ptr
         out = _backend.empty_like_lib(x2d, out_2d, self.cdt)
-        k, gemm = ptr(values), pattern
-        desc = (k, b * c * d, c * d, d, 1)
-        if self.dense_slabs and d > 1:  # the GEMMs of (a, b·d, c·d, 1) on the dense blocks
-            kd = _backend.empty_like_lib(values, (a, b * d, c * d), self.cdt)
-            ks_cuda.dense_slabs(pattern, desc, ptr(kd), self.code, self.stream)
-            k, gemm = ptr(kd), _dense_slabs(pattern)
-        elif d > 1:  # K's (i, j) blocks as row-major (b, c) matrices (a library's copy costs more)
-            kt = _backend.empty_like_lib(values, (a, d, b, c), self.cdt)
-            ks_cuda.transpose_values(pattern, desc, ptr(kt), self.code, self.stream)
-            k = ptr(kt)
+        k = ptr(values) if kform is None else ptr(kform)
+        gemm = _dense_slabs(pattern) if self.dense_slabs and d > 1 else pattern
         planar = _planar(gemm, self.layout)
         if planar:
             xs = _backend.empty_like_lib(x2d, (a * d, self.rows, c), self.cdt)
@@ -851,15 +920,19 @@ class _StridedLaunch:
         return out
 
 
-def _launch_strided_recipe(recipe, x, chain):
+def _launch_strided_recipe(recipe, x, chain, forms=None):
     """_strided's launches again, for arrays whose signature matches the recipe's call: the
-    per-call cost of the host is most of a small product's time."""
-    rows, layout, cdt, dense_slabs, in_shape, out_shape, steps = recipe
+    per-call cost of the host is most of a small product's time (forms: a KSPacked's, which
+    the recipe's first call formed)."""
+    rows, layout, cdt, name, in_shape, out_shape, steps = recipe
     with _backend.cuda_device_scope(x):
-        launch = _StridedLaunch(x, rows, layout, cdt, dense_slabs)
+        launch = _StridedLaunch(x, rows, layout, cdt, name == "block_dense")
         cur = x.reshape(in_shape)
-        for f, (pattern, ld, out_2d) in zip(reversed(chain), steps):
-            cur = launch.factor(pattern, cur, ld, f.values, out_2d)
+        for t, (pattern, ld, out_2d) in zip(reversed(range(len(chain))), steps):
+            f = chain[t]
+            kform = (forms[(name, t, cdt)] if forms is not None
+                     else launch.form(pattern, f.values))
+            cur = launch.factor(pattern, cur, ld, f.values, out_2d, kform)
     return cur.reshape(out_shape)
 
 
@@ -893,7 +966,10 @@ def _normalise(shapes, options) -> dict:
             raise ValueError(f"shapes: x's first dimension must be {a * c * d}, got {x}")
         rows = math.prod(x[1:])
     flops = sum(2.0 * rows * math.prod(p) for p in patterns)
-    return {"B": rows, "patterns": patterns, "layout": layout, "flops": flops}
+    packed = options.get("packed", False)
+    if not isinstance(packed, bool):
+        raise TypeError(f"packed: expected a bool, got {type(packed).__name__}")
+    return {"B": rows, "patterns": patterns, "layout": layout, "flops": flops, "packed": packed}
 
 
 def _io_elems(B, p):
@@ -1108,16 +1184,18 @@ def _dense_terms(info, s_e, prof, dtype):
     # forming K: a factor with a·d > 1 is its values times the support mask (written, read, and
     # written again by the reshape), ~3 library calls; one with a = d = 1 is a view of its
     # values; a chain adds a matmul (~3 calls' host time) per extra factor
-    masked = [t for t, p in enumerate(pats) if p[0] * p[3] > 1]
+    # (packed: K formed once, before the call)
+    masked = [t for t, p in enumerate(pats) if p[0] * p[3] > 1 and not info["packed"]]
+    chained = range(1, 1 if info["packed"] else len(pats))
     build = sum(sizes[t] * sizes[t + 1] for t in masked)
-    build += sum(M * sizes[t + 1] for t in range(1, len(pats)))
-    chain = sum(2.0 * M * sizes[t] * sizes[t + 1] for t in range(1, len(pats)))
+    build += sum(M * sizes[t + 1] for t in chained)
+    chain = sum(2.0 * M * sizes[t] * sizes[t + 1] for t in chained)
     return {"gemm_mem": (B * (M + N) + M * N) * s_e / prof.bandwidth,
             "gemm_flop": (2.0 * B * M * N + chain) / prof.flops(dtype),
             "gemm_tiles": _gemm_tiles(B, M) * _GEMM_TILE_FLOPS / prof.flops(dtype),
             "build": 3.0 * build * s_e / prof.bandwidth,
             "calls": (2 + 3 * len(pats)) * prof.launch_s,
-            "build_calls": (3 * len(masked) + 3 * (len(pats) - 1)) * prof.launch_s}
+            "build_calls": (3 * len(masked) + 3 * len(chained)) * prof.launch_s}
 
 
 def _strided_loops(p, layout) -> int:
@@ -1130,12 +1208,15 @@ def _strided_terms(info, s_e, prof, dtype):
     """cuBLAS strided-batched GEMMs: x and y once, K transposed (read, written, read), the
     GEMMs' flops and per-tile cost as for bmm, the transposing copy and the GEMM calls; where
     x and y go through planar copies (batch_first, d > 1), each read and written once more and
-    two launches ("planar")."""
+    two launches ("planar").  Packed: K transposed once, before the call."""
     B, pats, layout = info["B"], info["patterns"], info["layout"]
-    elems = sum(_io_elems(B, p) + (2 * math.prod(p) if p[3] > 1 else 0) for p in pats)
+    per_call = not info["packed"]
+    elems = sum(_io_elems(B, p) + (2 * math.prod(p) if p[3] > 1 and per_call else 0)
+                for p in pats)
     tiles = sum(p[0] * p[3] * _gemm_tiles(B, p[1]) for p in pats)
     planar = [p for p in pats if _planar(p, layout)]
-    calls = sum(_strided_loops(p, layout) + (p[3] > 1) for p in pats) + 2 * len(planar)
+    calls = (sum(_strided_loops(p, layout) + (p[3] > 1 and per_call) for p in pats)
+             + 2 * len(planar))
     moved = sum(_permutes(B, p, layout) for p in planar)  # the same copies as bmm's
     return {"gemm_mem": elems * s_e / prof.bandwidth,
             "gemm_flop": info["flops"] / prof.flops(dtype),
@@ -1147,17 +1228,18 @@ def _strided_terms(info, s_e, prof, dtype):
 def _block_dense_terms(info, s_e, prof, dtype):
     """Each factor's diagonal blocks formed dense (read K, write a·b·c·d² elements, one launch
     where d > 1), then one strided-batched GEMM of the pattern _dense_slabs: x and y once, the
-    dense blocks read, d times the flops, its per-tile cost as for bmm."""
+    dense blocks read, d times the flops, its per-tile cost as for bmm.  Packed: the blocks
+    formed once, before the call."""
     B, pats = info["B"], info["patterns"]
     dense = [_dense_slabs(p) for p in pats]
     flops = sum(2.0 * B * math.prod(p) for p in dense)
-    formed = sum(math.prod(p) * (1 + p[3]) for p in pats if p[3] > 1)
+    formed = sum(math.prod(p) * (1 + p[3]) for p in pats if p[3] > 1 and not info["packed"])
     return {"gemm_mem": sum(_io_elems(B, p) for p in dense) * s_e / prof.bandwidth,
             "gemm_flop": flops / prof.flops(dtype),
             "gemm_tiles": sum(p[0] * _gemm_tiles(B, p[1]) for p in dense) * _GEMM_TILE_FLOPS
             / prof.flops(dtype),
             "densify": formed * s_e / prof.bandwidth,
-            "calls": sum(1 + (p[3] > 1) for p in pats) * prof.launch_s}
+            "calls": sum(1 + (p[3] > 1 and not info["packed"]) for p in pats) * prof.launch_s}
 
 
 _FAMILIES = {"kernel": _kernel_terms, "strided": _strided_terms, "block_dense": _block_dense_terms,
@@ -1412,4 +1494,9 @@ def _choose(spec: _Spec) -> str:
 
     return planner.choose("structured_matmul", tuple(spec.x.shape),
                           *(f.pattern for f in spec.chain), dtype=spec.compute_dtype,
-                          device=spec.x, layout=spec.layout)
+                          device=spec.x, **_plan_options(spec))
+
+
+def _plan_options(spec: _Spec) -> dict:
+    """The planner's options of a call: the layout, and packed=True for a KSPacked."""
+    return {"layout": spec.layout, **({"packed": True} if spec.forms is not None else {})}
