@@ -92,7 +92,7 @@ def _cupy_or_skip():
 class StructuredGPU:
     param_names = ["case", "layout", "dtype", "algorithm"]
     params = [list(CASES), LAYOUTS, ["float32", "float16"],
-              ALGORITHMS + ["strided", "block_dense", "auto"]]
+              ALGORITHMS + ["strided", "block_dense", "auto", "auto_packed"]]
     timeout = 300
     batch = 25088
 
@@ -103,8 +103,11 @@ class StructuredGPU:
         self.cp = cp
         self.chain = _chain(cp, CASES[case], dtype)
         self.x = _x(cp, self.chain, self.batch, layout, dtype)
+        # auto_packed: the planner's choice on the chain packed once (structured.KSPacked)
+        factors = structured.KSPacked(self.chain) if algorithm == "auto_packed" else self.chain
+        alg = "auto" if algorithm == "auto_packed" else algorithm
         self.run = lambda: structured.structured_matmul(  # noqa: E731
-            self.x, self.chain, layout=layout, algorithm=algorithm)
+            self.x, factors, layout=layout, algorithm=alg)
         self.run()  # warm-up, module load
         cp.cuda.get_current_stream().synchronize()
 
