@@ -10,7 +10,8 @@ for CuPy arrays / CUDA torch tensors), "strided" (CUDA: the (i, j) blocks as cuB
 strided-batched GEMMs, on views of x and y or on planar copies of them), "block_dense" (CUDA: the
 factor's a diagonal blocks formed dense, one strided-batched GEMM on views of x and y), the "bmm"
 algorithm (permute, batched matmul, permute) and "dense" (``x @ K.to_dense().T``), both through
-the caller's array library.
+the caller's array library.  A KSPacked chain (weights fixed, as in inference) keeps what these
+derive from the weights between calls, and the planner then prices them without that work.
 
     >>> import numpy as np, kronlinalg
     >>> chain = kronlinalg.structured.monarch(16, 16, 4, rng=0)
