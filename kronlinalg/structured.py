@@ -35,8 +35,8 @@ from . import _backend, _cublas, _precision, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
-__all__ = ["KSFactor", "KSChain", "KSPacked", "structured_matmul", "tune", "float32_precision", "butterfly",
-           "block_butterfly", "monarch", "low_rank", "block_diagonal"]
+__all__ = ["KSFactor", "KSChain", "KSPacked", "structured_matmul", "tune", "float32_precision",
+           "butterfly", "block_butterfly", "monarch", "low_rank", "block_diagonal"]
 
 ALGORITHMS = ("auto", "kernel", "strided", "block_dense", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
