@@ -192,17 +192,12 @@ def from_host(like, xp, out: np.ndarray):
 
 
 def contiguous(a):
-    """C-contiguous copy of a CuPy or torch array (or a itself if it already is)."""
+    """C-contiguous copy of an array (or a itself if it already is); a copy for libraries
+    without a notion of layout (array-api-strict)."""
     if is_cupy(a):
         return _cupy().ascontiguousarray(a)
-    return a.contiguous()
-
-
-def contiguous_any(a):
-    """contiguous() for any array-API array: NumPy's own, and a copy for libraries without a
-    notion of layout (array-api-strict)."""
-    if is_cupy(a) or is_torch(a):
-        return contiguous(a)
+    if is_torch(a):
+        return a.contiguous()
     if isinstance(a, np.ndarray):
         return np.ascontiguousarray(a)
     import array_api_compat

@@ -281,14 +281,14 @@ def _snapshot(values):
     return xp.asarray(values, copy=True)
 
 
-def _formed(spec, key, make):
-    """make() for an unpacked call; for a KSPacked one, its form `key`, made on first use."""
-    if spec.forms is None:
+def _formed(forms, key, make):
+    """make() for an unpacked call (forms None); for a KSPacked's forms, its form `key`, made
+    on first use (by whichever call of its signature comes first, fast path or not)."""
+    if forms is None:
         return make()
-    hit = spec.forms.get(key)
-    if hit is None:
-        hit = spec.forms[key] = make()
-    return hit
+    if key not in forms:
+        forms[key] = make()
+    return forms[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,7 +738,7 @@ def _bmm(spec: _Spec):
                      (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
     for t in reversed(range(len(spec.chain))):
         f = spec.chain[t]
-        kb = _formed(spec, ("bmm", t, cdt, spec.layout), lambda: _bmm_stack(spec, f, cdt))
+        kb = _formed(spec.forms, ("bmm", t, cdt, spec.layout), lambda: _bmm_stack(spec, f, cdt))
         cur = _bmm_apply(xp, cur, kb, f.pattern, spec.layout)
     return _finish(spec, xp.reshape(cur, spec.out_shape))
 
@@ -747,12 +747,12 @@ def _bmm_stack(spec, f, cdt):
     """bmm's weights of one factor: a view of its values per call, a contiguous copy (the
     paper's pre-permuted weights) in a KSPacked."""
     kb = _bmm_weights(spec.xp, _cast(spec.xp, f.values, cdt), f.pattern, spec.layout)
-    return kb if spec.forms is None else _backend.contiguous_any(kb)
+    return kb if spec.forms is None else _backend.contiguous(kb)
 
 
 def _dense(spec: _Spec):
     xp, cdt = spec.xp, spec.compute_dtype
-    w = _formed(spec, ("dense", cdt), lambda: KSChain(
+    w = _formed(spec.forms, ("dense", cdt), lambda: KSChain(
         [KSFactor(f.pattern, _cast(xp, f.values, cdt)) for f in spec.chain]).to_dense())
     x = _cast(xp, spec.x, cdt)
     out = x @ w.mT if spec.layout == "batch_first" else w @ x
@@ -856,7 +856,7 @@ def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
                                  f"32-bit sizes; use 'kernel' or 'auto'")
             v = _backend.contiguous(_cast(xp, f.values, cdt))
             clean = clean and ok and v is f.values
-            kform = _formed(spec, (name, t, cdt), lambda: launch.form(f.pattern, v))
+            kform = _formed(spec.forms, (name, t, cdt), lambda: launch.form(f.pattern, v))
             cur = launch.factor(f.pattern, cur, ld, v, out_2d, kform)
             steps.append((f.pattern, ld, out_2d))
     out = _finish(spec, cur.reshape(spec.out_shape))
@@ -923,16 +923,15 @@ class _StridedLaunch:
 
 def _launch_strided_recipe(recipe, x, chain, forms=None):
     """_strided's launches again, for arrays whose signature matches the recipe's call: the
-    per-call cost of the host is most of a small product's time (forms: a KSPacked's, which
-    the recipe's first call formed)."""
+    per-call cost of the host is most of a small product's time (forms: a KSPacked's; another
+    KSPacked of the same signature forms its own here on its first call)."""
     rows, layout, cdt, name, in_shape, out_shape, steps = recipe
     with _backend.cuda_device_scope(x):
         launch = _StridedLaunch(x, rows, layout, cdt, name == "block_dense")
         cur = x.reshape(in_shape)
         for t, (pattern, ld, out_2d) in zip(reversed(range(len(chain))), steps):
             f = chain[t]
-            kform = (forms[(name, t, cdt)] if forms is not None
-                     else launch.form(pattern, f.values))
+            kform = _formed(forms, (name, t, cdt), lambda: launch.form(pattern, f.values))
             cur = launch.factor(pattern, cur, ld, f.values, out_2d, kform)
     return cur.reshape(out_shape)
 

@@ -53,6 +53,23 @@ def test_packed_matches_the_reference_through_every_algorithm(xp, rng, layout):
                     assert_close(y, ref, xp, dtype, rtol_for(dtype, chain), msg="unpacked " + msg)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_distinct_packed_chains_of_one_signature(xp, rng, layout):
+    """Several KSPacked chains of one signature (shapes, dtype, layout): each call after the
+    first takes the fast path planned for another chain, and must form and use its own
+    weights."""
+    dtype = kernel_dtype(xp)
+    patterns = [(2, 3, 4, 3), (1, 4, 6, 6)] if layout == "batch_last" else [(3, 5, 4, 2)]
+    for algorithm in _algorithms(xp):
+        for call in range(3):
+            chain = make_chain(xp, rng, patterns, dtype)
+            packed = KSPacked(chain)
+            x, x64 = x_for(xp, rng, chain, layout, 9, dtype)
+            y = structured_matmul(x, packed, layout=layout, algorithm=algorithm)
+            assert_close(y, reference(x64, chain, layout), xp, dtype, rtol_for(dtype, chain),
+                         msg=f"{algorithm} chain {call}: ")
+
+
 @pytest.mark.parametrize("algorithm", ("bmm", "dense", "kernel"))
 def test_packed_values_are_a_snapshot(xp, rng, algorithm):
     """Changing the original arrays after packing, before and after the first call, changes
