@@ -535,3 +535,90 @@ def test_float32_modes_strided_x(gxp, rng, fp32_mode, side):
     xv = xt.mT if gxp.is_torch else xt.T
     out = kronlinalg.kron_matmul(xv, list(fs), algorithm="sliced", alpha=2.0)
     assert_close(out, kron_matmul_ref(xtn.T, fns, "right", 2.0), gxp, "float32")
+
+
+# ---------------------------------------------------------------------------------------------
+# the natural-order 3xTF32 kernel (contiguous x @ kron, groups of P x P factors, P = 16, 32, 64):
+# line tiles (the group at the end of the chain), column tiles (the others), 1-3 steps
+
+
+# (shapes, lead): partial line tiles (rows not a multiple of the tile), every P, one to three
+# steps, column tiles of 8, 16 and 256 i, a chain ending in a factor the kernel does not take
+NATURAL_CASES = [
+    ([(16, 16)] * 3, (33,)),                  # one pass of 3 steps, one line per tile
+    ([(16, 16)] * 5, (7,)),                   # line pass and column pass
+    ([(16, 16)], (300,)),                     # one step, 256-line tiles, the last partial
+    ([(32, 32)] * 2, (2, 3)),                 # leading batch dims
+    ([(32, 32)] * 4, (5,)),                   # 2 + 2
+    ([(32, 32)] * 3, (9,)),                   # a one-step pass (column tile of 256 i)
+    ([(64, 64)] * 2, (5,)),
+    ([(64, 64)] * 3, (3,)),
+    ([(32, 32), (32, 32), (4, 5)], (11,)),    # I = 5: column tiles do not divide, fallback
+    ([(16, 16), (32, 32)], (13,)),            # mixed P: the other kernels
+]
+
+
+def _natural_on(monkeypatch, on):
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL", "1" if on else "0")
+
+
+def _elementwise(out, ref, gxp, rtol=2e-5):
+    got = to_numpy(out).astype(np.float64)
+    scale = np.abs(ref).max()
+    assert np.all(np.isfinite(got))
+    assert np.abs(got - ref).max() <= rtol * max(scale, 1e-30)
+
+
+@pytest.mark.parametrize("case", NATURAL_CASES,
+                         ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]) + f"-m{c[1]}")
+def test_natural_kernel(gxp, rng, monkeypatch, case):
+    _natural_on(monkeypatch, True)
+    shapes, lead = case
+    k = math.prod(p for p, _ in shapes)
+    size = 3 * 4 * math.prod(lead) * k
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _poison_pool(gxp, min(size, 1 << 28))
+        fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+        x, xn = random(gxp, rng, tuple(lead) + (k,), "float32")
+        y, yn = random(gxp, rng, tuple(lead) + (math.prod(q for _, q in shapes),),
+                       "float32")
+        kw = {"y": y, "beta": beta} if beta else {}
+        out = kronlinalg.kron_matmul(x, list(fs), alpha=alpha, algorithm="sliced", **kw)
+        ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
+        assert_close(out, ref, gxp, "float32")
+        _elementwise(out, ref, gxp)
+
+
+def test_natural_kernel_is_planned(gxp, monkeypatch):
+    """The natural-order kernel takes the passes it applies to, and none where it is off."""
+    _natural_on(monkeypatch, True)
+    assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32"] * 2
+    assert set(_kernels_of("float32", [(16, 16)] * 5, 1024)) == {"f32.tf32x3.natural.p16"}
+    assert not any("natural" in k for k in _kernels_of("float64", [(32, 32)] * 4, 64))
+    assert not any("natural" in k for k in _kernels_of("float32", [(8, 8)] * 4, 64))
+    _natural_on(monkeypatch, False)
+    assert not any("natural" in k for k in _kernels_of("float32", [(32, 32)] * 4, 1024))
+
+
+def test_natural_kernel_matches_the_other_kernels(gxp, rng, monkeypatch):
+    """The same product on the natural-order kernel and on the fused tensor-core kernel."""
+    shapes = [(32, 32)] * 3
+    fs, _ = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    x, _ = random(gxp, rng, (37, 32 ** 3), "float32")
+    outs = []
+    for on in (True, False):
+        _natural_on(monkeypatch, on)
+        outs.append(to_numpy(kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")))
+    a, b = (o.astype(np.float64) for o in outs)
+    assert np.linalg.norm(a - b) <= 1e-5 * np.linalg.norm(b)
+
+
+def test_natural_kernel_unaligned_x_falls_back(gxp, rng, monkeypatch):
+    """A row view whose data does not start on 16 bytes goes to the other kernels, correctly."""
+    _natural_on(monkeypatch, True)
+    shapes = [(16, 16)] * 2
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    flat, flatn = random(gxp, rng, (3 * 256 + 1,), "float32")
+    x, xn = flat[1:].reshape(3, 256), flatn[1:].reshape(3, 256)
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+    assert_close(out, kron_matmul_ref(xn, fns, "right"), gxp, "float32")

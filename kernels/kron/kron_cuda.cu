@@ -93,6 +93,7 @@ struct PassShape {
   int64_t run_cap = 1;      // adjacent lines available along the fast direction
   bool line_outputs_contig = false;  // a line's results are contiguous (full sectors anyway)
   int64_t O = 1, I = 1;     // natural order: modes before / after the group (sizes)
+  bool natural = false;     // the plan keeps every intermediate in the final index order
 };
 
 struct PassCfg {
@@ -106,6 +107,8 @@ struct PassCfg {
   int grid = 0, occ = 0;
   int pf = 0;  // tensor cores: third buffer for the next tile (lines adjacent in x)
   StepGeo st[kMaxSteps];
+  const NatKernelDesc *nk = nullptr;  // the natural-order kernel (then k is unused)
+  int nat_T = 0, nat_buf = 0;
 };
 
 struct Plan {
@@ -223,7 +226,74 @@ const KernelDesc *pick_kernel(const kl_kron_problem *p, int dtype, int last, int
   return fit ? fit : widest;
 }
 
-int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks);
+int occupancy(const void *func, int dev, int threads, size_t smem, int *blocks);
+int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks) {
+  return occupancy(k->func, dev, threads, smem, blocks);
+}
+
+// The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0 (read when a
+// plan is made; part of the plan cache's key).
+bool natural_kernel_on() {
+  const char *e = std::getenv("KRONLINALG_KRON_NATURAL");
+  return !(e && e[0] == '0');
+}
+
+bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// A pass of the natural plan on the natural-order 3xTF32 kernel: float32 in 3xTF32 mode, up to
+// kNatMaxSteps factors all P x P with a compiled P, 16-byte aligned x and y; tiles of T lines
+// (I == 1) or T consecutive i (I % T == 0) that give each step at least 8 warp items where the
+// shape allows.  False where it does not apply or fit (the other kernels then take the pass).
+bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                       const PassShape &sh, PassCfg *out) {
+  if (!sh.natural || dtype != KL_FLOAT32 || fp32_mode() != KL_KRON_FP32_TF32X3 ||
+      !natural_kernel_on() || sh.count > kNatMaxSteps || dev.cc_major < 8)
+    return false;
+  if (g_tune.L || g_tune.tile_q || g_tune.threads || g_tune.budget_kb || g_tune.kind != -1)
+    return false;
+  if (!aligned16(p->x) || !aligned16(p->y)) return false;
+  const int P = int(p->P[sh.last]);
+  const NatKernelDesc *nk = nat_kernel_f32(P);
+  if (!nk) return false;
+  if (nk->col_groups > 1 && sh.count > 2) return false;  // a middle step works in place
+  int64_t bin = 1;
+  for (int s = 0; s < sh.count; ++s) {
+    if (p->P[sh.last - s] != P || p->Q[sh.last - s] != P) return false;
+    bin *= P;
+  }
+  const bool line = sh.I == 1;
+  const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
+  const int64_t fs = int64_t(sh.count) * 2 * P * P;
+  // the smallest tile with 8 warp items (32 rows of A x a column group each) per step
+  int64_t T = std::max<int64_t>(line ? 1 : 8, 256 * P / bin / nk->col_groups);
+  if (!line) {
+    while (T > 8 && sh.I % T) T /= 2;
+    if (sh.I % T || (bin / P * T) % 32) return false;
+  } else if ((T * bin / P) % 32) {
+    return false;
+  }
+  const int64_t buf = T * bin;
+  const size_t smem = size_t(fs + buf * (sh.count > 1 ? 3 : 2)) * 4;
+  if (smem > size_t(dev.smem_optin)) return false;
+  int blocks = 0;
+  if (occupancy(nk->func, dev.id, kNatThreads, smem, &blocks) != KL_OK || blocks < 1) return false;
+  PassCfg c;
+  c.last = sh.last;
+  c.count = sh.count;
+  c.sh = sh;
+  c.nk = nk;
+  c.nat_T = int(T);
+  c.nat_buf = int(buf);
+  c.L = int(T);
+  c.NT = kNatThreads;
+  c.Bin = int(bin);
+  c.Bout = int(bin);
+  c.smem = smem;
+  c.occ = blocks;
+  c.ntiles = line ? (rows + T - 1) / T : rows * (sh.I / T);
+  *out = c;
+  return true;
+}
 
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
 bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
@@ -233,8 +303,12 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
 // (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
 // cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
 // 1024 x 64^3 on an H100, 3.8 against 4.4 ms.)
+// (allow_natural: the natural-order kernel may take the pass.  Groups are chosen without it, so
+// that the scratch a plan needs does not depend on x's alignment or on that kernel being on:
+// the fast path sizes scratch once per layout, from a plan without pointers.)
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
-                    const PassShape &sh, PassCfg *out) {
+                    const PassShape &sh, PassCfg *out, bool allow_natural = false) {
+  if (allow_natural && configure_natural(p, dtype, dev, sh, out)) return true;
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
@@ -396,6 +470,7 @@ PassShape pass_shape(const kl_kron_problem *p, const Plan &plan, int last, int c
   sh.count = count;
   const int first = last - count + 1;
   const int64_t M = p->m1 * p->m2;
+  sh.natural = plan.natural;
   if (plan.natural) {
     // lines: (row, modes before the group) x (modes after it); the latter adjacent in memory
     sh.O = prod_range(p->P, 0, first - 1);
@@ -466,7 +541,8 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   plan->scratch_elems = 0;
   for (size_t k = 0; k < counts.size(); ++k) {
     PassCfg c;
-    if (!group_ok(last, counts[k], &c)) return fail(KL_ERR_INVALID, "kron_matmul_cuda: plan");
+    if (!configure_pass(p, dtype, dev, pass_shape(p, *plan, last, counts[k]), &c, true))
+      return fail(KL_ERR_INVALID, "kron_matmul_cuda: plan");
     plan->passes.push_back(c);
     last -= counts[k];
     if (k + 1 < counts.size()) {
@@ -479,24 +555,24 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
 }
 
 // Opt-in shared memory and occupancy, cached per kernel and device.
-int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *blocks) {
+int occupancy(const void *func, int dev, int threads, size_t smem, int *blocks) {
   static std::map<std::tuple<const void *, int>, bool> attr_set;
   static std::map<std::tuple<const void *, int, int, size_t>, int> occ_cache;
   std::lock_guard<std::mutex> lock(g_occ_mutex);
   cudaError_t e;
-  auto key = std::make_tuple(k->func, dev);
+  auto key = std::make_tuple(func, dev);
   if (!attr_set.count(key)) {
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    e = cudaFuncSetAttribute(k->func, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     if (e != cudaSuccess) return cuda_fail(e, "cudaFuncSetAttribute");
     attr_set[key] = true;
   }
-  auto okey = std::make_tuple(k->func, dev, threads, smem);
+  auto okey = std::make_tuple(func, dev, threads, smem);
   auto it = occ_cache.find(okey);
   if (it == occ_cache.end()) {
     int b = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k->func, threads, smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, func, threads, smem);
     if (e != cudaSuccess) return cuda_fail(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     it = occ_cache.emplace(okey, b).first;
   }
@@ -605,6 +681,34 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
   }
 }
 
+// Kernel parameters of a pass on the natural-order kernel, from `src` to `dst`.
+NatP natural_params(const kl_kron_problem *p, const PassCfg &c, int64_t M, const void *src,
+                    void *dst, bool final_pass) {
+  NatP np{};
+  np.nsteps = c.count;
+  np.line_tile = c.sh.I == 1;
+  np.T = c.nat_T;
+  np.Bin = c.Bin;
+  np.Bout = c.Bout;
+  np.rows = M * c.sh.O;
+  np.I = c.sh.I;
+  np.ntiles = c.ntiles;
+  np.buf1_elems = c.nat_buf;
+  np.buf2_elems = c.count > 1 ? c.nat_buf : 0;
+  np.fs_elems = c.count * 2 * c.nk->P * c.nk->P;
+  np.x = static_cast<const float *>(src);
+  np.y = static_cast<float *>(dst);
+  np.alpha = final_pass ? float(p->alpha) : 1.f;
+  np.beta = final_pass ? float(p->beta) : 0.f;
+  for (int s = 0; s < c.count; ++s) {
+    const int i = c.last - s;
+    np.F[s] = static_cast<const float *>(p->F[i]);
+    np.frs[s] = p->F_rs[i];
+    np.fcs[s] = p->F_cs[i];
+  }
+  return np;
+}
+
 // Shapes and dtype always; pointers only when the call will launch (plan queries take none).
 int validate(const kl_kron_problem *p, int dtype, bool launching = true) {
   if (!p || p->nfactors < 1 || !p->P || !p->Q || !p->F_rs || !p->F_cs ||
@@ -633,7 +737,7 @@ std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
     std::snprintf(line, sizeof line,
                   "  factors %d..%d kernel=%s L=%d(TM=%d,C=%d) threads=%d TQ=%d smem=%zu "
                   "tiles=%lld grid=%d (%d/SM of %d)\n",
-                  c.last - c.count + 1, c.last, c.k->name, c.L, c.TM, c.C, c.NT, c.TQ, c.smem,
+                  c.last - c.count + 1, c.last, c.nk ? c.nk->name : c.k->name, c.L, c.TM, c.C, c.NT, c.TQ, c.smem,
                   (long long)c.ntiles, c.grid, c.occ, dev_sms);
     s += line;
   }
@@ -649,7 +753,8 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
-                              g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0};
+                              g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
+                              natural_kernel_on(), aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);
     key.push_back(p->Q[i]);
@@ -783,10 +888,19 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
       for (int i = 0; i < n; ++i) len *= i <= last ? p->P[i] : p->Q[i];
       out = plan.rows_fast ? Operand{dst, p->m2, 1, M} : Operand{dst, p->m2 * len, len, 1};
     }
+    cudaError_t e;
+    if (c.nk) {
+      NatP np = natural_params(p, c, M, src, dst, final_pass);
+      e = c.nk->launch(np, c.grid, c.smem, s);
+      src = dst;
+      in = out;
+      if (e != cudaSuccess) return cuda_fail(e, "launch");
+      continue;
+    }
     PassP pp;
     fill_params(p, c, m1, m2, in, out, final_pass ? p->alpha : 1.0, final_pass ? p->beta : 0.0,
                 &pp);
-    const cudaError_t e = c.k->launch(pp, c.grid, c.NT, c.smem, s);
+    e = c.k->launch(pp, c.grid, c.NT, c.smem, s);
     if (e != cudaSuccess) return cuda_fail(e, "launch");
     src = dst;
     in = out;

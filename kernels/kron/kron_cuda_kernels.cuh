@@ -25,6 +25,38 @@ struct KernelDesc {
   cudaError_t (*launch)(const PassP &, int grid, int block, size_t smem, cudaStream_t);
 };
 
+// The natural-order 3xTF32 kernel (kron_cuda_natural.cuh): a pass of up to kNatMaxSteps P x P
+// factors (P = 16, 32, 64) over x and y with contiguous rows.
+constexpr int kNatMaxSteps = 3;
+constexpr int kNatThreads = 256;
+
+struct NatP {
+  int nsteps;
+  int line_tile;  // 1: T whole lines per tile (I == 1); 0: T consecutive i of one row r
+  int T;
+  int Bin, Bout;
+  int64_t rows;   // lines (line tiles) or rows r (column tiles)
+  int64_t I;      // modes after the group (column tiles; I % T == 0)
+  int64_t ntiles;
+  int buf1_elems, buf2_elems, fs_elems;  // buf1 twice (this tile, the next)
+  const float *x;
+  float *y;
+  float alpha, beta;
+  const float *F[kNatMaxSteps];  // step s applies F[s] (the group's last factor first)
+  int64_t frs[kNatMaxSteps], fcs[kNatMaxSteps];
+};
+
+struct NatKernelDesc {
+  const char *name;
+  const void *func;
+  int P;
+  int col_groups;  // warp items per 32 rows of a step (1: in-place steps possible)
+  cudaError_t (*launch)(const NatP &, int grid, size_t smem, cudaStream_t);
+};
+
+// The natural-order kernel for P x P factors, or nullptr where none is compiled.
+const NatKernelDesc *nat_kernel_f32(int P);
+
 // Each returns its table and sets *n to its length.
 const KernelDesc *kernels_f32(int *n);
 const KernelDesc *kernels_f64(int *n);

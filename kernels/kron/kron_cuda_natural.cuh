@@ -1,0 +1,381 @@
+// float32 3xTF32 fused passes for the natural layout (x and y with contiguous rows, x @ kron):
+// the data path of the tile is the tensor's own order, so nothing is transposed or staged.
+//
+// A pass contracts a group of n <= 3 consecutive factors, all P x P (P = 16, 32, 64).  Its tile
+// is either TL whole lines (I == 1: the last factors, lines are contiguous rows of Bin elements)
+// or, for the other passes (I > 1: element p of line (r, i) at r*Bin*I + p*I + i), TI
+// consecutive i of one row r.  Either way the tile is a row-major tensor, and every step
+// contracts one of its modes:
+//  - "row" step (the first step of a line tile): rows of P contiguous k, A = the rows as they
+//    lie.  Results go to buf2 as [row][q] (the next step's layout).
+//  - "column" step (every other step): the tile read as [a][p][c] with c contiguous (C >= 8
+//    elements), A = the column blocks: a lane's 16-byte chunk holds 4 consecutive c, which it
+//    uses as rows of two m16 tiles (the row order of an mma is free; undone on the way out).
+//    Results [a][q][c] are written in place (each warp owns whole chunks over every p and q,
+//    P == Q) or, on the last step, straight to y in 16-byte stores.
+// The k order inside each 16-wide k block is permuted the same way for A and B (lane t takes
+// k = 4t .. 4t + 3: one 16-byte load of A per row and of the factor's transpose Ft[q][p]), so
+// every shared-memory access is a 16-byte (or 8-byte) one.
+//
+// Bank conflicts: buf2 (and the column tiles' buf1) swizzle 16-byte chunks by XORing bits 1-2
+// of the chunk index with a 2-bit fold of the index above bit 3 (phys_chunk_nat), which keeps
+// the reads (4 rows p four apart x 2 chunks per quarter-warp) and the writes (rows q two apart)
+// conflict-free for any power-of-two row length C >= 8; the row tiles' buf1 XORs bit 2 by the
+// row's parity; Ft rows are padded to 4 chunks mod 8.  The next tile streams into buf1
+// (cp.async) while the later steps of this one run.
+#ifndef KRONLINALG_KRON_CUDA_NATURAL_CUH
+#define KRONLINALG_KRON_CUDA_NATURAL_CUH
+
+#include "kron_cuda_common.cuh"
+#include "kron_cuda_kernels.cuh"  // NatP
+#include "kron_cuda_tf32.cuh"    // split_tf32_int
+
+namespace kl {
+namespace cu {
+
+// Fold of the chunk index above bit 3 into 2 bits (XOR of its 2-bit digits).
+__host__ __device__ __forceinline__ uint32_t fold2(uint32_t x) {
+  x ^= x >> 8;
+  x ^= x >> 4;
+  x ^= x >> 2;
+  return x & 3;
+}
+__host__ __device__ __forceinline__ uint32_t phys_chunk_nat(uint32_t L) {
+  return L ^ (fold2(L >> 3) << 1);
+}
+
+// Chunk c of row `row` of a row-major tile with P elements per row (buf1 of line tiles, and the
+// factors' Ft): bit 2 XORed by the row's parity where a row spans 8 chunks or more, so that the
+// two rows of a quarter-warp's 16-byte loads fall in different banks.
+template <int P>
+__host__ __device__ __forceinline__ int row_chunk(int row, int c) {
+  return row * (P / 4) + (P >= 32 ? c ^ ((row & 1) << 2) : c);
+}
+
+// P x P factors; WN n8 tiles per warp item (a step's Q columns in P / 8 / WN column groups;
+// in-place steps need all of them in one item).
+template <int P, int WN>
+struct Nat {
+  static constexpr int KB = P / 16;  // k16 blocks
+  static constexpr int NS = P / 8 / WN;  // column groups
+
+  // Factors -> Ft_hi[q][p], Ft_lo[q][p] (P x P each, row_chunk order) per step.
+  static __device__ void load_factors(const NatP &p, float *Fs) {
+    for (int s = 0; s < p.nsteps; ++s) {
+      const float *F = p.F[s];
+      float *hi = Fs + s * 2 * P * P, *lo = hi + P * P;
+      for (int i = threadIdx.x; i < P * P; i += blockDim.x) {
+        const int q = i / P, k = i - q * P;
+        uint32_t h, l;
+        split_tf32_int(__float_as_uint(F[k * p.frs[s] + q * p.fcs[s]]), h, l);
+        const int o = row_chunk<P>(q, k >> 2) * 4 + (k & 3);
+        hi[o] = __uint_as_float(h);
+        lo[o] = __uint_as_float(l);
+      }
+    }
+  }
+
+  // Tile t's elements -> buf1 (cp.async, 16-byte pieces).  Lines past the matrix are zeros.
+  static __device__ void load_tile(const NatP &p, int64_t t, float *buf1) {
+    if (p.line_tile) {
+      const int64_t l0 = t * p.T;
+      const int64_t nvalid = (p.rows - l0 < p.T ? p.rows - l0 : p.T) * p.Bin;
+      const float *src = p.x + l0 * p.Bin;
+      const int nch = p.T * p.Bin / 4;
+      constexpr int rowc = P / 4;  // chunks per row of P
+      for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        const int row = c / rowc;
+        const int ph = row_chunk<P>(row, c - row * rowc);
+        const bool ok = int64_t(c) * 4 < nvalid;
+        cp_async_16(buf1 + ph * 4, ok ? src + int64_t(c) * 4 : p.x, ok);
+      }
+    } else {
+      const int64_t per_row = p.I / p.T;
+      const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
+      const float *src = p.x + r * p.Bin * p.I + i0;
+      const int cpr = p.T / 4;  // chunks per element row (a, p)
+      const int nch = p.Bin * cpr;
+      for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        const int rho = c / cpr, cc = c - rho * cpr;
+        cp_async_16(buf1 + phys_chunk_nat(uint32_t(c)) * 4, src + int64_t(rho) * p.I + cc * 4,
+                    true);
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void split4(const float4 &v, uint32_t (&h)[4],
+                                                uint32_t (&l)[4]) {
+    split_tf32_int(__float_as_uint(v.x), h[0], l[0]);
+    split_tf32_int(__float_as_uint(v.y), h[1], l[1]);
+    split_tf32_int(__float_as_uint(v.z), h[2], l[2]);
+    split_tf32_int(__float_as_uint(v.w), h[3], l[3]);
+  }
+
+  // One warp item of a step: m-group mg (32 rows of the step's A), all Q columns.
+  //  row step: A rows r = 32 mg + 16 i + g (+8), k contiguous in buf1.
+  //  column step: chunk 8 mg + g of the [a][c] plane at every p.
+  template <bool ROW>
+  static __device__ __forceinline__ void compute(const float *in, const float *Ft_hi,
+                                                 const float *Ft_lo, int C, int mg, int ns,
+                                                 float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < WN; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+    // per-lane base chunk offsets of the 4 A loads of a k16 block (row step: rows g, g+8 of
+    // the two m16 tiles; column step: rows p = 4t + u of chunk g)
+    uint32_t base[4];
+    uint32_t cstep = 0;  // column step: chunks per k16 block
+    int csh = 0;         // column step: log2 of C/2 (the chunk index / 8 advances by C/2)
+    if constexpr (ROW) {
+      constexpr int rowc = P / 4;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int row = mg * 32 + (u >> 1) * 16 + (u & 1) * 8 + g;
+        base[u] = uint32_t(row_chunk<P>(row, t));
+      }
+    } else {
+      const int cq = C / 4;  // chunks per (a, p) row
+      const int ch = mg * 8 + g;
+      const int a = ch / cq, cc = ch - a * cq;
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        base[u] = phys_chunk_nat(uint32_t((a * P + 4 * t + u) * cq + cc));
+      cstep = uint32_t(4 * C);
+      csh = 31 - __clz(C / 2);
+    }
+    // Ft rows n = 8 (ns WN + j) + g: chunk kb * 4 + t of row_chunk order (the parity of n is
+    // that of g)
+    const int fb = row_chunk<P>(8 * ns * WN + g, t);
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      float4 v[4];
+      if constexpr (ROW) {
+        // rows of P contiguous k: chunk kb*4 + t (bit 2 XORed by the row's parity)
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          v[u] = *reinterpret_cast<const float4 *>(in + (base[u] ^ uint32_t(kb * 4)) * 4);
+      } else {
+        const uint32_t fx = fold2(uint32_t(kb) << csh) << 1;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          v[u] = *reinterpret_cast<const float4 *>(in + ((base[u] + kb * cstep) ^ fx) * 4);
+      }
+      uint32_t h[4][4], l[4][4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) split4(v[u], h[u], l[u]);
+      // A fragments [tile][k8 half]: a0 (row g, k slot t), a1 (g + 8, t), a2 (g, t + 4),
+      // a3 (g + 8, t + 4); k slots (t, t + 4) = k (4t, 4t + 1) in half 0, (4t + 2, 4t + 3) in 1
+      uint32_t ah[2][2][4], al[2][2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          if constexpr (ROW) {
+            // v[2i] = row g of tile i (k 4t..4t+3), v[2i+1] = row g + 8
+            ah[i][hf][0] = h[2 * i][2 * hf];
+            ah[i][hf][1] = h[2 * i + 1][2 * hf];
+            ah[i][hf][2] = h[2 * i][2 * hf + 1];
+            ah[i][hf][3] = h[2 * i + 1][2 * hf + 1];
+            al[i][hf][0] = l[2 * i][2 * hf];
+            al[i][hf][1] = l[2 * i + 1][2 * hf];
+            al[i][hf][2] = l[2 * i][2 * hf + 1];
+            al[i][hf][3] = l[2 * i + 1][2 * hf + 1];
+          } else {
+            // v[u] = chunk g at k = 4t + u: c0..c3 = rows (g, g + 8) of tile 0, then tile 1
+            ah[i][hf][0] = h[2 * hf][2 * i];
+            ah[i][hf][1] = h[2 * hf][2 * i + 1];
+            ah[i][hf][2] = h[2 * hf + 1][2 * i];
+            ah[i][hf][3] = h[2 * hf + 1][2 * i + 1];
+            al[i][hf][0] = l[2 * hf][2 * i];
+            al[i][hf][1] = l[2 * hf][2 * i + 1];
+            al[i][hf][2] = l[2 * hf + 1][2 * i];
+            al[i][hf][3] = l[2 * hf + 1][2 * i + 1];
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < WN; ++j) {
+        const int fo = ((fb ^ (kb * 4)) + j * 2 * P) * 4;  // (8 rows of P / 4 chunks)
+        const float4 bh = *reinterpret_cast<const float4 *>(Ft_hi + fo);
+        const float4 bl = *reinterpret_cast<const float4 *>(Ft_lo + fo);
+        const uint32_t bhu[4] = {__float_as_uint(bh.x), __float_as_uint(bh.y),
+                                 __float_as_uint(bh.z), __float_as_uint(bh.w)};
+        const uint32_t blu[4] = {__float_as_uint(bl.x), __float_as_uint(bl.y),
+                                 __float_as_uint(bl.z), __float_as_uint(bl.w)};
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {  // small terms first
+            mma_tf32(acc[i][j], al[i][hf], bhu[2 * hf], bhu[2 * hf + 1]);
+            mma_tf32(acc[i][j], ah[i][hf], blu[2 * hf], blu[2 * hf + 1]);
+            mma_tf32(acc[i][j], ah[i][hf], bhu[2 * hf], bhu[2 * hf + 1]);
+          }
+      }
+    }
+  }
+
+  // Row step results -> buf2 as [row][q] (swizzled), two columns per store.
+  static __device__ __forceinline__ void store_rows_smem(float *out, int mg, int ns,
+                                                         const float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = mg * 32 + i * 16 + hr * 8 + g;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+          const int q = (ns * WN + j) * 8 + 2 * t;
+          const uint32_t L = uint32_t(row * (P / 4) + (q >> 2));
+          *reinterpret_cast<float2 *>(out + phys_chunk_nat(L) * 4 + (q & 3)) =
+              make_float2(acc[i][j][2 * hr], acc[i][j][2 * hr + 1]);
+        }
+      }
+  }
+
+  // Row step results of a one-step line tile -> y (row = line), alpha and beta applied.
+  static __device__ __forceinline__ void store_rows_global(const NatP &p, int64_t l0, int mg,
+                                                           int ns, const float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int64_t line = l0 + mg * 32 + i * 16 + hr * 8 + g;
+        if (line >= p.rows) continue;
+        float *yr = p.y + line * p.Bout;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+          float2 v = make_float2(p.alpha * acc[i][j][2 * hr], p.alpha * acc[i][j][2 * hr + 1]);
+          float2 *d = reinterpret_cast<float2 *>(yr + (ns * WN + j) * 8 + 2 * t);
+          if (p.beta != 0.f) {
+            const float2 o = *d;
+            v.x += p.beta * o.x;
+            v.y += p.beta * o.y;
+          }
+          *d = v;
+        }
+      }
+  }
+
+  // Column step results (chunk 8 mg + g of [a][q][c], 4 consecutive c per column q) -> buf2 in
+  // place, or on the last step -> y.
+  static __device__ __forceinline__ void store_cols(const NatP &p, float *out, int C, int mg,
+                                                    int ns, bool last, int64_t t_idx,
+                                                    const float (&acc)[2][WN][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int cq = C / 4;
+    const int ch = mg * 8 + g;
+    const int a = ch / cq, cc = ch - a * cq;
+    float *yb = nullptr;
+    int64_t qstride = 0;
+    if (last) {
+      if (p.line_tile) {
+        const int64_t line = t_idx * p.T + a;
+        if (line >= p.rows) return;
+        yb = p.y + line * p.Bout + cc * 4;  // element (q, c) at q * C + c
+        qstride = C;
+      } else {
+        // c = (b, i): b = c / TI, i = c % TI; element (q, b, i) at (q * (C / TI) + b) * I + i
+        const int64_t per_row = p.I / p.T;
+        const int64_t r = t_idx / per_row, i0 = (t_idx - r * per_row) * p.T;
+        const int c0 = cc * 4, b = c0 / p.T, i = c0 - b * p.T;
+        yb = p.y + r * p.Bout * p.I + int64_t(b) * p.I + i0 + i;
+        qstride = int64_t(C / p.T) * p.I;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < WN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = (ns * WN + j) * 8 + 2 * t + h;
+        float4 v = make_float4(acc[0][j][h], acc[0][j][2 + h], acc[1][j][h], acc[1][j][2 + h]);
+        if (last) {
+          float4 *d = reinterpret_cast<float4 *>(yb + q * qstride);
+          v.x *= p.alpha;
+          v.y *= p.alpha;
+          v.z *= p.alpha;
+          v.w *= p.alpha;
+          if (p.beta != 0.f) {
+            const float4 o = *d;
+            v.x += p.beta * o.x;
+            v.y += p.beta * o.y;
+            v.z += p.beta * o.z;
+            v.w += p.beta * o.w;
+          }
+          *d = v;
+        } else {
+          const uint32_t L = uint32_t((a * P + q) * cq + cc);
+          *reinterpret_cast<float4 *>(out + phys_chunk_nat(L) * 4) = v;
+        }
+      }
+  }
+};
+
+// Persistent blocks over tiles; the next tile streams into the other half of buf1 while this
+// one is computed.
+template <int P, int WN>
+__global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const __grid_constant__ NatP p) {
+  using K = Nat<P, WN>;
+  KL_DYNAMIC_SMEM(smem_raw);
+  float *Fs = reinterpret_cast<float *>(smem_raw);
+  float *const in1 = Fs + p.fs_elems;  // two halves of buf1_elems
+  float *const buf2 = in1 + 2 * p.buf1_elems;
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  int64_t t = blockIdx.x;
+  if (t >= p.ntiles) return;
+  K::load_factors(p, Fs);
+  K::load_tile(p, t, in1);
+  cp_async_commit();
+  // warp items of every step: m-groups (32 rows of the step's A) x column groups
+  const int mg_total = p.line_tile ? p.T * (p.Bin / P) / 32 : p.Bin / P * p.T / 32;
+  const int items = mg_total * K::NS;
+  const bool one = p.nsteps == 1;
+  for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
+    float *buf1 = in1 + (it & 1) * p.buf1_elems;
+    // (the other half was last read by step 1 of the previous tile, before its barrier)
+    if (t + gridDim.x < p.ntiles) K::load_tile(p, t + gridDim.x, in1 + ((it + 1) & 1) * p.buf1_elems);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile has landed
+    __syncthreads();
+    for (int w = warp; w < items; w += nwarps) {
+      const int mg = w / K::NS, ns = w - mg * K::NS;
+      float acc[2][WN][4];
+      if (p.line_tile) {
+        K::template compute<true>(buf1, Fs, Fs + P * P, 0, mg, ns, acc);
+        if (one)
+          K::store_rows_global(p, t * p.T, mg, ns, acc);
+        else
+          K::store_rows_smem(buf2, mg, ns, acc);
+      } else {
+        K::template compute<false>(buf1, Fs, Fs + P * P, p.T, mg, ns, acc);
+        K::store_cols(p, buf2, p.T, mg, ns, one, t, acc);
+      }
+    }
+    __syncthreads();  // buf2 holds step 1's results; buf1 may take the tile after next
+    if (one) continue;
+    int C = p.line_tile ? P : P * p.T;  // row length of step 2's [a][p][c] view
+    for (int s = 1; s < p.nsteps; ++s) {
+      const bool last = s + 1 == p.nsteps;
+      const float *fh = Fs + s * 2 * P * P;
+      // (in place unless last: then one item holds all columns, K::NS == 1)
+      for (int w = warp; w < items; w += nwarps) {
+        const int mg = w / K::NS, ns = w - mg * K::NS;
+        float acc[2][WN][4];
+        K::template compute<false>(buf2, fh, fh + P * P, C, mg, ns, acc);
+        __syncwarp();  // every lane has read its chunks before any writes over them
+        K::store_cols(p, buf2, C, mg, ns, last, t, acc);
+      }
+      if (!last) __syncthreads();
+      C *= P;
+    }
+  }
+}
+
+}  // namespace cu
+}  // namespace kl
+
+#endif
