@@ -466,7 +466,9 @@ def test_float32_modes_pick_their_kernels(gxp, fp32_mode):
     # factors with P % 8 != 0 stay on CUDA cores in either mode, and so do Q < 16 unless forced
     assert all("ffma" in k for k in _kernels_of("float32", [(5, 5)] * 3, 64))
     assert all("ffma" in k for k in _kernels_of("float64", [(16, 16)] * 3, 64))
-    assert all("ffma" in k for k in _kernels_of("float32", [(8, 8)] * 3, 64))
+    # (P = 8 in 3xTF32 mode: the natural-order kernel where x is contiguous)
+    assert all("ffma" in k or (fp32_mode == "tf32x3" and "natural" in k)
+               for k in _kernels_of("float32", [(8, 8)] * 3, 64))
     kc = _kron_cuda()
     kc.tune(kind=1)
     try:
@@ -538,13 +540,16 @@ def test_float32_modes_strided_x(gxp, rng, fp32_mode, side):
 
 
 # ---------------------------------------------------------------------------------------------
-# the natural-order 3xTF32 kernel (contiguous x @ kron, groups of P x P factors, P = 16, 32, 64):
-# line tiles (the group at the end of the chain), column tiles (the others), 1-3 steps
+# the natural-order 3xTF32 kernel (contiguous x @ kron, groups of P x P factors, P = 8 ... 64):
+# line tiles (the group at the end of the chain), column tiles (the others), 1-4 steps
 
 
 # (shapes, lead): partial line tiles (rows not a multiple of the tile), every P, one to three
 # steps, column tiles of 8, 16 and 256 i, a chain ending in a factor the kernel does not take
 NATURAL_CASES = [
+    ([(8, 8)] * 3, (33,)),                    # P = 8: k8 blocks, 8-byte loads
+    ([(8, 8)] * 7, (3,)),                     # several passes, a 4-step group
+    ([(8, 8)], (300,)),
     ([(16, 16)] * 3, (33,)),                  # one pass of 3 steps, one line per tile
     ([(16, 16)] * 5, (7,)),                   # line pass and column pass
     ([(16, 16)], (300,)),                     # one step, 256-line tiles, the last partial
@@ -595,7 +600,7 @@ def test_natural_kernel_is_planned(gxp, monkeypatch):
     assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32"] * 2
     assert set(_kernels_of("float32", [(16, 16)] * 5, 1024)) == {"f32.tf32x3.natural.p16"}
     assert not any("natural" in k for k in _kernels_of("float64", [(32, 32)] * 4, 64))
-    assert not any("natural" in k for k in _kernels_of("float32", [(8, 8)] * 4, 64))
+    assert not any("natural" in k for k in _kernels_of("float32", [(24, 24)] * 2, 64))
     _natural_on(monkeypatch, False)
     assert not any("natural" in k for k in _kernels_of("float32", [(32, 32)] * 4, 1024))
 

@@ -231,11 +231,23 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
   return occupancy(k->func, dev, threads, smem, blocks);
 }
 
-// The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0 (read when a
-// plan is made; part of the plan cache's key).
-bool natural_kernel_on() {
-  const char *e = std::getenv("KRONLINALG_KRON_NATURAL");
-  return !(e && e[0] == '0');
+// The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0, and for
+// tuning sweeps KRONLINALG_KRON_NATURAL_T (lines or i per tile) and _WARPS (per block); read
+// when a plan is made, part of the plan cache's key.
+struct NatTune {
+  int on = 1, T = 0, warps = 0;
+};
+NatTune natural_tune() {
+  auto num = [](const char *name) {
+    const char *e = std::getenv(name);
+    return e ? std::atoi(e) : -1;
+  };
+  NatTune t;
+  t.on = num("KRONLINALG_KRON_NATURAL") != 0;
+  t.T = std::max(0, num("KRONLINALG_KRON_NATURAL_T"));
+  const int w = num("KRONLINALG_KRON_NATURAL_WARPS");
+  t.warps = w == 4 || w == 8 ? w : 0;
+  return t;
 }
 
 bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -247,7 +259,7 @@ bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                        const PassShape &sh, PassCfg *out) {
   if (!sh.natural || dtype != KL_FLOAT32 || fp32_mode() != KL_KRON_FP32_TF32X3 ||
-      !natural_kernel_on() || sh.count > kNatMaxSteps || dev.cc_major < 8)
+      !natural_tune().on || sh.count > kNatMaxSteps || dev.cc_major < 8)
     return false;
   if (g_tune.L || g_tune.tile_q || g_tune.threads || g_tune.budget_kb || g_tune.kind != -1)
     return false;
@@ -264,8 +276,11 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const bool line = sh.I == 1;
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
-  // the smallest tile with 8 warp items (32 rows of A x a column group each) per step
-  int64_t T = std::max<int64_t>(line ? 1 : 8, 256 * P / bin / nk->col_groups);
+  // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
+  const NatTune tune = natural_tune();
+  const int warps = tune.warps ? tune.warps : kNatThreads / 32;
+  int64_t T = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
+  if (tune.T > 0) T = tune.T;
   if (!line) {
     while (T > 8 && sh.I % T) T /= 2;
     if (sh.I % T || (bin / P * T) % 32) return false;
@@ -276,7 +291,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const size_t smem = size_t(fs + buf * (sh.count > 1 ? 3 : 2)) * 4;
   if (smem > size_t(dev.smem_optin)) return false;
   int blocks = 0;
-  if (occupancy(nk->func, dev.id, kNatThreads, smem, &blocks) != KL_OK || blocks < 1) return false;
+  if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
   PassCfg c;
   c.last = sh.last;
   c.count = sh.count;
@@ -285,7 +300,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   c.nat_T = int(T);
   c.nat_buf = int(buf);
   c.L = int(T);
-  c.NT = kNatThreads;
+  c.NT = 32 * warps;
   c.Bin = int(bin);
   c.Bout = int(bin);
   c.smem = smem;
@@ -754,7 +769,8 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
-                              natural_kernel_on(), aligned16(p->x) && aligned16(p->y)};
+                              natural_tune().on, natural_tune().T, natural_tune().warps,
+                              aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);
     key.push_back(p->Q[i]);
@@ -891,7 +907,7 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
     cudaError_t e;
     if (c.nk) {
       NatP np = natural_params(p, c, M, src, dst, final_pass);
-      e = c.nk->launch(np, c.grid, c.smem, s);
+      e = c.nk->launch(np, c.grid, c.NT, c.smem, s);
       src = dst;
       in = out;
       if (e != cudaSuccess) return cuda_fail(e, "launch");

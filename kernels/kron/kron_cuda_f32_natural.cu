@@ -6,8 +6,8 @@ namespace kl {
 namespace cu {
 namespace {
 template <int P, int WN>
-cudaError_t launch_nat(const NatP &p, int grid, size_t smem, cudaStream_t st) {
-  kron_tf32_natural_kernel<P, WN><<<grid, kNatThreads, smem, st>>>(p);
+cudaError_t launch_nat(const NatP &p, int grid, int block, size_t smem, cudaStream_t st) {
+  kron_tf32_natural_kernel<P, WN><<<grid, block, smem, st>>>(p);
   return cudaGetLastError();
 }
 // (P = 64 in two column groups of 32: all 64 columns in one warp item took 224 registers, one
@@ -15,7 +15,7 @@ cudaError_t launch_nat(const NatP &p, int grid, size_t smem, cudaStream_t st) {
 #define KL_NAT(P, WN)                                                                      \
   {"f32.tf32x3.natural.p" #P, reinterpret_cast<const void *>(&kron_tf32_natural_kernel<P, WN>), \
    P, P / 8 / WN, &launch_nat<P, WN>}
-const NatKernelDesc table[] = {KL_NAT(16, 2), KL_NAT(32, 4), KL_NAT(64, 4)};
+const NatKernelDesc table[] = {KL_NAT(8, 1), KL_NAT(16, 2), KL_NAT(32, 4), KL_NAT(64, 4)};
 }  // namespace
 const NatKernelDesc *nat_kernel_f32(int P) {
   for (const NatKernelDesc &k : table)

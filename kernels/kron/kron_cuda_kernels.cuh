@@ -26,8 +26,8 @@ struct KernelDesc {
 };
 
 // The natural-order 3xTF32 kernel (kron_cuda_natural.cuh): a pass of up to kNatMaxSteps P x P
-// factors (P = 16, 32, 64) over x and y with contiguous rows.
-constexpr int kNatMaxSteps = 3;
+// factors (P = 8, 16, 32, 64) over x and y with contiguous rows.
+constexpr int kNatMaxSteps = 4;
 constexpr int kNatThreads = 256;
 
 struct NatP {
@@ -51,7 +51,7 @@ struct NatKernelDesc {
   const void *func;
   int P;
   int col_groups;  // warp items per 32 rows of a step (1: in-place steps possible)
-  cudaError_t (*launch)(const NatP &, int grid, size_t smem, cudaStream_t);
+  cudaError_t (*launch)(const NatP &, int grid, int block, size_t smem, cudaStream_t);
 };
 
 // The natural-order kernel for P x P factors, or nullptr where none is compiled.

@@ -56,7 +56,8 @@ __host__ __device__ __forceinline__ int row_chunk(int row, int c) {
 // in-place steps need all of them in one item).
 template <int P, int WN>
 struct Nat {
-  static constexpr int KB = P / 16;  // k16 blocks
+  static constexpr int KB = P >= 16 ? P / 16 : 1;  // k16 blocks (P = 8: one k8 block)
+  static constexpr int KH = P >= 16 ? 2 : 1;       // k8 halves per block
   static constexpr int NS = P / 8 / WN;  // column groups
 
   // Factors -> Ft_hi[q][p], Ft_lo[q][p] (P x P each, row_chunk order) per step.
@@ -131,33 +132,46 @@ struct Nat {
     uint32_t cstep = 0;  // column step: chunks per k16 block
     int csh = 0;         // column step: log2 of C/2 (the chunk index / 8 advances by C/2)
     if constexpr (ROW) {
-      constexpr int rowc = P / 4;
+      // (P = 8: rows of two chunks, lane t reads floats 2t, 2t + 1: offsets in floats)
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int row = mg * 32 + (u >> 1) * 16 + (u & 1) * 8 + g;
-        base[u] = uint32_t(row_chunk<P>(row, t));
+        base[u] = P >= 16 ? uint32_t(row_chunk<P>(row, t)) : uint32_t(row * 8 + 2 * t);
       }
     } else {
+      // rows p = 4t + u (P = 8: 2t + u) of chunk g
       const int cq = C / 4;  // chunks per (a, p) row
       const int ch = mg * 8 + g;
       const int a = ch / cq, cc = ch - a * cq;
 #pragma unroll
       for (int u = 0; u < 4; ++u)
-        base[u] = phys_chunk_nat(uint32_t((a * P + 4 * t + u) * cq + cc));
+        if (u < 2 * KH)
+          base[u] = phys_chunk_nat(uint32_t((a * P + 2 * KH * t + u) * cq + cc));
       cstep = uint32_t(4 * C);
       csh = 31 - __clz(C / 2);
     }
     // Ft rows n = 8 (ns WN + j) + g: chunk kb * 4 + t of row_chunk order (the parity of n is
     // that of g)
-    const int fb = row_chunk<P>(8 * ns * WN + g, t);
+    const int fb = P >= 16 ? row_chunk<P>(8 * ns * WN + g, t) : g * 2;  // (P = 8: g * 8 + 2t floats)
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       float4 v[4];
-      if constexpr (ROW) {
+      if constexpr (ROW && P == 8) {
+        // rows of 8 k: floats 2t, 2t + 1
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float2 w = *reinterpret_cast<const float2 *>(in + base[u]);
+          v[u] = make_float4(w.x, w.y, 0.f, 0.f);
+        }
+      } else if constexpr (ROW) {
         // rows of P contiguous k: chunk kb*4 + t (bit 2 XORed by the row's parity)
 #pragma unroll
         for (int u = 0; u < 4; ++u)
           v[u] = *reinterpret_cast<const float4 *>(in + (base[u] ^ uint32_t(kb * 4)) * 4);
+      } else if constexpr (P == 8) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) v[u] = *reinterpret_cast<const float4 *>(in + base[u] * 4);
+        v[2] = v[3] = make_float4(0.f, 0.f, 0.f, 0.f);
       } else {
         const uint32_t fx = fold2(uint32_t(kb) << csh) << 1;
 #pragma unroll
@@ -173,7 +187,7 @@ struct Nat {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        for (int hf = 0; hf < KH; ++hf) {
           if constexpr (ROW) {
             // v[2i] = row g of tile i (k 4t..4t+3), v[2i+1] = row g + 8
             ah[i][hf][0] = h[2 * i][2 * hf];
@@ -198,15 +212,23 @@ struct Nat {
         }
 #pragma unroll
       for (int j = 0; j < WN; ++j) {
-        const int fo = ((fb ^ (kb * 4)) + j * 2 * P) * 4;  // (8 rows of P / 4 chunks)
-        const float4 bh = *reinterpret_cast<const float4 *>(Ft_hi + fo);
-        const float4 bl = *reinterpret_cast<const float4 *>(Ft_lo + fo);
+        float4 bh, bl;
+        if constexpr (P == 8) {
+          const float2 wh = *reinterpret_cast<const float2 *>(Ft_hi + fb * 4 + 2 * t);
+          const float2 wl = *reinterpret_cast<const float2 *>(Ft_lo + fb * 4 + 2 * t);
+          bh = make_float4(wh.x, wh.y, 0.f, 0.f);
+          bl = make_float4(wl.x, wl.y, 0.f, 0.f);
+        } else {
+          const int fo = ((fb ^ (kb * 4)) + j * 2 * P) * 4;  // (8 rows of P / 4 chunks)
+          bh = *reinterpret_cast<const float4 *>(Ft_hi + fo);
+          bl = *reinterpret_cast<const float4 *>(Ft_lo + fo);
+        }
         const uint32_t bhu[4] = {__float_as_uint(bh.x), __float_as_uint(bh.y),
                                  __float_as_uint(bh.z), __float_as_uint(bh.w)};
         const uint32_t blu[4] = {__float_as_uint(bl.x), __float_as_uint(bl.y),
                                  __float_as_uint(bl.z), __float_as_uint(bl.w)};
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
+        for (int hf = 0; hf < KH; ++hf)
 #pragma unroll
           for (int i = 0; i < 2; ++i) {  // small terms first
             mma_tf32(acc[i][j], al[i][hf], bhu[2 * hf], bhu[2 * hf + 1]);
