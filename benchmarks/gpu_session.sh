@@ -27,6 +27,14 @@ for dt in (cp.float32, cp.float64, cp.float16):
         kronlinalg.kron_matmul(x, fs, algorithm="sliced")
         kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((l, m)), dtype=dt), fs,
                                side="left", algorithm="sliced")
+# the natural-order float32 kernel (contiguous x @ kron, P x P factors): line and column tiles,
+# 1-4 steps, partial tiles, beta
+for shapes, m in [([(8, 8)] * 3, 5), ([(8, 8)] * 7, 2), ([(16, 16)] * 3, 3), ([(16, 16)] * 5, 2),
+                  ([(16, 16)], 300), ([(32, 32)] * 4, 2), ([(32, 32)] * 3, 3), ([(64, 64)] * 2, 5)]:
+    fs = [cp.asarray(rng.standard_normal(s), dtype=cp.float32) for s in shapes]
+    k = int(np.prod([s[0] for s in shapes]))
+    x, y = (cp.asarray(rng.standard_normal((m, k)), dtype=cp.float32) for _ in range(2))
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced", beta=0.5, y=y)
 from kronlinalg.structured import KSChain
 for dt in (cp.float32, cp.float16):
     for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)],

@@ -548,8 +548,8 @@ def test_float32_modes_strided_x(gxp, rng, fp32_mode, side):
 # steps, column tiles of 8, 16 and 256 i, a chain ending in a factor the kernel does not take
 NATURAL_CASES = [
     ([(8, 8)] * 3, (33,)),                    # P = 8: k8 blocks, 8-byte loads
-    ([(8, 8)] * 7, (3,)),                     # several passes, a 4-step group
-    ([(8, 8)], (300,)),
+    ([(8, 8)] * 7, (3,)),                     # several passes (P = 8: 3-step groups only)
+    ([(8, 8)] * 4, (5,)),
     ([(16, 16)] * 3, (33,)),                  # one pass of 3 steps, one line per tile
     ([(16, 16)] * 5, (7,)),                   # line pass and column pass
     ([(16, 16)], (300,)),                     # one step, 256-line tiles, the last partial
@@ -627,3 +627,15 @@ def test_natural_kernel_unaligned_x_falls_back(gxp, rng, monkeypatch):
     x, xn = flat[1:].reshape(3, 256), flatn[1:].reshape(3, 256)
     out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
     assert_close(out, kron_matmul_ref(xn, fns, "right"), gxp, "float32")
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("shapes", [[(8, 8)] * 3, [(16, 16)] * 3, [(32, 32)] * 2, [(64, 64)] * 2],
+                         ids=["8^3", "16^3", "32^2", "64^2"])
+def test_natural_kernel_block_sizes(gxp, rng, monkeypatch, warps, shapes):
+    """Both block sizes (and so both tile sizes) of every compiled P, line and column tiles."""
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_WARPS", str(warps))
+    _poison_pool(gxp, 3 * 4 * 21 * math.prod(p for p, _ in shapes) * 8)
+    _check(gxp, rng, shapes, "float32", lead=(21,), alpha=0.5)
+    _check(gxp, rng, shapes + [(1, 8)], "float32", lead=(3,))  # column tiles of I = 8

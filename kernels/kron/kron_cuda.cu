@@ -268,6 +268,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const NatKernelDesc *nk = nat_kernel_f32(P);
   if (!nk) return false;
   if (nk->col_groups > 1 && sh.count > 2) return false;  // a middle step works in place
+  // (P = 8: groups of three or more steps only; on the H100 1024 x 8^6, two 3-step passes, took
+  // 2.30 ms against the CUDA-core kernel's 2.53, but 1024 x 8^7 (3 + 2 + 2) 25.4 against 21.9)
+  if (P == 8 && sh.count < 3) return false;
   int64_t bin = 1;
   for (int s = 0; s < sh.count; ++s) {
     if (p->P[sh.last - s] != P || p->Q[sh.last - s] != P) return false;
@@ -278,7 +281,10 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
   const NatTune tune = natural_tune();
-  const int warps = tune.warps ? tune.warps : kNatThreads / 32;
+  // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
+  // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
+  // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
+  const int warps = tune.warps ? tune.warps : P == 16 ? 8 : 4;
   int64_t T = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
   if (tune.T > 0) T = tune.T;
   if (!line) {
