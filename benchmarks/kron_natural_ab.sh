@@ -1,15 +1,43 @@
 #!/bin/bash
-# kron_large float32 with the natural-order kernel (default), without it, and with 4-warp blocks,
-# each in its own process (the plan cache keys on these environment variables); tables and JSON
-# to $OUT.  Run on the GPU machine after gpu-run.sh has built the checkout.
+# The natural-order float32 kron kernel against the other kernels and across its tuning knobs,
+# each configuration in its own process (the plan cache keys on these environment variables);
+# tables and JSON to $OUT.  Run on the GPU machine after gpu-run.sh has built the checkout.
+#   bash benchmarks/kron_natural_ab.sh [ab|sweep|profile]...
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
+CASES=1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x32^5,16x16^6
 run() {  # name, extra args, env...
   local name=$1 extra=$2; shift 2
+  echo "== $name $*"
   env "$@" timeout 200 python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
     --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --dtypes float32 $extra \
-    --json "$OUT/kron_$name.json" 2>&1 | tail -13 | tee "$OUT/kron_$name.txt"
+    --json "$OUT/kron_$name.json" 2>&1 | grep -E "float32|median" | tee "$OUT/kron_$name.txt"
 }
-run natural ""
-run other "--no-shuffle" KRONLINALG_KRON_NATURAL=0
-run natural_w4 "--no-shuffle" KRONLINALG_KRON_NATURAL_WARPS=4
+ab() {
+  run natural ""
+  run other "--no-shuffle" KRONLINALG_KRON_NATURAL=0
+}
+sweep() {
+  local o="--no-shuffle --reps 10 --only $CASES"
+  run s_default "$o"
+  run s_st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
+  run s_w8 "$o" KRONLINALG_KRON_NATURAL_WARPS=8
+  run s_w4 "$o" KRONLINALG_KRON_NATURAL_WARPS=4
+  run s_w8st3 "$o" KRONLINALG_KRON_NATURAL_WARPS=8 KRONLINALG_KRON_NATURAL_STAGES=3
+  run s_w4st3 "$o" KRONLINALG_KRON_NATURAL_WARPS=4 KRONLINALG_KRON_NATURAL_STAGES=3
+}
+profile() {  # Nsight Compute on both passes of 256 x 32^4 and 256 x 16^5
+  cat > /tmp/nat_prof.py <<'PY'
+import cupy as cp, kronlinalg
+for p, n in ((32, 4), (16, 5)):
+    fs = [cp.random.standard_normal((p, p), dtype=cp.float32) for _ in range(n)]
+    x = cp.random.standard_normal((256, p ** n), dtype=cp.float32)
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+cp.cuda.Device().synchronize()
+PY
+  timeout 240 ncu --clock-control none -k regex:natural --launch-count 4 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section Occupancy --section SchedulerStats python /tmp/nat_prof.py 2>&1 \
+    | grep -vE "^==PROF==|^\s*$|----" | tee "$OUT/ncu_natural.txt" | head -150
+}
+for s in ${*:-ab}; do "$s"; done

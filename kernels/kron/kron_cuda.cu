@@ -108,7 +108,7 @@ struct PassCfg {
   int pf = 0;  // tensor cores: third buffer for the next tile (lines adjacent in x)
   StepGeo st[kMaxSteps];
   const NatKernelDesc *nk = nullptr;  // the natural-order kernel (then k is unused)
-  int nat_T = 0, nat_buf = 0;
+  int nat_T = 0, nat_buf = 0, nat_stages = 2;
 };
 
 struct Plan {
@@ -235,7 +235,7 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines or i per tile) and _WARPS (per block); read
 // when a plan is made, part of the plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, warps = 0;
+  int on = 1, T = 0, warps = 0, stages = 0;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) {
@@ -247,6 +247,8 @@ NatTune natural_tune() {
   t.T = std::max(0, num("KRONLINALG_KRON_NATURAL_T"));
   const int w = num("KRONLINALG_KRON_NATURAL_WARPS");
   t.warps = w == 4 || w == 8 ? w : 0;
+  const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
+  t.stages = st == 2 || st == 3 ? st : 0;
   return t;
 }
 
@@ -294,7 +296,8 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     return false;
   }
   const int64_t buf = T * bin;
-  const size_t smem = size_t(fs + buf * (sh.count > 1 ? 3 : 2)) * 4;
+  const int stages = tune.stages ? tune.stages : 2;
+  const size_t smem = size_t(fs + buf * (stages + (sh.count > 1 ? 1 : 0))) * 4;
   if (smem > size_t(dev.smem_optin)) return false;
   int blocks = 0;
   if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
@@ -305,6 +308,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   c.nk = nk;
   c.nat_T = int(T);
   c.nat_buf = int(buf);
+  c.nat_stages = stages;
   c.L = int(T);
   c.NT = 32 * warps;
   c.Bin = int(bin);
@@ -715,6 +719,7 @@ NatP natural_params(const kl_kron_problem *p, const PassCfg &c, int64_t M, const
   np.I = c.sh.I;
   np.ntiles = c.ntiles;
   np.buf1_elems = c.nat_buf;
+  np.stages = c.nat_stages;
   np.buf2_elems = c.count > 1 ? c.nat_buf : 0;
   np.fs_elems = c.count * 2 * c.nk->P * c.nk->P;
   np.x = static_cast<const float *>(src);
@@ -776,6 +781,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
                               natural_tune().on, natural_tune().T, natural_tune().warps,
+                              natural_tune().stages,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);

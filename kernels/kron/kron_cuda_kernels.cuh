@@ -38,7 +38,8 @@ struct NatP {
   int64_t rows;   // lines (line tiles) or rows r (column tiles)
   int64_t I;      // modes after the group (column tiles; I % T == 0)
   int64_t ntiles;
-  int buf1_elems, buf2_elems, fs_elems;  // buf1 twice (this tile, the next)
+  int buf1_elems, buf2_elems, fs_elems;
+  int stages;     // buf1 copies (2 or 3): the tiles after this one stream in meanwhile
   const float *x;
   float *y;
   float alpha, beta;

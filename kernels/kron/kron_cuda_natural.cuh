@@ -337,31 +337,37 @@ struct Nat {
   }
 };
 
-// Persistent blocks over tiles; the next tile streams into the other half of buf1 while this
-// one is computed.
+// Persistent blocks over tiles; the next stages - 1 tiles stream into the other copies of buf1
+// while this one is computed.
 template <int P, int WN>
 __global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const __grid_constant__ NatP p) {
   using K = Nat<P, WN>;
   KL_DYNAMIC_SMEM(smem_raw);
   float *Fs = reinterpret_cast<float *>(smem_raw);
-  float *const in1 = Fs + p.fs_elems;  // two halves of buf1_elems
-  float *const buf2 = in1 + 2 * p.buf1_elems;
+  float *const in1 = Fs + p.fs_elems;  // p.stages copies of buf1_elems
+  float *const buf2 = in1 + p.stages * p.buf1_elems;
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   int64_t t = blockIdx.x;
   if (t >= p.ntiles) return;
   K::load_factors(p, Fs);
-  K::load_tile(p, t, in1);
-  cp_async_commit();
+  for (int k = 0; k + 1 < p.stages; ++k) {
+    if (t + k * gridDim.x < p.ntiles) K::load_tile(p, t + k * gridDim.x, in1 + k * p.buf1_elems);
+    cp_async_commit();
+  }
   // warp items of every step: m-groups (32 rows of the step's A) x column groups
   const int mg_total = p.line_tile ? p.T * (p.Bin / P) / 32 : p.Bin / P * p.T / 32;
   const int items = mg_total * K::NS;
   const bool one = p.nsteps == 1;
   for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
-    float *buf1 = in1 + (it & 1) * p.buf1_elems;
-    // (the other half was last read by step 1 of the previous tile, before its barrier)
-    if (t + gridDim.x < p.ntiles) K::load_tile(p, t + gridDim.x, in1 + ((it + 1) & 1) * p.buf1_elems);
+    float *buf1 = in1 + (it % p.stages) * p.buf1_elems;
+    // (that copy was last read by step 1 of the previous tile, before its barrier)
+    const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
+    if (tn < p.ntiles) K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
     cp_async_commit();
-    cp_async_wait<1>();  // this tile has landed
+    if (p.stages == 3)
+      cp_async_wait<2>();  // this tile has landed
+    else
+      cp_async_wait<1>();
     __syncthreads();
     for (int w = warp; w < items; w += nwarps) {
       const int mg = w / K::NS, ns = w - mg * K::NS;
