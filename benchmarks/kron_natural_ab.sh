@@ -6,25 +6,26 @@
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 CASES=1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x32^5,16x16^6
-run() {  # name, extra args, env...
+run() {  # name, extra args, env...  (sweep tables go to one file: $OUT holds 8 files at most)
   local name=$1 extra=$2; shift 2
-  echo "== $name $*"
+  echo "== $name $*" | tee -a "$OUT/kron_sweep.txt"
   env "$@" timeout 200 python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
     --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --dtypes float32 $extra \
-    --json "$OUT/kron_$name.json" 2>&1 | grep -E "float32|median" | tee "$OUT/kron_$name.txt"
+    2>&1 | grep -E "float32|median" | tee -a "$OUT/kron_sweep.txt"
 }
 ab() {
-  run natural ""
-  run other "--no-shuffle" KRONLINALG_KRON_NATURAL=0
+  run natural "--json $OUT/kron_natural.json"
+  run other "--no-shuffle --json $OUT/kron_other.json" KRONLINALG_KRON_NATURAL=0
 }
 sweep() {
   local o="--no-shuffle --reps 10 --only $CASES"
-  run s_default "$o"
-  run s_st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
-  run s_w8 "$o" KRONLINALG_KRON_NATURAL_WARPS=8
-  run s_w4 "$o" KRONLINALG_KRON_NATURAL_WARPS=4
-  run s_w8st3 "$o" KRONLINALG_KRON_NATURAL_WARPS=8 KRONLINALG_KRON_NATURAL_STAGES=3
-  run s_w4st3 "$o" KRONLINALG_KRON_NATURAL_WARPS=4 KRONLINALG_KRON_NATURAL_STAGES=3
+  run default "$o"
+  run st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
+  run ti16 "$o" KRONLINALG_KRON_NATURAL_TI=16
+  run ti16st3 "$o" KRONLINALG_KRON_NATURAL_TI=16 KRONLINALG_KRON_NATURAL_STAGES=3
+  run ti32 "$o" KRONLINALG_KRON_NATURAL_TI=32
+  run t8 "$o" KRONLINALG_KRON_NATURAL_T=8
+  run w4 "$o" KRONLINALG_KRON_NATURAL_WARPS=4
 }
 profile() {  # Nsight Compute on both passes of 256 x 32^4 and 256 x 16^5
   cat > /tmp/nat_prof.py <<'PY'
@@ -38,6 +39,7 @@ PY
   timeout 240 ncu --clock-control none -k regex:natural --launch-count 4 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section Occupancy --section SchedulerStats python /tmp/nat_prof.py 2>&1 \
-    | grep -vE "^==PROF==|^\s*$|----" | tee "$OUT/ncu_natural.txt" | head -150
+    | grep -E "natural_kernel|Duration|DRAM Throughput|Issued Warp|Local Memory|Theoretical Occ" \
+    | tee "$OUT/ncu_natural.txt"
 }
 for s in ${*:-ab}; do "$s"; done

@@ -235,7 +235,7 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines or i per tile) and _WARPS (per block); read
 // when a plan is made, part of the plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, warps = 0, stages = 0;
+  int on = 1, T = 0, TI = 0, warps = 0, stages = 0;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) {
@@ -245,6 +245,7 @@ NatTune natural_tune() {
   NatTune t;
   t.on = num("KRONLINALG_KRON_NATURAL") != 0;
   t.T = std::max(0, num("KRONLINALG_KRON_NATURAL_T"));
+  t.TI = std::max(0, num("KRONLINALG_KRON_NATURAL_TI"));
   const int w = num("KRONLINALG_KRON_NATURAL_WARPS");
   t.warps = w == 4 || w == 8 ? w : 0;
   const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
@@ -286,9 +287,10 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
-  const int warps = tune.warps ? tune.warps : P == 16 ? 8 : 4;
+  const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
   int64_t T = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
-  if (tune.T > 0) T = tune.T;
+  if (line && tune.T > 0) T = tune.T;
+  if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
     while (T > 8 && sh.I % T) T /= 2;
     if (sh.I % T || (bin / P * T) % 32) return false;
@@ -297,7 +299,8 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   }
   const int64_t buf = T * bin;
   const int stages = tune.stages ? tune.stages : 2;
-  const size_t smem = size_t(fs + buf * (stages + (sh.count > 1 ? 1 : 0))) * 4;
+  const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
+  const size_t smem = size_t(fs + buf * (stages + (buf2 ? 1 : 0))) * 4;
   if (smem > size_t(dev.smem_optin)) return false;
   int blocks = 0;
   if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
@@ -720,7 +723,7 @@ NatP natural_params(const kl_kron_problem *p, const PassCfg &c, int64_t M, const
   np.ntiles = c.ntiles;
   np.buf1_elems = c.nat_buf;
   np.stages = c.nat_stages;
-  np.buf2_elems = c.count > 1 ? c.nat_buf : 0;
+  np.buf2_elems = c.nk->col_groups > 1 && c.count > 1 ? c.nat_buf : 0;
   np.fs_elems = c.count * 2 * c.nk->P * c.nk->P;
   np.x = static_cast<const float *>(src);
   np.y = static_cast<float *>(dst);
@@ -780,7 +783,8 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
-                              natural_tune().on, natural_tune().T, natural_tune().warps,
+                              natural_tune().on, natural_tune().T, natural_tune().TI,
+                              natural_tune().warps,
                               natural_tune().stages,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {

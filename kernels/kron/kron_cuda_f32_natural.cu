@@ -14,7 +14,7 @@ cudaError_t launch_nat(const NatP &p, int grid, int block, size_t smem, cudaStre
 // block per SM; so its passes have no in-place step, at most two factors)
 #define KL_NAT(P, WN)                                                                      \
   {"f32.tf32x3.natural.p" #P, reinterpret_cast<const void *>(&kron_tf32_natural_kernel<P, WN>), \
-   P, P / 8 / WN, &launch_nat<P, WN>}
+   P, P / 8 / WN, nat_max_threads(P), &launch_nat<P, WN>}
 const NatKernelDesc table[] = {KL_NAT(8, 1), KL_NAT(16, 2), KL_NAT(32, 4), KL_NAT(64, 4)};
 }  // namespace
 const NatKernelDesc *nat_kernel_f32(int P) {

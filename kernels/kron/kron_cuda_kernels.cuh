@@ -28,7 +28,6 @@ struct KernelDesc {
 // The natural-order 3xTF32 kernel (kron_cuda_natural.cuh): a pass of up to kNatMaxSteps P x P
 // factors (P = 8, 16, 32, 64) over x and y with contiguous rows.
 constexpr int kNatMaxSteps = 4;
-constexpr int kNatThreads = 256;
 
 struct NatP {
   int nsteps;
@@ -51,7 +50,8 @@ struct NatKernelDesc {
   const char *name;
   const void *func;
   int P;
-  int col_groups;  // warp items per 32 rows of a step (1: in-place steps possible)
+  int col_groups;  // warp items per 32 rows of a step (1: every step in place)
+  int max_threads;
   cudaError_t (*launch)(const NatP &, int grid, int block, size_t smem, cudaStream_t);
 };
 

@@ -339,12 +339,21 @@ struct Nat {
 
 // Persistent blocks over tiles; the next stages - 1 tiles stream into the other copies of buf1
 // while this one is computed.
+// Blocks of up to nat_max_threads(P) threads, at least nat_min_blocks(P) per SM by registers
+// (P = 16: 8 warps, two blocks; otherwise 4 warps, three blocks: up to 170 registers, where
+// 128 spilled).
+__host__ __device__ constexpr int nat_max_threads(int P) { return P == 16 ? 256 : 128; }
+__host__ __device__ constexpr int nat_min_blocks(int P) { return P == 16 ? 2 : 3; }
+
 template <int P, int WN>
-__global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const __grid_constant__ NatP p) {
+__global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
+    kron_tf32_natural_kernel(const __grid_constant__ NatP p) {
   using K = Nat<P, WN>;
   KL_DYNAMIC_SMEM(smem_raw);
   float *Fs = reinterpret_cast<float *>(smem_raw);
   float *const in1 = Fs + p.fs_elems;  // p.stages copies of buf1_elems
+  // (one column group: step 1 writes over its own input, later steps work there too)
+  constexpr bool kInPlace = K::NS == 1;
   float *const buf2 = in1 + p.stages * p.buf1_elems;
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   int64_t t = blockIdx.x;
@@ -360,6 +369,7 @@ __global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const
   const bool one = p.nsteps == 1;
   for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
     float *buf1 = in1 + (it % p.stages) * p.buf1_elems;
+    float *work = kInPlace ? buf1 : buf2;
     // (that copy was last read by step 1 of the previous tile, before its barrier)
     const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
     if (tn < p.ntiles) K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
@@ -374,16 +384,18 @@ __global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const
       float acc[2][WN][4];
       if (p.line_tile) {
         K::template compute<true>(buf1, Fs, Fs + P * P, 0, mg, ns, acc);
+        __syncwarp();  // (in place: every lane has read its rows)
         if (one)
           K::store_rows_global(p, t * p.T, mg, ns, acc);
         else
-          K::store_rows_smem(buf2, mg, ns, acc);
+          K::store_rows_smem(work, mg, ns, acc);
       } else {
         K::template compute<false>(buf1, Fs, Fs + P * P, p.T, mg, ns, acc);
-        K::store_cols(p, buf2, p.T, mg, ns, one, t, acc);
+        __syncwarp();
+        K::store_cols(p, work, p.T, mg, ns, one, t, acc);
       }
     }
-    __syncthreads();  // buf2 holds step 1's results; buf1 may take the tile after next
+    __syncthreads();  // work holds step 1's results; buf1 may take a later tile (if not work)
     if (one) continue;
     int C = p.line_tile ? P : P * p.T;  // row length of step 2's [a][p][c] view
     for (int s = 1; s < p.nsteps; ++s) {
@@ -393,9 +405,9 @@ __global__ void __launch_bounds__(kNatThreads, 2) kron_tf32_natural_kernel(const
       for (int w = warp; w < items; w += nwarps) {
         const int mg = w / K::NS, ns = w - mg * K::NS;
         float acc[2][WN][4];
-        K::template compute<false>(buf2, fh, fh + P * P, C, mg, ns, acc);
+        K::template compute<false>(work, fh, fh + P * P, C, mg, ns, acc);
         __syncwarp();  // every lane has read its chunks before any writes over them
-        K::store_cols(p, buf2, C, mg, ns, last, t, acc);
+        K::store_cols(p, work, C, mg, ns, last, t, acc);
       }
       if (!last) __syncthreads();
       C *= P;
