@@ -288,7 +288,16 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
   const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
-  int64_t T = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
+  const int64_t T0 = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
+  // (larger tiles and a third load buffer where a sweep on the H100 found them faster, kron_large
+  // float32 ms: P = 8 line tiles of 4x the lines, 1024 x 8^6 2.31 -> 2.16; P = 16 column tiles
+  // of 32 i, 1024 x 16^5 8.03 -> 7.59, 16 x 16^6 3.02 -> 2.91; three buffers for P >= 32,
+  // 1024 x 32^4 8.15 -> 7.60, 1024 x 64^3 2.91 -> 2.79; as large, they lost elsewhere)
+  int64_t T = line && P == 8 ? 4 * T0 : !line && P == 16 ? std::max<int64_t>(T0, 32) : T0;
+  const int stages = tune.stages ? tune.stages : P >= 32 ? 3 : 2;
+  const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
+  auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * 4; };
+  while (T > T0 && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;  // two blocks per SM
   if (line && tune.T > 0) T = tune.T;
   if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
@@ -298,9 +307,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     return false;
   }
   const int64_t buf = T * bin;
-  const int stages = tune.stages ? tune.stages : 2;
-  const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
-  const size_t smem = size_t(fs + buf * (stages + (buf2 ? 1 : 0))) * 4;
+  const size_t smem = smem_of(T);
   if (smem > size_t(dev.smem_optin)) return false;
   int blocks = 0;
   if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
