@@ -629,17 +629,13 @@ def test_natural_kernel_unaligned_x_falls_back(gxp, rng, monkeypatch):
     assert_close(out, kron_matmul_ref(xn, fns, "right"), gxp, "float32")
 
 
-@pytest.mark.parametrize("warps", [4, 8, "wide"])
+@pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("shapes", [[(8, 8)] * 3, [(16, 16)] * 3, [(32, 32)] * 2, [(64, 64)] * 2],
                          ids=["8^3", "16^3", "32^2", "64^2"])
 def test_natural_kernel_block_sizes(gxp, rng, monkeypatch, warps, shapes):
-    """Both block sizes (and so both tile sizes) of every compiled P, line and column tiles, and
-    the 8-warp P = 32 kernel for column tiles."""
+    """Both block sizes (and so both tile sizes) of every compiled P, line and column tiles."""
     _natural_on(monkeypatch, True)
-    if warps == "wide":
-        monkeypatch.setenv("KRONLINALG_KRON_NATURAL_WIDE", "1")
-    else:
-        monkeypatch.setenv("KRONLINALG_KRON_NATURAL_WARPS", str(warps))
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_WARPS", str(warps))
     _poison_pool(gxp, 3 * 4 * 21 * math.prod(p for p, _ in shapes) * 8)
     _check(gxp, rng, shapes, "float32", lead=(21,), alpha=0.5)
     _check(gxp, rng, shapes + [(1, 8)], "float32", lead=(3,))  # column tiles of I = 8

@@ -235,7 +235,7 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines or i per tile) and _WARPS (per block); read
 // when a plan is made, part of the plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, TI = 0, warps = 0, stages = 0, wide = -1;
+  int on = 1, T = 0, TI = 0, warps = 0, stages = 0;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) {
@@ -250,7 +250,6 @@ NatTune natural_tune() {
   t.warps = w == 4 || w == 8 ? w : 0;
   const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
   t.stages = st == 2 || st == 3 ? st : 0;
-  t.wide = num("KRONLINALG_KRON_NATURAL_WIDE");
   return t;
 }
 
@@ -269,10 +268,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     return false;
   if (!aligned16(p->x) || !aligned16(p->y)) return false;
   const int P = int(p->P[sh.last]);
-  const NatTune tune = natural_tune();
-  // column tiles of P = 32: 8-warp blocks of 16 i (KRONLINALG_KRON_NATURAL_WIDE=1)
-  const bool wide = sh.I > 1 && tune.wide == 1 && nat_kernel_f32(P, true);
-  const NatKernelDesc *nk = nat_kernel_f32(P, wide);
+  const NatKernelDesc *nk = nat_kernel_f32(P);
   if (!nk) return false;
   if (nk->col_groups > 1 && sh.count > 2) return false;  // a middle step works in place
   // (P = 8: groups of three or more steps only; on the H100 1024 x 8^6, two 3-step passes, took
@@ -287,23 +283,21 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
+  const NatTune tune = natural_tune();
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
-  const int warps = std::min(nk->max_threads / 32,
-                             tune.warps ? tune.warps : P == 16 || wide ? 8 : 4);
+  const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
   const int64_t T0 = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
   // (larger tiles and a third load buffer where a sweep on the H100 found them faster, kron_large
   // float32 ms: P = 8 line tiles of 4x the lines, 1024 x 8^6 2.31 -> 2.16; P = 16 column tiles
   // of 32 i, 1024 x 16^5 8.03 -> 7.59, 16 x 16^6 3.02 -> 2.91; three buffers for P >= 32,
   // 1024 x 32^4 8.15 -> 7.60, 1024 x 64^3 2.91 -> 2.79; as large, they lost elsewhere)
   int64_t T = line && P == 8 ? 4 * T0 : !line && P == 16 ? std::max<int64_t>(T0, 32) : T0;
-  if (wide) T = std::max<int64_t>(T0, 16);
   const int stages = tune.stages ? tune.stages : P >= 32 ? 3 : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
   auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * 4; };
-  // two blocks per SM (a wide block: one)
-  while (T > T0 && (wide ? 1 : 2) * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;
+  while (T > T0 && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;  // two blocks per SM
   if (line && tune.T > 0) T = tune.T;
   if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
@@ -798,7 +792,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
                               natural_tune().on, natural_tune().T, natural_tune().TI,
                               natural_tune().warps,
-                              natural_tune().stages, natural_tune().wide,
+                              natural_tune().stages,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);

@@ -5,26 +5,21 @@
 namespace kl {
 namespace cu {
 namespace {
-template <int P, int WN, int MAXT>
+template <int P, int WN>
 cudaError_t launch_nat(const NatP &p, int grid, int block, size_t smem, cudaStream_t st) {
-  kron_tf32_natural_kernel<P, WN, MAXT><<<grid, block, smem, st>>>(p);
+  kron_tf32_natural_kernel<P, WN><<<grid, block, smem, st>>>(p);
   return cudaGetLastError();
 }
 // (P = 64 in two column groups of 32: all 64 columns in one warp item took 224 registers, one
 // block per SM; so its passes have no in-place step, at most two factors)
-#define KL_NAT(NAME, P, WN, MAXT)                                                          \
-  {"f32.tf32x3.natural.p" #P NAME,                                                         \
-   reinterpret_cast<const void *>(&kron_tf32_natural_kernel<P, WN, MAXT>), P, P / 8 / WN, MAXT, \
-   &launch_nat<P, WN, MAXT>}
-// (the first entry of each P is its default; "w8": 8-warp blocks, one per SM, for column tiles
-// of 16 i, whose rows are 64-byte runs of x)
-const NatKernelDesc table[] = {KL_NAT("", 8, 1, 128), KL_NAT("", 16, 2, 256),
-                               KL_NAT("", 32, 4, 128), KL_NAT("", 64, 4, 128),
-                               KL_NAT(".w8", 32, 4, 256)};
+#define KL_NAT(P, WN)                                                                      \
+  {"f32.tf32x3.natural.p" #P, reinterpret_cast<const void *>(&kron_tf32_natural_kernel<P, WN>), \
+   P, P / 8 / WN, nat_max_threads(P), &launch_nat<P, WN>}
+const NatKernelDesc table[] = {KL_NAT(8, 1), KL_NAT(16, 2), KL_NAT(32, 4), KL_NAT(64, 4)};
 }  // namespace
-const NatKernelDesc *nat_kernel_f32(int P, bool wide) {
+const NatKernelDesc *nat_kernel_f32(int P) {
   for (const NatKernelDesc &k : table)
-    if (k.P == P && (!wide || k.max_threads == 256)) return &k;
+    if (k.P == P) return &k;
   return nullptr;
 }
 }  // namespace cu

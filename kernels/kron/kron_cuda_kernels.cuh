@@ -55,9 +55,8 @@ struct NatKernelDesc {
   cudaError_t (*launch)(const NatP &, int grid, int block, size_t smem, cudaStream_t);
 };
 
-// The natural-order kernel for P x P factors (wide: one of 8-warp blocks), or nullptr where none
-// is compiled.
-const NatKernelDesc *nat_kernel_f32(int P, bool wide = false);
+// The natural-order kernel for P x P factors, or nullptr where none is compiled.
+const NatKernelDesc *nat_kernel_f32(int P);
 
 // Each returns its table and sets *n to its length.
 const KernelDesc *kernels_f32(int *n);
