@@ -1,8 +1,11 @@
 """CUDA kron_matmul on the full shared benchmark sets (the cases of
 benchmarks/kron_gpu_compare.py): fused CUDA kernels against the CuPy shuffle algorithm, float32
 and float64 on CuPy arrays, bfloat16 (tensor cores) on torch tensors.  float32 runs in the
-default mode (3xTF32 tensor cores where the factors allow) and as "float32-ieee" (CUDA-core
-FMAs, ``kron.float32_precision("ieee")``: the baseline of the bfloat16 tensor cores).
+default mode (3xTF32 tensor cores where the factors allow; contiguous x with P x P factors,
+P = 8 ... 64, on the natural-order kernel), as "float32-ieee" (CUDA-core FMAs,
+``kron.float32_precision("ieee")``: the baseline of the bfloat16 tensor cores) and as
+"float32-no-natural" (``KRONLINALG_KRON_NATURAL=0``: the fused tensor-core kernel that the
+natural-order one replaced, for the A/B in one run).
 
 GPU only: setup raises NotImplementedError when no CUDA device is visible.  Device time is
 tracked with CUDA events (``track_*_ms``, median of 10 after a warm-up), next to asv's own
@@ -13,6 +16,7 @@ README's performance table reports.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 import kronlinalg
@@ -108,6 +112,10 @@ class _KronGpuSet:
     def setup(self, case, dtype):
         self.gpu = _Gpu(dtype.split("-")[0])
         self.prev_fp32 = float32_precision("ieee") if dtype == "float32-ieee" else None
+        # (read when a plan is made; the plan cache keys on it)
+        self.prev_natural = os.environ.get("KRONLINALG_KRON_NATURAL")
+        if dtype == "float32-no-natural":
+            os.environ["KRONLINALG_KRON_NATURAL"] = "0"
         m, shapes = self.cases[case]
         k = math.prod(p for p, _ in shapes)
         self.flops = kron_flops(m, shapes)
@@ -125,6 +133,10 @@ class _KronGpuSet:
         self.gpu.free()
         if self.prev_fp32 is not None:
             float32_precision(self.prev_fp32)
+        if self.prev_natural is None:
+            os.environ.pop("KRONLINALG_KRON_NATURAL", None)
+        else:
+            os.environ["KRONLINALG_KRON_NATURAL"] = self.prev_natural
 
     def _ours(self):
         kronlinalg.kron_matmul(self.x, self.fs, algorithm="sliced")
@@ -160,7 +172,8 @@ class _KronGpuSet:
 
 class KronLargeGpu(_KronGpuSet):
     cases = KRON_LARGE
-    params = [list(KRON_LARGE), ["float32", "float32-ieee", "float64", "bfloat16"]]
+    params = [list(KRON_LARGE),
+              ["float32", "float32-ieee", "float32-no-natural", "float64", "bfloat16"]]
 
 
 class KronSmallGpu(_KronGpuSet):
