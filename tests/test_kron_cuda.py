@@ -639,3 +639,28 @@ def test_natural_kernel_block_sizes(gxp, rng, monkeypatch, warps, shapes):
     _poison_pool(gxp, 3 * 4 * 21 * math.prod(p for p, _ in shapes) * 8)
     _check(gxp, rng, shapes, "float32", lead=(21,), alpha=0.5)
     _check(gxp, rng, shapes + [(1, 8)], "float32", lead=(3,))  # column tiles of I = 8
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("shapes,m,T", [
+    ([(32, 32)] * 2, 3203, 2),      # fewer warp items than warps: warps finish a tile unevenly
+    ([(16, 16)] * 3, 2001, 1),
+    ([(8, 8)] * 3, 2001, 1),
+    ([(64, 64)] * 2, 2001, 0),      # two column groups, results through the second buffer
+    ([(32, 32)] * 2 + [(1, 8)], 1999, 0),   # column tiles of 8 i
+], ids=["32^2", "16^3", "8^3", "64^2", "32^2-cols"])
+def test_natural_kernel_many_tiles_per_block(gxp, rng, monkeypatch, stages, shapes, m, T):
+    """Persistent blocks that take many tiles each, with the next tiles' loads in flight while
+    a tile is computed in place: every element against the float64 reference."""
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_STAGES", str(stages))
+    if T:
+        monkeypatch.setenv("KRONLINALG_KRON_NATURAL_T", str(T))
+    k = math.prod(p for p, _ in shapes)
+    _poison_pool(gxp, min(3 * 4 * m * k, 1 << 28))
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    x, xn = random(gxp, rng, (m, k), "float32")
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+    ref = kron_matmul_ref(xn, fns, "right")
+    assert_close(out, ref, gxp, "float32")
+    _elementwise(out, ref, gxp)

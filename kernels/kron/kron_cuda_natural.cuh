@@ -370,15 +370,17 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
   for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
     float *buf1 = in1 + (it % p.stages) * p.buf1_elems;
     float *work = kInPlace ? buf1 : buf2;
-    // (that copy was last read by step 1 of the previous tile, before its barrier)
+    // this tile has landed (the stages - 2 after it may still be in flight) ...
+    if (p.stages == 3)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    // ... for every thread, and every warp is done with the previous tile: its buffer (which
+    // the last steps may have read in place) and buf2 are free
+    __syncthreads();
     const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
     if (tn < p.ntiles) K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
     cp_async_commit();
-    if (p.stages == 3)
-      cp_async_wait<2>();  // this tile has landed
-    else
-      cp_async_wait<1>();
-    __syncthreads();
     for (int w = warp; w < items; w += nwarps) {
       const int mg = w / K::NS, ns = w - mg * K::NS;
       float acc[2][WN][4];
@@ -395,8 +397,8 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
         K::store_cols(p, work, p.T, mg, ns, one, t, acc);
       }
     }
-    __syncthreads();  // work holds step 1's results; buf1 may take a later tile (if not work)
     if (one) continue;
+    __syncthreads();  // work holds step 1's results
     int C = p.line_tile ? P : P * p.T;  // row length of step 2's [a][p][c] view
     for (int s = 1; s < p.nsteps; ++s) {
       const bool last = s + 1 == p.nsteps;
