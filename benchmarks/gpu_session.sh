@@ -35,6 +35,13 @@ for shapes, m in [([(8, 8)] * 3, 5), ([(8, 8)] * 7, 2), ([(16, 16)] * 3, 3), ([(
     k = int(np.prod([s[0] for s in shapes]))
     x, y = (cp.asarray(rng.standard_normal((m, k)), dtype=cp.float32) for _ in range(2))
     kronlinalg.kron_matmul(x, fs, algorithm="sliced", beta=0.5, y=y)
+# blocks that take several tiles each, loads of the next ones in flight (2-line tiles)
+import os
+os.environ["KRONLINALG_KRON_NATURAL_T"] = "2"
+fs = [cp.asarray(rng.standard_normal((32, 32)), dtype=cp.float32) for _ in range(2)]
+kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((1001, 1024)), dtype=cp.float32), fs,
+                       algorithm="sliced")
+del os.environ["KRONLINALG_KRON_NATURAL_T"]
 from kronlinalg.structured import KSChain
 for dt in (cp.float32, cp.float16):
     for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)],
