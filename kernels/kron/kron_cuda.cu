@@ -289,12 +289,16 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
   const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
   const int64_t T0 = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
-  // (larger tiles and a third load buffer where a sweep on the H100 found them faster, kron_large
-  // float32 ms: P = 8 line tiles of 4x the lines, 1024 x 8^6 2.31 -> 2.16; P = 16 column tiles
-  // of 32 i, 1024 x 16^5 8.03 -> 7.59, 16 x 16^6 3.02 -> 2.91; three buffers for P >= 32,
-  // 1024 x 32^4 8.15 -> 7.60, 1024 x 64^3 2.91 -> 2.79; as large, they lost elsewhere)
-  int64_t T = line && P == 8 ? 4 * T0 : !line && P == 16 ? std::max<int64_t>(T0, 32) : T0;
-  const int stages = tune.stages ? tune.stages : P >= 32 ? 3 : 2;
+  // (larger tiles where a sweep on the H100 found them faster, kron_large float32 ms: P = 8 line
+  // tiles of 4x the lines, 1024 x 8^6 2.31 -> 2.16; P = 16 line tiles of at least 2 lines,
+  // 1024 x 16^5 7.29 -> 7.02, and column tiles of 32 i, 8.03 -> 7.59, 16 x 16^6 3.02 -> 2.91;
+  // as large, they lost elsewhere.  A third load buffer (KRONLINALG_KRON_NATURAL_STAGES=3) was
+  // within noise: 1024 x 32^4 7.66 with two, 7.85-7.98 with three)
+  int64_t T = T0;
+  if (line && P == 8) T = 4 * T0;
+  if (line && P == 16) T = std::max<int64_t>(T0, 2);
+  if (!line && P == 16) T = std::max<int64_t>(T0, 32);
+  const int stages = tune.stages ? tune.stages : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
   auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * 4; };
   while (T > T0 && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;  // two blocks per SM
