@@ -16,6 +16,7 @@ run() {  # name, extra args, env...  (sweep tables go to one file: $OUT holds 8 
 ab() {
   run natural "--json $OUT/kron_natural.json"
   run other "--no-shuffle --json $OUT/kron_other.json" KRONLINALG_KRON_NATURAL=0
+  run natural_again "--json $OUT/kron_natural_again.json"
 }
 sweep() {
   local o="--no-shuffle --reps 10 --only $CASES"
