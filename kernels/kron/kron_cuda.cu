@@ -307,9 +307,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   if (!line) {
     while (T > 8 && sh.I % T) T /= 2;
     if (sh.I % T || (bin / P * T) % 32) return false;
-  }
-  if (T & (T - 1)) return false;  // (the kernel takes T as a power of two)
-  if (line && (T * bin / P) % 32) {
+  } else if ((T * bin / P) % 32) {
     return false;
   }
   const int64_t buf = T * bin;
@@ -729,7 +727,6 @@ NatP natural_params(const kl_kron_problem *p, const PassCfg &c, int64_t M, const
   np.nsteps = c.count;
   np.line_tile = c.sh.I == 1;
   np.T = c.nat_T;
-  np.T_log2 = __builtin_ctz(unsigned(c.nat_T));
   np.Bin = c.Bin;
   np.Bout = c.Bout;
   np.rows = M * c.sh.O;

@@ -32,7 +32,7 @@ constexpr int kNatMaxSteps = 4;
 struct NatP {
   int nsteps;
   int line_tile;  // 1: T whole lines per tile (I == 1); 0: T consecutive i of one row r
-  int T, T_log2;  // (T is a power of two)
+  int T;
   int Bin, Bout;
   int64_t rows;   // lines (line tiles) or rows r (column tiles)
   int64_t I;      // modes after the group (column tiles; I % T == 0)

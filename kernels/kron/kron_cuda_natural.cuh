@@ -76,14 +76,6 @@ struct Nat {
     }
   }
 
-  // Column tile t: its row r and first i, as one offset (r * Bin * I + i0 in x, r * Bout * I +
-  // i0 in y: Bin == Bout).
-  static __device__ __forceinline__ int64_t col_tile_offset(const NatP &p, int64_t t) {
-    const int64_t per_row = p.I >> p.T_log2;
-    const int64_t r = t / per_row;
-    return r * p.Bin * p.I + ((t - r * per_row) << p.T_log2);
-  }
-
   // Tile t's elements -> buf1 (cp.async, 16-byte pieces).  Lines past the matrix are zeros.
   static __device__ void load_tile(const NatP &p, int64_t t, float *buf1) {
     if (p.line_tile) {
@@ -99,11 +91,13 @@ struct Nat {
         cp_async_16(buf1 + ph * 4, ok ? src + int64_t(c) * 4 : p.x, ok);
       }
     } else {
-      const float *src = p.x + col_tile_offset(p, t);
-      const int cpr_log2 = p.T_log2 - 2;  // chunks per element row (a, p)
-      const int nch = p.Bin << cpr_log2;
+      const int64_t per_row = p.I / p.T;
+      const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
+      const float *src = p.x + r * p.Bin * p.I + i0;
+      const int cpr = p.T / 4;  // chunks per element row (a, p)
+      const int nch = p.Bin * cpr;
       for (int c = threadIdx.x; c < nch; c += blockDim.x) {
-        const int rho = c >> cpr_log2, cc = c & ((1 << cpr_log2) - 1);
+        const int rho = c / cpr, cc = c - rho * cpr;
         cp_async_16(buf1 + phys_chunk_nat(uint32_t(c)) * 4, src + int64_t(rho) * p.I + cc * 4,
                     true);
       }
@@ -146,10 +140,9 @@ struct Nat {
       }
     } else {
       // rows p = 4t + u (P = 8: 2t + u) of chunk g
-      const int cq = C / 4;  // chunks per (a, p) row (a power of two)
+      const int cq = C / 4;  // chunks per (a, p) row
       const int ch = mg * 8 + g;
-      const int cq_log2 = __ffs(cq) - 1;
-      const int a = ch >> cq_log2, cc = ch & (cq - 1);
+      const int a = ch / cq, cc = ch - a * cq;
 #pragma unroll
       for (int u = 0; u < 4; ++u)
         if (u < 2 * KH)
@@ -292,27 +285,28 @@ struct Nat {
 
   // Column step results (chunk 8 mg + g of [a][q][c], 4 consecutive c per column q) -> buf2 in
   // place, or on the last step -> y.
-  // (t_off: the tile's col_tile_offset for column tiles, its first line for line tiles)
   static __device__ __forceinline__ void store_cols(const NatP &p, float *out, int C, int mg,
-                                                    int ns, bool last, int64_t t_off,
+                                                    int ns, bool last, int64_t t_idx,
                                                     const float (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int cq = C / 4;
     const int ch = mg * 8 + g;
-    const int a = ch >> (__ffs(cq) - 1), cc = ch & (cq - 1);
+    const int a = ch / cq, cc = ch - a * cq;
     float *yb = nullptr;
     int64_t qstride = 0;
     if (last) {
       if (p.line_tile) {
-        const int64_t line = t_off + a;
+        const int64_t line = t_idx * p.T + a;
         if (line >= p.rows) return;
         yb = p.y + line * p.Bout + cc * 4;  // element (q, c) at q * C + c
         qstride = C;
       } else {
         // c = (b, i): b = c / TI, i = c % TI; element (q, b, i) at (q * (C / TI) + b) * I + i
-        const int c0 = cc * 4, b = c0 >> p.T_log2, i = c0 & (p.T - 1);
-        yb = p.y + t_off + int64_t(b) * p.I + i;
-        qstride = int64_t(C >> p.T_log2) * p.I;
+        const int64_t per_row = p.I / p.T;
+        const int64_t r = t_idx / per_row, i0 = (t_idx - r * per_row) * p.T;
+        const int c0 = cc * 4, b = c0 / p.T, i = c0 - b * p.T;
+        yb = p.y + r * p.Bout * p.I + int64_t(b) * p.I + i0 + i;
+        qstride = int64_t(C / p.T) * p.I;
       }
     }
 #pragma unroll
@@ -376,7 +370,6 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
   for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
     float *buf1 = in1 + (it % p.stages) * p.buf1_elems;
     float *work = kInPlace ? buf1 : buf2;
-    const int64_t t_off = p.line_tile ? t * p.T : K::col_tile_offset(p, t);
     // this tile has landed (the stages - 2 after it may still be in flight) ...
     if (p.stages == 3)
       cp_async_wait<1>();
@@ -395,13 +388,13 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
         K::template compute<true>(buf1, Fs, Fs + P * P, 0, mg, ns, acc);
         __syncwarp();  // (in place: every lane has read its rows)
         if (one)
-          K::store_rows_global(p, t_off, mg, ns, acc);
+          K::store_rows_global(p, t * p.T, mg, ns, acc);
         else
           K::store_rows_smem(work, mg, ns, acc);
       } else {
         K::template compute<false>(buf1, Fs, Fs + P * P, p.T, mg, ns, acc);
         __syncwarp();
-        K::store_cols(p, work, p.T, mg, ns, one, t_off, acc);
+        K::store_cols(p, work, p.T, mg, ns, one, t, acc);
       }
     }
     if (one) continue;
@@ -416,7 +409,7 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
         float acc[2][WN][4];
         K::template compute<false>(work, fh, fh + P * P, C, mg, ns, acc);
         __syncwarp();  // every lane has read its chunks before any writes over them
-        K::store_cols(p, work, C, mg, ns, last, t_off, acc);
+        K::store_cols(p, work, C, mg, ns, last, t, acc);
       }
       if (!last) __syncthreads();
       C *= P;
