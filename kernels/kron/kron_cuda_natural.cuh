@@ -1,28 +1,31 @@
 // float32 3xTF32 fused passes for the natural layout (x and y with contiguous rows, x @ kron):
 // the data path of the tile is the tensor's own order, so nothing is transposed or staged.
 //
-// A pass contracts a group of n <= 3 consecutive factors, all P x P (P = 16, 32, 64).  Its tile
-// is either TL whole lines (I == 1: the last factors, lines are contiguous rows of Bin elements)
-// or, for the other passes (I > 1: element p of line (r, i) at r*Bin*I + p*I + i), TI
-// consecutive i of one row r.  Either way the tile is a row-major tensor, and every step
+// A pass contracts a group of n <= kNatMaxSteps consecutive factors, all P x P (P = 8, 16, 32,
+// 64).  Its tile is either T whole lines (I == 1: the last factors, lines are contiguous rows of
+// Bin elements) or, for the other passes (I > 1: element p of line (r, i) at r*Bin*I + p*I + i),
+// T consecutive i of one row r.  Either way the tile is a row-major tensor, and every step
 // contracts one of its modes:
 //  - "row" step (the first step of a line tile): rows of P contiguous k, A = the rows as they
-//    lie.  Results go to buf2 as [row][q] (the next step's layout).
+//    lie.  Results go to [row][q] (the next step's layout).
 //  - "column" step (every other step): the tile read as [a][p][c] with c contiguous (C >= 8
 //    elements), A = the column blocks: a lane's 16-byte chunk holds 4 consecutive c, which it
 //    uses as rows of two m16 tiles (the row order of an mma is free; undone on the way out).
-//    Results [a][q][c] are written in place (each warp owns whole chunks over every p and q,
-//    P == Q) or, on the last step, straight to y in 16-byte stores.
+//    Results [a][q][c] go back in the same layout, or on the last step straight to y in
+//    16-byte stores.
+// Where one warp item holds all Q columns (P <= 32) every step works in place, in the tile's
+// own buffer (each warp owns whole chunks over every p and q, P == Q); P = 64 takes its columns
+// in two items, so step 1 writes to a second buffer (buf2) and its groups have at most two steps.
 // The k order inside each 16-wide k block is permuted the same way for A and B (lane t takes
 // k = 4t .. 4t + 3: one 16-byte load of A per row and of the factor's transpose Ft[q][p]), so
-// every shared-memory access is a 16-byte (or 8-byte) one.
+// every shared-memory access is a 16-byte (or 8-byte, P = 8) one.
 //
-// Bank conflicts: buf2 (and the column tiles' buf1) swizzle 16-byte chunks by XORing bits 1-2
-// of the chunk index with a 2-bit fold of the index above bit 3 (phys_chunk_nat), which keeps
-// the reads (4 rows p four apart x 2 chunks per quarter-warp) and the writes (rows q two apart)
-// conflict-free for any power-of-two row length C >= 8; the row tiles' buf1 XORs bit 2 by the
-// row's parity; Ft rows are padded to 4 chunks mod 8.  The next tile streams into buf1
-// (cp.async) while the later steps of this one run.
+// Bank conflicts: column views swizzle 16-byte chunks by XORing bits 1-2 of the chunk index with
+// a 2-bit fold of the index above bit 3 (phys_chunk_nat), which keeps the reads (4 rows p four
+// apart x 2 chunks per quarter-warp) and the writes (rows q two apart) conflict-free for any
+// power-of-two row length C >= 8; line tiles and Ft XOR bit 2 of the chunk by the row's parity
+// (row_chunk).  Tiles stream into p.stages buffers (cp.async): the next ones load while this one
+// is computed.
 #ifndef KRONLINALG_KRON_CUDA_NATURAL_CUH
 #define KRONLINALG_KRON_CUDA_NATURAL_CUH
 
