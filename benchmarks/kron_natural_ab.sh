@@ -21,9 +21,9 @@ ab() {
 sweep() {
   local o="--no-shuffle --reps 10 --only $CASES"
   run default "$o"
-  run st1 "$o" KRONLINALG_KRON_NATURAL_STAGES=1
-  run default_again "$o"
-  run st1_again "$o" KRONLINALG_KRON_NATURAL_STAGES=1
+  run st2 "$o" KRONLINALG_KRON_NATURAL_STAGES=2
+  run st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
+  run t2 "$o" KRONLINALG_KRON_NATURAL_T=2
 }
 profile() {  # Nsight Compute on both passes of 256 x 32^4 and 256 x 16^5
   cat > /tmp/nat_prof.py <<'PY'

@@ -251,7 +251,7 @@ NatTune natural_tune() {
   const int w = num("KRONLINALG_KRON_NATURAL_WARPS");
   t.warps = w == 4 || w == 8 ? w : 0;
   const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
-  t.stages = st >= 1 && st <= 3 ? st : 0;
+  t.stages = st == 2 || st == 3 ? st : 0;
   return t;
 }
 

@@ -38,7 +38,7 @@ struct NatP {
   int64_t I;      // modes after the group (column tiles; I % T == 0)
   int64_t ntiles;
   int buf1_elems, buf2_elems, fs_elems;
-  int stages;     // buf1 copies (1-3): with 2 or 3 the tiles after this one stream in meanwhile
+  int stages;     // buf1 copies (2 or 3): the tiles after this one stream in meanwhile
   const float *x;
   float *y;
   float alpha, beta;

@@ -373,27 +373,17 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
   for (int it = 0; t < p.ntiles; t += gridDim.x, ++it) {
     float *buf1 = in1 + (it % p.stages) * p.buf1_elems;
     float *work = kInPlace ? buf1 : buf2;
-    if (p.stages == 1) {
-      // one buffer: every warp is done with the previous tile, then this one loads
-      __syncthreads();
-      K::load_tile(p, t, buf1);
-      cp_async_commit();
+    // this tile has landed (the stages - 2 after it may still be in flight) ...
+    if (p.stages == 3)
+      cp_async_wait<1>();
+    else
       cp_async_wait<0>();
-      __syncthreads();
-    } else {
-      // this tile has landed (the stages - 2 after it may still be in flight) ...
-      if (p.stages == 3)
-        cp_async_wait<1>();
-      else
-        cp_async_wait<0>();
-      // ... for every thread, and every warp is done with the previous tile: its buffer (which
-      // the last steps may have read in place) and buf2 are free
-      __syncthreads();
-      const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
-      if (tn < p.ntiles)
-        K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
-      cp_async_commit();
-    }
+    // ... for every thread, and every warp is done with the previous tile: its buffer (which
+    // the last steps may have read in place) and buf2 are free
+    __syncthreads();
+    const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
+    if (tn < p.ntiles) K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
+    cp_async_commit();
     for (int w = warp; w < items; w += nwarps) {
       const int mg = w / K::NS, ns = w - mg * K::NS;
       float acc[2][WN][4];
