@@ -234,8 +234,9 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 }
 
 // The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0, and for
-// tuning sweeps KRONLINALG_KRON_NATURAL_T (lines or i per tile) and _WARPS (per block); read
-// when a plan is made, part of the plan cache's key.
+// tuning sweeps KRONLINALG_KRON_NATURAL_T (lines per line tile), _TI (i per column tile), _WARPS
+// (per block, 4 or 8) and _STAGES (load buffers, 2 or 3); read when a plan is made, part of the
+// plan cache's key.
 struct NatTune {
   int on = 1, T = 0, TI = 0, warps = 0, stages = 0;
 };
@@ -308,8 +309,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
     while (T > 8 && sh.I % T) T /= 2;
-    if (sh.I % T || (bin / P * T) % 32) return false;
-  } else if ((T * bin / P) % 32) {
+    // (the column views' row lengths T * P^s must be powers of two of 8 or more)
+    if (T < 8 || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32) return false;
+  } else if (T < 1 || (T * bin / P) % 32) {
     return false;
   }
   const int64_t buf = T * bin;
