@@ -265,8 +265,10 @@ bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                        const PassShape &sh, PassCfg *out) {
   if (!sh.natural || dtype != KL_FLOAT32 || fp32_mode() != KL_KRON_FP32_TF32X3 ||
-      !natural_tune().on || sh.count > kNatMaxSteps || dev.cc_major < 8)
+      sh.count > kNatMaxSteps || dev.cc_major < 8)
     return false;
+  const NatTune tune = natural_tune();
+  if (!tune.on) return false;
   if (g_tune.L || g_tune.tile_q || g_tune.threads || g_tune.budget_kb || g_tune.kind != -1)
     return false;
   if (!aligned16(p->x) || !aligned16(p->y)) return false;
@@ -286,7 +288,6 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
-  const NatTune tune = natural_tune();
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
@@ -793,14 +794,14 @@ std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
 int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev) {
   int st = device_info(dev);
   if (st != KL_OK) return st;
+  // (the natural-order kernel's knobs, read once a call: only float32 plans depend on them)
+  const NatTune nt = dtype == KL_FLOAT32 ? natural_tune() : NatTune{};
   std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused,
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
-                              natural_tune().on, natural_tune().T, natural_tune().TI,
-                              natural_tune().warps,
-                              natural_tune().stages,
+                              nt.on, nt.T, nt.TI, nt.warps, nt.stages,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);

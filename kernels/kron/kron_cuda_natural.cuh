@@ -31,6 +31,7 @@
 
 #include "kron_cuda_common.cuh"
 #include "kron_cuda_kernels.cuh"  // NatP
+#include "kron_cuda_tc.cuh"      // store_chunk_scaled
 #include "kron_cuda_tf32.cuh"    // split_tf32_int
 
 namespace kl {
@@ -319,19 +320,8 @@ struct Nat {
         const int q = (ns * WN + j) * 8 + 2 * t + h;
         float4 v = make_float4(acc[0][j][h], acc[0][j][2 + h], acc[1][j][h], acc[1][j][2 + h]);
         if (last) {
-          float4 *d = reinterpret_cast<float4 *>(yb + q * qstride);
-          v.x *= p.alpha;
-          v.y *= p.alpha;
-          v.z *= p.alpha;
-          v.w *= p.alpha;
-          if (p.beta != 0.f) {
-            const float4 o = *d;
-            v.x += p.beta * o.x;
-            v.y += p.beta * o.y;
-            v.z += p.beta * o.z;
-            v.w += p.beta * o.w;
-          }
-          *d = v;
+          store_chunk_scaled<float>(yb + q * qstride, reinterpret_cast<const float *>(&v),
+                                    p.alpha, p.beta);
         } else {
           const uint32_t L = uint32_t((a * P + q) * cq + cc);
           *reinterpret_cast<float4 *>(out + phys_chunk_nat(L) * 4) = v;
