@@ -30,7 +30,7 @@ for dt in (cp.float32, cp.float64, cp.float16):
 # the natural-order float32 kernel (contiguous x @ kron, P x P factors): line and column tiles,
 # 1-4 steps, partial tiles, beta
 for shapes, m in [([(8, 8)] * 3, 5), ([(8, 8)] * 7, 2), ([(16, 16)] * 3, 3), ([(16, 16)] * 5, 2),
-                  ([(16, 16)], 300), ([(32, 32)] * 4, 2), ([(32, 32)] * 3, 3), ([(64, 64)] * 2, 5)]:
+                  ([(16, 16)], 300), ([(32, 32)] * 4, 2), ([(32, 32)] * 3, 3), ([(64, 64)] * 2, 5), ([(64, 64)] * 3, 3)]:
     fs = [cp.asarray(rng.standard_normal(s), dtype=cp.float32) for s in shapes]
     k = int(np.prod([s[0] for s in shapes]))
     x, y = (cp.asarray(rng.standard_normal((m, k)), dtype=cp.float32) for _ in range(2))

@@ -157,18 +157,26 @@ class Lib:
         return "OutOfMemory" in name or "out of memory" in str(err).lower()
 
 
+WARMUP_MS = 200.0
+
+
 def time_fn(lib, fn, reps, inner):
-    """Median ms per call over `reps` timings of `inner` calls, after one warm-up timing."""
-    times = []
-    for r in range(reps + 1):
+    """Median ms per call over `reps` timings of `inner` calls, after warm-up timings of at
+    least WARMUP_MS in all (one at least).  (On the H100 the first 25-50 ms of a loop of heavy
+    calls that follows host-side set-up ran 8-20 % slower than the rest, as clocks come up: one
+    warm-up timing left that in the median of the M = 16 cases.)"""
+    def timing():
         a, b = lib.event(), lib.event()
         lib.record(a)
         for i in range(inner):
             fn(i)
         lib.record(b)
-        t = lib.elapsed(a, b) / inner
-        if r:
-            times.append(t)
+        return lib.elapsed(a, b)
+
+    spent = 0.0
+    while spent < WARMUP_MS:
+        spent += max(timing(), 1e-3)
+    times = [timing() / inner for _ in range(reps)]
     return statistics.median(times), times
 
 

@@ -2,7 +2,7 @@
 # The natural-order float32 kron kernel against the other kernels and across its tuning knobs,
 # each configuration in its own process (the plan cache keys on these environment variables);
 # tables and JSON to $OUT.  Run on the GPU machine after gpu-run.sh has built the checkout.
-#   bash benchmarks/kron_natural_ab.sh [ab|sweep|profile]...
+#   bash benchmarks/kron_natural_ab.sh [ab|sweep|passes|profile]...
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 CASES=1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x32^5,16x16^6
@@ -24,6 +24,20 @@ sweep() {
   run st2 "$o" KRONLINALG_KRON_NATURAL_STAGES=2
   run st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
   run t2 "$o" KRONLINALG_KRON_NATURAL_T=2
+}
+passes() {  # Nsight Compute: time and DRAM traffic of every pass of the multi-pass kron_large cases
+  cat > /tmp/passes.py <<'PY'
+import cupy as cp, kronlinalg
+for m, p, n in ((1024, 16, 5), (16, 16, 6), (16, 32, 5), (1024, 8, 6), (16, 8, 8)):
+    fs = [cp.random.standard_normal((p, p), dtype=cp.float32) for _ in range(n)]
+    x = cp.random.standard_normal((m, p ** n), dtype=cp.float32)
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+cp.cuda.Device().synchronize()
+PY
+  timeout 240 ncu --clock-control none -k regex:kron \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.per_cycle_active \
+    python /tmp/passes.py 2>&1 | grep -E "kron|duration|bytes|throughput|issue_active|warps_active" \
+    > "$OUT/ncu_passes.txt"
 }
 profile() {  # Nsight Compute on both passes of 256 x 32^4 and 256 x 16^5
   cat > /tmp/nat_prof.py <<'PY'

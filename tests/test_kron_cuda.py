@@ -664,3 +664,31 @@ def test_natural_kernel_many_tiles_per_block(gxp, rng, monkeypatch, stages, shap
     ref = kron_matmul_ref(xn, fns, "right")
     assert_close(out, ref, gxp, "float32")
     _elementwise(out, ref, gxp)
+
+
+def test_natural_groups_are_longer(gxp, monkeypatch):
+    """The natural-order kernel takes part in grouping: P = 64 groups of 2, where the other
+    kernels take 1; P = 8 groups of at most 3 (8^7: 3 + 2 + 2, not 4 + 3)."""
+    _natural_on(monkeypatch, True)
+    assert _kernels_of("float32", [(64, 64)] * 3, 1024) == ["f32.tf32x3.natural.p64"] * 2
+    assert _kernels_of("float32", [(64, 64)] * 4, 16) == ["f32.tf32x3.natural.p64"] * 3
+    eight = _kernels_of("float32", [(8, 8)] * 7, 1024)
+    assert len(eight) == 3 and eight[0] == "f32.tf32x3.natural.p8"
+
+
+@pytest.mark.parametrize("shapes", [[(64, 64)] * 3, [(64, 64)] * 2 + [(32, 32)]],
+                         ids=["64^3", "64^2-32"])
+def test_natural_groups_with_unaligned_x(gxp, rng, monkeypatch, shapes):
+    """One layout called with aligned and then unaligned x: the unaligned call groups the
+    factors for the other kernels (more passes, two scratch buffers), and the scratch sized for
+    the layout covers both."""
+    _natural_on(monkeypatch, True)
+    k = math.prod(p for p, _ in shapes)
+    m = 3
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    flat, flatn = random(gxp, rng, (m * k + 1,), "float32")
+    for off in (0, 1):
+        x, xn = flat[off:off + m * k].reshape(m, k), flatn[off:off + m * k].reshape(m, k)
+        _poison_pool(gxp, 3 * 4 * m * k)
+        out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+        assert_close(out, kron_matmul_ref(xn, fns, "right"), gxp, "float32")

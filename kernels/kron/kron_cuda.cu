@@ -279,6 +279,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // (P = 8: groups of three or more steps only; on the H100 1024 x 8^6, two 3-step passes, took
   // 2.30 ms against the CUDA-core kernel's 2.53, but 1024 x 8^7 (3 + 2 + 2) 25.4 against 21.9)
   if (P == 8 && sh.count < 3) return false;
+  // (and up to 3: 1024 x 8^7 in 4 + 3 steps took 24.3 ms on the H100 where 3 on this kernel
+  // and 2 + 2 on the CUDA cores take 19.8; the 4-step line tiles hold 2 lines of 4096)
+  if (P == 8 && sh.count > 3) return false;
   int64_t bin = 1;
   for (int s = 0; s < sh.count; ++s) {
     if (p->P[sh.last - s] != P || p->Q[sh.last - s] != P) return false;
@@ -347,12 +350,10 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
 // (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
 // cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
 // 1024 x 64^3 on an H100, 3.8 against 4.4 ms.)
-// (allow_natural: the natural-order kernel may take the pass.  Groups are chosen without it, so
-// that the scratch a plan needs does not depend on x's alignment or on that kernel being on:
-// the fast path sizes scratch once per layout, from a plan without pointers.)
+// (The natural-order kernel first, where it applies.)
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
-                    const PassShape &sh, PassCfg *out, bool allow_natural = false) {
-  if (allow_natural && configure_natural(p, dtype, dev, sh, out)) return true;
+                    const PassShape &sh, PassCfg *out) {
+  if (configure_natural(p, dtype, dev, sh, out)) return true;
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
@@ -545,6 +546,10 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   plan->natural = natural_layout(p);
   plan->rows_fast = plan->natural ? 0 : rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es);
   const int cap = std::min(kMaxSteps, p->max_fused > 0 ? int(p->max_fused) : kMaxSteps);
+  // (the natural-order kernel takes part: its groups of P x P factors are longer than the other
+  // kernels' for P = 64, e.g. 1024 x 64^3 in 2 + 1 steps where they need 1 + 1 + 1: 2.30 ms
+  // against 2.44-2.82 on the H100.  So the passes, and the scratch buffers, depend on x's and
+  // y's alignment: kl_kron_cuda_workspace reports what either needs)
   auto group_ok = [&](int last, int count, PassCfg *c) {
     return configure_pass(p, dtype, dev, pass_shape(p, *plan, last, count), c);
   };
@@ -585,7 +590,7 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   plan->scratch_elems = 0;
   for (size_t k = 0; k < counts.size(); ++k) {
     PassCfg c;
-    if (!configure_pass(p, dtype, dev, pass_shape(p, *plan, last, counts[k]), &c, true))
+    if (!configure_pass(p, dtype, dev, pass_shape(p, *plan, last, counts[k]), &c))
       return fail(KL_ERR_INVALID, "kron_matmul_cuda: plan");
     plan->passes.push_back(c);
     last -= counts[k];
@@ -856,6 +861,15 @@ extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64
   if ((st = cached_plan(p, dtype, &plan, &dev)) != KL_OK) return st;
   *elems = plan.nscratch ? plan.scratch_elems : 0;
   *nbufs = plan.nscratch;
+  // the same layout with x and y off 16-byte alignment may group its factors otherwise (the
+  // natural-order kernel needs aligned rows): enough scratch for both, so that a size cached
+  // per layout serves every call of it
+  kl_kron_problem q = *p;
+  q.x = reinterpret_cast<const void *>(uintptr_t(4));
+  q.y = reinterpret_cast<void *>(uintptr_t(4));
+  if ((st = cached_plan(&q, dtype, &plan, &dev)) != KL_OK) return st;
+  if (plan.nscratch) *elems = std::max(*elems, plan.scratch_elems);
+  *nbufs = std::max(*nbufs, plan.nscratch);
   return KL_OK;
 }
 
