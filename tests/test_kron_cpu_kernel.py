@@ -100,6 +100,10 @@ def test_passes_at_least_one(name, shapes, m):
         # one factor per pass when fusion is capped at one
         assert kron_cpu.passes(1, m, _descs(fs), dtype, 1) == len(fs)
         assert kron_cpu.passes(1, m, _descs(fs), dtype, len(fs)) == n
+        # each pass's factors: every factor once, as many passes as passes() says
+        counts = kron_cpu.pass_counts(1, m, _descs(fs), dtype)
+        assert len(counts) == n and sum(counts) == len(fs) and min(counts) >= 1
+        assert kron_cpu.pass_counts(1, m, _descs(fs), dtype, 1) == [1] * len(fs)
 
 
 def test_large_factor_chains_take_several_passes():

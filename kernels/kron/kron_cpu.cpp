@@ -39,7 +39,8 @@ extern "C" int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_t
   return generic::kron_matmul_entry(p, dtype, num_threads);
 }
 
-extern "C" int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype) {
+extern "C" int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts,
+                                       int max_counts) {
   using namespace kl;
   if (!valid(p)) return -1;
   // the plan the dispatched kernel makes: its lane width decides how far it fuses
@@ -48,5 +49,12 @@ extern "C" int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype) {
   if (kIsa == CpuIsa::avx512) lb = avx512::lane_bytes(dtype);
   if (kIsa == CpuIsa::avx2) lb = avx2::lane_bytes(dtype);
 #endif
-  return int(plan_passes(p, lb, lb / (dtype == KL_FLOAT32 ? 4 : 8)).size());
+  const std::vector<PassPlan> plan = plan_passes(p, lb, lb / (dtype == KL_FLOAT32 ? 4 : 8));
+  for (size_t k = 0; counts && k < plan.size() && int(k) < max_counts; ++k)
+    counts[k] = plan[k].count;
+  return int(plan.size());
+}
+
+extern "C" int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype) {
+  return kl_kron_cpu_pass_counts(p, dtype, nullptr, 0);
 }

@@ -3,8 +3,8 @@
 from cpython.array cimport array
 from libc.stdint cimport uintptr_t
 
-from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_passes, kl_kron_matmul_cpu,
-                        kl_kron_problem, kl_last_error, pack_layout)
+from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_kron_cpu_passes,
+                        kl_kron_matmul_cpu, kl_kron_problem, kl_last_error, pack_layout)
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
@@ -25,6 +25,19 @@ def passes(m1, m2, factors, int dtype, int max_fused=0):
     cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
                                             1.0, 0.0, max_fused)
     return kl_kron_cpu_passes(&c, dtype)
+
+
+def pass_counts(m1, m2, factors, int dtype, int max_fused=0):
+    """The number of factors of each of the CPU kernel's passes, in the order they run (the
+    first pass takes the last factors)."""
+    cdef kl_kron_problem c
+    cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
+                                            1.0, 0.0, max_fused)
+    cdef array counts = array('i', [0] * max(1, len(factors)))
+    cdef int n = kl_kron_cpu_pass_counts(&c, dtype, counts.data.as_ints, len(counts))
+    if n < 0:
+        raise ValueError("factors: not a valid problem")
+    return list(counts[:n])
 
 
 def pack(m1, m2, factors, x, y):

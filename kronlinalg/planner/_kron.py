@@ -97,23 +97,17 @@ def _pass_bytes(info, passes, s_e):
 
 
 def _cpu_passes(factors, M, s_e):
-    """The CPU kernel's passes, as lists of factor indices (applied last first).
-
-    The kernel groups greedily from the last factor and restarts for every group, so the first
-    group is the longest suffix it runs as one pass; asking it (kron_cpu.passes) about shrinking
-    suffixes recovers every group without repeating its rule here."""
+    """The CPU kernel's passes, as lists of factor indices (applied last first), as the kernel
+    plans them (kron_cpu.pass_counts: its grouping depends on the row length each pass sees, so
+    sub-problems do not recover it)."""
     from .._ext import kron_cpu
 
     dt = 0 if s_e == 4 else 1
+    counts = kron_cpu.pass_counts(1, M, [(1, p, q, q, 1) for p, q in factors], dt)
     groups, end = [], len(factors)
-    while end > 0:
-        start = 0
-        for start in range(end):  # longest suffix of factors[:end] that is a single pass
-            descs = [(1, p, q, q, 1) for p, q in factors[start:end]]
-            if kron_cpu.passes(1, M, descs, dt) == 1:
-                break
-        groups.append(list(range(end - 1, start - 1, -1)))
-        end = start
+    for n in counts:
+        groups.append(list(range(end - 1, end - n - 1, -1)))
+        end -= n
     return groups
 
 
