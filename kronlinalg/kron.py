@@ -355,13 +355,15 @@ def _fast_call(fast_key, x, factors, alpha):
 def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
     """Enqueue a packed layout (kron_cuda.prepare) on these arrays, on the library's stream;
     the caller has made x's device current."""
-    packed, n, nbuf, _ = entry
+    packed, aligned, unaligned, _ = entry
     ptr = _backend.address_getter(x)
+    xp, op = ptr(x), ptr(out)
+    n, nbuf = aligned if (xp | op) % 16 == 0 else unaligned
     # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
     # (held until enqueued; freed blocks are reused only by later work on this stream)
     scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
     sp = [ptr(a) for a in scratch] + [0, 0]
-    kron_cuda.launch(packed, [ptr(f) for f in fs], ptr(x), ptr(out), alpha, beta,
+    kron_cuda.launch(packed, [ptr(f) for f in fs], xp, op, alpha, beta,
                      _KERNEL_DTYPE[cdt], sp[0], sp[1], _backend.cuda_stream(x))
 
 

@@ -680,8 +680,8 @@ def test_natural_groups_are_longer(gxp, monkeypatch):
                          ids=["64^3", "64^2-32"])
 def test_natural_groups_with_unaligned_x(gxp, rng, monkeypatch, shapes):
     """One layout called with aligned and then unaligned x: the unaligned call groups the
-    factors for the other kernels (more passes, two scratch buffers), and the scratch sized for
-    the layout covers both."""
+    factors for the other kernels (more passes, two scratch buffers) and gets the scratch of
+    that plan."""
     _natural_on(monkeypatch, True)
     k = math.prod(p for p, _ in shapes)
     m = 3
@@ -692,3 +692,16 @@ def test_natural_groups_with_unaligned_x(gxp, rng, monkeypatch, shapes):
         _poison_pool(gxp, 3 * 4 * m * k)
         out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
         assert_close(out, kron_matmul_ref(xn, fns, "right"), gxp, "float32")
+
+
+def test_prepare_sizes_scratch_per_alignment(gxp, monkeypatch):
+    """A packed layout carries the scratch of both plans: 1024 x 64^3 in two natural passes (one
+    buffer) with aligned x and y, in three single-factor passes (two buffers) otherwise."""
+    _natural_on(monkeypatch, True)
+    kc = _kron_cuda()
+    m, k = 1024, 64 ** 3
+    descs = [(64, 64, 64, 1)] * 3
+    _, aligned, unaligned, contiguous = kc.prepare(("test-prepare", m), 1, m, descs,
+                                                   (m * k, k, 1), (m * k, k, 1),
+                                                   kc.DTYPES["float32"], False)
+    assert aligned == (m * k, 1) and unaligned == (m * k, 2) and not contiguous

@@ -50,7 +50,9 @@ int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, in
 int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0, void *scratch1,
                         void *stream);
 int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p);
-/* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements. */
+/* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements.
+ * The plan depends on x's and y's pointers only through their 16-byte alignment (both aligned
+ * or not): ask with pointers of each kind. */
 int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems, int *nbufs);
 /* The plan the CUDA path picks (passes, kernel, tile, threads, grid) as text in buf (NUL-terminated,
  * truncated to len); returns a status. */

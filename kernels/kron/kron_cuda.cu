@@ -549,7 +549,7 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   // (the natural-order kernel takes part: its groups of P x P factors are longer than the other
   // kernels' for P = 64, e.g. 1024 x 64^3 in 2 + 1 steps where they need 1 + 1 + 1: 2.30 ms
   // against 2.44-2.82 on the H100.  So the passes, and the scratch buffers, depend on x's and
-  // y's alignment: kl_kron_cuda_workspace reports what either needs)
+  // y's alignment: kron_cuda.prepare asks kl_kron_cuda_workspace for both)
   auto group_ok = [&](int last, int count, PassCfg *c) {
     return configure_pass(p, dtype, dev, pass_shape(p, *plan, last, count), c);
   };
@@ -861,15 +861,6 @@ extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64
   if ((st = cached_plan(p, dtype, &plan, &dev)) != KL_OK) return st;
   *elems = plan.nscratch ? plan.scratch_elems : 0;
   *nbufs = plan.nscratch;
-  // the same layout with x and y off 16-byte alignment may group its factors otherwise (the
-  // natural-order kernel needs aligned rows): enough scratch for both, so that a size cached
-  // per layout serves every call of it
-  kl_kron_problem q = *p;
-  q.x = reinterpret_cast<const void *>(uintptr_t(4));
-  q.y = reinterpret_cast<void *>(uintptr_t(4));
-  if ((st = cached_plan(&q, dtype, &plan, &dev)) != KL_OK) return st;
-  if (plan.nscratch) *elems = std::max(*elems, plan.scratch_elems);
-  *nbufs = std::max(*nbufs, plan.nscratch);
   return KL_OK;
 }
 

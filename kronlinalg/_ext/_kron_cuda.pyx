@@ -110,12 +110,15 @@ def layout(key):
 def prepare(key, m1, m2, factors, x, y, int dtype, contiguous):
     """Pack a problem's shapes and strides (factors: (P, Q, row stride, col stride); x, y:
     (row stride 1, row stride 2, element stride)), plan it, cache and return
-    (packed, scratch elements, scratch buffers, contiguous)."""
+    (packed, scratch, scratch_unaligned, contiguous): scratch as (elements, buffers) for x and
+    y both 16-byte aligned, and for any other pointers (the plans may group the factors
+    otherwise: the natural-order kernel needs aligned rows)."""
     cdef kl_kron_problem c
     packed = pack_layout(m1, m2, factors, x, y)
     fill_packed(&c, packed, None, 0, 0, 1.0, 0.0)
-    elems, nbufs = _workspace(&c, dtype)
-    entry = (packed, elems, nbufs, bool(contiguous))
+    aligned = _workspace(&c, dtype)
+    fill_packed(&c, packed, None, 4, 4, 1.0, 0.0)
+    entry = (packed, aligned, _workspace(&c, dtype), bool(contiguous))
     if len(_layouts) > 4096:
         _layouts.clear()
     _layouts[key] = entry
