@@ -35,7 +35,8 @@ typedef struct kl_kron_problem {
   int32_t max_fused;           /* most factors fused per memory pass; 0 = kernel's own choice */
 } kl_kron_problem;
 
-/* CPU (OpenMP).  Scratch for intermediates between fused passes is allocated internally. */
+/* CPU (OpenMP; num_threads <= 0: OpenMP's default).  Scratch for intermediates between fused
+ * passes is allocated internally. */
 int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads);
 
 /* Number of memory passes the CPU kernel makes for this problem (for the cost model); with

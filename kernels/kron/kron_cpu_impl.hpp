@@ -300,8 +300,13 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
                     Axis{a.S, a.Bin * a.ies, a.oes}, LW);
   const int64_t ntiles = map.tiles();
   // Threads only pay off with real work per tile; tiny products stay on the caller's thread.
+  // (num_threads <= 0: OpenMP's default, as the header promises; it used to mean one thread)
   const double work = double(ntiles) * double(a.maxblock) * double(a.nsteps);
-  int threads = num_threads;
+#ifdef _OPENMP
+  int threads = num_threads > 0 ? num_threads : omp_get_max_threads();
+#else
+  int threads = 1;
+#endif
   if (work < 4.0e4) threads = 1;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
