@@ -251,6 +251,11 @@ static inline int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 // Splits n into pieces of at most `most`, all about the same size.
 static inline int64_t balanced(int64_t n, int64_t most) { return n <= 0 ? 1 : cdiv(n, cdiv(n, most)); }
 
+// Products of fewer FMAs stay on the caller's thread: a parallel region costs a wake-up and a
+// join, and far more where the other cores are busy (a BLAS library's threads spin for a while
+// after each call; see kron_cpu_impl.hpp's run_pass).
+constexpr double kThreadFmas = 5.0e7;
+
 static inline int threads_for(int num_threads) {
 #ifdef _OPENMP
   return num_threads > 0 ? num_threads : omp_get_max_threads();
@@ -279,7 +284,7 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
   T *Y = static_cast<T *>(p->y);
   const int nthreads = threads_for(num_threads);
   const double work = double(B) * double(a) * double(P) * double(c);
-  const int threads = work < 2.0e5 ? 1 : nthreads;  // tiny products stay on the caller's thread
+  const int threads = work < kThreadFmas ? 1 : nthreads;
 
   // Blocking.  Broadcast rows (d == 1): the K micro-panel (kc x kVecs vectors) stays in L1 while
   // the row tiles of a chunk stream past it; the rows are read in place (few enough that
@@ -428,7 +433,7 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
   T *Y = static_cast<T *>(p->y);
   const int nthreads = threads_for(num_threads);
   const double work = double(B) * double(a) * double(b) * double(c) * double(d);
-  const int threads = work < 2.0e5 ? 1 : nthreads;
+  const int threads = work < kThreadFmas ? 1 : nthreads;
 
   // The X micro-panel (kc rows x kVecs batch vectors) is packed contiguously and stays in L1
   // across the k tiles; K (kc x b of one block) streams from L2.
