@@ -40,9 +40,8 @@ typedef struct kl_kron_problem {
 int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads);
 
 /* Number of memory passes the CPU kernel makes for this problem (for the cost model); with
- * `counts` (room for `max_counts`), the number of factors of each pass, in the order they run
- * (the first takes the last factors). */
-int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype);
+ * `counts` (room for `max_counts`, or NULL), the number of factors of each pass, in the order
+ * they run (the first takes the last factors). */
 int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, int max_counts);
 
 /* CUDA: enqueues on `stream` (a cudaStream_t, 0 = legacy default) without synchronising.

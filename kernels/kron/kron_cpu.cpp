@@ -54,7 +54,3 @@ extern "C" int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int 
     counts[k] = plan[k].count;
   return int(plan.size());
 }
-
-extern "C" int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype) {
-  return kl_kron_cpu_pass_counts(p, dtype, nullptr, 0);
-}

@@ -14,11 +14,8 @@
 #include <new>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "kron.h"
+#include "cpu_threads.hpp"
 #include "kron_cpu_plan.hpp"
 #include "scratch.hpp"
 
@@ -299,24 +296,13 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   const TileMap map(Axis{a.m1, a.irs1, a.ors1}, Axis{a.m2, a.irs2, a.ors2},
                     Axis{a.S, a.Bin * a.ies, a.oes}, LW);
   const int64_t ntiles = map.tiles();
-  // Threads only pay off with real work: a parallel region costs a wake-up and a join, and far
-  // more where the other cores are busy (a BLAS library's threads spin for a while after each
-  // call: on 2 cores, 150 x 4^5 took 3.3 ms on two threads right after a NumPy matmul against
-  // 0.34 on one).  So the pass's flops must be worth a few ms on one thread.  (Static runs of
-  // tiles: dynamic ones, which a descheduled thread would hold up less, cost 5-60 % in the
-  // steady state on 2 cores, 16 x 32^4 and 64 x 8^6 float32: neighbouring tiles read and write
-  // neighbouring memory.)  num_threads <= 0: OpenMP's default, as kron.h says (it used to mean
-  // one thread).
+  // (Static runs of tiles: dynamic ones, which a descheduled thread would hold up less, cost
+  // 5-60 % in the steady state on 2 cores, 16 x 32^4 and 64 x 8^6 float32: neighbouring tiles
+  // read and write neighbouring memory.)
   double flops = 0;
   for (int64_t s = 0, size = a.Bin; s < a.nsteps; size = size / a.P[s] * a.Q[s], ++s)
     flops += 2.0 * double(size) * double(a.Q[s]);
-  flops *= double(ntiles) * LW;
-#ifdef _OPENMP
-  int threads = num_threads > 0 ? num_threads : omp_get_max_threads();
-#else
-  int threads = 1;
-#endif
-  if (flops < 1.0e8) threads = 1;
+  const int threads = cpu_threads(num_threads, flops * double(ntiles) * LW);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     V *buf0 = tile_buffer<V>(0, size_t(a.maxblock));

@@ -31,10 +31,7 @@
 #include <utility>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "cpu_threads.hpp"
 #include "ks.h"
 #include "scratch.hpp"
 
@@ -251,20 +248,6 @@ static inline int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 // Splits n into pieces of at most `most`, all about the same size.
 static inline int64_t balanced(int64_t n, int64_t most) { return n <= 0 ? 1 : cdiv(n, cdiv(n, most)); }
 
-// Products of fewer FMAs stay on the caller's thread: a parallel region costs a wake-up and a
-// join, and far more where the other cores are busy (a BLAS library's threads spin for a while
-// after each call; see kron_cpu_impl.hpp's run_pass).
-constexpr double kThreadFmas = 5.0e7;
-
-static inline int threads_for(int num_threads) {
-#ifdef _OPENMP
-  return num_threads > 0 ? num_threads : omp_get_max_threads();
-#else
-  (void)num_threads;
-  return 1;
-#endif
-}
-
 template <class T>
 static inline T kval(const kl_ks_problem *p, const T *v, int64_t i, int64_t k, int64_t l, int64_t j) {
   return v[i * p->vs[0] + k * p->vs[1] + l * p->vs[2] + j * p->vs[3]];
@@ -282,9 +265,7 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
   const T *vals = static_cast<const T *>(p->values);
   const T *X = static_cast<const T *>(p->x);
   T *Y = static_cast<T *>(p->y);
-  const int nthreads = threads_for(num_threads);
-  const double work = double(B) * double(a) * double(P) * double(c);
-  const int threads = work < kThreadFmas ? 1 : nthreads;
+  const int threads = cpu_threads(num_threads, 2.0 * double(B) * double(a) * double(P) * double(c));
 
   // Blocking.  Broadcast rows (d == 1): the K micro-panel (kc x kVecs vectors) stays in L1 while
   // the row tiles of a chunk stream past it; the rows are read in place (few enough that
@@ -431,9 +412,8 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
   const T *vals = static_cast<const T *>(p->values);
   const T *X = static_cast<const T *>(p->x);
   T *Y = static_cast<T *>(p->y);
-  const int nthreads = threads_for(num_threads);
-  const double work = double(B) * double(a) * double(b) * double(c) * double(d);
-  const int threads = work < kThreadFmas ? 1 : nthreads;
+  const int threads =
+      cpu_threads(num_threads, 2.0 * double(B) * double(a) * double(b) * double(c) * double(d));
 
   // The X micro-panel (kc rows x kVecs batch vectors) is packed contiguously and stays in L1
   // across the k tiles; K (kc x b of one block) streams from L2.

@@ -3,8 +3,8 @@
 from cpython.array cimport array
 from libc.stdint cimport uintptr_t
 
-from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_kron_cpu_passes,
-                        kl_kron_matmul_cpu, kl_kron_problem, kl_last_error, pack_layout)
+from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_kron_matmul_cpu,
+                        kl_kron_problem, kl_last_error, pack_layout)
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
@@ -20,11 +20,12 @@ def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_
 
 
 def passes(m1, m2, factors, int dtype, int max_fused=0):
-    """Number of passes over memory the CPU kernel makes for these factors."""
+    """Number of passes over memory the CPU kernel makes for these factors (-1: not a valid
+    problem)."""
     cdef kl_kron_problem c
     cdef tuple keep = fill_problem(&c, m1, m2, factors, (1, 0, 0, 1), (1, 0, 0, 1),
                                             1.0, 0.0, max_fused)
-    return kl_kron_cpu_passes(&c, dtype)
+    return kl_kron_cpu_pass_counts(&c, dtype, NULL, 0)
 
 
 def pass_counts(m1, m2, factors, int dtype, int max_fused=0):

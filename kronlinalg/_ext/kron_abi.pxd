@@ -19,7 +19,6 @@ cdef extern from "kron.h" nogil:
         int32_t max_fused
 
     int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads)
-    int kl_kron_cpu_passes(const kl_kron_problem *p, int dtype)
     int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, int max_counts)
     int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
                             void *scratch1, void *stream)
