@@ -598,6 +598,10 @@ def main(argv=None):
         args.reps = 10 if args.device == "gpu" else 3
     res = run_gpu(args, ks) if args.device == "gpu" else run_cpu(args, ks)
     res["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    if args.device == "gpu":  # the GEMM algorithms the packed calls tuned (kronlinalg._cublaslt)
+        from kronlinalg import _cublaslt
+
+        res["gemm_tuning"] = _cublaslt.summary()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(res, fh, indent=1, default=str)

@@ -14,8 +14,11 @@ import warnings
 
 import numpy as np
 
+from . import _cublaslt
+
 # cudaDataType and cublasComputeType_t values (cuBLAS 11+ headers)
 _DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
+_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 _COMPUTE_32F, _COMPUTE_64F = 68, 70
 _GEMM_DEFAULT = -1
 # alpha = 1, beta = 0 on the host, in the compute type (float32 for the half types)
@@ -65,21 +68,36 @@ def _scope(device: int, stream: int, cupy_owned: bool):
     return stack
 
 
-def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_owned: bool):
+def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_owned: bool,
+                         tune: bool = False):
     """Run column-major GEMMs C = op(A) op(B), each a strided batch:
     ``calls`` = [(trans_a, trans_b, m, n, k, A, lda, stride_a, B, ldb, stride_b, C, ldc,
     stride_c, batch)], pointers as ints, strides in elements; alpha = 1, beta = 0, accumulation
-    in float32 (float64 for float64)."""
+    in float32 (float64 for float64).  A GEMM whose signature was tuned (see _cublaslt) runs
+    the cuBLASLt algorithm that won; with ``tune``, a signature not tuned yet is tuned first."""
     cupy, cublas = _bindings()
     dt = _DATA_TYPE[dtype]
     alpha, beta, compute = _ALPHA_BETA_COMPUTE[dtype == "float64"]
+    lt = _cublaslt.enabled()
     # CuPy's bindings run on CuPy's current device and stream: usually already the caller's
     # (torch's default stream is CuPy's too), else entered for the call
     direct = (cupy.cuda.runtime.getDevice() == device
               and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
     with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
         handle = cupy.cuda.device.get_cublas_handle()
-        for ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch in calls:
-            cublas.gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, dt, lda, sa, b, dt,
-                                        ldb, sb, beta, c, dt, ldc, sc, batch, compute,
-                                        _GEMM_DEFAULT)
+        for call in calls:
+            def default(call=call):
+                ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch = call
+                cublas.gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, dt, lda, sa, b,
+                                            dt, ldb, sb, beta, c, dt, ldc, sc, batch, compute,
+                                            _GEMM_DEFAULT)
+
+            plan = None
+            if lt:
+                sig = _cublaslt.signature(call, dt, _ITEMSIZE[dtype])
+                plan = _cublaslt.lookup(sig)
+                if plan is None and tune and not _cublaslt.is_tuned(sig):
+                    plan = _cublaslt.tune(sig, call, default, wide=dtype == "float64",
+                                          device=device, stream=stream)
+            if plan is None or plan.run(plan.choice, call, device, stream) != 0:
+                default()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import array_api_compat
 import numpy as np
 
-from . import _backend, _cublas, _precision, _validation
+from . import _backend, _cublas, _cublaslt, _precision, _validation
 from ._signatures import SignatureCache, arrays_signature
 from ._ext import ks_cpu, ks_cuda
 
@@ -525,7 +525,8 @@ def tune(x, factors, /, *, layout="batch_first", repeats=5):
     times = {}
     for name in names:
         run = lambda: structured_matmul(x, factors, layout=layout, algorithm=name)  # noqa: E731
-        run()
+        with _cublaslt.tuning():  # the first run picks the GEMMs' algorithms (strided, …)
+            run()
         _backend.synchronize(x)
         samples = []
         for _ in range(repeats):
@@ -837,7 +838,8 @@ def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
     clean = x is spec.x and cdt == spec.result_dtype
     steps = []
     with _backend.cuda_device_scope(x):
-        launch = _StridedLaunch(x, spec.rows, spec.layout, cdt, dense_slabs)
+        launch = _StridedLaunch(x, spec.rows, spec.layout, cdt, dense_slabs,
+                                packed=spec.forms is not None)
         cur = x.reshape(in_shape)
         for t in reversed(range(len(spec.chain))):
             f = spec.chain[t]
@@ -870,8 +872,9 @@ def _strided(spec: _Spec, want_recipe=False, dense_slabs=False):
 class _StridedLaunch:
     """One call's cuBLAS setting (library, stream, device) and the launches of its factors."""
 
-    def __init__(self, x, rows, layout, cdt, dense_slabs=False):
+    def __init__(self, x, rows, layout, cdt, dense_slabs=False, packed=False):
         self.rows, self.layout, self.cdt, self.dense_slabs = rows, layout, cdt, dense_slabs
+        self.tune = _cublaslt.wanted(packed)  # packed weights pick their GEMM algorithms
         self.item, self.code = _ITEMSIZE[cdt], _KERNEL_DTYPE[cdt]
         self.ptr = _backend.address_getter(x)
         self.cupy_owned = _backend.is_cupy(x)
@@ -914,7 +917,8 @@ class _StridedLaunch:
             xa, ya = ptr(x2d), ptr(out)
         calls = _strided_calls(gemm, self.layout, self.rows, xa, ld, k, ya, out_2d[1], self.item)
         _cublas.gemm_strided_batched(calls, dtype=self.cdt, device=self.device,
-                                     stream=self.stream, cupy_owned=self.cupy_owned)
+                                     stream=self.stream, cupy_owned=self.cupy_owned,
+                                     tune=self.tune)
         if planar:
             ks_cuda.planar(False, self.rows, a, b, d, ya, ptr(out), out_2d[1], self.code,
                            self.stream)
@@ -927,7 +931,8 @@ def _launch_strided_recipe(recipe, x, chain, forms=None):
     KSPacked of the same signature forms its own here on its first call)."""
     rows, layout, cdt, name, in_shape, out_shape, steps = recipe
     with _backend.cuda_device_scope(x):
-        launch = _StridedLaunch(x, rows, layout, cdt, name == "block_dense")
+        launch = _StridedLaunch(x, rows, layout, cdt, name == "block_dense",
+                                packed=forms is not None)
         cur = x.reshape(in_shape)
         for t, (pattern, ld, out_2d) in zip(reversed(range(len(chain))), steps):
             f = chain[t]

@@ -1,0 +1,162 @@
+"""cuBLASLt algorithm choice for the strided GEMMs (kronlinalg._cublaslt).
+
+Every candidate cuBLASLt's heuristic offers for a GEMM must compute that GEMM: each is run on
+strided batches with offset (less aligned) pointers in every dtype and compared with a float64
+reference, its output poisoned first.  The tuning pass must record its choice and leave the
+result right; the bookkeeping (signatures, alignment) is checked on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kronlinalg import _cublaslt
+
+# (trans_a, trans_b, m, n, k, batch, element offset of A, B, C)
+GEMMS = [(1, 0, 48, 301, 40, 1, 0, 0, 0), (0, 0, 203, 24, 56, 3, 8, 0, 8),
+         (1, 0, 96, 130, 64, 4, 16, 8, 0), (0, 1, 33, 72, 48, 2, 0, 0, 0)]
+
+
+def test_alignment_is_the_largest_power_of_two_of_every_matrix():
+    assert _cublaslt._alignment(0x1000, 0) == 256
+    assert _cublaslt._alignment(0x1000 + 16, 4096) == 16
+    assert _cublaslt._alignment(0x1000, 2 * 37) == 2  # the batch's second matrix decides
+    assert _cublaslt._alignment(0x1008, 64) == 8
+
+
+def test_signature_tells_apart_what_a_choice_depends_on():
+    call = (1, 0, 48, 300, 40, 0x1000, 40, 0, 0x2000, 40, 0, 0x3000, 48, 0, 1)
+    sig = _cublaslt.signature(call, 2, 2)
+    moved = call[:5] + (0x1002,) + call[6:]  # same shapes, A 2-byte aligned
+    assert _cublaslt.signature(moved, 2, 2) != sig
+    same = call[:5] + (0x7000,) + call[6:]  # another 256-byte aligned address
+    assert _cublaslt.signature(same, 2, 2) == sig
+    assert _cublaslt.signature(call, 0, 4) != sig
+
+
+def test_tuning_off_by_environment(monkeypatch):
+    monkeypatch.setenv("KRONLINALG_GEMM_TUNE", "0")
+    assert not _cublaslt.enabled()
+    monkeypatch.setenv("KRONLINALG_GEMM_TUNE", "all")
+    assert _cublaslt.wanted(False)
+    monkeypatch.delenv("KRONLINALG_GEMM_TUNE")
+    assert _cublaslt.wanted(True) and not _cublaslt.wanted(False)
+    with _cublaslt.tuning():
+        assert _cublaslt.wanted(False)
+    assert not _cublaslt.wanted(False)
+
+
+def _cupy_or_skip():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except Exception:
+        pytest.skip("no CUDA device")
+    from kronlinalg import _cublas
+
+    if not (_cublas.available() and _cublaslt.enabled()):
+        pytest.skip("cuBLASLt not loadable")
+    return cupy
+
+
+def _operands(cupy, rng, gemm, dtype):
+    """Column-major operands of one strided-batched GEMM, as float64 host copies and device
+    buffers (bfloat16 as its 16-bit words), each matrix starting at the given offset."""
+    ta, tb, m, n, k, batch, off_a, off_b, off_c = gemm
+    rows_a, cols_a = (m, k) if ta == 0 else (k, m)
+    rows_b, cols_b = (k, n) if tb == 0 else (n, k)
+    lda, ldb, ldc = rows_a + 3, rows_b + 1, m + 5
+    sa, sb, sc = lda * cols_a + 7, ldb * cols_b, ldc * n + 2
+    host = []
+    device = []
+    for (rows, cols, ld, stride, off) in ((rows_a, cols_a, lda, sa, off_a),
+                                          (rows_b, cols_b, ldb, sb, off_b)):
+        flat = rng.standard_normal(off + stride * batch).astype(np.float32)
+        if dtype == "bfloat16":
+            words = (flat.view(np.uint32) + 0x8000 >> 16).astype(np.uint16)
+            flat = (words.astype(np.uint32) << 16).view(np.float32)
+            buf = cupy.asarray(words)
+        else:
+            flat = flat.astype(dtype)
+            buf = cupy.asarray(flat)
+        mats = [np.asarray(flat[off + i * stride: off + i * stride + ld * cols], np.float64)
+                .reshape(cols, ld).T[:rows] for i in range(batch)]
+        host.append(mats)
+        device.append(buf)
+    itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    if dtype == "bfloat16":
+        c_buf = cupy.full(off_c + sc * batch, 0x7FC0, cupy.uint16)  # bfloat16 NaN
+    else:
+        c_buf = cupy.full(off_c + sc * batch, np.nan, dtype)
+    ptr = lambda buf, off: buf.data.ptr + off * itemsize  # noqa: E731
+    call = (ta, tb, m, n, k, ptr(device[0], off_a), lda, sa, ptr(device[1], off_b), ldb, sb,
+            ptr(c_buf, off_c), ldc, sc, batch)
+    refs = [(a if ta == 0 else a.T) @ (b if tb == 0 else b.T) for a, b in zip(*host)]
+    return call, refs, (c_buf, off_c, ldc, sc), device
+
+
+def _result(cupy, out, gemm, dtype):
+    c_buf, off, ldc, sc = out
+    _, _, m, n, _, batch, *_ = gemm
+    flat = cupy.asnumpy(c_buf)
+    if dtype == "bfloat16":
+        flat = (flat.astype(np.uint32) << 16).view(np.float32)
+    return [np.asarray(flat[off + i * sc: off + i * sc + ldc * n], np.float64)
+            .reshape(n, ldc).T[:m] for i in range(batch)]
+
+
+_RTOL = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12}
+_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_every_candidate_computes_the_gemm(rng, dtype):
+    cupy = _cupy_or_skip()
+    stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.runtime.getDevice()
+    for gemm in GEMMS:
+        call, refs, out, keep = _operands(cupy, rng, gemm, dtype)
+        itemsize = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+        sig = _cublaslt.signature(call, _CODES[dtype], itemsize)
+        plan = _cublaslt._Plan(sig, dtype == "float64")
+        count = plan.candidates(device)
+        assert count > 0, f"{gemm} {dtype}: no cuBLASLt candidate"
+        ran = 0
+        for i in range(count):
+            out[0].fill(0x7FC0 if dtype == "bfloat16" else np.nan)
+            if plan.results[i].state != 0 or plan.run(i, call, device, stream) != 0:
+                continue
+            ran += 1
+            got = _result(cupy, out, gemm, dtype)
+            for g, r in zip(got, refs):
+                err = np.abs(g - r).max() / np.abs(r).max()
+                assert err <= _RTOL[dtype], f"{gemm} {dtype} candidate {i}: rel err {err:.2e}"
+        assert ran > 0, f"{gemm} {dtype}: no candidate ran"
+
+
+@pytest.mark.gpu
+def test_tuning_records_a_choice_and_keeps_the_result(rng):
+    cupy = _cupy_or_skip()
+    from kronlinalg import _cublas
+
+    stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.runtime.getDevice()
+    _cublaslt.clear()
+    for gemm in GEMMS:
+        call, refs, out, keep = _operands(cupy, rng, gemm, "float16")
+        sig = _cublaslt.signature(call, 2, 2)
+        assert not _cublaslt.is_tuned(sig)
+        _cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
+                                     cupy_owned=True, tune=True)
+        assert _cublaslt.is_tuned(sig)
+        for g, r in zip(_result(cupy, out, gemm, "float16"), refs):
+            assert np.abs(g - r).max() / np.abs(r).max() <= _RTOL["float16"], gemm
+        out[0].fill(np.nan)  # again through the recorded choice
+        _cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
+                                     cupy_owned=True)
+        for g, r in zip(_result(cupy, out, gemm, "float16"), refs):
+            assert np.abs(g - r).max() / np.abs(r).max() <= _RTOL["float16"], gemm
+    _cublaslt.clear()
