@@ -756,8 +756,44 @@ def _dense(spec: _Spec):
     w = _formed(spec.forms, ("dense", cdt), lambda: KSChain(
         [KSFactor(f.pattern, _cast(xp, f.values, cdt)) for f in spec.chain]).to_dense())
     x = _cast(xp, spec.x, cdt)
-    out = x @ w.mT if spec.layout == "batch_first" else w @ x
+    out = _dense_gemm(spec, x, w) if spec.forms is not None else None
+    if out is None:
+        out = x @ w.mT if spec.layout == "batch_first" else w @ x
     return _finish(spec, out)
+
+
+def _dense_gemm(spec: _Spec, x, w):
+    """Packed weights on CUDA: the dense product as one cuBLAS GEMM whose algorithm is tuned
+    for its signature (kronlinalg._cublaslt), as a prepacked layer picks its kernel; None where
+    that does not apply (no CuPy or CUDA build, gradients wanted, rows not unit-stride, sizes
+    over 32 bits)."""
+    cdt = spec.compute_dtype
+    if not (_backend.on_cuda(x) and ks_cuda is not None and _cublas.available()
+            and _cublaslt.enabled() and cdt in _cublas.dtypes()) or _needs_autograd(spec):
+        return None
+    first = spec.layout == "batch_first"
+    rows, n, m = spec.rows, spec.in_len, w.shape[0]
+    wv = _backend.device_view(w)
+    if tuple(wv.strides) != (n, 1):  # (a packed form is C-contiguous; be sure)
+        return None
+    x2 = x.reshape((rows, n) if first else (n, rows))
+    view = _backend.device_view(x2)
+    ld, ok = _rows_view(view.shape, view.strides, spec.layout)
+    if not ok or max(rows, n, m, ld) > _cublas.INT_MAX or 0 in (rows, n, m):
+        return None
+    with _backend.cuda_device_scope(x):
+        launch = _StridedLaunch(x, rows, spec.layout, cdt, packed=True)
+        out = _backend.empty_like_lib(x2, (rows, m) if first else (m, rows), cdt)
+        ptr = launch.ptr
+        # column-major: batch_first Yᵀ (m × rows) = (Wᵀ)ᵀ · Xᵀ; batch_last Yᵀ = Xᵀ · Wᵀ
+        call = ((_cublas.OP_T, _cublas.OP_N, m, rows, n, ptr(w), n, 0, ptr(x2), ld, 0, ptr(out),
+                 m, 0, 1) if first else
+                (_cublas.OP_N, _cublas.OP_N, rows, m, n, ptr(x2), ld, 0, ptr(w), n, 0, ptr(out),
+                 rows, 0, 1))
+        _cublas.gemm_strided_batched([call], dtype=cdt, device=launch.device,
+                                     stream=launch.stream, cupy_owned=launch.cupy_owned,
+                                     tune=True)
+    return out.reshape(spec.out_shape)
 
 
 # ---------------------------------------------------------------------------------------------
