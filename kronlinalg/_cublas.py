@@ -78,7 +78,7 @@ def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_ow
     cupy, cublas = _bindings()
     dt = _DATA_TYPE[dtype]
     alpha, beta, compute = _ALPHA_BETA_COMPUTE[dtype == "float64"]
-    lt = _cublaslt.enabled()
+    lt = (tune or _cublaslt.any_tuned()) and _cublaslt.enabled()  # (no signature work if not)
     # CuPy's bindings run on CuPy's current device and stream: usually already the caller's
     # (torch's default stream is CuPy's too), else entered for the call
     direct = (cupy.cuda.runtime.getDevice() == device

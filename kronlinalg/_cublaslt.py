@@ -205,6 +205,10 @@ def lookup(sig):
     return plan if plan is not None and plan.choice is not None else None
 
 
+def any_tuned() -> bool:
+    return bool(_PLANS)
+
+
 def is_tuned(sig) -> bool:
     return sig in _PLANS
 
