@@ -87,6 +87,15 @@ for pats, nb in [([(1, 72, 200, 2)], 257), ([(3, 130, 24, 2)], 65), ([(1, 136, 4
     x = cp.asarray(rng.standard_normal((nb, ch.shape[1])), dtype=cp.float16)
     kronlinalg.structured_matmul(x, ch, algorithm="kernel")
 del os.environ["KRONLINALG_KS_NATURAL"]
+# K pre-transposed for the half types' runs of 4 j (d = 12) and of 8 j, both layouts
+os.environ["KRONLINALG_KS_KT"] = "1"
+for pats, nb in [([(1, 24, 40, 12)], 90), ([(2, 40, 24, 12)], 33), ([(1, 16, 24, 8)], 70)]:
+    ch = KSChain.random(pats, rng=rng, xp=cp, dtype=cp.float16)
+    x = cp.asarray(rng.standard_normal((nb, ch.shape[1])), dtype=cp.float16)
+    kronlinalg.structured_matmul(x, ch, algorithm="kernel")
+    kronlinalg.structured_matmul(cp.ascontiguousarray(x.T), ch, layout="batch_last",
+                                 algorithm="kernel")
+del os.environ["KRONLINALG_KS_KT"]
 cp.cuda.Device().synchronize(); print("sanitizer script done")
 PY
   for tool in memcheck racecheck; do

@@ -119,14 +119,18 @@ def _handle(device: int):
     return _create(_library().cublasLtCreate)
 
 
+_WORKSPACES: dict = {}  # (device, stream) -> CuPy buffer, kept alive
+
+
 @functools.cache
-def _workspace(device: int, stream: int):
-    """Scratch of the candidates that split the reduction, one per stream (calls on one stream
-    are ordered, so they can share it)."""
+def _workspace(device: int, stream: int) -> int:
+    """Address of the scratch of the candidates that split the reduction, one per stream (calls
+    on one stream are ordered, so they can share it)."""
     import cupy
 
     with cupy.cuda.Device(device):
-        return cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
+        buf = _WORKSPACES[device, stream] = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
+    return buf.data.ptr
 
 
 def _alignment(address: int, stride_bytes: int) -> int:
@@ -172,8 +176,10 @@ class _Plan:
         self.pref = pref  # kept alive with the plan
         scalar = np.float64 if wide else np.float32
         self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
+        self.scalars = (self.alpha.ctypes.data, self.beta.ctypes.data)  # (host time per call)
         self.results = (_Heuristic * CANDIDATES)()
-        self.count = 0
+        self.algos = [ctypes.addressof(r.algo) for r in self.results]
+        self.count, self.workspaces = 0, []
         self.choice = None  # index into results once tuned, None: cuBLAS's default
         self.times = ()  # tuning's ms: default, best candidate, candidates[, default, best again]
 
@@ -184,16 +190,16 @@ class _Plan:
             _handle(device), self.desc, a, b, c, c, self.pref, CANDIDATES, self.results,
             ctypes.byref(count))
         self.count = count.value if status == 0 else 0
+        self.workspaces = [self.results[i].workspace for i in range(self.count)]
         return self.count
 
     def run(self, index: int, call, device: int, stream: int) -> int:
-        ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch = call
-        r = self.results[index]
+        a, b, c = call[5], call[8], call[11]
         la, lb, lc = self.layouts
+        alpha, beta = self.scalars
         return _library().cublasLtMatmul(
-            _handle(device), self.desc, self.alpha.ctypes.data, a, la, b, lb,
-            self.beta.ctypes.data, c, lc, c, lc, ctypes.addressof(r.algo),
-            _workspace(device, stream).data.ptr, r.workspace, stream)
+            _handle(device), self.desc, alpha, a, la, b, lb, beta, c, lc, c, lc,
+            self.algos[index], _workspace(device, stream), self.workspaces[index], stream)
 
 
 _PLANS: dict = {}  # signature -> _Plan (tuned)

@@ -156,14 +156,19 @@ inline cudaError_t values_pool(cudaMemPool_t *out) {
 // 1.2x at d >= 24, 1.06-1.12x for the half types at d >= 24 (both layouts); it costs 3-17 % on
 // float32 batch_last, on half types at d <= 8 and batch_last at d = 16, and on small products,
 // where the extra launch (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP (28 GFLOP for the
-// half types batch_first at d = 16).  KRONLINALG_KS_KT=0 never takes it, =1
-// always (TJ = 8 shapes; read per call so that tests can switch it).  The whole-d span shapes
+// half types batch_first at d = 16).  The half types' runs of 4 j (d = 12 on an H100, second
+// session of 2026-11-25, benchmarks/ks_kt_ab.py): see below.  KRONLINALG_KS_KT=0 never takes
+// it, =1 always (TJ = 8 shapes, and TJ = 4 ones for the half types; read per call so that tests
+// can switch it).  The whole-d span shapes
 // (d = 2, 3, 4, 6) were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
 // H100 (1.09x only for bfloat16 batch_first d = 3 from 6 GFLOP), so they keep K in registers.
 inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;
   const bool first = p->layout == KL_KS_BATCH_FIRST;
   const double flops = 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d);
+  // runs of 4 j (half types, d = 12, 20, ...): 1.03-1.11x batch_last from 9 GFLOP and
+  // batch_first from 30 (0.98-1.02x below; float32 0.92-0.94x batch_first: no such shape)
+  if (p->d % 8 != 0) return half && flops >= (first ? 30e9 : 9e9);
   // (half types batch_first at d = 16: 1.04-1.13x from 28 GFLOP, 0.97-1.03x below)
   if (half && first && p->d == 16) return flops >= 28e9;
   if (!(half ? p->d >= 24 : first && p->d >= 16)) return false;
@@ -179,7 +184,7 @@ int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
   if constexpr (WG) {
     return launch_checked(q, ks_pipe<T, BF, DJ, SPAN, TJ, BN, BK, TL, NT, false, true>, smem, s, NT);
   } else {
-    if constexpr (DJ && TJ == 8) {
+    if constexpr (DJ && (TJ == 8 || (TJ == 4 && !SPAN && sizeof(T) == 2))) {
       cudaMemPool_t pool;
       void *kt = nullptr;
       const int64_t n = p->a * p->b * p->c * p->d;
