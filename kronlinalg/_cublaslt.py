@@ -20,6 +20,7 @@ import ctypes
 import functools
 import os
 import statistics
+import warnings
 
 import numpy as np
 
@@ -203,6 +204,7 @@ class _Plan:
 
 
 _PLANS: dict = {}  # signature -> _Plan (tuned)
+_FAILED: set = set()  # signatures whose tuning could not run (cuBLAS's default)
 
 
 def lookup(sig):
@@ -216,11 +218,12 @@ def any_tuned() -> bool:
 
 
 def is_tuned(sig) -> bool:
-    return sig in _PLANS
+    return sig in _PLANS or sig in _FAILED
 
 
 def clear():
     _PLANS.clear()
+    _FAILED.clear()
 
 
 def summary() -> list:
@@ -264,7 +267,18 @@ def tune(sig, call, default, *, wide: bool, device: int, stream: int, rounds=7):
     pointers (its output is overwritten; the caller runs the call afterwards), then the best
     candidate against the default once more, and record the winner for sig: the candidate only
     where both timings put it 2 % ahead.  Runs on CuPy's current stream, which must be
-    `stream`."""
+    `stream`.  Tuning never fails a product: where it cannot run, the signature keeps cuBLAS's
+    default (with a warning)."""
+    try:
+        return _tune(sig, call, default, wide, device, stream, rounds)
+    except Exception as exc:  # (no NVRTC for the timing kernel, a cuBLASLt error, ...)
+        warnings.warn(f"kronlinalg: GEMM algorithm tuning failed ({exc!r}); this GEMM keeps "
+                      "cuBLAS's default", RuntimeWarning, stacklevel=3)
+        _FAILED.add(sig)
+        return None
+
+
+def _tune(sig, call, default, wide, device, stream, rounds):
     plan = _Plan(sig, wide)
     indices = [i for i in range(plan.candidates(device))
                if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0]

@@ -188,3 +188,20 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-2
         assert len(_cublaslt.summary()) == 1
     _cublaslt.clear()
+
+
+def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
+    """Tuning never fails a product: an error inside it warns, records the signature as tuned
+    (no second attempt) with no plan, and the caller runs cuBLAS's default."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("no cuBLASLt here")
+
+    monkeypatch.setattr(_cublaslt, "_Plan", broken)
+    _cublaslt.clear()
+    sig = ("test", 1)
+    with pytest.warns(RuntimeWarning, match="tuning failed"):
+        assert _cublaslt.tune(sig, None, lambda: None, wide=False, device=0, stream=0) is None
+    assert _cublaslt.is_tuned(sig) and _cublaslt.lookup(sig) is None
+    assert _cublaslt.summary() == []
+    _cublaslt.clear()
+    assert not _cublaslt.is_tuned(sig)
