@@ -8,10 +8,8 @@ import os
 import statistics
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from structured_compare import _SPIN, CASES, load_cases, sample  # noqa: E402
+from structured_compare import CASES, _gpu_timer, load_cases, sample  # noqa: E402
 
 
 def main():
@@ -25,21 +23,7 @@ def main():
     B = ks["batch"]
     pats, _ = sample(ks, 120, 0, B, 8192)
     pats = [p for p in pats if p[3] % 4 == 0 and p[3] % 8 != 0 and p[3] > 4]
-    spin = cp.RawKernel(_SPIN, "kl_bench_spin")
-
-    def timeit(fn, reps=10):
-        for _ in range(2):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(reps):
-            spin((1,), (1,), (np.uint64(300_000),))
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            ts.append(start.elapsed_time(end))
-        return statistics.median(ts)
+    timeit = _gpu_timer(cp, reps=10)  # device time, as the structured benchmark's
 
     ratios = []
     for dtype in ("float16", "bfloat16", "float32"):
