@@ -18,7 +18,7 @@ from . import _cublaslt
 
 # cudaDataType and cublasComputeType_t values (cuBLAS 11+ headers)
 _DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}  # bytes per element
 _COMPUTE_32F, _COMPUTE_64F = 68, 70
 _GEMM_DEFAULT = -1
 # alpha = 1, beta = 0 on the host, in the compute type (float32 for the half types)
@@ -94,7 +94,7 @@ def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_ow
 
             plan = None
             if lt:
-                sig = _cublaslt.signature(call, dt, _ITEMSIZE[dtype])
+                sig = _cublaslt.signature(call, dt, ITEMSIZE[dtype])
                 plan = _cublaslt.lookup(sig)
                 if plan is None and tune and not _cublaslt.is_tuned(sig):
                     plan = _cublaslt.tune(sig, call, default, wide=dtype == "float64",

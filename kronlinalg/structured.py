@@ -41,7 +41,7 @@ __all__ = ["KSFactor", "KSChain", "KSPacked", "structured_matmul", "tune", "floa
 ALGORITHMS = ("auto", "kernel", "strided", "block_dense", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
 _KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_ITEMSIZE = _cublas.ITEMSIZE
 
 
 def _pattern(name: str, pattern) -> tuple:
