@@ -68,12 +68,16 @@ constexpr int kPlanarThreads = 128;
 // interleaved side goes through shared memory, so that the block's loads (split) or stores
 // (merge) there are consecutive 16-byte pieces (a thread's own D vectors are a D·16-byte stride
 // apart: the direct accesses took twice the time of the planar side's on an H100 at d = 12).
+// A thread's D vectors sit SD = D | 1 vectors apart in the stage: an odd stride puts the 8
+// threads of each 128-byte phase on 8 distinct bank groups (a stride of D = 8 put them all on
+// one, D = 4, 12 on two; on an H100 within noise either way: the copies move 2.2-2.9 TB/s of
+// the 2.65-3.0 a plain copy of the same bytes does, benchmarks/ks_planar_bw.py).
 template <int ES, int D, bool SPLIT>
 __global__ void __launch_bounds__(kPlanarThreads) planar_whole(const void *__restrict__ src_,
                                                                void *__restrict__ dst_,
                                                                PlanarDims s) {
-  constexpr int V = 16 / ES, T = kPlanarThreads;
-  __shared__ uint4 stage[T * D];
+  constexpr int V = 16 / ES, T = kPlanarThreads, SD = D | 1;
+  __shared__ uint4 stage[T * SD];
   __shared__ int64_t base[T];  // each run's first interleaved element
   const int64_t runs = s.n / V, units = s.B * s.a * runs, u0 = int64_t(blockIdx.x) * T;
   const int t = threadIdx.x;
@@ -92,11 +96,12 @@ __global__ void __launch_bounds__(kPlanarThreads) planar_whole(const void *__res
   if constexpr (SPLIT) {
     __syncthreads();
     for (int q = t; q < nv; q += T)
-      stage[q] = __ldg(reinterpret_cast<const uint4 *>(src + (base[q / D] + (q % D) * V) * ES));
+      stage[q / D * SD + q % D] =
+          __ldg(reinterpret_cast<const uint4 *>(src + (base[q / D] + (q % D) * V) * ES));
     __syncthreads();
     if (!live) return;
 #pragma unroll
-    for (int m = 0; m < D; ++m) in[m] = stage[t * D + m];
+    for (int m = 0; m < D; ++m) in[m] = stage[t * SD + m];
     transpose_regs<ES, V, D>(in, out);
 #pragma unroll
     for (int m = 0; m < D; ++m)
@@ -108,11 +113,11 @@ __global__ void __launch_bounds__(kPlanarThreads) planar_whole(const void *__res
         in[m] = __ldg(reinterpret_cast<const uint4 *>(src + (planar + m * plane) * ES));
       transpose_regs<ES, D, V>(in, out);
 #pragma unroll
-      for (int m = 0; m < D; ++m) stage[t * D + m] = out[m];
+      for (int m = 0; m < D; ++m) stage[t * SD + m] = out[m];
     }
     __syncthreads();
     for (int q = t; q < nv; q += T)
-      *reinterpret_cast<uint4 *>(dst + (base[q / D] + (q % D) * V) * ES) = stage[q];
+      *reinterpret_cast<uint4 *>(dst + (base[q / D] + (q % D) * V) * ES) = stage[q / D * SD + q % D];
   }
 }
 
