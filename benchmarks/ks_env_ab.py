@@ -1,10 +1,10 @@
 """One launcher switch of the structured kernel (an environment variable read per call, e.g.
-KRONLINALG_KS_STREAM) off (=0) against on (=1) on the structured benchmark's sample (seed 0,
+KRONLINALG_KS_KT) off (=0) against on (=1) on the structured benchmark's sample (seed 0,
 batch 25088, 120 patterns) filtered by a pattern predicate, both layouts, the half types (and
 float32 with --float32): device time of the extension call, the dense product x @ W.T (cuBLAS)
 and the relative difference between the two results.  GPU only.
 
-    python benchmarks/ks_env_ab.py KRONLINALG_KS_STREAM "a == 1 and d == 1"
+    python benchmarks/ks_env_ab.py KRONLINALG_KS_KT "d % 4 == 0 and d % 8 != 0 and d > 4" --float32
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ def main():
 
     ratios, wins = [], 0
     dtypes = ("float16", "bfloat16") + (("float32",) if args.float32 else ())
+    codes = {"float32": 0, "float16": 2, "bfloat16": 3}
+    stream = torch.cuda.current_stream().cuda_stream
     for dtype in dtypes:
-        tdt = getattr(torch, dtype)
+        tdt, code = getattr(torch, dtype), codes[dtype]
         for p in pats:
             a, b, c, d = p
             n, m = a * c * d, a * b * d
@@ -57,11 +59,11 @@ def main():
                     os.environ[args.env] = mode
                     y = torch.empty((B, m) if layout == 0 else (m, B), device="cuda", dtype=tdt)
 
-                    def run(y=y, x=x):
-                        ks_cuda.matmul(p, B, layout, (v.data_ptr(),) + tuple(v.stride()),
-                                       (x.data_ptr(), x.shape[1]), (y.data_ptr(), y.shape[1]),
-                                       {"float32": 0, "float16": 2, "bfloat16": 3}[dtype],
-                                       torch.cuda.current_stream().cuda_stream)
+                    args_ = (p, B, layout, (v.data_ptr(),) + tuple(v.stride()),
+                             (x.data_ptr(), x.shape[1]), (y.data_ptr(), y.shape[1]), code, stream)
+
+                    def run(args_=args_):
+                        ks_cuda.matmul(*args_)
 
                     t[mode] = timeit(run)
                     ys[mode] = y.double()

@@ -158,9 +158,9 @@ inline cudaError_t values_pool(cudaMemPool_t *out) {
 // where the extra launch (~3-5 us) shows: taken from 2·B·a·b·c·d >= 6 GFLOP (28 GFLOP for the
 // half types batch_first at d = 16).  The half types' runs of 4 j (d = 12 on an H100, second
 // session of 2026-11-25, benchmarks/ks_env_ab.py KRONLINALG_KS_KT): see below.
-// KRONLINALG_KS_KT=0 never takes it, =1 always (TJ = 8 shapes, and TJ = 4 ones for the half types; read per call so that tests
-// can switch it).  The whole-d span shapes
-// (d = 2, 3, 4, 6) were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
+// KRONLINALG_KS_KT=0 never takes it, =1 always (TJ = 8 shapes, and TJ = 4 ones for the half
+// types; read per call so that tests can switch it).  The whole-d span shapes (d = 2, 3, 4, 6)
+// were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
 // H100 (1.09x only for bfloat16 batch_first d = 3 from 6 GFLOP), so they keep K in registers.
 inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
   if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;

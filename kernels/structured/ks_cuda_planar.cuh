@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kPlanarThreads) planar_whole(const void *__res
     }
     __syncthreads();
     for (int q = t; q < nv; q += T)
-      *reinterpret_cast<uint4 *>(dst + (base[q / D] + (q % D) * V) * ES) = stage[q / D * SD + q % D];
+      *reinterpret_cast<uint4 *>(dst + (base[q / D] + (q % D) * V) * ES) =
+          stage[q / D * SD + q % D];
   }
 }
 
