@@ -3,9 +3,12 @@
 cuBLAS picks one algorithm per GEMM shape by heuristic; for the thin GEMMs of Kronecker-sparse
 products (25088 × 128 × 512, …) another of the candidates cuBLASLt's heuristic lists is often
 faster on the device (1.1-1.2× on some shapes of the H100).  ``tune`` times the default cuBLAS
-call and each candidate once on the caller's arrays and keeps the winner for that signature in
-this process; later calls of the signature run it (``lookup``).  Only a candidate that beats
-the default by more than 2 % is kept, so an untuned or tied signature stays on cuBLAS.
+call and each candidate on the caller's arrays, steps from the fastest to configurations the
+heuristic does not list (another tile, custom option or cluster shape of the same algorithm,
+accepted by cublasLtMatmulAlgoCheck: on an H100 another 3-10 % on thin GEMMs), and keeps the
+winner for that signature in this process; later calls of the signature run it (``lookup``).
+Only a configuration that beats the default by more than 2 % is kept, so an untuned or tied
+signature stays on cuBLAS (``KRONLINALG_GEMM_SEARCH=0``: the heuristic's list only).
 
 Who tunes: the GEMMs of packed weights (``structured.KSPacked``, on their first call, as a
 prepacked layer picks its kernels) and ``structured.tune``; ``KRONLINALG_GEMM_TUNE=all`` tunes
@@ -33,8 +36,16 @@ _PREF_MIN_ALIGN = (5, 6, 7, 8)  # A, B, C, D bytes
 _CUDA_R_32F, _CUDA_R_64F = 0, 1
 WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
 CANDIDATES = 16
+SEARCH_STEPS = 2  # steps of the search around the fastest candidates (see _tune)
+# configurations whose neighbours each step adds: a neighbourhood is ~140-200 configurations
+# that cuBLASLt accepts (of ~630 tiles listed), and each one's first run costs ~2 ms of host
+# time (its kernel is loaded), which is most of the search's cost
+SEEDS = 1
+SCREEN_ROUNDS = 2
+FINALISTS = 6
 MARGIN = 0.98  # a candidate must beat cuBLAS's default by 2 % to replace it
 _SPIN_NS = 100_000  # ahead of each timed call: hides the host's enqueue time
+_SCREEN_SPIN_NS = 50_000  # (the search's screening: longer than one call's enqueue)
 
 
 class _Heuristic(ctypes.Structure):
@@ -90,6 +101,10 @@ def _library():
         "cublasLtMatmulAlgoGetHeuristic": [vp, vp, vp, vp, vp, vp, vp, i32,
                                            ctypes.POINTER(_Heuristic), ctypes.POINTER(i32)],
         "cublasLtMatmul": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, sz, vp],
+        "cublasLtMatmulAlgoCheck": [vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(_Heuristic)],
+        "cublasLtMatmulAlgoCapGetAttribute": [vp, i32, vp, sz, ctypes.POINTER(sz)],
+        "cublasLtMatmulAlgoConfigGetAttribute": [vp, i32, vp, sz, ctypes.POINTER(sz)],
+        "cublasLtMatmulAlgoConfigSetAttribute": [vp, i32, vp, sz],
     }
     try:
         for name, argtypes in signatures.items():
@@ -178,9 +193,10 @@ class _Plan:
         scalar = np.float64 if wide else np.float32
         self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
         self.scalars = (self.alpha.ctypes.data, self.beta.ctypes.data)  # (host time per call)
-        self.results = (_Heuristic * CANDIDATES)()
-        self.algos = [ctypes.addressof(r.algo) for r in self.results]
-        self.count, self.workspaces = 0, []
+        self.heuristic = (_Heuristic * CANDIDATES)()
+        self.results, self.algos, self.workspaces = [], [], []  # heuristic's, then searched
+        self.count = 0
+        self.seen: set = set()  # configurations already among the results
         self.choice = None  # index into results once tuned, None: cuBLAS's default
         self.times = ()  # tuning's ms: default, best candidate, candidates[, default, best again]
 
@@ -188,11 +204,51 @@ class _Plan:
         count = ctypes.c_int(0)
         a, b, c = self.layouts
         status = _library().cublasLtMatmulAlgoGetHeuristic(
-            _handle(device), self.desc, a, b, c, c, self.pref, CANDIDATES, self.results,
+            _handle(device), self.desc, a, b, c, c, self.pref, CANDIDATES, self.heuristic,
             ctypes.byref(count))
         self.count = count.value if status == 0 else 0
-        self.workspaces = [self.results[i].workspace for i in range(self.count)]
+        for i in range(self.count):
+            self._add(self.heuristic[i])
         return self.count
+
+    def _add(self, result):
+        self.results.append(result)
+        self.algos.append(ctypes.addressof(result.algo))
+        self.workspaces.append(result.workspace)
+        self.seen.add(bytes(result.algo))
+
+    def neighbours(self, device: int, seeds) -> list:
+        """Append to the results every configuration one attribute away from the seeds (indices
+        into the results) that cuBLASLt accepts for this GEMM (_variants).  Returns the new
+        indices."""
+        lib = _library()
+        a, b, c = self.layouts
+        added = []
+        for seed in seeds:
+            algo = self.results[seed].algo
+            for attr, value in _variants(algo):
+                trial = _Heuristic()
+                ctypes.memmove(ctypes.addressof(trial.algo), ctypes.addressof(algo),
+                               ctypes.sizeof(trial.algo))
+                width = _CONFIG_WIDTH[attr]
+                word = (ctypes.c_uint16 if width == 2 else ctypes.c_uint32)(value)
+                if lib.cublasLtMatmulAlgoConfigSetAttribute(
+                        ctypes.byref(trial.algo), attr, ctypes.byref(word), width) != 0:
+                    continue
+                key = bytes(trial.algo)
+                if key in self.seen:
+                    continue
+                self.seen.add(key)
+                checked = _Heuristic()
+                if (lib.cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
+                                                ctypes.byref(trial.algo),
+                                                ctypes.byref(checked)) != 0
+                        or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
+                    continue
+                trial.workspace, trial.state = checked.workspace, 0
+                added.append(len(self.results))
+                self._add(trial)
+        return added
 
     def run(self, index: int, call, device: int, stream: int) -> int:
         a, b, c = call[5], call[8], call[11]
@@ -201,6 +257,54 @@ class _Plan:
         return _library().cublasLtMatmul(
             _handle(device), self.desc, alpha, a, la, b, lb, beta, c, lc, c, lc,
             self.algos[index], _workspace(device, stream), self.workspaces[index], stream)
+
+
+# cublasLtMatmulAlgoConfigAttributes_t: the algorithm, its tile, custom option and cluster shape
+# (16-bit), the attributes the search varies: over the a = d = 1 GEMMs of the structured
+# benchmark on an H100 (benchmarks/gemm_lt_probe.py, two steps from the two fastest of the
+# heuristic's list, every attribute varied), every configuration that beat the heuristic's
+# fastest differed from it in these alone (stages, split-K, swizzle, inner shape never won)
+_ID, _TILE, _CUSTOM, _CLUSTER = 0, 1, 5, 8
+_CONFIG_WIDTH = {_ID: 4, _TILE: 4, _CUSTOM: 4, _CLUSTER: 2}
+_CAP_TILES, _CAP_CUSTOM_MAX = 6, 7  # cublasLtMatmulAlgoCapAttributes_t
+_CLUSTERS = range(0, 17)  # cublasLtClusterShape_t up to 1x16x1 (AlgoCheck turns down the rest)
+
+
+def _config(algo, attr: int) -> int:
+    word = (ctypes.c_uint16 if _CONFIG_WIDTH[attr] == 2 else ctypes.c_uint32)(0)
+    written = ctypes.c_size_t(0)
+    _library().cublasLtMatmulAlgoConfigGetAttribute(ctypes.byref(algo), attr, ctypes.byref(word),
+                                                    _CONFIG_WIDTH[attr], ctypes.byref(written))
+    return word.value
+
+
+def _cap_scalar(algo, cap: int) -> int:
+    word, written = ctypes.c_uint32(0), ctypes.c_size_t(0)
+    status = _library().cublasLtMatmulAlgoCapGetAttribute(
+        ctypes.byref(algo), cap, ctypes.byref(word), 4, ctypes.byref(written))
+    return word.value if status == 0 else 0
+
+
+def _cap_list(algo, cap: int) -> list:
+    lib, size = _library(), ctypes.c_size_t(0)
+    if lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), cap, None, 0,
+                                             ctypes.byref(size)) != 0:
+        return []
+    words = (ctypes.c_uint32 * max(1, size.value // 4))()
+    if lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), cap, words, ctypes.sizeof(words),
+                                             ctypes.byref(size)) != 0:
+        return []
+    return list(words[: size.value // 4])
+
+
+def _variants(algo):
+    """(attribute, value) for each configuration one step from algo's: another tile, custom
+    option or cluster shape."""
+    out = [(_TILE, tile) for tile in _cap_list(algo, _CAP_TILES)]
+    out += [(_CUSTOM, custom) for custom in range(min(_cap_scalar(algo, _CAP_CUSTOM_MAX), 7) + 1)]
+    out += [(_CLUSTER, cluster) for cluster in _CLUSTERS]
+    now = {attr: _config(algo, attr) for attr in (_TILE, _CUSTOM, _CLUSTER)}
+    return [(attr, value) for attr, value in out if value != now[attr]]
 
 
 _PLANS: dict = {}  # signature -> _Plan (tuned)
@@ -262,6 +366,26 @@ def _device_times(runs, spin, rounds):
     return [statistics.median(t) for t in samples]
 
 
+def _screen_times(runs, spin, rounds):
+    """_device_times for the search's many configurations, cheaper: a round's calls (each
+    behind its own spin, between its own events) are queued without waiting for one another,
+    the spin covering the host's enqueue of the next call, and read after one wait."""
+    import cupy
+
+    samples = [[] for _ in runs]
+    for _ in range(rounds):
+        marks = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in runs]
+        for fn, (start, stop) in zip(runs, marks):
+            spin((1,), (1,), (np.uint64(_SCREEN_SPIN_NS),))
+            start.record()
+            fn()
+            stop.record()
+        marks[-1][1].synchronize()
+        for out, (start, stop) in zip(samples, marks):
+            out.append(cupy.cuda.get_elapsed_time(start, stop))
+    return [statistics.median(t) for t in samples]
+
+
 def tune(sig, call, default, *, wide: bool, device: int, stream: int, rounds=7):
     """Time cuBLAS's default (``default()``, one call) and each cuBLASLt candidate on this call's
     pointers (its output is overwritten; the caller runs the call afterwards), then the best
@@ -278,15 +402,44 @@ def tune(sig, call, default, *, wide: bool, device: int, stream: int, rounds=7):
         return None
 
 
+def search_steps() -> int:
+    """Neighbourhood-search steps beyond the heuristic's candidates (KRONLINALG_GEMM_SEARCH,
+    default SEARCH_STEPS; 0: the heuristic's list only)."""
+    value = os.environ.get("KRONLINALG_GEMM_SEARCH", "")
+    return int(value) if value.isdigit() else SEARCH_STEPS
+
+
 def _tune(sig, call, default, wide, device, stream, rounds):
     plan = _Plan(sig, wide)
-    indices = [i for i in range(plan.candidates(device))
-               if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0]
-    runs = [default] + [functools.partial(plan.run, i, call, device, stream) for i in indices]
     spin = _spin_kernel()
+
+    def runnable(indices):  # (each run once: a configuration that fails is dropped)
+        return [i for i in indices
+                if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0]
+
+    def calls(indices):
+        return [functools.partial(plan.run, i, call, device, stream) for i in indices]
+
+    indices = runnable(range(plan.candidates(device)))
+    steps = search_steps()
+    if steps and indices:
+        # screen the heuristic's list, then step from the fastest configuration not yet
+        # stepped from to its neighbours (another tile, custom option or cluster shape), two
+        # rounds each; the finalists are timed as the heuristic's list is without the search
+        screened = dict(zip(indices, _screen_times(calls(indices), spin, SCREEN_ROUNDS)))
+        expanded: set = set()
+        for _ in range(steps):
+            seeds = [i for i in sorted(screened, key=screened.get) if i not in expanded][:SEEDS]
+            expanded.update(seeds)
+            fresh = runnable(plan.neighbours(device, seeds))
+            if not fresh:
+                break
+            screened.update(zip(fresh, _screen_times(calls(fresh), spin, SCREEN_ROUNDS)))
+        indices = sorted(screened, key=screened.get)[:FINALISTS]
+    runs = [default] + calls(indices)
     times = _device_times(runs, spin, rounds)
     best = min(range(1, len(times)), key=times.__getitem__, default=None)
-    plan.times = (times[0], times[best] if best else None, len(indices))
+    plan.times = (times[0], times[best] if best else None, len(plan.results))
     if best is not None and times[best] < MARGIN * times[0]:
         again = _device_times([runs[0], runs[best]], spin, rounds)
         plan.times += tuple(again)

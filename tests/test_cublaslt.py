@@ -138,6 +138,35 @@ def test_every_candidate_computes_the_gemm(rng, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_every_searched_configuration_computes_the_gemm(rng, dtype):
+    """The tuning's search steps from the heuristic's first candidate to configurations
+    cuBLASLt accepts (other tiles, stages, splits of the reduction, cluster shapes, ...): each
+    of those that runs must compute the GEMM too, on the same less-aligned strided batches."""
+    cupy = _cupy_or_skip()
+    stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.runtime.getDevice()
+    itemsize = 2 if dtype in ("float16", "bfloat16") else 4
+    searched = 0
+    for gemm in GEMMS[:3]:
+        call, refs, out, keep = _operands(cupy, rng, gemm, dtype)
+        plan = _cublaslt._Plan(_cublaslt.signature(call, _CODES[dtype], itemsize), False)
+        assert plan.candidates(device) > 0
+        fresh = plan.neighbours(device, [0])
+        assert len(plan.results) == plan.count + len(fresh)
+        assert plan.neighbours(device, [0]) == []  # (nothing twice)
+        for i in fresh:
+            out[0].fill(0x7FC0 if dtype == "bfloat16" else np.nan)
+            if plan.run(i, call, device, stream) != 0:
+                continue
+            searched += 1
+            for g, r in zip(_result(cupy, out, gemm, dtype), refs):
+                err = np.abs(g - r).max() / np.abs(r).max()
+                assert err <= _RTOL[dtype], f"{gemm} {dtype} configuration {i}: rel err {err:.2e}"
+    assert searched > 0, f"{dtype}: the search found no other configuration"
+
+
+@pytest.mark.gpu
 def test_tuning_records_a_choice_and_keeps_the_result(rng):
     cupy = _cupy_or_skip()
     from kronlinalg import _cublas
@@ -188,6 +217,17 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-2
         assert len(_cublaslt.summary()) == 1
     _cublaslt.clear()
+
+
+def test_search_steps_follow_the_environment(monkeypatch):
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
+    assert _cublaslt.search_steps() == _cublaslt.SEARCH_STEPS
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "0")
+    assert _cublaslt.search_steps() == 0
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "3")
+    assert _cublaslt.search_steps() == 3
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "no")
+    assert _cublaslt.search_steps() == _cublaslt.SEARCH_STEPS
 
 
 def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
