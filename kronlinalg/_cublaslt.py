@@ -37,10 +37,12 @@ _CUDA_R_32F, _CUDA_R_64F = 0, 1
 WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper
 CANDIDATES = 16
 SEARCH_STEPS = 2  # steps of the search around the fastest candidates (see _tune)
-# configurations whose neighbours each step adds: a neighbourhood is ~140-200 configurations
-# that cuBLASLt accepts (of ~630 tiles listed), and each one's first run costs ~2 ms of host
-# time (its kernel is loaded), which is most of the search's cost
-SEEDS = 1
+# configurations whose neighbours each step adds.  A neighbourhood is ~140-200 configurations
+# that cuBLASLt accepts (of ~630 tiles listed) and each one's first run on a GEMM costs ~2 ms of
+# host time, most of the search's cost: two seeds take ~0.4-0.8 s per GEMM signature, one
+# about half, but on an H100 one seed lost most of the gain (25088 x 64 x 256 float16: 0.0073
+# ms against 0.0068-0.0071 with two, cuBLAS 0.0076-0.0079)
+SEEDS = 2
 SCREEN_ROUNDS = 2
 FINALISTS = 6
 MARGIN = 0.98  # a candidate must beat cuBLAS's default by 2 % to replace it
