@@ -3,17 +3,19 @@
 cuBLAS picks one algorithm per GEMM shape by heuristic; for the thin GEMMs of Kronecker-sparse
 products (25088 × 128 × 512, …) another of the candidates cuBLASLt's heuristic lists is often
 faster on the device (1.1-1.2× on some shapes of the H100).  ``tune`` times the default cuBLAS
-call and each candidate on the caller's arrays, steps from the fastest to configurations the
-heuristic does not list (another tile, custom option or cluster shape of the same algorithm,
-accepted by cublasLtMatmulAlgoCheck: on an H100 another 3-10 % on thin GEMMs), and keeps the
-winner for that signature in this process; later calls of the signature run it (``lookup``).
-Only a configuration that beats the default by more than 2 % is kept, so an untuned or tied
-signature stays on cuBLAS (``KRONLINALG_GEMM_SEARCH=0``: the heuristic's list only).
+call and each candidate on the caller's arrays, then searches beyond the list: two steps from
+the fastest configurations to their neighbours (another custom option, cluster shape or tile
+of the same algorithm, accepted by cublasLtMatmulAlgoCheck; on an H100 another 3-10 % on thin
+GEMMs), within a budget of host time per signature (``KRONLINALG_GEMM_SEARCH_BUDGET`` seconds,
+default 0.15; ``KRONLINALG_GEMM_SEARCH=0``: the heuristic's list only).  It keeps the winner
+for that signature in this process; later calls of the signature run it (``lookup``).  Only
+a configuration that beats the default by more than 2 % is kept, so an untuned or tied
+signature stays on cuBLAS.
 
 Who tunes: the GEMMs of packed weights (``structured.KSPacked``, on their first call, as a
 prepacked layer picks its kernels) and ``structured.tune``; ``KRONLINALG_GEMM_TUNE=all`` tunes
-every signature on its first call, ``KRONLINALG_GEMM_TUNE=0`` none (cuBLAS's default always).  The library is
-the libcublasLt that CuPy's cuBLAS loads; without it nothing here applies.
+every signature on its first call, ``KRONLINALG_GEMM_TUNE=0`` none (cuBLAS's default always).
+The library is the libcublasLt that CuPy's cuBLAS loads; without it nothing here applies.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import ctypes
 import functools
 import os
 import statistics
+import time
 import warnings
 
 import numpy as np
@@ -39,10 +42,12 @@ CANDIDATES = 16
 SEARCH_STEPS = 2  # steps of the search around the fastest candidates (see _tune)
 # configurations whose neighbours each step adds.  A neighbourhood is ~140-200 configurations
 # that cuBLASLt accepts (of ~630 tiles listed) and each one's first run on a GEMM costs ~2 ms of
-# host time, most of the search's cost: two seeds take ~0.4-0.8 s per GEMM signature, one
-# about half, but on an H100 one seed lost most of the gain (25088 x 64 x 256 float16: 0.0073
-# ms against 0.0068-0.0071 with two, cuBLAS 0.0076-0.0079)
+# host time, most of the search's cost: two seeds and two steps in full took 0.4-0.8 s per GEMM
+# signature on an H100, one seed about half but it lost most of the gain (25088 x 64 x 256
+# float16: 0.0073 ms against 0.0068-0.0071 with two; cuBLAS 0.0076-0.0079).  So two seeds,
+# their cheap neighbours (custom options, cluster shapes) first, within a time budget.
 SEEDS = 2
+SEARCH_BUDGET_S = 0.15
 SCREEN_ROUNDS = 2
 FINALISTS = 6
 MARGIN = 0.98  # a candidate must beat cuBLAS's default by 2 % to replace it
@@ -222,34 +227,37 @@ class _Plan:
     def neighbours(self, device: int, seeds) -> list:
         """Append to the results every configuration one attribute away from the seeds (indices
         into the results) that cuBLASLt accepts for this GEMM (_variants).  Returns the new
-        indices."""
+        indices, every seed's other custom options and cluster shapes first, tiles last."""
         lib = _library()
         a, b, c = self.layouts
         added = []
-        for seed in seeds:
+        # every seed's custom options and cluster shapes before any seed's tiles
+        per_seed = [[(seed, attr, value) for attr, value in _variants(self.results[seed].algo)]
+                    for seed in seeds]
+        ordered = sorted((v for vs in per_seed for v in vs), key=lambda v: v[1] == _TILE)
+        for seed, attr, value in ordered:
             algo = self.results[seed].algo
-            for attr, value in _variants(algo):
-                trial = _Heuristic()
-                ctypes.memmove(ctypes.addressof(trial.algo), ctypes.addressof(algo),
-                               ctypes.sizeof(trial.algo))
-                width = _CONFIG_WIDTH[attr]
-                word = (ctypes.c_uint16 if width == 2 else ctypes.c_uint32)(value)
-                if lib.cublasLtMatmulAlgoConfigSetAttribute(
-                        ctypes.byref(trial.algo), attr, ctypes.byref(word), width) != 0:
-                    continue
-                key = bytes(trial.algo)
-                if key in self.seen:
-                    continue
-                self.seen.add(key)
-                checked = _Heuristic()
-                if (lib.cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
-                                                ctypes.byref(trial.algo),
-                                                ctypes.byref(checked)) != 0
-                        or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
-                    continue
-                trial.workspace, trial.state = checked.workspace, 0
-                added.append(len(self.results))
-                self._add(trial)
+            trial = _Heuristic()
+            ctypes.memmove(ctypes.addressof(trial.algo), ctypes.addressof(algo),
+                           ctypes.sizeof(trial.algo))
+            width = _CONFIG_WIDTH[attr]
+            word = (ctypes.c_uint16 if width == 2 else ctypes.c_uint32)(value)
+            if lib.cublasLtMatmulAlgoConfigSetAttribute(
+                    ctypes.byref(trial.algo), attr, ctypes.byref(word), width) != 0:
+                continue
+            key = bytes(trial.algo)
+            if key in self.seen:
+                continue
+            self.seen.add(key)
+            checked = _Heuristic()
+            if (lib.cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
+                                            ctypes.byref(trial.algo),
+                                            ctypes.byref(checked)) != 0
+                    or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
+                continue
+            trial.workspace, trial.state = checked.workspace, 0
+            added.append(len(self.results))
+            self._add(trial)
         return added
 
     def run(self, index: int, call, device: int, stream: int) -> int:
@@ -300,11 +308,11 @@ def _cap_list(algo, cap: int) -> list:
 
 
 def _variants(algo):
-    """(attribute, value) for each configuration one step from algo's: another tile, custom
-    option or cluster shape."""
-    out = [(_TILE, tile) for tile in _cap_list(algo, _CAP_TILES)]
-    out += [(_CUSTOM, custom) for custom in range(min(_cap_scalar(algo, _CAP_CUSTOM_MAX), 7) + 1)]
+    """(attribute, value) for each configuration one step from algo's: another custom option,
+    cluster shape or tile (in that order: the few cheap ones first, the ~600 tiles last)."""
+    out = [(_CUSTOM, custom) for custom in range(min(_cap_scalar(algo, _CAP_CUSTOM_MAX), 7) + 1)]
     out += [(_CLUSTER, cluster) for cluster in _CLUSTERS]
+    out += [(_TILE, tile) for tile in _cap_list(algo, _CAP_TILES)]
     now = {attr: _config(algo, attr) for attr in (_TILE, _CUSTOM, _CLUSTER)}
     return [(attr, value) for attr, value in out if value != now[attr]]
 
@@ -411,13 +419,29 @@ def search_steps() -> int:
     return int(value) if value.isdigit() else SEARCH_STEPS
 
 
+def search_budget() -> float:
+    """Seconds of host time the search may spend trying configurations per GEMM signature
+    (KRONLINALG_GEMM_SEARCH_BUDGET, default SEARCH_BUDGET_S)."""
+    try:
+        return max(0.0, float(os.environ.get("KRONLINALG_GEMM_SEARCH_BUDGET", SEARCH_BUDGET_S)))
+    except ValueError:
+        return SEARCH_BUDGET_S
+
+
 def _tune(sig, call, default, wide, device, stream, rounds):
     plan = _Plan(sig, wide)
     spin = _spin_kernel()
 
-    def runnable(indices):  # (each run once: a configuration that fails is dropped)
-        return [i for i in indices
-                if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0]
+    def runnable(indices, deadline=None):
+        # each run once (a configuration that fails is dropped); a configuration's first run
+        # on a GEMM costs ~2 ms of host time, so the search stops trying new ones at a deadline
+        ok = []
+        for i in indices:
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0:
+                ok.append(i)
+        return ok
 
     def calls(indices):
         return [functools.partial(plan.run, i, call, device, stream) for i in indices]
@@ -428,12 +452,13 @@ def _tune(sig, call, default, wide, device, stream, rounds):
         # screen the heuristic's list, then step from the fastest configuration not yet
         # stepped from to its neighbours (another tile, custom option or cluster shape), two
         # rounds each; the finalists are timed as the heuristic's list is without the search
+        deadline = time.perf_counter() + search_budget()
         screened = dict(zip(indices, _screen_times(calls(indices), spin, SCREEN_ROUNDS)))
         expanded: set = set()
         for _ in range(steps):
             seeds = [i for i in sorted(screened, key=screened.get) if i not in expanded][:SEEDS]
             expanded.update(seeds)
-            fresh = runnable(plan.neighbours(device, seeds))
+            fresh = runnable(plan.neighbours(device, seeds), deadline)
             if not fresh:
                 break
             screened.update(zip(fresh, _screen_times(calls(fresh), spin, SCREEN_ROUNDS)))

@@ -230,6 +230,17 @@ def test_search_steps_follow_the_environment(monkeypatch):
     assert _cublaslt.search_steps() == _cublaslt.SEARCH_STEPS
 
 
+def test_search_budget_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH_BUDGET", raising=False)
+    assert _cublaslt.search_budget() == _cublaslt.SEARCH_BUDGET_S
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "0.5")
+    assert _cublaslt.search_budget() == 0.5
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "-1")
+    assert _cublaslt.search_budget() == 0.0
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "lots")
+    assert _cublaslt.search_budget() == _cublaslt.SEARCH_BUDGET_S
+
+
 def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
     """Tuning never fails a product: an error inside it warns, records the signature as tuned
     (no second attempt) with no plan, and the caller runs cuBLAS's default."""
