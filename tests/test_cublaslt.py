@@ -256,3 +256,93 @@ def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
     assert _cublaslt.summary() == []
     _cublaslt.clear()
     assert not _cublaslt.is_tuned(sig)
+
+
+class _FakePlan:
+    """A stand-in for _Plan with known device times: configurations 0-2 are the heuristic's
+    list, neighbours(seeds) adds each seed's `children` (fresh indices) once."""
+
+    cost: dict = {}
+    children: dict = {}
+
+    def __init__(self, sig, wide):
+        self.results, self.times, self.choice, self.expanded = [], (), None, []
+
+    def candidates(self, device):
+        self.results = [type("R", (), {"state": 0})() for _ in range(3)]
+        return 3
+
+    def neighbours(self, device, seeds):
+        self.expanded.append(list(seeds))
+        added = []
+        for seed in seeds:
+            for child in self.children.get(seed, ()):
+                if child >= len(self.results):
+                    self.results.extend(type("R", (), {"state": 0})()
+                                        for _ in range(child + 1 - len(self.results)))
+                    added.append(child)
+        return added
+
+    def run(self, index, call, device, stream):
+        return 0
+
+
+def _fake_tuning(monkeypatch, cost, children, default_ms):
+    _FakePlan.cost, _FakePlan.children = cost, children
+
+    def times(runs, spin, rounds):
+        return [default_ms if not hasattr(fn, "args") else cost[fn.args[0]] for fn in runs]
+
+    monkeypatch.setattr(_cublaslt, "_Plan", _FakePlan)
+    monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
+    monkeypatch.setattr(_cublaslt, "_device_times", times)
+    monkeypatch.setattr(_cublaslt, "_screen_times", times)
+    _cublaslt.clear()
+
+
+def _tune_fake(sig):
+    plan = _cublaslt.tune(sig, (), lambda: None, wide=False, device=0, stream=0)
+    return plan, _cublaslt._PLANS[sig]
+
+
+def test_search_steps_from_the_fastest_to_a_better_neighbour(monkeypatch):
+    """Each step expands the two fastest configurations not expanded yet (the heuristic's
+    list first, then what the search found); the best wins where it beats the default by 2 %."""
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH_BUDGET", raising=False)
+    cost = {0: 1.00, 1: 0.97, 2: 0.99, 3: 0.95, 4: 1.2, 5: 0.90}
+    _fake_tuning(monkeypatch, cost, {1: [3], 2: [4], 3: [5]}, default_ms=1.0)
+    plan, recorded = _tune_fake(("fake", 1))
+    assert recorded.expanded == [[1, 2], [3, 0]]
+    assert plan is recorded and plan.choice == 5
+    _cublaslt.clear()
+
+
+def test_search_off_keeps_to_the_heuristic_list(monkeypatch):
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "0")
+    _fake_tuning(monkeypatch, {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.5}, {1: [3]}, default_ms=1.0)
+    plan, recorded = _tune_fake(("fake", 2))
+    assert recorded.expanded == [] and plan.choice == 1
+    _cublaslt.clear()
+
+
+def test_search_stops_at_its_budget(monkeypatch):
+    """Past the deadline no configuration is tried: the choice stays among the heuristic's."""
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
+    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "0")
+    clock = iter(range(10**6))
+    monkeypatch.setattr(_cublaslt.time, "perf_counter", lambda: float(next(clock)))
+    _fake_tuning(monkeypatch, {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.5}, {1: [3]}, default_ms=1.0)
+    plan, recorded = _tune_fake(("fake", 3))
+    assert plan.choice == 1 and recorded.expanded == [[1, 2]]
+    _cublaslt.clear()
+
+
+def test_a_configuration_within_two_percent_of_the_default_is_not_kept(monkeypatch):
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH_BUDGET", raising=False)
+    _fake_tuning(monkeypatch, {0: 0.99, 1: 0.995, 2: 1.1, 3: 0.985}, {0: [3]}, default_ms=1.0)
+    plan, recorded = _tune_fake(("fake", 4))
+    assert plan is None and recorded.choice is None
+    assert _cublaslt.is_tuned(("fake", 4)) and _cublaslt.lookup(("fake", 4)) is None
+    _cublaslt.clear()
