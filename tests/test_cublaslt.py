@@ -219,26 +219,21 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
     _cublaslt.clear()
 
 
-def test_search_steps_follow_the_environment(monkeypatch):
-    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
-    assert _cublaslt.search_steps() == _cublaslt.SEARCH_STEPS
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "0")
-    assert _cublaslt.search_steps() == 0
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "3")
-    assert _cublaslt.search_steps() == 3
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH", "no")
-    assert _cublaslt.search_steps() == _cublaslt.SEARCH_STEPS
-
-
-def test_search_budget_follows_the_environment(monkeypatch):
-    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH_BUDGET", raising=False)
-    assert _cublaslt.search_budget() == _cublaslt.SEARCH_BUDGET_S
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "0.5")
-    assert _cublaslt.search_budget() == 0.5
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "-1")
-    assert _cublaslt.search_budget() == 0.0
-    monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "lots")
-    assert _cublaslt.search_budget() == _cublaslt.SEARCH_BUDGET_S
+@pytest.mark.parametrize("name, reader, default, cases", [
+    ("KRONLINALG_GEMM_SEARCH", "search_steps", "SEARCH_STEPS", [("0", 0), ("3", 3)]),
+    ("KRONLINALG_GEMM_SEARCH_BUDGET", "search_budget", "SEARCH_BUDGET_S",
+     [("0.5", 0.5), ("-1", 0.0)]),
+])
+def test_search_settings_follow_the_environment(monkeypatch, name, reader, default, cases):
+    """Unset or unreadable: the default; else the value (a budget never below 0)."""
+    read, fallback = getattr(_cublaslt, reader), getattr(_cublaslt, default)
+    monkeypatch.delenv(name, raising=False)
+    assert read() == fallback
+    for text, value in cases:
+        monkeypatch.setenv(name, text)
+        assert read() == value
+    monkeypatch.setenv(name, "lots")
+    assert read() == fallback
 
 
 def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
