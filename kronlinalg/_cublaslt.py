@@ -10,7 +10,8 @@ GEMMs), within a budget of host time per signature (``KRONLINALG_GEMM_SEARCH_BUD
 default 0.15; ``KRONLINALG_GEMM_SEARCH=0``: the heuristic's list only).  It keeps the winner
 for that signature in this process; later calls of the signature run it (``lookup``).  Only
 a configuration that beats the default by more than 2 % is kept, so an untuned or tied
-signature stays on cuBLAS.
+signature stays on cuBLAS.  With ``KRONLINALG_GEMM_CACHE=path`` the choices also go to that
+file and later processes adopt them instead of tuning again (``_gemm_cache``).
 
 Who tunes: the GEMMs of packed weights (``structured.KSPacked``, on their first call, as a
 prepacked layer picks its kernels) and ``structured.tune``; ``KRONLINALG_GEMM_TUNE=all`` tunes
@@ -29,6 +30,8 @@ import time
 import warnings
 
 import numpy as np
+
+from . import _gemm_cache
 
 _LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 # cublasLt.h enumerators
@@ -117,6 +120,7 @@ def _library():
         for name, argtypes in signatures.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = ctypes.c_int, argtypes
+        lib.cublasLtGetVersion.restype, lib.cublasLtGetVersion.argtypes = ctypes.c_size_t, []
     except AttributeError:
         return None
     return lib
@@ -223,6 +227,23 @@ class _Plan:
         self.algos.append(ctypes.addressof(result.algo))
         self.workspaces.append(result.workspace)
         self.seen.add(bytes(result.algo))
+
+    def adopt(self, device: int, raw: bytes):
+        """Append the configuration whose descriptor bytes are `raw` (a cached choice) where
+        cuBLASLt accepts it for this GEMM; its index, or None."""
+        trial, checked = _Heuristic(), _Heuristic()
+        if len(raw) != ctypes.sizeof(trial.algo):
+            return None
+        ctypes.memmove(ctypes.addressof(trial.algo), raw, len(raw))
+        a, b, c = self.layouts
+        if (_library().cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
+                                               ctypes.byref(trial.algo),
+                                               ctypes.byref(checked)) != 0
+                or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
+            return None
+        trial.workspace, trial.state = checked.workspace, 0
+        self._add(trial)
+        return len(self.results) - 1
 
     def neighbours(self, device: int, seeds) -> list:
         """Append to the results every configuration one attribute away from the seeds (indices
@@ -428,7 +449,45 @@ def search_budget() -> float:
         return SEARCH_BUDGET_S
 
 
+@functools.cache
+def _scope(device: int) -> str:
+    """What a cached choice holds for: the device's name and compute capability, and the
+    cuBLASLt version (its descriptors are only valid for the version that made them)."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name} sm{props['major']}{props['minor']} cublasLt {_library().cublasLtGetVersion()}"
+
+
+def _from_cache(sig, call, wide, device, stream):
+    """The plan of a choice recorded in the cache file (see _gemm_cache), or None: no entry,
+    or a configuration this cuBLASLt no longer accepts or runs (then the signature is tuned)."""
+    if _gemm_cache.path() is None:
+        return None
+    entry = _gemm_cache.get(_scope(device), sig)
+    if entry is None:
+        return None
+    plan = _Plan(sig, wide)
+    plan.times = ("cached",)
+    if entry["algo"] is None:
+        return plan
+    try:
+        raw = bytes.fromhex(entry["algo"])
+    except (TypeError, ValueError):
+        return None
+    index = plan.adopt(device, raw)
+    if index is None or plan.run(index, call, device, stream) != 0:
+        return None
+    plan.choice = index
+    return plan
+
+
 def _tune(sig, call, default, wide, device, stream, rounds):
+    cached = _from_cache(sig, call, wide, device, stream)
+    if cached is not None:
+        _PLANS[sig] = cached
+        return cached if cached.choice is not None else None
     plan = _Plan(sig, wide)
     spin = _spin_kernel()
 
@@ -473,4 +532,8 @@ def _tune(sig, call, default, wide, device, stream, rounds):
         if again[1] < MARGIN * again[0]:
             plan.choice = indices[best - 1]
     _PLANS[sig] = plan
+    if _gemm_cache.path() is not None:
+        chosen = None if plan.choice is None else plan.results[plan.choice]
+        _gemm_cache.put(_scope(device), sig, None if chosen is None else chosen.algo,
+                        0 if chosen is None else chosen.workspace)
     return plan if plan.choice is not None else None

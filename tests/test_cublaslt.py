@@ -167,6 +167,30 @@ def test_every_searched_configuration_computes_the_gemm(rng, dtype):
 
 
 @pytest.mark.gpu
+def test_a_configuration_adopted_from_its_bytes_computes_the_gemm(rng):
+    """What the cache file keeps (a configuration's descriptor bytes) gives back a runnable
+    configuration on a new plan of the same signature; bytes of the wrong size do not."""
+    cupy = _cupy_or_skip()
+    stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.runtime.getDevice()
+    gemm = GEMMS[2]
+    call, refs, out, keep = _operands(cupy, rng, gemm, "float16")
+    sig = _cublaslt.signature(call, 2, 2)
+    first = _cublaslt._Plan(sig, False)
+    assert first.candidates(device) > 0
+    found = first.neighbours(device, [0])
+    raw = bytes((first.results[found[-1]] if found else first.results[0]).algo)
+    plan = _cublaslt._Plan(sig, False)
+    assert plan.adopt(device, raw[:-8]) is None
+    index = plan.adopt(device, raw)
+    assert index is not None
+    out[0].fill(np.nan)
+    assert plan.run(index, call, device, stream) == 0
+    for g, r in zip(_result(cupy, out, gemm, "float16"), refs):
+        assert np.abs(g - r).max() / np.abs(r).max() <= _RTOL["float16"]
+
+
+@pytest.mark.gpu
 def test_tuning_records_a_choice_and_keeps_the_result(rng):
     cupy = _cupy_or_skip()
     from kronlinalg import _cublas
@@ -260,12 +284,24 @@ class _FakePlan:
     cost: dict = {}
     children: dict = {}
 
+    reject = False  # adopt() turns every cached configuration down
+
     def __init__(self, sig, wide):
         self.results, self.times, self.choice, self.expanded = [], (), None, []
 
+    @staticmethod
+    def _config(i):
+        return type("R", (), {"state": 0, "algo": bytes([i]) * 64, "workspace": 16 * i})()
+
     def candidates(self, device):
-        self.results = [type("R", (), {"state": 0})() for _ in range(3)]
+        self.results = [self._config(i) for i in range(3)]
         return 3
+
+    def adopt(self, device, raw):
+        if self.reject:
+            return None
+        self.results.append(self._config(raw[0]))
+        return len(self.results) - 1
 
     def neighbours(self, device, seeds):
         self.expanded.append(list(seeds))
@@ -273,8 +309,8 @@ class _FakePlan:
         for seed in seeds:
             for child in self.children.get(seed, ()):
                 if child >= len(self.results):
-                    self.results.extend(type("R", (), {"state": 0})()
-                                        for _ in range(child + 1 - len(self.results)))
+                    self.results.extend(self._config(i)
+                                        for i in range(len(self.results), child + 1))
                     added.append(child)
         return added
 
@@ -283,7 +319,9 @@ class _FakePlan:
 
 
 def _fake_tuning(monkeypatch, cost, children, default_ms):
-    _FakePlan.cost, _FakePlan.children = cost, children
+    _FakePlan.cost, _FakePlan.children, _FakePlan.reject = cost, children, False
+    monkeypatch.delenv("KRONLINALG_GEMM_CACHE", raising=False)
+    monkeypatch.setattr(_cublaslt, "_scope", lambda device: "fake device")
 
     def times(runs, spin, rounds):
         return [default_ms if not hasattr(fn, "args") else cost[fn.args[0]] for fn in runs]
@@ -296,7 +334,7 @@ def _fake_tuning(monkeypatch, cost, children, default_ms):
 
 
 def _tune_fake(sig):
-    plan = _cublaslt.tune(sig, (), lambda: None, wide=False, device=0, stream=0)
+    plan = _cublaslt._tune(sig, (), lambda: None, False, 0, 0, 7)
     return plan, _cublaslt._PLANS[sig]
 
 
@@ -341,3 +379,41 @@ def test_a_configuration_within_two_percent_of_the_default_is_not_kept(monkeypat
     assert plan is None and recorded.choice is None
     assert _cublaslt.is_tuned(("fake", 4)) and _cublaslt.lookup(("fake", 4)) is None
     _cublaslt.clear()
+
+
+def test_tuned_choices_go_to_the_cache_file_and_come_back(monkeypatch, tmp_path):
+    """With KRONLINALG_GEMM_CACHE, a tuning writes its choice (the winner's descriptor, or the
+    default); a later process (what it had read forgotten) adopts it without timing anything,
+    and tunes again where cuBLASLt turns the cached configuration down."""
+    from kronlinalg import _gemm_cache
+
+    monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
+    cost = {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.9}
+    _fake_tuning(monkeypatch, cost, {1: [3]}, default_ms=1.0)
+    monkeypatch.setenv("KRONLINALG_GEMM_CACHE", str(tmp_path / "gemm.json"))
+    _gemm_cache.forget()
+    plan, _ = _tune_fake(("fake", 5))
+    assert plan.choice == 3
+    cost.update({1: 0.999, 2: 0.999, 3: 0.995})  # within 2 %: the default stays
+    assert _tune_fake(("fake", 6))[0] is None
+
+    def no_timing(*args):
+        raise AssertionError("a cached signature is not timed again")
+
+    _cublaslt.clear()
+    _gemm_cache.forget()
+    monkeypatch.setattr(_cublaslt, "_device_times", no_timing)
+    monkeypatch.setattr(_cublaslt, "_screen_times", no_timing)
+    plan, recorded = _tune_fake(("fake", 5))
+    assert plan is recorded and plan.times == ("cached",)
+    assert plan.results[plan.choice].algo == bytes([3]) * 64
+    plan, recorded = _tune_fake(("fake", 6))
+    assert plan is None and recorded.choice is None and _cublaslt.is_tuned(("fake", 6))
+
+    _cublaslt.clear()
+    _gemm_cache.forget()
+    _FakePlan.reject = True
+    with pytest.raises(AssertionError, match="not timed again"):
+        _tune_fake(("fake", 5))  # (tune() turns the error into a warning; _tune does not)
+    _cublaslt.clear()
+    _gemm_cache.forget()
