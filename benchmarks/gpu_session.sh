@@ -42,6 +42,14 @@ fs = [cp.asarray(rng.standard_normal((32, 32)), dtype=cp.float32) for _ in range
 kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((1001, 1024)), dtype=cp.float32), fs,
                        algorithm="sliced")
 del os.environ["KRONLINALG_KRON_NATURAL_T"]
+# the one-pass cluster kernel (six 8 x 8 factors, 16-block clusters, distributed shared memory):
+# one row, and more rows than clusters
+os.environ["KRONLINALG_KRON_CLUSTER"] = "1"
+fs = [cp.asarray(rng.standard_normal((8, 8)), dtype=cp.float32) for _ in range(6)]
+for m in (1, 19):
+    kronlinalg.kron_matmul(cp.asarray(rng.standard_normal((m, 8 ** 6)), dtype=cp.float32), fs,
+                           algorithm="sliced")
+del os.environ["KRONLINALG_KRON_CLUSTER"]
 from kronlinalg.structured import KSChain
 for dt in (cp.float32, cp.float16):
     for pats in [[(1, 4, 4, 3)], [(2, 3, 5, 4)], [(3, 8, 4, 1), (1, 6, 9, 2)], [(4, 16, 16, 1)],

@@ -705,3 +705,52 @@ def test_prepare_sizes_scratch_per_alignment(gxp, monkeypatch):
                                                    (m * k, k, 1), (m * k, k, 1),
                                                    kc.DTYPES["float32"], False)
     assert aligned == (m * k, 1) and unaligned == (m * k, 2) and not contiguous
+
+
+# ---------------------------------------------------------------------------------------------
+# the one-pass cluster kernel (KRONLINALG_KRON_CLUSTER=1: six 8 x 8 float32 factors, each row of
+# x spread over a cluster of 16 blocks, modes 0 and 1 exchanged through distributed shared memory)
+
+CLUSTER = "f32.cluster16.8x6"
+
+
+def test_cluster_kernel_is_planned(gxp, monkeypatch):
+    """Only with the switch on, and only for six 8 x 8 float32 factors."""
+    monkeypatch.setenv("KRONLINALG_KRON_CLUSTER", "1")
+    if _kernels_of("float32", [(8, 8)] * 6, 37) != [CLUSTER]:
+        pytest.skip("no room for 16-block clusters on this device (needs sm_90)")
+    assert CLUSTER not in _kernels_of("float32", [(8, 8)] * 5, 37)
+    assert CLUSTER not in _kernels_of("float32", [(8, 8)] * 5 + [(8, 4)], 37)
+    assert CLUSTER not in _kernels_of("float64", [(8, 8)] * 6, 37)
+    monkeypatch.setenv("KRONLINALG_KRON_CLUSTER", "0")
+    assert CLUSTER not in _kernels_of("float32", [(8, 8)] * 6, 37)
+
+
+# (lead, factor 0 transposed, x rows strided): one row (one cluster busy), more rows than
+# clusters (several rows each, the next row's chunk loading during the last two modes), batch dims
+@pytest.mark.parametrize("case", [((1,), False, False), ((37,), True, False),
+                                  ((2, 3), False, True)], ids=["m1", "m37-Ft", "m2x3-strided"])
+def test_cluster_kernel(gxp, rng, monkeypatch, case):
+    monkeypatch.setenv("KRONLINALG_KRON_CLUSTER", "1")
+    if _kernels_of("float32", [(8, 8)] * 6, 37) != [CLUSTER]:
+        pytest.skip("no room for 16-block clusters on this device (needs sm_90)")
+    lead, transposed, strided = case
+    k = 8 ** 6
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _poison_pool(gxp, 3 * 4 * math.prod(lead) * k)
+        fs, fns = zip(*(random(gxp, rng, (8, 8), "float32") for _ in range(6)))
+        fs = list(fs)
+        if transposed:  # (a view with column stride 8; its values are fns[0].T)
+            fs[0] = fs[0].T
+            fns = (fns[0].T,) + tuple(fns[1:])
+        if strided:  # rows 4 elements apart from the next row's start: 16-byte aligned still
+            wide, widen = random(gxp, rng, tuple(lead) + (k + 4,), "float32")
+            x, xn = wide[..., :k], widen[..., :k]
+        else:
+            x, xn = random(gxp, rng, tuple(lead) + (k,), "float32")
+        y, yn = random(gxp, rng, tuple(lead) + (k,), "float32")
+        kw = {"y": y, "beta": beta} if beta else {}
+        out = kronlinalg.kron_matmul(x, fs, alpha=alpha, algorithm="sliced", **kw)
+        ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
+        assert_close(out, ref, gxp, "float32")
+        _elementwise(out, ref, gxp)

@@ -871,7 +871,10 @@ extern "C" int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *bu
   Plan plan;
   DeviceInfo dev;
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
-  const std::string s = describe(p, plan, dev.sms);
+  std::string s = describe(p, plan, dev.sms);
+  if (const int clusters = cluster_8x6_clusters(p, dtype))  // (the pass plan is not run then)
+    s = "passes=1 one-pass clusters=" + std::to_string(clusters) +
+        "\npass 0: factors=6 kernel=f32.cluster16.8x6\n";
   if (buf && len > 0) {
     std::strncpy(buf, s.c_str(), size_t(len) - 1);
     buf[len - 1] = '\0';
@@ -909,6 +912,7 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   int st = validate(p, dtype);
   if (st != KL_OK) return st;
   if (p->m1 == 0 || p->m2 == 0) return KL_OK;
+  if (launch_cluster_8x6(p, dtype, static_cast<cudaStream_t>(stream), &st)) return st;
   Plan plan;
   DeviceInfo dev;
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;

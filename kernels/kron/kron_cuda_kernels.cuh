@@ -57,6 +57,11 @@ struct NatKernelDesc {
 
 // The natural-order kernel for P x P factors, or nullptr where none is compiled.
 const NatKernelDesc *nat_kernel_f32(int P);
+// The one-pass cluster kernel for six 8 x 8 float32 factors (kron_cuda_cluster.cu): the clusters
+// it runs at once on this problem (0: it does not take it); its launch, false where it does not
+// take the problem, else *rc is the launch's status.
+int cluster_8x6_clusters(const kl_kron_problem *p, int dtype);
+bool launch_cluster_8x6(const kl_kron_problem *p, int dtype, cudaStream_t stream, int *rc);
 
 // Each returns its table and sets *n to its length.
 const KernelDesc *kernels_f32(int *n);
