@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kron.h"
 #include "kron_cuda_common.cuh"
 
 namespace kl {
