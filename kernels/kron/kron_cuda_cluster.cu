@@ -9,9 +9,9 @@
 // the mode times the factor, CUDA-core FMAs, the factor in registers), then the blocks exchange:
 // block s receives, from every block, the 256 consecutive (q2, q3, q4, q5) of its share for each
 // of that block's (p0, p1), into [p0 (8)][p1 (8)][256]; it contracts modes 1 and 0 there and
-// writes its 64 runs of 256 outputs to y (alpha, beta applied).  While it does, the next row's
-// chunk is already loading into the buffer the exchange freed.  Clusters are persistent, one
-// row at a time.
+// writes its 64 runs of 256 outputs to y (alpha, beta applied).  Two chunk buffers: the next
+// row's chunk loads (cp.async) while this one is worked on.  Clusters are persistent, one row
+// at a time.
 //
 // Taken only with KRONLINALG_KRON_CLUSTER=1 (first version: not yet measured on a GPU).
 #include <cooperative_groups.h>
@@ -34,7 +34,7 @@ namespace {
 constexpr int kP = 8, kN = 6, kCluster = 16, kThreads = 256;
 constexpr int kRow = 262144;             // 8^6
 constexpr int kChunk = kRow / kCluster;  // 16384 elements a block
-constexpr int kSmemBytes = (2 * kChunk + kN * kP * kP) * 4;
+constexpr int kSmemBytes = (3 * kChunk + kN * kP * kP) * 4;  // 194 KB
 
 struct ClusterP {
   const float *x;
@@ -97,21 +97,28 @@ __global__ void __launch_bounds__(kThreads, 1) kron_cluster_8x6(ClusterP p) {
   const int64_t clusters = gridDim.x / kCluster, first = blockIdx.x / kCluster;
   const int64_t M = p.m1 * p.m2;
   extern __shared__ __align__(16) float smem[];
-  float *A = smem, *B = smem + kChunk, *F = smem + 2 * kChunk;
+  // two chunk buffers (this row's, the next row's loading), the exchange's receive buffer
+  float *B = smem + 2 * kChunk, *F = smem + 3 * kChunk;
   for (int t = threadIdx.x; t < kN * kP * kP; t += kThreads) {
     const int k = t / (kP * kP), e = t % (kP * kP);
     F[t] = p.F[k][(e / kP) * p.F_rs[k] + (e % kP) * p.F_cs[k]];
   }
-  auto load = [&](int64_t m) {  // this block's chunk of row m into A
-    const float *src = row_of(p.x, m, p.m2, p.x_rs1, p.x_rs2) + int64_t(rank) * kChunk;
-    for (int v = threadIdx.x; v < kChunk / 4; v += kThreads)
-      cu::cp_async_16(A + 4 * v, src + 4 * v, true);
+  auto load = [&](float *dst, int64_t m) {  // this block's chunk of row m (one commit group)
+    if (m < M) {
+      const float *src = row_of(p.x, m, p.m2, p.x_rs1, p.x_rs2) + int64_t(rank) * kChunk;
+      for (int v = threadIdx.x; v < kChunk / 4; v += kThreads)
+        cu::cp_async_16(dst + 4 * v, src + 4 * v, true);
+    }
     cu::cp_async_commit();
   };
-  if (first < M) load(first);
+  load(smem, first);
 
-  for (int64_t m = first; m < M; m += clusters) {
-    cu::cp_async_wait<0>();
+  int it = 0;
+  for (int64_t m = first; m < M; m += clusters, ++it) {
+    float *A = smem + (it & 1) * kChunk;
+    // the next row's chunk into the other buffer, free since this block's last exchange read it
+    load(smem + ((it + 1) & 1) * kChunk, m + clusters);
+    cu::cp_async_wait<1>();  // (this row's group done; the next one's may still run)
     __syncthreads();
     // modes 5, 4, 3, 2 (factors 5 .. 2) in this block's chunk
     contract(A, 1, F + 5 * kP * kP);
@@ -133,8 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) kron_cluster_8x6(ClusterP p) {
       const int row = (rank / 2) * kP + 4 * (rank % 2) + i;
       reinterpret_cast<float4 *>(remote + row * kShare)[e4] = val;
     }
-    cluster.sync();  // B complete everywhere; A free
-    if (m + clusters < M) load(m + clusters);
+    cluster.sync();  // B complete everywhere
     // modes 1 and 0 on [p0][p1][256]
     contract(B, kShare, F + 1 * kP * kP);
     __syncthreads();
