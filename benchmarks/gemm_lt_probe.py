@@ -80,9 +80,9 @@ def main():
                     fresh = [i for i in plan.neighbours(device, seeds)
                              if plan.run(i, call, device, stream) == 0]
                     searched += len(fresh)
-                    screened.update(zip(fresh, _cublaslt._screen_times(
+                    screened.update(zip(fresh, _cublaslt._device_times(
                         [functools.partial(run, i) for i in fresh], spin,
-                        _cublaslt.SCREEN_ROUNDS)))
+                        _cublaslt.SCREEN_ROUNDS, screen=True)))
                 final = [i for i in sorted(screened, key=screened.get)
                          if i not in top[:1]][:_cublaslt.FINALISTS]
                 runs = [base, functools.partial(run, top[0])] + [

@@ -228,29 +228,34 @@ class _Plan:
         self.workspaces.append(result.workspace)
         self.seen.add(bytes(result.algo))
 
-    def adopt(self, device: int, raw: bytes):
-        """Append the configuration whose descriptor bytes are `raw` (a cached choice) where
-        cuBLASLt accepts it for this GEMM; its index, or None."""
-        trial, checked = _Heuristic(), _Heuristic()
-        if len(raw) != ctypes.sizeof(trial.algo):
-            return None
-        ctypes.memmove(ctypes.addressof(trial.algo), raw, len(raw))
+    def _accept(self, device: int, trial) -> bool:
+        """Append the configuration in `trial` where cuBLASLt accepts it for this GEMM (within
+        the workspace); whether it did."""
+        checked = _Heuristic()
         a, b, c = self.layouts
         if (_library().cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
                                                ctypes.byref(trial.algo),
                                                ctypes.byref(checked)) != 0
                 or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
-            return None
+            return False
         trial.workspace, trial.state = checked.workspace, 0
         self._add(trial)
-        return len(self.results) - 1
+        return True
+
+    def adopt(self, device: int, raw: bytes):
+        """Append the configuration whose descriptor bytes are `raw` (a cached choice) where
+        cuBLASLt accepts it for this GEMM; its index, or None."""
+        trial = _Heuristic()
+        if len(raw) != ctypes.sizeof(trial.algo):
+            return None
+        ctypes.memmove(ctypes.addressof(trial.algo), raw, len(raw))
+        return len(self.results) - 1 if self._accept(device, trial) else None
 
     def neighbours(self, device: int, seeds) -> list:
         """Append to the results every configuration one attribute away from the seeds (indices
         into the results) that cuBLASLt accepts for this GEMM (_variants).  Returns the new
         indices, every seed's other custom options and cluster shapes first, tiles last."""
         lib = _library()
-        a, b, c = self.layouts
         added = []
         # every seed's custom options and cluster shapes before any seed's tiles
         per_seed = [[(seed, attr, value) for attr, value in _variants(self.results[seed].algo)]
@@ -269,16 +274,9 @@ class _Plan:
             key = bytes(trial.algo)
             if key in self.seen:
                 continue
-            self.seen.add(key)
-            checked = _Heuristic()
-            if (lib.cublasLtMatmulAlgoCheck(_handle(device), self.desc, a, b, c, c,
-                                            ctypes.byref(trial.algo),
-                                            ctypes.byref(checked)) != 0
-                    or checked.state != 0 or checked.workspace > WORKSPACE_BYTES):
-                continue
-            trial.workspace, trial.state = checked.workspace, 0
-            added.append(len(self.results))
-            self._add(trial)
+            self.seen.add(key)  # (turned down or not: never checked twice)
+            if self._accept(device, trial):
+                added.append(len(self.results) - 1)
         return added
 
     def run(self, index: int, call, device: int, stream: int) -> int:
@@ -378,39 +376,25 @@ def _spin_kernel():
     }""", "kl_gemm_tune_spin")
 
 
-def _device_times(runs, spin, rounds):
+def _device_times(runs, spin, rounds, screen=False):
     """Median device time of one call of each of `runs`, each call timed alone between two
     events queued behind a spinning kernel (so that the host's enqueue time is not counted and
-    each call starts on an idle device, as a caller's does)."""
+    each call starts on an idle device, as a caller's does).  `screen` (the search's many
+    configurations): a round's calls are queued without waiting for one another, each spin
+    covering the host's enqueue of the next call, and read after one wait."""
     import cupy
 
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     samples = [[] for _ in runs]
+    spin_ns = np.uint64(_SCREEN_SPIN_NS if screen else _SPIN_NS)
     for _ in range(rounds):  # interleaved: a drift of the clocks touches every candidate alike
-        for fn, out in zip(runs, samples):
-            spin((1,), (1,), (np.uint64(_SPIN_NS),))
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            out.append(cupy.cuda.get_elapsed_time(start, stop))
-    return [statistics.median(t) for t in samples]
-
-
-def _screen_times(runs, spin, rounds):
-    """_device_times for the search's many configurations, cheaper: a round's calls (each
-    behind its own spin, between its own events) are queued without waiting for one another,
-    the spin covering the host's enqueue of the next call, and read after one wait."""
-    import cupy
-
-    samples = [[] for _ in runs]
-    for _ in range(rounds):
         marks = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in runs]
         for fn, (start, stop) in zip(runs, marks):
-            spin((1,), (1,), (np.uint64(_SCREEN_SPIN_NS),))
+            spin((1,), (1,), (spin_ns,))
             start.record()
             fn()
             stop.record()
+            if not screen:
+                stop.synchronize()
         marks[-1][1].synchronize()
         for out, (start, stop) in zip(samples, marks):
             out.append(cupy.cuda.get_elapsed_time(start, stop))
@@ -512,7 +496,11 @@ def _tune(sig, call, default, wide, device, stream, rounds):
         # stepped from to its neighbours (another tile, custom option or cluster shape), two
         # rounds each; the finalists are timed as the heuristic's list is without the search
         deadline = time.perf_counter() + search_budget()
-        screened = dict(zip(indices, _screen_times(calls(indices), spin, SCREEN_ROUNDS)))
+
+        def screen(indices):
+            return dict(zip(indices, _device_times(calls(indices), spin, SCREEN_ROUNDS, True)))
+
+        screened = screen(indices)
         expanded: set = set()
         for _ in range(steps):
             seeds = [i for i in sorted(screened, key=screened.get) if i not in expanded][:SEEDS]
@@ -520,7 +508,7 @@ def _tune(sig, call, default, wide, device, stream, rounds):
             fresh = runnable(plan.neighbours(device, seeds), deadline)
             if not fresh:
                 break
-            screened.update(zip(fresh, _screen_times(calls(fresh), spin, SCREEN_ROUNDS)))
+            screened.update(screen(fresh))
         indices = sorted(screened, key=screened.get)[:FINALISTS]
     runs = [default] + calls(indices)
     times = _device_times(runs, spin, rounds)

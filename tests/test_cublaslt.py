@@ -323,13 +323,12 @@ def _fake_tuning(monkeypatch, cost, children, default_ms):
     monkeypatch.delenv("KRONLINALG_GEMM_CACHE", raising=False)
     monkeypatch.setattr(_cublaslt, "_scope", lambda device: "fake device")
 
-    def times(runs, spin, rounds):
+    def times(runs, spin, rounds, screen=False):
         return [default_ms if not hasattr(fn, "args") else cost[fn.args[0]] for fn in runs]
 
     monkeypatch.setattr(_cublaslt, "_Plan", _FakePlan)
     monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
     monkeypatch.setattr(_cublaslt, "_device_times", times)
-    monkeypatch.setattr(_cublaslt, "_screen_times", times)
     _cublaslt.clear()
 
 
@@ -397,13 +396,12 @@ def test_tuned_choices_go_to_the_cache_file_and_come_back(monkeypatch, tmp_path)
     cost.update({1: 0.999, 2: 0.999, 3: 0.995})  # within 2 %: the default stays
     assert _tune_fake(("fake", 6))[0] is None
 
-    def no_timing(*args):
+    def no_timing(*args, **kwargs):
         raise AssertionError("a cached signature is not timed again")
 
     _cublaslt.clear()
     _gemm_cache.forget()
     monkeypatch.setattr(_cublaslt, "_device_times", no_timing)
-    monkeypatch.setattr(_cublaslt, "_screen_times", no_timing)
     plan, recorded = _tune_fake(("fake", 5))
     assert plan is recorded and plan.times == ("cached",)
     assert plan.results[plan.choice].algo == bytes([3]) * 64
