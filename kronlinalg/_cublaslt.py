@@ -395,7 +395,8 @@ def _device_times(runs, spin, rounds, screen=False):
             stop.record()
             if not screen:
                 stop.synchronize()
-        marks[-1][1].synchronize()
+        if marks:
+            marks[-1][1].synchronize()
         for out, (start, stop) in zip(samples, marks):
             out.append(cupy.cuda.get_elapsed_time(start, stop))
     return [statistics.median(t) for t in samples]
