@@ -2,7 +2,7 @@
 # One device call running the named steps (default: all), each under its own time limit, so
 # that what finished comes back even when a later step runs long.
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/gpu_session.sh tests sanitizer demo kron
-# Steps: tests sanitizer calibrate demo overhead kron planner structured
+# Steps: tests sanitizer calibrate demo overhead kron planner structured cluster
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
@@ -142,6 +142,45 @@ step_planner() {
 step_structured() {
   timeout 560 python benchmarks/structured_compare.py --device gpu --no-tune \
     --json "$OUT/structured_gpu.json" 2>&1 | tee "$OUT/structured_gpu.txt" | tail -30
+}
+
+# the one-pass cluster kernel alone: its tests, the sanitizer tools on a small script, and
+# 1024 x 8^6 float32 with the kernel off and on (KRONLINALG_KRON_CLUSTER), then, with
+# CLUSTER_NCU=1, Nsight Compute's per-instruction counters of it (CSV, for reading offline)
+step_cluster() {
+  timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_kron_cuda.py \
+    -k cluster 2>&1 | tee "$OUT/cluster_tests.txt" | tail -8
+  cat > /tmp/cl.py <<'PY'
+import cupy as cp, numpy as np, kronlinalg
+rng = np.random.default_rng(1)
+fs = [cp.asarray(rng.standard_normal((8, 8)), dtype=cp.float32) for _ in range(6)]
+for m, beta in ((1, 0.5), (19, 0.0)):
+    x = cp.asarray(rng.standard_normal((m, 8 ** 6)), dtype=cp.float32)
+    y = cp.asarray(rng.standard_normal((m, 8 ** 6)), dtype=cp.float32)
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced", beta=beta, y=y)
+cp.cuda.Device().synchronize(); print("cluster script done")
+PY
+  for tool in memcheck racecheck synccheck; do
+    echo "== $tool" | tee -a "$OUT/cluster_sanitizer.txt"
+    KRONLINALG_KRON_CLUSTER=1 timeout 100 compute-sanitizer --tool $tool --print-limit 3 \
+      --error-exitcode 9 python /tmp/cl.py 2>&1 | grep -v "^=========     \|^$" | head -12 \
+      | tee -a "$OUT/cluster_sanitizer.txt"
+  done
+  for v in 0 1; do
+    KRONLINALG_KRON_CLUSTER=$v timeout 120 python benchmarks/kron_gpu_compare.py \
+      --cases $D/cases.json --anchors $D/h100-anchors-2026-11-22.json --sets kron_large \
+      --dtypes float32 --only 1024x8^6 2>&1 | tee -a "$OUT/cluster_time.txt" | tail -3
+  done
+  for v in ${CLUSTER_NCU:-}; do
+    KRONLINALG_KRON_CLUSTER=$v timeout 200 ncu --kernel-name regex:cluster --launch-count 1 \
+      --set full --import-source no -o "$OUT/ncu_v$v" python benchmarks/kron_gpu_compare.py \
+      --cases $D/cases.json --sets kron_large --dtypes float32 --only 1024x8^6 --once \
+      > /dev/null 2>&1
+    ncu -i "$OUT/ncu_v$v.ncu-rep" --page source --csv --print-source sass \
+      > "$OUT/ncu_v${v}_sass.csv" 2>&1
+    ncu -i "$OUT/ncu_v$v.ncu-rep" --page details > "$OUT/ncu_v${v}.txt" 2>&1
+    rm -f "$OUT/ncu_v$v.ncu-rep"
+  done
 }
 
 for s in $steps; do

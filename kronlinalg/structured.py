@@ -24,8 +24,10 @@ derive from the weights between calls, and the planner then prices them without 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
+import warnings
 from dataclasses import dataclass
 
 import array_api_compat
@@ -475,7 +477,7 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     if _needs_autograd(spec):  # the kernels have no backward: differentiate through the library
         algorithm = "dense" if algorithm == "dense" else "bmm"
     if algorithm == "auto":
-        algorithm = _choose(spec)
+        algorithm = _measured_choice(spec, factors) or _choose(spec)
     if fast_key is None:
         return _execute(spec, algorithm)
     recipe = None
@@ -1536,6 +1538,49 @@ def _choose(spec: _Spec) -> str:
     return planner.choose("structured_matmul", tuple(spec.x.shape),
                           *(f.pattern for f in spec.chain), dtype=spec.compute_dtype,
                           device=spec.x, **_plan_options(spec))
+
+
+def _measure_pays(spec: _Spec) -> bool:
+    """Whether the planner measures instead of modelling: packed weights of one factor with
+    a = d = 1 on CuPy arrays.  Such a product is one GEMM whichever algorithm runs it, and which
+    formulation cuBLAS runs fastest (batched, plain, tuned, our kernel) differs by up to 15 %
+    with no pattern the model can see; packed weights say the signature repeats, as they do for
+    the GEMM tuning.  KRONLINALG_GEMM_TUNE=0 turns both off."""
+    if spec.forms is None or len(spec.chain) != 1 or not _backend.is_cupy(spec.x):
+        return False
+    a, _, _, d = spec.chain[0].pattern
+    return a == 1 and d == 1 and _cublaslt.enabled()
+
+
+def _measured_choice(spec: _Spec, factors):
+    """The fastest algorithm of this signature, measured once on the caller's arrays (each
+    candidate warmed up, then device-timed in interleaved rounds) and recorded with the planner
+    (plan() then says ``measured``); None where the model decides (``_measure_pays``)."""
+    if not _PLANNED or not _measure_pays(spec):
+        return None
+    from . import planner
+
+    shapes = (tuple(spec.x.shape), spec.chain[0].pattern)
+    opts = dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
+    ranked = planner.plan("structured_matmul", *shapes, **opts)
+    if ranked[0].details.get("measured") or len(ranked) == 1:
+        return ranked[0].name
+    runs = {c.name: functools.partial(structured_matmul, spec.x, factors, layout=spec.layout,
+                                      algorithm=c.name) for c in ranked}
+    try:
+        for run in runs.values():
+            run()  # (the first run also tunes its GEMMs)
+        secs = _cublaslt._device_times(list(runs.values()), _cublaslt._spin_kernel(),
+                                       MEASURE_ROUNDS)
+    except Exception as exc:  # (no NVRTC for the timing kernel, out of memory, ...)
+        warnings.warn(f"kronlinalg: measuring structured_matmul's algorithms failed ({exc!r}); "
+                      "the cost model chooses", RuntimeWarning, stacklevel=3)
+        return None
+    times = {name: t * 1e-3 for name, t in zip(runs, secs)}
+    return planner.record("structured_matmul", *shapes, times=times, **opts)[0].name
+
+
+MEASURE_ROUNDS = 7
 
 
 def _plan_options(spec: _Spec) -> dict:

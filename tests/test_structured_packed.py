@@ -196,3 +196,44 @@ def _numpy_backend():
     from _helpers import make_backend
 
     return make_backend("numpy")
+
+
+# ---------------------------------------------------------------------------------------------
+# measured choice: a packed single factor with a = d = 1 on CuPy arrays is one GEMM however it
+# runs; the first auto call times the algorithms and records the fastest with the planner
+
+def _measured(x, pattern, layout) -> bool:
+    from kronlinalg import planner
+
+    first = planner.plan("structured_matmul", tuple(x.shape), pattern,
+                         dtype=structured._backend.dtype_name(x.dtype), device=x,
+                         layout=layout, packed=True)[0]
+    return bool(first.details.get("measured"))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_measured_choice_only_where_it_pays(xp, rng, layout, monkeypatch):
+    """Measured for a = d = 1 packed on CuPy only (not unpacked, not a or d > 1, not with
+    KRONLINALG_GEMM_TUNE=0, never on NumPy or torch); every call, measured or not, matches the
+    float64 reference, the first call and the fast-path calls after it."""
+    from kronlinalg import planner
+
+    dtype = kernel_dtype(xp)
+    planner.clear_cache()
+    try:
+        for pats, tune_env, want in [([(1, 48, 40, 1)], "1", True), ([(1, 24, 72, 1)], "0", False),
+                                     ([(2, 24, 16, 1)], "1", False),
+                                     ([(1, 16, 24, 3)], "1", False)]:
+            monkeypatch.setenv("KRONLINALG_GEMM_TUNE", tune_env)
+            chain = make_chain(xp, rng, pats, dtype)
+            packed = KSPacked(chain)
+            for call in range(3):
+                x, x64 = x_for(xp, rng, chain, layout, 37, dtype)
+                ref = reference(x64, chain, layout)
+                y = structured_matmul(x, packed, layout=layout)
+                assert_close(y, ref, xp, dtype, rtol_for(dtype, chain), msg=f"{pats} {call}")
+            expect = want and xp.name == "cupy" and structured._cublaslt.enabled()
+            assert _measured(x, pats[0], layout) == expect, (pats, tune_env, xp.name)
+            structured_matmul(x, chain, layout=layout)  # (unpacked: the model, never measured)
+    finally:
+        planner.clear_cache()

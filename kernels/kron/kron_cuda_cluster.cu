@@ -9,11 +9,15 @@
 // the mode times the factor, CUDA-core FMAs, the factor in registers), then the blocks exchange:
 // block s receives, from every block, the 256 consecutive (q2, q3, q4, q5) of its share for each
 // of that block's (p0, p1), into [p0 (8)][p1 (8)][256]; it contracts modes 1 and 0 there and
-// writes its 64 runs of 256 outputs to y (alpha, beta applied).  Two chunk buffers: the next
-// row's chunk loads (cp.async) while this one is worked on.  Clusters are persistent, one row
-// at a time.
+// writes its 64 runs of 256 outputs to y.  Two chunk buffers: the next row's chunk loads
+// (cp.async) while this one is worked on.  Clusters are persistent, one row at a time.
+// Buffers hold 8 floats of padding after every 64, so that the stride-8 step's fibres in a warp
+// (four 64-blocks) fall in distinct banks.
 //
-// Taken only with KRONLINALG_KRON_CLUSTER=1 (first version: not yet measured on a GPU).
+// Measured on an H100 (1024 × 8^6): 2.16 ms, the two-pass plan's time (Nsight Compute: the six
+// steps ~56 % of the warps' time at 8 warps an SM, the exchange and its two cluster barriers
+// ~30 %, y ~9 %).  So it is taken only with KRONLINALG_KRON_CLUSTER=1; a version moving every
+// copy with bulk (TMA) copies was slower (2.37 ms): docs/attempts/2026-11-26-kron-cluster-*.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -32,9 +36,14 @@ namespace cu {
 namespace {
 
 constexpr int kP = 8, kN = 6, kCluster = 16, kThreads = 256;
-constexpr int kRow = 262144;             // 8^6
-constexpr int kChunk = kRow / kCluster;  // 16384 elements a block
-constexpr int kSmemBytes = (3 * kChunk + kN * kP * kP) * 4;  // 194 KB
+constexpr int kChunk = 262144 / kCluster;  // 16384 elements of a row a block
+constexpr int kRun = 256;                  // elements of one exchanged (or written) run
+
+// Position in a padded buffer of element e.
+__host__ __device__ constexpr int padded(int e) { return e + ((e >> 6) << 3); }
+
+constexpr int kChunkPad = padded(kChunk), kRunPad = padded(kRun);
+constexpr int kSmemBytes = (3 * kChunkPad + kN * kP * kP) * 4;  // 218 KB
 
 struct ClusterP {
   const float *x;
@@ -46,24 +55,31 @@ struct ClusterP {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// One step: every fibre of 8 elements at `stride` in the 16384 of `buf` times factor f (8 × 8,
-// row p, column q), in place.  A thread takes 8 fibres; neighbouring threads neighbouring
-// fibres (consecutive addresses for stride >= 8).
-__device__ __forceinline__ void contract(float *buf, int stride, const float *f) {
+// One step: every fibre of 8 elements at logical `kStride` in the 16384 of the padded `buf` times
+// factor f (8 × 8, row p, column q), in place.  A thread takes 8 fibres; neighbouring threads
+// neighbouring fibres.
+template <int kStride>
+__device__ __forceinline__ void contract(float *buf, const float *f) {
+  constexpr int kPadStride = kStride < 64 ? kStride : padded(kStride);
   float w[kP * kP];
 #pragma unroll
   for (int e = 0; e < kP * kP; ++e) w[e] = f[e];
+  // stride 1: a fibre is two float4; threads 4-7 of each 8 take them in the other order, so that
+  // each quarter warp's 16-byte accesses cover the 32 banks once
+  const int h = (threadIdx.x >> 2) & 1;
 #pragma unroll 2
   for (int u = 0; u < kChunk / kP / kThreads; ++u) {
     const int fibre = threadIdx.x + u * kThreads;
-    float *base = buf + (fibre / stride) * (kP * stride) + fibre % stride;
+    float *base = buf + padded((fibre / kStride) * (kP * kStride) + fibre % kStride);
     float in[kP], out[kP];
-    if (stride == 1) {  // (two 16-byte accesses per fibre, not 8 word accesses 8 banks apart)
-      *reinterpret_cast<float4 *>(in) = reinterpret_cast<const float4 *>(base)[0];
-      *reinterpret_cast<float4 *>(in + 4) = reinterpret_cast<const float4 *>(base)[1];
+    if constexpr (kStride == 1) {
+      const float4 a = reinterpret_cast<const float4 *>(base)[h];
+      const float4 b = reinterpret_cast<const float4 *>(base)[h ^ 1];
+      *reinterpret_cast<float4 *>(in) = h ? b : a;
+      *reinterpret_cast<float4 *>(in + 4) = h ? a : b;
     } else {
 #pragma unroll
-      for (int j = 0; j < kP; ++j) in[j] = base[j * stride];
+      for (int j = 0; j < kP; ++j) in[j] = base[j * kPadStride];
     }
 #pragma unroll
     for (int q = 0; q < kP; ++q) {
@@ -72,12 +88,14 @@ __device__ __forceinline__ void contract(float *buf, int stride, const float *f)
       for (int j = 0; j < kP; ++j) acc = fmaf(in[j], w[j * kP + q], acc);
       out[q] = acc;
     }
-    if (stride == 1) {
-      reinterpret_cast<float4 *>(base)[0] = *reinterpret_cast<const float4 *>(out);
-      reinterpret_cast<float4 *>(base)[1] = *reinterpret_cast<const float4 *>(out + 4);
+    if constexpr (kStride == 1) {
+      const float4 a = *reinterpret_cast<const float4 *>(out);
+      const float4 b = *reinterpret_cast<const float4 *>(out + 4);
+      reinterpret_cast<float4 *>(base)[h] = h ? b : a;
+      reinterpret_cast<float4 *>(base)[h ^ 1] = h ? a : b;
     } else {
 #pragma unroll
-      for (int q = 0; q < kP; ++q) base[q * stride] = out[q];
+      for (int q = 0; q < kP; ++q) base[q * kPadStride] = out[q];
     }
   }
 }
@@ -86,73 +104,70 @@ __device__ __forceinline__ const float *row_of(const float *base, int64_t m, int
                                                int64_t rs1, int64_t rs2) {
   return base + (m / m2) * rs1 + (m % m2) * rs2;
 }
+
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1) kron_cluster_8x6(ClusterP p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  constexpr int kShare = kChunk / 64;  // the 256 (q2..q5) a block receives per (p0, p1)
   cg::cluster_group cluster = cg::this_cluster();
-  const int rank = int(cluster.block_rank());
+  const int rank = int(cluster.block_rank()), t = threadIdx.x;
   const int64_t clusters = gridDim.x / kCluster, first = blockIdx.x / kCluster;
   const int64_t M = p.m1 * p.m2;
-  extern __shared__ __align__(16) float smem[];
-  // two chunk buffers (this row's, the next row's loading), the exchange's receive buffer
-  float *B = smem + 2 * kChunk, *F = smem + 3 * kChunk;
-  for (int t = threadIdx.x; t < kN * kP * kP; t += kThreads) {
-    const int k = t / (kP * kP), e = t % (kP * kP);
-    F[t] = p.F[k][(e / kP) * p.F_rs[k] + (e % kP) * p.F_cs[k]];
+  extern __shared__ __align__(16) float chunks[];  // two chunk buffers, then B, then F
+  float *B = chunks + 2 * kChunkPad, *F = B + kChunkPad;
+  for (int i = t; i < kN * kP * kP; i += kThreads) {  // (alpha folded into factor 0)
+    const int k = i / (kP * kP), e = i % (kP * kP);
+    F[i] = p.F[k][(e / kP) * p.F_rs[k] + (e % kP) * p.F_cs[k]] * (k == 0 ? p.alpha : 1.f);
   }
   auto load = [&](float *dst, int64_t m) {  // this block's chunk of row m (one commit group)
     if (m < M) {
       const float *src = row_of(p.x, m, p.m2, p.x_rs1, p.x_rs2) + int64_t(rank) * kChunk;
-      for (int v = threadIdx.x; v < kChunk / 4; v += kThreads)
-        cu::cp_async_16(dst + 4 * v, src + 4 * v, true);
+      for (int v = t; v < kChunk / 4; v += kThreads)
+        cu::cp_async_16(dst + padded(4 * v), src + 4 * v, true);
     }
     cu::cp_async_commit();
   };
-  load(smem, first);
-
+  load(chunks, first);
   int it = 0;
   for (int64_t m = first; m < M; m += clusters, ++it) {
-    float *A = smem + (it & 1) * kChunk;
+    float *A = chunks + (it & 1) * kChunkPad;
     // the next row's chunk into the other buffer, free since this block's last exchange read it
-    load(smem + ((it + 1) & 1) * kChunk, m + clusters);
+    load(chunks + ((it + 1) & 1) * kChunkPad, m + clusters);
     cu::cp_async_wait<1>();  // (this row's group done; the next one's may still run)
     __syncthreads();
     // modes 5, 4, 3, 2 (factors 5 .. 2) in this block's chunk
-    contract(A, 1, F + 5 * kP * kP);
+    contract<1>(A, F + 5 * kP * kP);
     __syncthreads();
-    contract(A, 8, F + 4 * kP * kP);
+    contract<8>(A, F + 4 * kP * kP);
     __syncthreads();
-    contract(A, 64, F + 3 * kP * kP);
+    contract<64>(A, F + 3 * kP * kP);
     __syncthreads();
-    contract(A, 512, F + 2 * kP * kP);
+    contract<512>(A, F + 2 * kP * kP);
     // every block done with its last row's B (stored) and with its chunk's steps
     cluster.sync();
-    // to block s: for each of this block's 4 p1, its 256 (q2..q5) of share s, into s's B at
+    // to block s: for each of this block's 4 p1, its run s of (q2..q5), into s's B at
     // [p0 = rank / 2][p1 = 4 (rank % 2) + i]
-    for (int v = threadIdx.x; v < kCluster * 4 * kShare / 4; v += kThreads) {
-      // (v: destination s, then this block's p1 i, then a float4 of the 256)
-      const int s = v / kShare, i = (v % kShare) / (kShare / 4), e4 = v % (kShare / 4);
-      const float4 val = reinterpret_cast<const float4 *>(A + i * 4096 + s * kShare)[e4];
-      float *remote = cluster.map_shared_rank(B, s);
+    for (int v = t; v < kCluster * 4 * kRun / 4; v += kThreads) {  // (s, then i, then a float4)
+      const int s = v / kRun, i = (v % kRun) / (kRun / 4), e4 = v % (kRun / 4);
       const int row = (rank / 2) * kP + 4 * (rank % 2) + i;
-      reinterpret_cast<float4 *>(remote + row * kShare)[e4] = val;
+      const float4 val =
+          *reinterpret_cast<const float4 *>(A + padded(i * 4096 + s * kRun + 4 * e4));
+      float *remote = cluster.map_shared_rank(B, s);
+      *reinterpret_cast<float4 *>(remote + padded(row * kRun + 4 * e4)) = val;
     }
     cluster.sync();  // B complete everywhere
     // modes 1 and 0 on [p0][p1][256]
-    contract(B, kShare, F + 1 * kP * kP);
+    contract<kRun>(B, F + 1 * kP * kP);
     __syncthreads();
-    contract(B, kP * kShare, F);
+    contract<kP * kRun>(B, F);
     __syncthreads();
-    // y[(q0·8 + q1)·4096 + rank·256 + e] = alpha · B[q0][q1][e] + beta · y
-    float *dst = const_cast<float *>(row_of(p.y, m, p.m2, p.y_rs1, p.y_rs2)) + rank * kShare;
-    for (int v = threadIdx.x; v < kChunk / 4; v += kThreads) {
-      const int run = v / (kShare / 4), e4 = v % (kShare / 4);
-      float4 r = reinterpret_cast<const float4 *>(B + run * kShare)[e4];
+    // y[(q0·8 + q1)·4096 + rank·256 + e] = B[q0][q1][e] (+ beta · y; alpha is in factor 0)
+    float *dst = const_cast<float *>(row_of(p.y, m, p.m2, p.y_rs1, p.y_rs2)) + rank * kRun;
+    for (int v = t; v < kChunk / 4; v += kThreads) {
+      const int run = v / (kRun / 4), e4 = v % (kRun / 4);
+      float4 r = *reinterpret_cast<const float4 *>(B + padded(4 * v));
       float4 *out = reinterpret_cast<float4 *>(dst + int64_t(run) * 4096) + e4;
-      r.x *= p.alpha, r.y *= p.alpha, r.z *= p.alpha, r.w *= p.alpha;
       if (p.beta != 0.f) {
         const float4 old = *out;
         r.x += p.beta * old.x, r.y += p.beta * old.y;
@@ -202,8 +217,8 @@ int cluster_8x6_clusters(const kl_kron_problem *p, int dtype) {
   DeviceInfo dev;
   if (query_device(&dev) != cudaSuccess || dev.cc_major < 9 || dev.smem_optin < kSmemBytes)
     return 0;
-  cudaError_t e = cudaFuncSetAttribute(kron_cluster_8x6,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  cudaError_t e = cudaFuncSetAttribute(
+      kron_cluster_8x6, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(kron_cluster_8x6, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   cudaLaunchAttribute attr;
