@@ -88,11 +88,6 @@ def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_ow
         for call in calls:
             def default(call=call):
                 ta, tb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch = call
-                if batch == 1:  # (the plain GEMM, as the array library's matmul calls it: cuBLAS
-                    # may pick another kernel for a batch of one)
-                    cublas.gemmEx(handle, ta, tb, m, n, k, alpha, a, dt, lda, b, dt, ldb, beta,
-                                  c, dt, ldc, compute, _GEMM_DEFAULT)
-                    return
                 cublas.gemmStridedBatchedEx(handle, ta, tb, m, n, k, alpha, a, dt, lda, sa, b,
                                             dt, ldb, sb, beta, c, dt, ldc, sc, batch, compute,
                                             _GEMM_DEFAULT)
