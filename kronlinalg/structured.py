@@ -1542,14 +1542,25 @@ def _choose(spec: _Spec) -> str:
 
 def _measure_pays(spec: _Spec) -> bool:
     """Whether the planner measures instead of modelling: packed weights of one factor with
-    a = d = 1 on CuPy arrays.  Such a product is one GEMM whichever algorithm runs it, and which
-    formulation cuBLAS runs fastest (batched, plain, tuned, our kernel) differs by up to 15 %
-    with no pattern the model can see; packed weights say the signature repeats, as they do for
-    the GEMM tuning.  KRONLINALG_GEMM_TUNE=0 turns both off."""
-    if spec.forms is None or len(spec.chain) != 1 or not _backend.is_cupy(spec.x):
+    a = d = 1 on CUDA arrays that CuPy's events can time.  Such a product is one GEMM whichever
+    algorithm runs it, and which formulation cuBLAS runs fastest (batched, plain, tuned, our
+    kernel) differs by up to 15 % with no pattern the model can see; packed weights say the
+    signature repeats, as they do for the GEMM tuning.  KRONLINALG_GEMM_TUNE=0 turns both off."""
+    if spec.forms is None or len(spec.chain) != 1 or not _cupy_times(spec.x):
         return False
     a, _, _, d = spec.chain[0].pattern
     return a == 1 and d == 1 and _cublaslt.enabled()
+
+
+def _cupy_times(x) -> bool:
+    """Whether CuPy's events on its current stream time the work queued for x: CuPy arrays,
+    and CUDA torch tensors on CuPy's current device and stream (both libraries' default stream,
+    unless either was told otherwise)."""
+    cupy = _backend._cupy()
+    if cupy is None or not _backend.on_cuda(x):
+        return False
+    return _backend.is_cupy(x) or (x.get_device() == cupy.cuda.runtime.getDevice() and
+                                   _backend.cuda_stream(x) == cupy.cuda.get_current_stream().ptr)
 
 
 def _measured_choice(spec: _Spec, factors):

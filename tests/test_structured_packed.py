@@ -213,9 +213,10 @@ def _measured(x, pattern, layout) -> bool:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_measured_choice_only_where_it_pays(xp, rng, layout, monkeypatch):
-    """Measured for a = d = 1 packed on CuPy only (not unpacked, not a or d > 1, not with
-    KRONLINALG_GEMM_TUNE=0, never on NumPy or torch); every call, measured or not, matches the
-    float64 reference, the first call and the fast-path calls after it."""
+    """Measured for a = d = 1 packed on CUDA arrays, CuPy's or torch's on the default stream
+    (not unpacked, not a or d > 1, not with KRONLINALG_GEMM_TUNE=0, never on the host); every
+    call, measured or not, matches the float64 reference, the first call and the fast-path
+    calls after it."""
     from kronlinalg import planner
 
     dtype = kernel_dtype(xp)
@@ -232,7 +233,8 @@ def test_measured_choice_only_where_it_pays(xp, rng, layout, monkeypatch):
                 ref = reference(x64, chain, layout)
                 y = structured_matmul(x, packed, layout=layout)
                 assert_close(y, ref, xp, dtype, rtol_for(dtype, chain), msg=f"{pats} {call}")
-            expect = want and xp.name == "cupy" and structured._cublaslt.enabled()
+            expect = (want and xp.is_cuda and structured._backend._cupy() is not None
+                      and structured._cublaslt.enabled())
             assert _measured(x, pats[0], layout) == expect, (pats, tune_env, xp.name)
             structured_matmul(x, chain, layout=layout)  # (unpacked: the model, never measured)
     finally:
