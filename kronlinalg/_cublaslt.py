@@ -376,16 +376,18 @@ def _spin_kernel():
     }""", "kl_gemm_tune_spin")
 
 
-def _device_times(runs, spin, rounds, screen=False):
+def _device_times(runs, spin, rounds, screen=False, spin_ns=None):
     """Median device time of one call of each of `runs`, each call timed alone between two
     events queued behind a spinning kernel (so that the host's enqueue time is not counted and
     each call starts on an idle device, as a caller's does).  `screen` (the search's many
     configurations): a round's calls are queued without waiting for one another, each spin
-    covering the host's enqueue of the next call, and read after one wait."""
+    covering the host's enqueue of the next call, and read after one wait.  `spin_ns`: the
+    spin's length where the default (0.1 ms; 0.05 ms screening) is too short for a call's host
+    time."""
     import cupy
 
     samples = [[] for _ in runs]
-    spin_ns = np.uint64(_SCREEN_SPIN_NS if screen else _SPIN_NS)
+    spin_ns = np.uint64(spin_ns or (_SCREEN_SPIN_NS if screen else _SPIN_NS))
     for _ in range(rounds):  # interleaved: a drift of the clocks touches every candidate alike
         marks = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in runs]
         for fn, (start, stop) in zip(runs, marks):

@@ -1574,15 +1574,20 @@ def _measured_choice(spec: _Spec, factors):
     shapes = (tuple(spec.x.shape), spec.chain[0].pattern)
     opts = dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
     ranked = planner.plan("structured_matmul", *shapes, **opts)
-    if ranked[0].details.get("measured") or len(ranked) == 1:
+    if ranked[0].details.get("measured"):
         return ranked[0].name
-    runs = {c.name: functools.partial(structured_matmul, spec.x, factors, layout=spec.layout,
-                                      algorithm=c.name) for c in ranked}
+    names = [c.name for c in ranked]
+    if "strided" not in names and _strided_runs(spec):  # (the model skips it: bmm's GEMM)
+        names.append("strided")
+    if len(names) == 1:
+        return names[0]
+    runs = {name: functools.partial(structured_matmul, spec.x, factors, layout=spec.layout,
+                                    algorithm=name) for name in names}
     try:
         for run in runs.values():
             run()  # (the first run also tunes its GEMMs)
         secs = _cublaslt._device_times(list(runs.values()), _cublaslt._spin_kernel(),
-                                       MEASURE_ROUNDS)
+                                       MEASURE_ROUNDS, spin_ns=MEASURE_SPIN_NS)
     except Exception as exc:  # (no NVRTC for the timing kernel, out of memory, ...)
         warnings.warn(f"kronlinalg: measuring structured_matmul's algorithms failed ({exc!r}); "
                       "the cost model chooses", RuntimeWarning, stacklevel=3)
@@ -1592,6 +1597,20 @@ def _measured_choice(spec: _Spec, factors):
 
 
 MEASURE_ROUNDS = 7
+# ahead of each timed call: longer than the host time of a torch call's permutes and GEMM
+# (~0.1 ms), which would otherwise count against bmm and dense
+MEASURE_SPIN_NS = 500_000
+
+
+def _strided_runs(spec: _Spec) -> bool:
+    """Whether "strided" can run this one-factor product: cuBLAS for the compute dtype on a
+    CUDA array, 32-bit sizes (for a = d = 1 the model leaves it out — the GEMM is bmm's — but
+    its tuned, transposed-K formulation is sometimes cuBLAS's fastest)."""
+    p = spec.chain[0].pattern
+    info = {"B": spec.rows, "layout": spec.layout}
+    return (_backend.on_cuda(spec.x) and ks_cuda is not None and _cublas.available()
+            and spec.compute_dtype in _cublas.dtypes()
+            and _strided_fits(p, spec.layout, spec.rows, *_strided_lds(p, info)))
 
 
 def _plan_options(spec: _Spec) -> dict:

@@ -239,3 +239,62 @@ def test_measured_choice_only_where_it_pays(xp, rng, layout, monkeypatch):
             structured_matmul(x, chain, layout=layout)  # (unpacked: the model, never measured)
     finally:
         planner.clear_cache()
+
+
+def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
+    """The measuring itself, on the host with CuPy's timer replaced: each candidate runs (warm-up
+    and timed), the fastest by the stand-in's times becomes the plan (marked measured) and what
+    auto runs, once per signature; a failing measurement warns and leaves the model's choice."""
+    from kronlinalg import _cublaslt, planner
+
+    seen = []
+
+    def fake_times(runs, spin, rounds, screen=False, spin_ns=None):
+        seen.append((len(runs), rounds, spin_ns))
+        for run in runs:
+            run()
+        return [3.0, 1.0, 2.0, 4.0][:len(runs)]  # ms: the second candidate wins
+
+    monkeypatch.setattr(structured, "_cupy_times", lambda x: True)
+    monkeypatch.setattr(_cublaslt, "enabled", lambda: True)
+    monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
+    monkeypatch.setattr(_cublaslt, "_device_times", fake_times)
+    backend = _numpy_backend()
+    planner.clear_cache()
+    try:
+        chain = make_chain(backend, rng, [(1, 7, 5, 1)], "float64")
+        packed = KSPacked(chain)
+        names = [c.name for c in _host_plan((6, 5), (1, 7, 5, 1))]
+        for call in range(3):
+            x = rng.standard_normal((6, 5))
+            y = structured_matmul(x, packed)
+            np.testing.assert_allclose(y, x @ chain.to_dense().T, rtol=1e-12)
+        assert seen == [(len(names), structured.MEASURE_ROUNDS, structured.MEASURE_SPIN_NS)]
+        first = _host_plan((6, 5), (1, 7, 5, 1))[0]
+        assert first.details.get("measured") and first.name == names[1]
+        assert first.seconds == pytest.approx(1e-3)
+        # a d > 1 factor, and unpacked weights, are left to the model
+        other = make_chain(backend, rng, [(1, 7, 5, 2)], "float64")
+        structured_matmul(rng.standard_normal((6, 10)), KSPacked(other))
+        structured_matmul(rng.standard_normal((6, 5)), chain)
+        assert len(seen) == 1
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("no timer")
+
+        monkeypatch.setattr(_cublaslt, "_device_times", broken)
+        fresh = make_chain(backend, rng, [(1, 9, 4, 1)], "float64")
+        x = rng.standard_normal((3, 4))
+        with pytest.warns(RuntimeWarning, match="cost model chooses"):
+            y = structured_matmul(x, KSPacked(fresh))
+        np.testing.assert_allclose(y, x @ fresh.to_dense().T, rtol=1e-12)
+        assert not _host_plan((3, 4), (1, 9, 4, 1))[0].details.get("measured")
+    finally:
+        planner.clear_cache()
+
+
+def _host_plan(x_shape, pattern):
+    from kronlinalg import planner
+
+    return planner.plan("structured_matmul", x_shape, pattern, dtype="float64", device="cpu",
+                        layout="batch_first", packed=True)
