@@ -256,8 +256,6 @@ NatTune natural_tune() {
   return t;
 }
 
-bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // A pass of the natural plan on the natural-order 3xTF32 kernel: float32 in 3xTF32 mode, up to
 // kNatMaxSteps factors all P x P with a compiled P, 16-byte aligned x and y; tiles of T lines
 // (I == 1) or T consecutive i (I % T == 0) that give each step at least 8 warp items where the

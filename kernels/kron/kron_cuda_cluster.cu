@@ -29,6 +29,7 @@
 #include "cuda_device.hpp"
 #include "cuda_ptx.cuh"
 #include "kron.h"
+#include "kron_cuda_common.cuh"
 
 namespace kl {
 namespace cu {
@@ -42,7 +43,7 @@ constexpr int kRun = 256;                  // elements of one exchanged (or writ
 // Position in a padded buffer of element e.
 __host__ __device__ constexpr int padded(int e) { return e + ((e >> 6) << 3); }
 
-constexpr int kChunkPad = padded(kChunk), kRunPad = padded(kRun);
+constexpr int kChunkPad = padded(kChunk);
 constexpr int kSmemBytes = (3 * kChunkPad + kN * kP * kP) * 4;  // 218 KB
 
 struct ClusterP {
@@ -181,8 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1) kron_cluster_8x6(ClusterP p) {
 #endif
 }
 
-bool aligned16(const void *ptr, int64_t rs1, int64_t rs2) {
-  return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0 && rs1 % 4 == 0 && rs2 % 4 == 0;
+// Rows that start on 16-byte boundaries (the float4 and cp.async accesses).
+bool rows_aligned16(const void *ptr, int64_t rs1, int64_t rs2) {
+  return aligned16(ptr) && rs1 % 4 == 0 && rs2 % 4 == 0;
 }
 
 // The launch configuration of the cluster kernel (grid still to be set).
@@ -211,8 +213,8 @@ int cluster_8x6_clusters(const kl_kron_problem *p, int dtype) {
   if (!env || std::atoi(env) != 1 || dtype != KL_FLOAT32 || p->nfactors != kN) return 0;
   for (int k = 0; k < kN; ++k)
     if (p->P[k] != kP || p->Q[k] != kP) return 0;
-  if (p->x_es != 1 || p->y_es != 1 || !aligned16(p->x, p->x_rs1, p->x_rs2) ||
-      !aligned16(p->y, p->y_rs1, p->y_rs2))
+  if (p->x_es != 1 || p->y_es != 1 || !rows_aligned16(p->x, p->x_rs1, p->x_rs2) ||
+      !rows_aligned16(p->y, p->y_rs1, p->y_rs2))
     return 0;
   DeviceInfo dev;
   if (query_device(&dev) != cudaSuccess || dev.cc_major < 9 || dev.smem_optin < kSmemBytes)

@@ -31,6 +31,9 @@
 namespace kl {
 namespace cu {
 
+// Whether a pointer allows 16-byte vector accesses.
+inline bool aligned16(const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 constexpr int kMaxSteps = 16;
 
 // n / d for 0 <= n < 2^31 with one multiply-high (round-up method); d >= 1.
