@@ -518,29 +518,51 @@ def tune(x, factors, /, *, layout="batch_first", repeats=5):
     seconds}``, fastest first."""
     import time
 
-    from . import planner
-
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected a positive int, got {repeats!r}")
-    spec = _prepare(x, factors, layout)
+
+    def host_times(runs):
+        out = []
+        for run in runs:
+            _backend.synchronize(x)
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                run()
+                _backend.synchronize(x)
+                samples.append(time.perf_counter() - t0)
+            out.append(float(np.median(samples)))
+        return out
+
+    ranked = _measure(_prepare(x, factors, layout), x, factors, host_times)
+    return {c.name: c.seconds for c in ranked}
+
+
+def _plan_query(spec: _Spec) -> tuple:
+    """(shapes, options) under which the planner knows this call's signature."""
     shapes = (tuple(spec.x.shape),) + tuple(f.pattern for f in spec.chain)
-    opts = dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
+    return shapes, dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
+
+
+def _measure(spec: _Spec, x, factors, time_runs) -> list:
+    """Run every algorithm of this product once on the caller's arrays (its GEMMs tuned on the
+    way), time them with ``time_runs(runs)`` (seconds each) and make that the plan of the
+    signature (planner.record); returns the ranked plan.  Strided is among them wherever it
+    runs, also where the model leaves it out (its GEMMs are bmm's, but its formulation is
+    sometimes cuBLAS's fastest)."""
+    from . import planner
+
+    shapes, opts = _plan_query(spec)
     names = [c.name for c in planner.plan("structured_matmul", *shapes, **opts)]
-    times = {}
-    for name in names:
-        run = lambda: structured_matmul(x, factors, layout=layout, algorithm=name)  # noqa: E731
+    if "strided" not in names and _strided_runs(spec):
+        names.append("strided")
+    runs = [functools.partial(structured_matmul, x, factors, layout=spec.layout, algorithm=name)
+            for name in names]
+    for run in runs:
         with _cublaslt.tuning():  # the first run picks the GEMMs' algorithms (strided, …)
             run()
-        _backend.synchronize(x)
-        samples = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            run()
-            _backend.synchronize(x)
-            samples.append(time.perf_counter() - t0)
-        times[name] = float(np.median(samples))
-    ranked = planner.record("structured_matmul", *shapes, times=times, **opts)
-    return {c.name: c.seconds for c in ranked}
+    times = dict(zip(names, time_runs(runs)))
+    return planner.record("structured_matmul", *shapes, times=times, **opts)
 
 
 def _execute(spec: _Spec, algorithm: str):
@@ -1470,11 +1492,15 @@ def _cublas_runs(problem) -> bool:
             and problem.dtype in _cublas.dtypes())
 
 
+def _strided_all_fit(patterns, layout, rows) -> bool:
+    """Every factor's strided GEMMs of 32-bit sizes (contiguous x and y)."""
+    info = {"B": rows, "layout": layout}
+    return all(_strided_fits(p, layout, rows, *_strided_lds(p, info)) for p in patterns)
+
+
 def _strided_applies(problem) -> bool:
     info = problem.info
-    return (_cublas_runs(problem)
-            and all(_strided_fits(p, info["layout"], info["B"], *_strided_lds(p, info))
-                    for p in info["patterns"])
+    return (_cublas_runs(problem) and _strided_all_fit(info["patterns"], info["layout"], info["B"])
             and any(_strided_pays(p, info["layout"]) for p in info["patterns"]))
 
 
@@ -1566,36 +1592,29 @@ def _cupy_times(x) -> bool:
 
 
 def _measured_choice(spec: _Spec, factors):
-    """The fastest algorithm of this signature, measured once on the caller's arrays (each
-    candidate warmed up, then device-timed in interleaved rounds) and recorded with the planner
-    (plan() then says ``measured``); None where the model decides (``_measure_pays``)."""
+    """The fastest algorithm of this signature, measured once on the caller's arrays (device
+    time in interleaved rounds, _measure) and recorded with the planner (plan() then says
+    ``measured``); None where the model decides (``_measure_pays``)."""
     if not _PLANNED or not _measure_pays(spec):
         return None
     from . import planner
 
-    shapes = (tuple(spec.x.shape), spec.chain[0].pattern)
-    opts = dict(dtype=spec.compute_dtype, device=spec.x, **_plan_options(spec))
-    ranked = planner.plan("structured_matmul", *shapes, **opts)
-    if ranked[0].details.get("measured"):
-        return ranked[0].name
-    names = [c.name for c in ranked]
-    if "strided" not in names and _strided_runs(spec):  # (the model skips it: bmm's GEMM)
-        names.append("strided")
-    if len(names) == 1:
-        return names[0]
-    runs = {name: functools.partial(structured_matmul, spec.x, factors, layout=spec.layout,
-                                    algorithm=name) for name in names}
+    shapes, opts = _plan_query(spec)
+    first = planner.plan("structured_matmul", *shapes, **opts)[0]
+    if first.details.get("measured"):
+        return first.name
+
+    def device_times(runs):
+        ms = _cublaslt._device_times(runs, _cublaslt._spin_kernel(), MEASURE_ROUNDS,
+                                     spin_ns=MEASURE_SPIN_NS)
+        return [t * 1e-3 for t in ms]
+
     try:
-        for run in runs.values():
-            run()  # (the first run also tunes its GEMMs)
-        secs = _cublaslt._device_times(list(runs.values()), _cublaslt._spin_kernel(),
-                                       MEASURE_ROUNDS, spin_ns=MEASURE_SPIN_NS)
+        return _measure(spec, spec.x, factors, device_times)[0].name
     except Exception as exc:  # (no NVRTC for the timing kernel, out of memory, ...)
         warnings.warn(f"kronlinalg: measuring structured_matmul's algorithms failed ({exc!r}); "
                       "the cost model chooses", RuntimeWarning, stacklevel=3)
         return None
-    times = {name: t * 1e-3 for name, t in zip(runs, secs)}
-    return planner.record("structured_matmul", *shapes, times=times, **opts)[0].name
 
 
 MEASURE_ROUNDS = 7
@@ -1605,14 +1624,11 @@ MEASURE_SPIN_NS = 500_000
 
 
 def _strided_runs(spec: _Spec) -> bool:
-    """Whether "strided" can run this one-factor product: cuBLAS for the compute dtype on a
-    CUDA array, 32-bit sizes (for a = d = 1 the model leaves it out — the GEMM is bmm's — but
-    its tuned, transposed-K formulation is sometimes cuBLAS's fastest)."""
-    p = spec.chain[0].pattern
-    info = {"B": spec.rows, "layout": spec.layout}
+    """Whether "strided" can run this product: cuBLAS for the compute dtype on a CUDA array,
+    every factor's GEMMs of 32-bit sizes."""
     return (_backend.on_cuda(spec.x) and ks_cuda is not None and _cublas.available()
             and spec.compute_dtype in _cublas.dtypes()
-            and _strided_fits(p, spec.layout, spec.rows, *_strided_lds(p, info)))
+            and _strided_all_fit([f.pattern for f in spec.chain], spec.layout, spec.rows))
 
 
 def _plan_options(spec: _Spec) -> dict:

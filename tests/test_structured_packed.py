@@ -202,13 +202,16 @@ def _numpy_backend():
 # measured choice: a packed single factor with a = d = 1 on CuPy arrays is one GEMM however it
 # runs; the first auto call times the algorithms and records the fastest with the planner
 
-def _measured(x, pattern, layout) -> bool:
+def _packed_plan(x_shape, pattern, dtype, device, layout="batch_first"):
     from kronlinalg import planner
 
-    first = planner.plan("structured_matmul", tuple(x.shape), pattern,
-                         dtype=structured._backend.dtype_name(x.dtype), device=x,
-                         layout=layout, packed=True)[0]
-    return bool(first.details.get("measured"))
+    return planner.plan("structured_matmul", tuple(x_shape), pattern, dtype=dtype, device=device,
+                        layout=layout, packed=True)
+
+
+def _measured(x, pattern, layout) -> bool:
+    dtype = structured._backend.dtype_name(x.dtype)
+    return bool(_packed_plan(x.shape, pattern, dtype, x, layout)[0].details.get("measured"))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -264,13 +267,13 @@ def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
     try:
         chain = make_chain(backend, rng, [(1, 7, 5, 1)], "float64")
         packed = KSPacked(chain)
-        names = [c.name for c in _host_plan((6, 5), (1, 7, 5, 1))]
+        names = [c.name for c in _packed_plan((6, 5), (1, 7, 5, 1), "float64", "cpu")]
         for call in range(3):
             x = rng.standard_normal((6, 5))
             y = structured_matmul(x, packed)
             np.testing.assert_allclose(y, x @ chain.to_dense().T, rtol=1e-12)
         assert seen == [(len(names), structured.MEASURE_ROUNDS, structured.MEASURE_SPIN_NS)]
-        first = _host_plan((6, 5), (1, 7, 5, 1))[0]
+        first = _packed_plan((6, 5), (1, 7, 5, 1), "float64", "cpu")[0]
         assert first.details.get("measured") and first.name == names[1]
         assert first.seconds == pytest.approx(1e-3)
         # a d > 1 factor, and unpacked weights, are left to the model
@@ -288,13 +291,7 @@ def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
         with pytest.warns(RuntimeWarning, match="cost model chooses"):
             y = structured_matmul(x, KSPacked(fresh))
         np.testing.assert_allclose(y, x @ fresh.to_dense().T, rtol=1e-12)
-        assert not _host_plan((3, 4), (1, 9, 4, 1))[0].details.get("measured")
+        assert not _packed_plan((3, 4), (1, 9, 4, 1), "float64", "cpu")[0].details.get("measured")
     finally:
         planner.clear_cache()
 
-
-def _host_plan(x_shape, pattern):
-    from kronlinalg import planner
-
-    return planner.plan("structured_matmul", x_shape, pattern, dtype="float64", device="cpu",
-                        layout="batch_first", packed=True)
