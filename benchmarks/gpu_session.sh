@@ -144,28 +144,12 @@ step_structured() {
     --json "$OUT/structured_gpu.json" 2>&1 | tee "$OUT/structured_gpu.txt" | tail -30
 }
 
-# the one-pass cluster kernel alone: its tests, the sanitizer tools on a small script, and
-# 1024 x 8^6 float32 with the kernel off and on (KRONLINALG_KRON_CLUSTER), then, with
-# CLUSTER_NCU=1, Nsight Compute's per-instruction counters of it (CSV, for reading offline)
+# the one-pass cluster kernel alone: its tests and 1024 x 8^6 float32 with the kernel off and on
+# (KRONLINALG_KRON_CLUSTER; the sanitizer step runs it too), then, with CLUSTER_NCU=1, Nsight
+# Compute's per-instruction counters of it (CSV, for reading offline)
 step_cluster() {
   timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -rf tests/test_kron_cuda.py \
     -k cluster 2>&1 | tee "$OUT/cluster_tests.txt" | tail -8
-  cat > /tmp/cl.py <<'PY'
-import cupy as cp, numpy as np, kronlinalg
-rng = np.random.default_rng(1)
-fs = [cp.asarray(rng.standard_normal((8, 8)), dtype=cp.float32) for _ in range(6)]
-for m, beta in ((1, 0.5), (19, 0.0)):
-    x = cp.asarray(rng.standard_normal((m, 8 ** 6)), dtype=cp.float32)
-    y = cp.asarray(rng.standard_normal((m, 8 ** 6)), dtype=cp.float32)
-    kronlinalg.kron_matmul(x, fs, algorithm="sliced", beta=beta, y=y)
-cp.cuda.Device().synchronize(); print("cluster script done")
-PY
-  for tool in memcheck racecheck synccheck; do
-    echo "== $tool" | tee -a "$OUT/cluster_sanitizer.txt"
-    KRONLINALG_KRON_CLUSTER=1 timeout 100 compute-sanitizer --tool $tool --print-limit 3 \
-      --error-exitcode 9 python /tmp/cl.py 2>&1 | grep -v "^=========     \|^$" | head -12 \
-      | tee -a "$OUT/cluster_sanitizer.txt"
-  done
   for v in 0 1; do
     KRONLINALG_KRON_CLUSTER=$v timeout 120 python benchmarks/kron_gpu_compare.py \
       --cases $D/cases.json --anchors $D/h100-anchors-2026-11-22.json --sets kron_large \
