@@ -2,7 +2,7 @@
 # The natural-order float32 kron kernel against the other kernels and across its tuning knobs,
 # each configuration in its own process (the plan cache keys on these environment variables);
 # tables and JSON to $OUT.  Run on the GPU machine after gpu-run.sh has built the checkout.
-#   bash benchmarks/kron_natural_ab.sh [ab|sweep|passes|profile]...
+#   bash benchmarks/kron_natural_ab.sh [ab|sweep|cols4|tiles|colprof|passes|profile]...
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 CASES=1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x32^5,16x16^6
@@ -24,6 +24,35 @@ sweep() {
   run st2 "$o" KRONLINALG_KRON_NATURAL_STAGES=2
   run st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
   run t2 "$o" KRONLINALG_KRON_NATURAL_T=2
+}
+cols4() {  # column tiles of 4 i allowed: 3-step P = 16 groups (16 x 16^6 in 3 + 3, not 2+2+2)
+  local o="--no-shuffle --reps 10 --only 16x16^6,16x32^5,1024x8^6,16x8^8,1024x16^5"
+  run default "$o"
+  run cols4 "$o" KRONLINALG_KRON_NATURAL_TI_MIN=4
+}
+tiles() {  # column tile widths and load stages on the cases with column passes
+  local o="--no-shuffle --reps 10 --only 16x16^6,16x32^5,1024x8^6,16x8^8,1024x16^5"
+  run ti4 "$o" KRONLINALG_KRON_NATURAL_TI_MIN=4 KRONLINALG_KRON_NATURAL_TI=4
+  run ti16 "$o" KRONLINALG_KRON_NATURAL_TI=16
+  run ti32 "$o" KRONLINALG_KRON_NATURAL_TI=32
+  run st3 "$o" KRONLINALG_KRON_NATURAL_STAGES=3
+}
+colprof() {  # Nsight Compute, full set: the column passes of 16 x 32^5 (middle) and 1024 x 8^6
+  cat > /tmp/colprof.py <<'PY'
+import cupy as cp, kronlinalg
+for m, p, n in ((16, 32, 5), (1024, 8, 6)):
+    fs = [cp.random.standard_normal((p, p), dtype=cp.float32) for _ in range(n)]
+    x = cp.random.standard_normal((m, p ** n), dtype=cp.float32)
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+cp.cuda.Device().synchronize()
+PY
+  for id in 2 5; do
+    timeout 150 ncu --set full --import-source no --launch-skip $((id - 1)) --launch-count 1 \
+      -k regex:natural -o /tmp/colprof$id python /tmp/colprof.py > /dev/null 2>&1
+    ncu -i /tmp/colprof$id.ncu-rep --page details --csv > "$OUT/colprof_details$id.csv" 2>&1
+    ncu -i /tmp/colprof$id.ncu-rep --page source --csv --print-source sass \
+      > "$OUT/colprof_sass$id.csv" 2>&1
+  done
 }
 passes() {  # Nsight Compute: time and DRAM traffic of every pass of the multi-pass kron_large cases
   cat > /tmp/passes.py <<'PY'

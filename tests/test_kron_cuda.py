@@ -674,6 +674,28 @@ def test_natural_groups_are_longer(gxp, monkeypatch):
     assert _kernels_of("float32", [(64, 64)] * 4, 16) == ["f32.tf32x3.natural.p64"] * 3
     eight = _kernels_of("float32", [(8, 8)] * 7, 1024)
     assert len(eight) == 3 and eight[0] == "f32.tf32x3.natural.p8"
+    # P = 16, six factors: 2 + 2 + 2 on column tiles of at least 8 i; 3 + 3 where tiles of 4 i
+    # are allowed (opt-in)
+    assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 3
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_TI_MIN", "4")
+    assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 2
+
+
+def test_natural_two_passes_of_three_steps(gxp, rng, monkeypatch):
+    """16^6 in two 3-step passes (the second on column tiles of 4 i, opt-in), x and y 16-byte
+    aligned, alpha and beta applied: every element against the float64 reference."""
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_TI_MIN", "4")
+    shapes = [(16, 16)] * 6
+    k = 16 ** 6
+    _poison_pool(gxp, 3 * 4 * 3 * k)
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    x, xn = random(gxp, rng, (3, k), "float32")
+    y, yn = random(gxp, rng, (3, k), "float32")
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced", alpha=0.5, beta=-2.0, y=y)
+    ref = 0.5 * kron_matmul_ref(xn, fns, "right") - 2.0 * yn
+    assert_close(out, ref, gxp, "float32")
+    _elementwise(out, ref, gxp)
 
 
 @pytest.mark.parametrize("shapes", [[(64, 64)] * 3, [(64, 64)] * 2 + [(32, 32)]],
