@@ -693,7 +693,7 @@ def test_natural_two_passes_of_three_steps(gxp, rng, monkeypatch):
     x, xn = random(gxp, rng, (3, k), "float32")
     y, yn = random(gxp, rng, (3, k), "float32")
     out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced", alpha=0.5, beta=-2.0, y=y)
-    ref = 0.5 * kron_matmul_ref(xn, fns, "right") - 2.0 * yn
+    ref = kron_matmul_ref(xn, fns, "right", alpha=0.5, beta=-2.0, y=yn)
     assert_close(out, ref, gxp, "float32")
     _elementwise(out, ref, gxp)
 
