@@ -364,7 +364,7 @@ def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
     scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
     sp = [ptr(a) for a in scratch] + [0, 0]
     kron_cuda.launch(packed, [ptr(f) for f in fs], xp, op, alpha, beta,
-                     _KERNEL_DTYPE[cdt], sp[0], sp[1], _backend.cuda_stream(x))
+                     _KERNEL_DTYPE[cdt], sp[0], sp[1], n, _backend.cuda_stream(x))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -555,7 +555,7 @@ NATURAL_CASES = [
     ([(16, 16)], (300,)),                     # one step, 256-line tiles, the last partial
     ([(32, 32)] * 2, (2, 3)),                 # leading batch dims
     ([(32, 32)] * 4, (5,)),                   # 2 + 2
-    ([(32, 32)] * 3, (9,)),                   # a one-step pass (column tile of 256 i)
+    ([(32, 32)] * 3, (9,)),                   # one 3-step pass on the ring kernel
     ([(64, 64)] * 2, (5,)),
     ([(64, 64)] * 3, (3,)),
     ([(32, 32), (32, 32), (4, 5)], (11,)),    # I = 5: column tiles do not divide, fallback
@@ -564,7 +564,10 @@ NATURAL_CASES = [
 
 
 def _natural_on(monkeypatch, on):
+    """Turns the natural-order kernel on or off; packed layouts sized under the other setting
+    are dropped (tune() with no overrides does that: the knobs are read when a plan is made)."""
     monkeypatch.setenv("KRONLINALG_KRON_NATURAL", "1" if on else "0")
+    _kron_cuda().tune()
 
 
 def _elementwise(out, ref, gxp, rtol=2e-5):
@@ -674,8 +677,11 @@ def test_natural_groups_are_longer(gxp, monkeypatch):
     assert _kernels_of("float32", [(64, 64)] * 4, 16) == ["f32.tf32x3.natural.p64"] * 3
     eight = _kernels_of("float32", [(8, 8)] * 7, 1024)
     assert len(eight) == 3 and eight[0] == "f32.tf32x3.natural.p8"
-    # P = 16, six factors: 2 + 2 + 2 on column tiles of at least 8 i; 3 + 3 where tiles of 4 i
-    # are allowed (opt-in)
+    # P = 16, six factors: 3 + 3, the column pass on the ring kernel (tiles of 8 i); without it
+    # 2 + 2 + 2, and 3 + 3 on plain column tiles of 4 i where those are allowed (opt-in)
+    assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16",
+                                                          "f32.tf32x3.natural_ring.p16"]
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING", "0")
     assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 3
     monkeypatch.setenv("KRONLINALG_KRON_NATURAL_TI_MIN", "4")
     assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 2
@@ -696,6 +702,47 @@ def test_natural_two_passes_of_three_steps(gxp, rng, monkeypatch):
     ref = kron_matmul_ref(xn, fns, "right", alpha=0.5, beta=-2.0, y=yn)
     assert_close(out, ref, gxp, "float32")
     _elementwise(out, ref, gxp)
+
+
+# the ring form (3-step groups whose smallest tile does not fit twice): P = 32 line tiles (one
+# line of 32^3), alone, with more tiles than blocks (the ring wraps), before a column pass; P = 16
+# column tiles of 8 i after a line pass (16^6 in 3 + 3)
+RING_CASES = [
+    ([(32, 32)] * 3, 3, ["natural_ring.p32"]),
+    ([(32, 32)] * 3, 301, ["natural_ring.p32"]),
+    ([(32, 32)] * 5, 2, ["natural_ring.p32", "natural.p32"]),
+    ([(16, 16)] * 6, 1, ["natural.p16", "natural_ring.p16"]),
+]
+
+
+@pytest.mark.parametrize("case", RING_CASES, ids=["32^3-m3", "32^3-m301", "32^5-m2", "16^6-m1"])
+def test_natural_ring_kernel(gxp, rng, monkeypatch, case):
+    """Every element against the float64 reference, alpha and beta applied, outputs and scratch
+    from a NaN-poisoned pool; the plan takes the ring kernel where it should."""
+    _natural_on(monkeypatch, True)
+    shapes, m, kernels = case
+    assert [k.removeprefix("f32.tf32x3.") for k in _kernels_of("float32", shapes, m)] == kernels
+    k = math.prod(p for p, _ in shapes)
+    _poison_pool(gxp, 3 * 4 * m * k)
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    x, xn = random(gxp, rng, (m, k), "float32")
+    y, yn = random(gxp, rng, (m, k), "float32")
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced", alpha=-0.75, beta=1.5, y=y)
+    ref = kron_matmul_ref(xn, fns, "right", alpha=-0.75, beta=1.5, y=yn)
+    assert_close(out, ref, gxp, "float32")
+    _elementwise(out, ref, gxp)
+
+
+def test_natural_ring_can_be_turned_off(gxp, monkeypatch):
+    """KRONLINALG_KRON_NATURAL_RING=0: the same factors in more passes of the other form."""
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING", "0")
+    assert _kernels_of("float32", [(32, 32)] * 5, 16) == ["f32.tf32x3.natural.p32"] * 3
+    assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 3
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING", "1")
+    assert len(_kernels_of("float32", [(16, 16)] * 6, 16)) == 2
+    # (1024 x 32^4 keeps two 2-step passes: the planner spreads the factors evenly)
+    assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32"] * 2
 
 
 @pytest.mark.parametrize("shapes", [[(64, 64)] * 3, [(64, 64)] * 2 + [(32, 32)]],

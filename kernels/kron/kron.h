@@ -45,10 +45,11 @@ int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads);
 int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, int max_counts);
 
 /* CUDA: enqueues on `stream` (a cudaStream_t, 0 = legacy default) without synchronising.
- * scratch0/scratch1 each hold at least kl_kron_cuda_scratch_elems() elements of the dtype
- * (may be NULL when that is 0). */
+ * scratch0/scratch1 each hold scratch_elems elements of the dtype, at least what
+ * kl_kron_cuda_workspace() asks for (may be NULL when it asks for none); the call fails where the
+ * plan needs more (scratch_elems < 0: not checked). */
 int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0, void *scratch1,
-                        void *stream);
+                        int64_t scratch_elems, void *stream);
 int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p);
 /* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements.
  * The plan depends on x's and y's pointers only through their 16-byte alignment (both aligned

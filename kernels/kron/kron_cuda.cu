@@ -235,10 +235,12 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 
 // The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0, and for
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines per line tile), _TI (i per column tile), _TI_MIN
-// (the narrowest column tile, 8 or 4), _WARPS (per block, 4 or 8) and _STAGES (load buffers, 2
-// or 3); read when a plan is made, part of the plan cache's key.
+// (the narrowest column tile, 8 or 4), _WARPS (per block, 4 or 8), _STAGES (load buffers, 2
+// or 3), _RING (0: no ring kernel) and _RING_TI (16 or 32: column groups that fit the other
+// kernel take the ring kernel with tiles of that many i); read when a plan is made, part of the
+// plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0;
+  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0, ring = 1, ring_ti = 0;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) {
@@ -254,7 +256,51 @@ NatTune natural_tune() {
   t.warps = w == 4 || w == 8 ? w : 0;
   const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
   t.stages = st == 2 || st == 3 ? st : 0;
+  t.ring = num("KRONLINALG_KRON_NATURAL_RING") != 0;
+  const int rti = num("KRONLINALG_KRON_NATURAL_RING_TI");
+  t.ring_ti = rti == 16 || rti == 32 ? rti : 0;
   return t;
+}
+
+// The ring form of the natural-order kernel for a group whose smallest tile (one line, or 8 i)
+// does not fit two load buffers: it streams the tile through a ring of slice slots
+// (kron_cuda_natural_ring.cuh).  False where the smallest tile fits twice (the other kernel
+// then takes it) or the ring does not fit P slots.
+// (force_ti: column tiles of that many i, whether or not they fit the other kernel; a knob)
+bool configure_natural_ring(const kl_kron_problem *p, const DeviceInfo &dev, const PassShape &sh,
+                            int64_t bin, int64_t fs, int force_ti, PassCfg *out) {
+  const int P = int(p->P[sh.last]);
+  const NatKernelDesc *rk = nat_ring_kernel_f32(P);
+  const bool line = sh.I == 1;
+  const int64_t T = line ? 1 : force_ti ? force_ti : 8;
+  if (!rk || (!line && sh.I % T)) return false;
+  const int64_t buf = T * bin, slice = buf / P;
+  if (!force_ti && size_t(fs + 2 * buf) * 4 <= size_t(dev.smem_optin)) return false;
+  // (a slice is whole warp items of every first step; T / 4 chunks of a row per thread at most)
+  if (slice % (32 * P) || T / 4 > rk->max_threads) return false;
+  const int64_t slots = std::min<int64_t>(2 * P, (int64_t(dev.smem_optin) - fs * 4) / (slice * 4 + 8));
+  if (slots < P) return false;
+  const size_t smem = size_t(fs * 4 + slots * (slice * 4 + 8));
+  int blocks = 0;
+  if (occupancy(rk->func, dev.id, rk->max_threads, smem, &blocks) != KL_OK || blocks < 1)
+    return false;
+  PassCfg c;
+  c.last = sh.last;
+  c.count = sh.count;
+  c.sh = sh;
+  c.nk = rk;
+  c.nat_T = int(T);
+  c.nat_buf = int(buf);
+  c.nat_stages = int(slots);
+  c.L = int(T);
+  c.NT = rk->max_threads;
+  c.Bin = int(bin);
+  c.Bout = int(bin);
+  c.smem = smem;
+  c.occ = blocks;
+  c.ntiles = line ? sh.rows : (sh.rows / sh.I) * (sh.I / T);
+  *out = c;
+  return true;
 }
 
 // A pass of the natural plan on the natural-order 3xTF32 kernel: float32 in 3xTF32 mode, up to
@@ -289,6 +335,12 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const bool line = sh.I == 1;
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
+  if (tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.T <= 0 && tune.TI <= 0 &&
+      tune.ti_min == 8) {
+    if (!line && tune.ring_ti && configure_natural_ring(p, dev, sh, bin, fs, tune.ring_ti, out))
+      return true;
+    if (configure_natural_ring(p, dev, sh, bin, fs, 0, out)) return true;
+  }
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
@@ -318,7 +370,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
       while (T > tune.ti_min && smem_of(T) > size_t(dev.smem_optin)) T /= 2;
     while (T > tune.ti_min && sh.I % T) T /= 2;
     // (the column views' row lengths T * P^s must be powers of two of 4 or more)
-    if (T < tune.ti_min || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32) return false;
+    // (and a tile's row of T / 4 chunks at most one per thread: load_tile steps whole rows)
+    if (T < tune.ti_min || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32 || T / 4 > 32 * warps)
+      return false;
   } else if (T < 1 || (T * bin / P) % 32) {
     return false;
   }
@@ -810,7 +864,8 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
-                              nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.stages,
+                              nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.stages, nt.ring,
+                              nt.ring_ti,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);
@@ -911,7 +966,7 @@ extern "C" int kl_cuda_device_check(void) {
 }
 
 extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
-                                   void *scratch1, void *stream) {
+                                   void *scratch1, int64_t scratch_elems, void *stream) {
   using namespace kl::cu;
   int st = validate(p, dtype);
   if (st != KL_OK) return st;
@@ -922,6 +977,9 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
   if ((plan.nscratch >= 1 && !scratch0) || (plan.nscratch >= 2 && !scratch1))
     return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers missing");
+  // (a layout sized under other planner settings, e.g. the natural-order knobs changed since)
+  if (scratch_elems >= 0 && plan.nscratch >= 1 && plan.scratch_elems > scratch_elems)
+    return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers smaller than the plan needs");
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t M = p->m1 * p->m2;
   const int n = p->nfactors;

@@ -39,7 +39,8 @@ struct NatP {
   int64_t I;      // modes after the group (column tiles; I % T == 0)
   int64_t ntiles;
   int buf1_elems, buf2_elems, fs_elems;
-  int stages;     // buf1 copies (2 or 3): the tiles after this one stream in meanwhile
+  int stages;     // buf1 copies (2 or 3): the tiles after this one stream in meanwhile (the
+                  // ring kernel: slice slots)
   const float *x;
   float *y;
   float alpha, beta;
@@ -58,6 +59,9 @@ struct NatKernelDesc {
 
 // The natural-order kernel for P x P factors, or nullptr where none is compiled.
 const NatKernelDesc *nat_kernel_f32(int P);
+// Its ring form for tiles that do not fit two load buffers (kron_cuda_natural_ring.cuh): P = 16
+// and 32; nullptr for the others.
+const NatKernelDesc *nat_ring_kernel_f32(int P);
 // The one-pass cluster kernel for six 8 x 8 float32 factors (kron_cuda_cluster.cu): the clusters
 // it runs at once on this problem (0: it does not take it); its launch, false where it does not
 // take the problem, else *rc is the launch's status.

@@ -56,6 +56,16 @@ __host__ __device__ __forceinline__ int row_chunk(int row, int c) {
   return row * (P / 4) + (P >= 32 ? c ^ ((row & 1) << 2) : c);
 }
 
+// Byte offset of swizzled chunk L.  phys_chunk_nat is linear over XOR (fold2 is), so where L is
+// built from fields in disjoint bits, its offset is the XOR of the fields' offsets.
+__host__ __device__ __forceinline__ uint32_t phys_bytes(uint32_t L) {
+  return phys_chunk_nat(L) << 4;
+}
+
+__host__ __device__ constexpr int log2_pow2(int v) { return v <= 1 ? 0 : 1 + log2_pow2(v / 2); }
+// (the same at run time, v a power of two >= 1)
+__device__ __forceinline__ int ilog2(uint32_t v) { return 31 - __clz(v); }
+
 // P x P factors; WN n8 tiles per warp item (a step's Q columns in P / 8 / WN column groups;
 // in-place steps need all of them in one item).
 template <int P, int WN>
@@ -63,6 +73,52 @@ struct Nat {
   static constexpr int KB = P >= 16 ? P / 16 : 1;  // k16 blocks (P = 8: one k8 block)
   static constexpr int KH = P >= 16 ? 2 : 1;       // k8 halves per block
   static constexpr int NS = P / 8 / WN;  // column groups
+  static constexpr int LP = log2_pow2(P);
+
+  // A column view [a][p][c] of a step (C = c's length, a power of two >= 4): chunk cc of row p
+  // of block a is L = (a P + p) cq + cc with cq = C / 4, i.e. the fields a, p and cc in disjoint
+  // bits, so its offset is the XOR of an item's part (a, cc: col_item) and a row's part, itself
+  // the XOR of parts computed once a step: A's rows 16 kb + 2 KH t + u and the result rows
+  // q = 8 (ns WN + j) + 2t + h, a lane's and the parts every lane shares.  (Per access a 3-input
+  // XOR, where it was a multiply, a fold and an XOR; per item the division by cq is a shift.)
+  struct ColView {
+    int lcq;                 // log2(cq)
+    uint32_t ld_lane;        // A's rows 2 KH t
+    uint32_t ld_u[2 * KH];   // A's rows u (the same in every lane)
+    uint32_t ld_kb[KB];      // A's rows 16 kb (likewise)
+    uint32_t st_lane[2];     // result rows 2t + h
+    uint32_t st_j[WN];       // result rows 8 (ns WN + j) (the same in every lane)
+    __device__ __forceinline__ uint32_t ld(int kb, int u) const {
+      return ld_lane ^ ld_u[u] ^ ld_kb[kb];
+    }
+  };
+  static __device__ __forceinline__ ColView col_view(int C, int ns) {
+    const int t = threadIdx.x & 3;
+    ColView v;
+    v.lcq = ilog2(C) - 2;
+    v.ld_lane = phys_bytes(uint32_t(2 * KH * t) << v.lcq);
+#pragma unroll
+    for (int u = 0; u < 2 * KH; ++u) v.ld_u[u] = phys_bytes(uint32_t(u) << v.lcq);
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) v.ld_kb[kb] = phys_bytes(uint32_t(16 * kb) << v.lcq);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) v.st_lane[h] = phys_bytes(uint32_t(2 * t + h) << v.lcq);
+#pragma unroll
+    for (int j = 0; j < WN; ++j) v.st_j[j] = phys_bytes(uint32_t(8 * (ns * WN + j)) << v.lcq);
+    return v;
+  }
+  // The same view with a table of A's row parts, one per (kb, u): the ring kernel's last step
+  // puts each row's slot there (kron_cuda_natural_ring.cuh).
+  struct TableView : ColView {
+    uint32_t tab[KB][2 * KH];
+    __device__ __forceinline__ uint32_t ld(int kb, int u) const { return tab[kb][u]; }
+  };
+  // The item's part: chunk 8 mg + g of the [a][c] plane.
+  static __device__ __forceinline__ uint32_t col_item(const ColView &v, int mg) {
+    const uint32_t ch = uint32_t(mg * 8 + ((threadIdx.x & 31) >> 2));
+    const uint32_t a = ch >> v.lcq, cc = ch & ((1u << v.lcq) - 1);
+    return phys_bytes((a << (v.lcq + LP)) | cc);
+  }
 
   // Factors -> Ft_hi[q][p], Ft_lo[q][p] (P x P each, row_chunk order) per step.
   static __device__ void load_factors(const NatP &p, float *Fs) {
@@ -97,13 +153,30 @@ struct Nat {
     } else {
       const int64_t per_row = p.I / p.T;
       const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
-      const float *src = p.x + r * p.Bin * p.I + i0;
-      const int cpr = p.T / 4;  // chunks per element row (a, p)
-      const int nch = p.Bin * cpr;
-      for (int c = threadIdx.x; c < nch; c += blockDim.x) {
-        const int rho = c / cpr, cc = c - rho * cpr;
-        cp_async_16(buf1 + phys_chunk_nat(uint32_t(c)) * 4, src + int64_t(rho) * p.I + cc * 4,
-                    true);
+      if constexpr (P == 32) {
+        // (H100, one call: 1024 x 32^4 7.50 ms with this loop, 8.95 with the one below, which
+        // takes 1024 x 16^5 from 7.19 to 6.87 ms)
+        const float *src = p.x + r * p.Bin * p.I + i0;
+        const int cpr = p.T / 4;
+        const int nch = p.Bin * cpr;
+        for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+          const int rho = c / cpr, cc = c - rho * cpr;
+          cp_async_16(buf1 + phys_chunk_nat(uint32_t(c)) * 4, src + int64_t(rho) * p.I + cc * 4,
+                      true);
+        }
+      } else {
+        // (chunks per element row (a, p): cpr = T / 4, a power of two that divides blockDim.x,
+        // so a thread's chunks keep their column and step over blockDim.x / cpr rows)
+        const int lcpr = ilog2(p.T) - 2;
+        const int nch = p.Bin << lcpr;
+        const uint32_t c0 = threadIdx.x;
+        const float *src = p.x + r * p.Bin * p.I + i0 + int64_t(c0 >> lcpr) * p.I +
+                           (c0 & ((1u << lcpr) - 1)) * 4;
+        const int64_t step = int64_t(blockDim.x >> lcpr) * p.I;
+        const uint32_t d0 = phys_bytes(c0);
+        char *dst = reinterpret_cast<char *>(buf1);
+        for (uint32_t c = c0; c < uint32_t(nch); c += blockDim.x, src += step)
+          cp_async_16(dst + (d0 ^ phys_bytes(c - c0)), src, true);
       }
     }
   }
@@ -119,10 +192,10 @@ struct Nat {
   // One warp item of a step: m-group mg (32 rows of the step's A), all Q columns.
   //  row step: A rows r = 32 mg + 16 i + g (+8), k contiguous in buf1.
   //  column step: chunk 8 mg + g of the [a][c] plane at every p.
-  template <bool ROW>
+  template <bool ROW, class View = ColView>
   static __device__ __forceinline__ void compute(const float *in, const float *Ft_hi,
-                                                 const float *Ft_lo, int C, int mg, int ns,
-                                                 float (&acc)[2][WN][4]) {
+                                                 const float *Ft_lo, const View &cv, int mg,
+                                                 int ns, float (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -130,11 +203,10 @@ struct Nat {
       for (int j = 0; j < WN; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
-    // per-lane base chunk offsets of the 4 A loads of a k16 block (row step: rows g, g+8 of
-    // the two m16 tiles; column step: rows p = 4t + u of chunk g)
+    // per-lane base offsets of the 4 A loads of a k16 block (row step: rows g, g+8 of the two
+    // m16 tiles, in chunks; column step: rows p = 4t + u of chunk g, in bytes and without u's
+    // part)
     uint32_t base[4];
-    uint32_t cstep = 0;  // column step: chunks per k16 block
-    int csh = 0;         // column step: log2 of C/2 (the chunk index / 8 advances by C/2)
     if constexpr (ROW) {
       // (P = 8: rows of two chunks, lane t reads floats 2t, 2t + 1: offsets in floats)
 #pragma unroll
@@ -143,17 +215,9 @@ struct Nat {
         base[u] = P >= 16 ? uint32_t(row_chunk<P>(row, t)) : uint32_t(row * 8 + 2 * t);
       }
     } else {
-      // rows p = 4t + u (P = 8: 2t + u) of chunk g
-      const int cq = C / 4;  // chunks per (a, p) row
-      const int ch = mg * 8 + g;
-      const int a = ch / cq, cc = ch - a * cq;
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (u < 2 * KH)
-          base[u] = phys_chunk_nat(uint32_t((a * P + 2 * KH * t + u) * cq + cc));
-      cstep = uint32_t(4 * C);
-      csh = 31 - __clz(C / 2);
+      base[0] = col_item(cv, mg);
     }
+    const char *inb = reinterpret_cast<const char *>(in);
     // Ft rows n = 8 (ns WN + j) + g: chunk kb * 4 + t of row_chunk order (the parity of n is
     // that of g)
     const int fb = P >= 16 ? row_chunk<P>(8 * ns * WN + g, t) : g * 2;  // (P = 8: g * 8 + 2t floats)
@@ -174,13 +238,13 @@ struct Nat {
           v[u] = *reinterpret_cast<const float4 *>(in + (base[u] ^ uint32_t(kb * 4)) * 4);
       } else if constexpr (P == 8) {
 #pragma unroll
-        for (int u = 0; u < 2; ++u) v[u] = *reinterpret_cast<const float4 *>(in + base[u] * 4);
+        for (int u = 0; u < 2; ++u)
+          v[u] = *reinterpret_cast<const float4 *>(inb + (base[0] ^ cv.ld(0, u)));
         v[2] = v[3] = make_float4(0.f, 0.f, 0.f, 0.f);
       } else {
-        const uint32_t fx = fold2(uint32_t(kb) << csh) << 1;
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-          v[u] = *reinterpret_cast<const float4 *>(in + ((base[u] + kb * cstep) ^ fx) * 4);
+          v[u] = *reinterpret_cast<const float4 *>(inb + (base[0] ^ cv.ld(kb, u)));
       }
       uint32_t h[4][4], l[4][4];
 #pragma unroll
@@ -289,16 +353,17 @@ struct Nat {
 
   // Column step results (chunk 8 mg + g of [a][q][c], 4 consecutive c per column q) -> buf2 in
   // place, or on the last step -> y.
-  static __device__ __forceinline__ void store_cols(const NatP &p, float *out, int C, int mg,
-                                                    int ns, bool last, int64_t t_idx,
+  static __device__ __forceinline__ void store_cols(const NatP &p, float *out, const ColView &cv,
+                                                    int mg, int ns, bool last, int64_t t_idx,
                                                     const float (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int cq = C / 4;
-    const int ch = mg * 8 + g;
-    const int a = ch / cq, cc = ch - a * cq;
     float *yb = nullptr;
     int64_t qstride = 0;
+    uint32_t item = 0;
     if (last) {
+      const int C = 4 << cv.lcq;
+      const int ch = mg * 8 + g;
+      const int a = ch >> cv.lcq, cc = ch & ((1 << cv.lcq) - 1);
       if (p.line_tile) {
         const int64_t line = t_idx * p.T + a;
         if (line >= p.rows) return;
@@ -312,7 +377,10 @@ struct Nat {
         yb = p.y + r * p.Bout * p.I + int64_t(b) * p.I + i0 + i;
         qstride = int64_t(C / p.T) * p.I;
       }
+    } else {
+      item = col_item(cv, mg);
     }
+    char *outb = reinterpret_cast<char *>(out);
 #pragma unroll
     for (int j = 0; j < WN; ++j)
 #pragma unroll
@@ -323,8 +391,7 @@ struct Nat {
           store_chunk_scaled<float>(yb + q * qstride, reinterpret_cast<const float *>(&v),
                                     p.alpha, p.beta);
         } else {
-          const uint32_t L = uint32_t((a * P + q) * cq + cc);
-          *reinterpret_cast<float4 *>(out + phys_chunk_nat(L) * 4) = v;
+          *reinterpret_cast<float4 *>(outb + (item ^ cv.st_lane[h] ^ cv.st_j[j])) = v;
         }
       }
   }
@@ -374,20 +441,22 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
     const int64_t tn = t + int64_t(p.stages - 1) * gridDim.x;
     if (tn < p.ntiles) K::load_tile(p, tn, in1 + ((it + p.stages - 1) % p.stages) * p.buf1_elems);
     cp_async_commit();
+    const typename K::ColView cv1 = K::col_view(p.line_tile ? 4 : p.T, 0);
     for (int w = warp; w < items; w += nwarps) {
       const int mg = w / K::NS, ns = w - mg * K::NS;
       float acc[2][WN][4];
+      const typename K::ColView cv = K::NS == 1 ? cv1 : K::col_view(p.T, ns);
       if (p.line_tile) {
-        K::template compute<true>(buf1, Fs, Fs + P * P, 0, mg, ns, acc);
+        K::template compute<true>(buf1, Fs, Fs + P * P, cv, mg, ns, acc);  // (cv unused)
         __syncwarp();  // (in place: every lane has read its rows)
         if (one)
           K::store_rows_global(p, t * p.T, mg, ns, acc);
         else
           K::store_rows_smem(work, mg, ns, acc);
       } else {
-        K::template compute<false>(buf1, Fs, Fs + P * P, p.T, mg, ns, acc);
+        K::template compute<false>(buf1, Fs, Fs + P * P, cv, mg, ns, acc);
         __syncwarp();
-        K::store_cols(p, work, p.T, mg, ns, one, t, acc);
+        K::store_cols(p, work, cv, mg, ns, one, t, acc);
       }
     }
     if (one) continue;
@@ -397,12 +466,15 @@ __global__ void __launch_bounds__(nat_max_threads(P), nat_min_blocks(P))
       const bool last = s + 1 == p.nsteps;
       const float *fh = Fs + s * 2 * P * P;
       // (in place unless last: then one item holds all columns, K::NS == 1)
+      // (one column group: the step's view is the same for every item; P = 64 has two)
+      const typename K::ColView cv0 = K::col_view(C, 0);
       for (int w = warp; w < items; w += nwarps) {
         const int mg = w / K::NS, ns = w - mg * K::NS;
         float acc[2][WN][4];
-        K::template compute<false>(work, fh, fh + P * P, C, mg, ns, acc);
+        const typename K::ColView cv = K::NS == 1 ? cv0 : K::col_view(C, ns);
+        K::template compute<false>(work, fh, fh + P * P, cv, mg, ns, acc);
         __syncwarp();  // every lane has read its chunks before any writes over them
-        K::store_cols(p, work, C, mg, ns, last, t, acc);
+        K::store_cols(p, work, cv, mg, ns, last, t, acc);
       }
       if (!last) __syncthreads();
       C *= P;

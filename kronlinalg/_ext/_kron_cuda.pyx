@@ -83,8 +83,9 @@ def float32_mode(int mode=-1):
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, scratch0, scratch1,
-           stream, int max_fused=0):
-    """Enqueue Y = alpha * X @ kron(F) + beta * Y on `stream`; no synchronisation."""
+           stream, int max_fused=0, int64_t scratch_elems=-1):
+    """Enqueue Y = alpha * X @ kron(F) + beta * Y on `stream`; no synchronisation (scratch_elems:
+    the scratch buffers' size, checked against the plan's need where >= 0)."""
     cdef kl_kron_problem c
     cdef tuple keep = fill_problem(&c, m1, m2, factors, x, y, alpha, beta, max_fused)
     cdef void *s0 = <void *> <uintptr_t> scratch0
@@ -92,7 +93,7 @@ def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, scratch0
     cdef void *st = <void *> <uintptr_t> stream
     cdef int status
     with nogil:
-        status = kl_kron_matmul_cuda(&c, dtype, s0, s1, st)
+        status = kl_kron_matmul_cuda(&c, dtype, s0, s1, scratch_elems, st)
     _raise(status)
 
 
@@ -126,13 +127,15 @@ def prepare(key, m1, m2, factors, x, y, int dtype, contiguous):
 
 
 def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, double beta,
-           int dtype, uintptr_t scratch0, uintptr_t scratch1, uintptr_t stream):
-    """Enqueue a packed problem (prepare) on `stream` with these pointers; no synchronisation."""
+           int dtype, uintptr_t scratch0, uintptr_t scratch1, int64_t scratch_elems,
+           uintptr_t stream):
+    """Enqueue a packed problem (prepare) on `stream` with these pointers and scratch buffers of
+    scratch_elems elements each; no synchronisation."""
     cdef kl_kron_problem c
     cdef array ptrs = array('Q', fptrs)
     fill_packed(&c, packed, ptrs, xptr, yptr, alpha, beta)
     cdef int status
     with nogil:
         status = kl_kron_matmul_cuda(&c, dtype, <void *> scratch0, <void *> scratch1,
-                                     <void *> stream)
+                                     scratch_elems, <void *> stream)
     _raise(status)

@@ -21,7 +21,7 @@ cdef extern from "kron.h" nogil:
     int kl_kron_matmul_cpu(const kl_kron_problem *p, int dtype, int num_threads)
     int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, int max_counts)
     int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
-                            void *scratch1, void *stream)
+                            void *scratch1, int64_t scratch_elems, void *stream)
     int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p)
     int kl_kron_float32_mode(int mode)
     int kl_cuda_device_check()
