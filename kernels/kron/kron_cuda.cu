@@ -335,8 +335,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const bool line = sh.I == 1;
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
-  if (tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.T <= 0 && tune.TI <= 0 &&
-      tune.ti_min == 8) {
+  if (tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.ti_min == 8) {
     if (!line && tune.ring_ti && configure_natural_ring(p, dev, sh, bin, fs, tune.ring_ti, out))
       return true;
     if (configure_natural_ring(p, dev, sh, bin, fs, 0, out)) return true;

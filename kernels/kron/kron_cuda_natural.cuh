@@ -29,6 +29,8 @@
 #ifndef KRONLINALG_KRON_CUDA_NATURAL_CUH
 #define KRONLINALG_KRON_CUDA_NATURAL_CUH
 
+#include <type_traits>
+
 #include "kron_cuda_common.cuh"
 #include "kron_cuda_kernels.cuh"  // NatP
 #include "kron_cuda_tc.cuh"      // store_chunk_scaled
@@ -307,23 +309,35 @@ struct Nat {
     }
   }
 
-  // Row step results -> buf2 as [row][q] (swizzled), two columns per store.
+  // Row step results -> buf2 as [row][q] (swizzled), two columns per store.  Chunk L = row P/4
+  // + q/4 with row = 32 mg + 16 i + 8 hr + g and q/4 = 2 (ns WN + j) + t/2, fields in disjoint
+  // bits: its offset is the XOR of the item's part, the lane's and constants.
   static __device__ __forceinline__ void store_rows_smem(float *out, int mg, int ns,
                                                          const float (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t base = phys_bytes(uint32_t(mg) << (LP + 3)) ^
+                          phys_bytes((uint32_t(g) << (LP - 2)) | uint32_t(t >> 1)) |
+                          uint32_t(t & 1) << 3;  // (q % 4 = 2 (t % 2): floats within the chunk)
+    char *outb = reinterpret_cast<char *>(out);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = mg * 32 + i * 16 + hr * 8 + g;
+      for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int j = 0; j < WN; ++j) {
-          const int q = (ns * WN + j) * 8 + 2 * t;
-          const uint32_t L = uint32_t(row * (P / 4) + (q >> 2));
-          *reinterpret_cast<float2 *>(out + phys_chunk_nat(L) * 4 + (q & 3)) =
-              make_float2(acc[i][j][2 * hr], acc[i][j][2 * hr + 1]);
+          const float2 v = make_float2(acc[i][j][2 * hr], acc[i][j][2 * hr + 1]);
+          if constexpr (P == 32) {
+            // (the swizzle worked out per store: the XOR form made 16 x 32^5 2-3 % slower on
+            // the H100, one call, and 1024 x 16^5 and 16 x 16^6 3-5 % faster)
+            const int row = mg * 32 + i * 16 + hr * 8 + g, q = (ns * WN + j) * 8 + 2 * t;
+            const uint32_t L = uint32_t(row * (P / 4) + (q >> 2));
+            *reinterpret_cast<float2 *>(out + phys_chunk_nat(L) * 4 + (q & 3)) = v;
+          } else {
+            const uint32_t off = base ^ phys_bytes(uint32_t(i * 16 + hr * 8) << (LP - 2)) ^
+                                 phys_bytes(uint32_t(2 * (ns * WN + j)));
+            *reinterpret_cast<float2 *>(outb + off) = v;
+          }
         }
-      }
   }
 
   // Row step results of a one-step line tile -> y (row = line), alpha and beta applied.
@@ -351,10 +365,34 @@ struct Nat {
       }
   }
 
+  // Where a tile's last step writes in y: element (a, q, c) of a line tile at y + a Bout + q C + c; element (q, c) of a
+  // column tile, c = (b, i) with b = c / T, i = c % T, at y + (q (C / T) + b) I + i.
+  struct TileOut {
+    float *y;   // the tile's element 0
+    int lines;  // line tiles: lines of the tile inside the matrix (at most T)
+  };
+  static __device__ __forceinline__ TileOut tile_out(const NatP &p, int64_t t) {
+    TileOut o;
+    if (p.line_tile) {
+      o.y = p.y + t * p.T * p.Bout;
+      const int64_t left = p.rows - t * p.T;
+      o.lines = int(left < p.T ? left : p.T);
+    } else {
+      const int64_t per_row = p.I / p.T;
+      const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
+      o.y = p.y + r * p.Bout * p.I + i0;
+      o.lines = 0;
+    }
+    return o;
+  }
+
   // Column step results (chunk 8 mg + g of [a][q][c], 4 consecutive c per column q) -> buf2 in
-  // place, or on the last step -> y.
+  // place, or on the last step -> y: `where` is the tile's index (its place in y worked out per
+  // item, as the natural-order kernel does: keeping a TileOut live through its items slowed
+  // P = 32 and 8 on the H100) or its TileOut (the ring kernel: once a tile).
+  template <class Where>
   static __device__ __forceinline__ void store_cols(const NatP &p, float *out, const ColView &cv,
-                                                    int mg, int ns, bool last, int64_t t_idx,
+                                                    int mg, int ns, bool last, const Where &where,
                                                     const float (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *yb = nullptr;
@@ -364,15 +402,26 @@ struct Nat {
       const int C = 4 << cv.lcq;
       const int ch = mg * 8 + g;
       const int a = ch >> cv.lcq, cc = ch & ((1 << cv.lcq) - 1);
-      if (p.line_tile) {
-        const int64_t line = t_idx * p.T + a;
+      if constexpr (std::is_same<Where, TileOut>::value) {
+        if (p.line_tile) {
+          if (a >= where.lines) return;
+          yb = where.y + a * int64_t(p.Bout) + cc * 4;
+          qstride = C;
+        } else {
+          const int lT = ilog2(p.T);
+          const int c0 = cc * 4, b = c0 >> lT, i = c0 & ((1 << lT) - 1);
+          yb = where.y + int64_t(b) * p.I + i;
+          qstride = int64_t(C >> lT) * p.I;
+        }
+      } else if (p.line_tile) {
+        const int64_t line = where * p.T + a;
         if (line >= p.rows) return;
         yb = p.y + line * p.Bout + cc * 4;  // element (q, c) at q * C + c
         qstride = C;
       } else {
         // c = (b, i): b = c / TI, i = c % TI; element (q, b, i) at (q * (C / TI) + b) * I + i
         const int64_t per_row = p.I / p.T;
-        const int64_t r = t_idx / per_row, i0 = (t_idx - r * per_row) * p.T;
+        const int64_t r = where / per_row, i0 = (where - r * per_row) * p.T;
         const int c0 = cc * 4, b = c0 / p.T, i = c0 - b * p.T;
         yb = p.y + r * p.Bout * p.I + int64_t(b) * p.I + i0 + i;
         qstride = int64_t(C / p.T) * p.I;

@@ -26,33 +26,53 @@ template <int P, int WN>
 struct NatRing {
   using K = Nat<P, WN>;
 
-  // Slice s of tile t -> slot (16-byte cp.async pieces), then this thread's arrival on the
-  // slot's mbarrier (every thread arrives once a fill).
-  static __device__ void load_slice(const NatP &p, int64_t t, int s, char *slot, uint64_t *bar) {
+  // This thread's part of loading the slices of one tile: chunks c0, c0 + blockDim.x, ... of
+  // each slice, c0 = threadIdx.x (the divisions once a tile, not once a slice).
+  struct Loader {
+    const float *src;  // chunk c0 of slice 0
+    int64_t sstride;   // x elements from a slice to the next
+    int64_t cstride;   // x elements from one of the thread's chunks to the next
+  };
+  static __device__ __forceinline__ Loader loader(const NatP &p, int64_t t) {
     const int slice = p.buf1_elems / P;
-    const uint32_t nch = uint32_t(slice / 4);
     const uint32_t c0 = threadIdx.x;
+    Loader L;
     if (p.line_tile) {
-      // one line a tile: slice s is its elements [s slice, (s + 1) slice), rows of P in
-      // row_chunk order (a slice holds an even number of rows: the parity swizzle is the tile's)
-      const float *src = p.x + t * p.Bin + int64_t(s) * slice;
-      constexpr int rowc = P / 4;
-      for (uint32_t c = c0; c < nch; c += blockDim.x) {
-        const int row = int(c / rowc);
-        cp_async_16(slot + row_chunk<P>(row, int(c % rowc)) * 16, src + c * 4, true);
-      }
+      // one line a tile: slice s is its elements [s slice, (s + 1) slice)
+      L.src = p.x + t * p.Bin + c0 * 4;
+      L.sstride = slice;
+      L.cstride = int64_t(blockDim.x) * 4;
     } else {
-      // T i of row r; slice s holds the element rows rho = s (slice / T) + rr, T / 4 chunks each
+      // T i of row r; slice s holds the element rows s (slice / T) ..., T / 4 chunks each
       const int64_t per_row = p.I / p.T;
       const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
       const int lcpr = ilog2(p.T) - 2;
-      const float *src = p.x + r * p.Bin * p.I + (int64_t(s) * (slice / p.T) + (c0 >> lcpr)) * p.I +
-                         i0 + (c0 & ((1u << lcpr) - 1)) * 4;
-      const int64_t step = int64_t(blockDim.x >> lcpr) * p.I;
-      // (the tile's chunk s nch + c, swizzled, less the slice's base: c's part XOR s's)
+      L.src = p.x + r * p.Bin * p.I + i0 + int64_t(c0 >> lcpr) * p.I +
+              (c0 & ((1u << lcpr) - 1)) * 4;
+      L.sstride = int64_t(slice >> (lcpr + 2)) * p.I;
+      L.cstride = int64_t(blockDim.x >> lcpr) * p.I;
+    }
+    return L;
+  }
+
+  // Slice s -> slot (16-byte cp.async pieces), then this thread's arrival on the slot's mbarrier
+  // (every thread arrives once a fill).
+  static __device__ __forceinline__ void load_slice(const NatP &p, const Loader &L, int s,
+                                                    char *slot, uint64_t *bar) {
+    const uint32_t nch = uint32_t(p.buf1_elems / P / 4);
+    const uint32_t c0 = threadIdx.x;
+    const float *src = L.src + s * L.sstride;
+    if (p.line_tile) {
+      // rows of P in row_chunk order (a slice holds an even number of rows: the parity
+      // swizzle is the tile's)
+      constexpr uint32_t rowc = P / 4;
+      for (uint32_t c = c0; c < nch; c += blockDim.x, src += L.cstride)
+        cp_async_16(slot + row_chunk<P>(int(c / rowc), int(c % rowc)) * 16, src, true);
+    } else {
+      // the tile's chunk s nch + c, swizzled, less the slice's base: c's part XOR s's
       const uint32_t sx = phys_bytes(uint32_t(s) * nch) ^ ((uint32_t(s) * nch) << 4);
       const uint32_t d0 = phys_bytes(c0) ^ sx;
-      for (uint32_t c = c0; c < nch; c += blockDim.x, src += step)
+      for (uint32_t c = c0; c < nch; c += blockDim.x, src += L.cstride)
         cp_async_16(slot + (d0 ^ phys_bytes(c - c0)), src, true);
     }
     cp_async_mbar_arrive(bar);
@@ -78,16 +98,20 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
   __syncthreads();  // the barriers exist before any arrival; the factors are in
 
   // slices in the block's order: tile it = j / P, slice s = j % P, slot k = j % S
+  using R = NatRing<P, WN>;
   int64_t i_it = 0;
   int i_s = 0, i_k = 0;
+  typename R::Loader ld = R::loader(p, blockIdx.x);
   const int64_t nslices = ntiles * P;
   int64_t issued = 0;
   auto issue_upto = [&](int64_t upto) {
     for (; issued < upto && issued < nslices; ++issued) {
-      NatRing<P, WN>::load_slice(p, blockIdx.x + i_it * gridDim.x, i_s,
-                                 reinterpret_cast<char *>(ring + int64_t(i_k) * slice), &bars[i_k]);
+      R::load_slice(p, ld, i_s, reinterpret_cast<char *>(ring + int64_t(i_k) * slice), &bars[i_k]);
       if (++i_k == S) i_k = 0;
-      if (++i_s == P) i_s = 0, ++i_it;
+      if (++i_s == P) {
+        i_s = 0;
+        if (++i_it < ntiles) ld = R::loader(p, blockIdx.x + i_it * gridDim.x);
+      }
     }
   };
   issue_upto(S);
@@ -98,6 +122,7 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
   uint32_t wt = 0;   // how often the ring has wrapped before it (fill parity)
   for (int64_t it = 0; it < ntiles; ++it) {
     const int64_t t = blockIdx.x + it * gridDim.x;
+    const typename K::TileOut to = K::tile_out(p, t);
     for (int s = warp; s < P; s += nwarps) {
       int k = kt + s;
       uint32_t fill = wt;
@@ -120,7 +145,7 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
           } else {
             K::template compute<false>(base, fh, fh + P * P, cv, mg, 0, acc);
             __syncwarp();
-            K::store_cols(p, base, cv, mg, 0, false, t, acc);
+            K::store_cols(p, base, cv, mg, 0, false, to, acc);
           }
         }
         __syncwarp();  // this step's results are in before the next step reads them
@@ -146,7 +171,7 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
       for (int mg = warp; mg < P * ips; mg += nwarps) {
         float acc[2][WN][4];
         K::template compute<false>(ring, fh, fh + P * P, cv, mg, 0, acc);
-        K::store_cols(p, nullptr, cv, mg, 0, true, t, acc);
+        K::store_cols(p, nullptr, cv, mg, 0, true, to, acc);
       }
     }
     __syncthreads();  // every slot of this tile has been read: the next slices may land there
