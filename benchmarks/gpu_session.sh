@@ -110,10 +110,13 @@ PY
     echo "== $tool" | tee -a "$OUT/sanitizer.txt"
     timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python /tmp/san.py 2>&1 \
       | tail -6 | tee -a "$OUT/sanitizer.txt"
-    # the natural-order kron kernel's line and column tiles, with the opt-in 4-i column tiles
-    KRONLINALG_KRON_NATURAL_TI_MIN=4 timeout 120 compute-sanitizer --tool $tool \
-      --error-exitcode 9 python benchmarks/kron_natural_sanitize.py 2>&1 | tail -2 \
-      | tee -a "$OUT/sanitizer.txt"
+    # the natural-order kron kernel's line and column tiles and its ring form, then with the
+    # opt-in 4-i column tiles (no ring)
+    for ti in 8 4; do
+      KRONLINALG_KRON_NATURAL_TI_MIN=$ti timeout 120 compute-sanitizer --tool $tool \
+        --error-exitcode 9 python benchmarks/kron_natural_sanitize.py 2>&1 | tail -2 \
+        | tee -a "$OUT/sanitizer.txt"
+    done
   done
 }
 
