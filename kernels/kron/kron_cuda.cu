@@ -262,6 +262,28 @@ NatTune natural_tune() {
   return t;
 }
 
+// The PassCfg of a natural-order pass: tiles of T lines or T i, `stages` load buffers (the ring
+// kernel: slots), buffers of T * bin elements.
+PassCfg natural_pass(const PassShape &sh, const NatKernelDesc *k, int64_t T, int64_t bin,
+                     int stages, int threads, size_t smem, int blocks, int64_t ntiles) {
+  PassCfg c;
+  c.last = sh.last;
+  c.count = sh.count;
+  c.sh = sh;
+  c.nk = k;
+  c.nat_T = int(T);
+  c.nat_buf = int(T * bin);
+  c.nat_stages = stages;
+  c.L = int(T);
+  c.NT = threads;
+  c.Bin = int(bin);
+  c.Bout = int(bin);
+  c.smem = smem;
+  c.occ = blocks;
+  c.ntiles = ntiles;
+  return c;
+}
+
 // The ring form of the natural-order kernel for a group whose smallest tile (one line, or 8 i)
 // does not fit two load buffers: it streams the tile through a ring of slice slots
 // (kron_cuda_natural_ring.cuh).  False where the smallest tile fits twice (the other kernel
@@ -284,22 +306,8 @@ bool configure_natural_ring(const kl_kron_problem *p, const DeviceInfo &dev, con
   int blocks = 0;
   if (occupancy(rk->func, dev.id, rk->max_threads, smem, &blocks) != KL_OK || blocks < 1)
     return false;
-  PassCfg c;
-  c.last = sh.last;
-  c.count = sh.count;
-  c.sh = sh;
-  c.nk = rk;
-  c.nat_T = int(T);
-  c.nat_buf = int(buf);
-  c.nat_stages = int(slots);
-  c.L = int(T);
-  c.NT = rk->max_threads;
-  c.Bin = int(bin);
-  c.Bout = int(bin);
-  c.smem = smem;
-  c.occ = blocks;
-  c.ntiles = line ? sh.rows : (sh.rows / sh.I) * (sh.I / T);
-  *out = c;
+  *out = natural_pass(sh, rk, T, bin, int(slots), rk->max_threads, smem, blocks,
+                      line ? sh.rows : (sh.rows / sh.I) * (sh.I / T));
   return true;
 }
 
@@ -375,27 +383,12 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   } else if (T < 1 || (T * bin / P) % 32) {
     return false;
   }
-  const int64_t buf = T * bin;
   const size_t smem = smem_of(T);
   if (smem > size_t(dev.smem_optin)) return false;
   int blocks = 0;
   if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
-  PassCfg c;
-  c.last = sh.last;
-  c.count = sh.count;
-  c.sh = sh;
-  c.nk = nk;
-  c.nat_T = int(T);
-  c.nat_buf = int(buf);
-  c.nat_stages = stages;
-  c.L = int(T);
-  c.NT = 32 * warps;
-  c.Bin = int(bin);
-  c.Bout = int(bin);
-  c.smem = smem;
-  c.occ = blocks;
-  c.ntiles = line ? (rows + T - 1) / T : rows * (sh.I / T);
-  *out = c;
+  *out = natural_pass(sh, nk, T, bin, stages, 32 * warps, smem, blocks,
+                      line ? (rows + T - 1) / T : rows * (sh.I / T));
   return true;
 }
 
