@@ -64,6 +64,11 @@ __host__ __device__ __forceinline__ uint32_t phys_bytes(uint32_t L) {
   return phys_chunk_nat(L) << 4;
 }
 
+// The bits the swizzle flips in chunk L's offset (phys_bytes(L) = (L << 4) ^ these).
+__host__ __device__ __forceinline__ uint32_t swizzle_bytes(uint32_t L) {
+  return phys_bytes(L) ^ (L << 4);
+}
+
 __host__ __device__ constexpr int log2_pow2(int v) { return v <= 1 ? 0 : 1 + log2_pow2(v / 2); }
 // (the same at run time, v a power of two >= 1)
 __device__ __forceinline__ int ilog2(uint32_t v) { return 31 - __clz(v); }

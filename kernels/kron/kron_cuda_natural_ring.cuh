@@ -71,8 +71,7 @@ struct NatRing {
         cp_async_16(slot + row_chunk<P>(int(c / rowc), int(c % rowc)) * 16, src, true);
     } else {
       // the tile's chunk s nch + c, swizzled, less the slice's base: c's part XOR s's
-      const uint32_t sx = phys_bytes(uint32_t(s) * nch) ^ ((uint32_t(s) * nch) << 4);
-      const uint32_t d0 = phys_bytes(c0) ^ sx;
+      const uint32_t d0 = phys_bytes(c0) ^ swizzle_bytes(uint32_t(s) * nch);
       for (uint32_t c = c0; c < nch; c += blockDim.x, src += L.cstride)
         cp_async_16(slot + (d0 ^ phys_bytes(c - c0)), src, true);
     }
@@ -165,8 +164,7 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
           const uint32_t pr = uint32_t(16 * kb + 2 * K::KH * tq + u);
           int k = kt + int(pr);
           if (k >= S) k -= S;
-          const uint32_t L = pr << cv.lcq;
-          cv.tab[kb][u] = (uint32_t(k) * uint32_t(slice) * 4u) ^ (phys_bytes(L) ^ (L << 4));
+          cv.tab[kb][u] = (uint32_t(k) * uint32_t(slice) * 4u) ^ swizzle_bytes(pr << cv.lcq);
         }
       const float *fh = Fs + (p.nsteps - 1) * 2 * P * P;
       for (int mg = warp; mg < P * ips; mg += nwarps) {
