@@ -2,7 +2,7 @@
 # The natural-order float32 kron kernel against the other kernels and across its tuning knobs,
 # each configuration in its own process (the plan cache keys on these environment variables);
 # tables and JSON to $OUT.  Run on the GPU machine after gpu-run.sh has built the checkout.
-#   bash benchmarks/kron_natural_ab.sh [ab|sweep|cols4|tiles|colprof|passes|profile]...
+#   bash benchmarks/kron_natural_ab.sh [ab|sweep|cols4|tiles|colprof|passes|profile|p16src]...
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 CASES=1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x32^5,16x16^6
@@ -82,5 +82,23 @@ PY
     --section Occupancy --section SchedulerStats python /tmp/nat_prof.py 2>&1 \
     | grep -E "natural_kernel|Duration|DRAM Throughput|Issued Warp|Local Memory|Theoretical Occ" \
     | tee "$OUT/ncu_natural.txt"
+}
+p16src() {  # Nsight Compute, full set with per-instruction counts: the P = 16 passes (256 x 16^5's
+  # line and column passes, 16 x 16^6's line pass and ring column pass) and their SASS
+  cat > /tmp/p16.py <<'PY'
+import cupy as cp, kronlinalg
+for m, n in ((256, 5), (16, 6)):
+    fs = [cp.random.standard_normal((16, 16), dtype=cp.float32) for _ in range(n)]
+    x = cp.random.standard_normal((m, 16 ** n), dtype=cp.float32)
+    kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+cp.cuda.Device().synchronize()
+PY
+  for id in 0 1 2 3; do
+    timeout 150 ncu --set full --import-source no -k regex:natural --launch-skip $id \
+      --launch-count 1 -o /tmp/p16_$id python /tmp/p16.py > /dev/null 2>&1
+    ncu -i /tmp/p16_$id.ncu-rep --page details --csv >> "$OUT/p16_details.csv" 2>&1
+    ncu -i /tmp/p16_$id.ncu-rep --page source --csv --print-source sass 2>&1 \
+      | gzip > "$OUT/p16_sass$id.csv.gz"
+  done
 }
 for s in ${*:-ab}; do "$s"; done

@@ -27,53 +27,53 @@ template <int P, int WN>
 struct NatRing {
   using K = Nat<P, WN>;
 
-  // This thread's part of loading the slices of one tile: chunks c0, c0 + blockDim.x, ... of
-  // each slice, c0 = threadIdx.x (the divisions once a tile, not once a slice).
-  struct Loader {
-    const float *src;  // chunk c0 of slice 0
-    int64_t sstride;   // x elements from a slice to the next
-    int64_t cstride;   // x elements from one of the thread's chunks to the next
-  };
-  static __device__ __forceinline__ Loader loader(const NatP &p, int64_t t) {
-    const int slice = p.buf1_elems / P;
-    const uint32_t c0 = threadIdx.x;
-    Loader L;
-    if (p.line_tile) {
-      // one line a tile: slice s is its elements [s slice, (s + 1) slice)
-      L.src = p.x + t * p.Bin + c0 * 4;
-      L.sstride = slice;
-      L.cstride = int64_t(blockDim.x) * 4;
-    } else {
-      // T i of row r; slice s holds the element rows s (slice / T) ..., T / 4 chunks each
-      const int64_t per_row = p.I / p.T;
-      const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
-      const int lcpr = ilog2(p.T) - 2;
-      L.src = p.x + r * p.Bin * p.I + i0 + int64_t(c0 >> lcpr) * p.I +
-              (c0 & ((1u << lcpr) - 1)) * 4;
-      L.sstride = int64_t(slice >> (lcpr + 2)) * p.I;
-      L.cstride = int64_t(blockDim.x >> lcpr) * p.I;
-    }
-    return L;
+  // Loading: one warp loads a whole slice (lane l takes chunks l, l + 32, ...), slice s of every
+  // tile by warp s mod nwarps, so a slice's addresses and barrier arrival are worked out once,
+  // not by every warp.  (Every thread taking a share of every slice spent a third of the ring
+  // kernel's instructions on the loads: 16 x 16^6 on the H100, Nsight Compute.)
+  // The lane's chunk 0 of tile t's slice 0 (the divisions once a tile; the strides, worked out
+  // per slice from the parameters, keep no registers across the tile loop).
+  static __device__ __forceinline__ const float *loader(const NatP &p, int64_t t) {
+    const uint32_t lane = threadIdx.x & 31;
+    // line tiles (one line a tile): slice s is its elements [s slice, (s + 1) slice), chunk c
+    // at 4 c; column tiles (T i of row r): chunk c of the tile is element row c / cpr (cpr = T / 4
+    // chunks a row, which divides 32), chunk c % cpr of it
+    if (p.line_tile) return p.x + t * p.Bin + lane * 4;
+    const int64_t per_row = p.I / p.T;
+    const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
+    const int lcpr = ilog2(p.T) - 2;
+    return p.x + r * p.Bin * p.I + i0 + int64_t(lane >> lcpr) * p.I +
+           (lane & ((1u << lcpr) - 1)) * 4;
   }
 
-  // Slice s -> slot (16-byte cp.async pieces), then this thread's arrival on the slot's mbarrier
-  // (every thread arrives once a fill).
-  static __device__ __forceinline__ void load_slice(const NatP &p, const Loader &L, int s,
+  // Slice s -> slot (16-byte cp.async pieces), then the lane's arrival on the slot's mbarrier
+  // (the 32 lanes of one warp arrive once a fill).
+  static __device__ __forceinline__ void load_slice(const NatP &p, const float *src0, int s,
                                                     char *slot, uint64_t *bar) {
-    const uint32_t nch = uint32_t(p.buf1_elems / P / 4);
-    const uint32_t c0 = threadIdx.x;
-    const float *src = L.src + s * L.sstride;
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t nch = uint32_t(p.buf1_elems / P / 4);  // a power of two >= 256
+    const int nm = int(nch / 32);                          // the lane's chunks lane + 32 m
     if (p.line_tile) {
-      // rows of P in row_chunk order (a slice holds an even number of rows: the parity
-      // swizzle is the tile's)
-      constexpr uint32_t rowc = P / 4;
-      for (uint32_t c = c0; c < nch; c += blockDim.x, src += L.cstride)
-        cp_async_16(slot + row_chunk<P>(int(c / rowc), int(c % rowc)) * 16, src, true);
+      const float *src = src0 + s * int64_t(4 * nch);
+      // rows of P in row_chunk order: chunk lane + 32 m is row lane / rowc + m 32 / rowc, an
+      // even step, so the row's parity (the swizzle) is the lane's
+      constexpr int rowc = P / 4;
+      char *dst = slot + row_chunk<P>(int(lane) / rowc, int(lane) % rowc) * 16;
+      for (int m = 0; m < nm; ++m, src += 128, dst += 512) cp_async_16(dst, src, true);
     } else {
-      // the tile's chunk s nch + c, swizzled, less the slice's base: c's part XOR s's
-      const uint32_t d0 = phys_bytes(c0) ^ swizzle_bytes(uint32_t(s) * nch);
-      for (uint32_t c = c0; c < nch; c += blockDim.x, src += L.cstride)
-        cp_async_16(slot + (d0 ^ phys_bytes(c - c0)), src, true);
+      const int lcpr = ilog2(p.T) - 2;
+      const float *src = src0 + int64_t(s) * (nch >> lcpr) * p.I;
+      const int64_t cstride = int64_t(32 >> lcpr) * p.I;
+      // the tile's chunk s nch + lane + 32 m, swizzled, less the slice's base: s's part XOR
+      // lane's XOR m's, with phys_bytes(32 m) = m << 9 ^ fold2(m) << 5 and, for m = 4 a + b,
+      // fold2(m) = fold2(a) ^ b
+      const uint32_t d0 = phys_bytes(lane) ^ swizzle_bytes(uint32_t(s) * nch);
+      for (int a = 0; a < nm / 4; ++a) {
+        const uint32_t da = d0 ^ (uint32_t(a) << 11) ^ (fold2(uint32_t(a)) << 5);
+#pragma unroll
+        for (uint32_t b = 0; b < 4; ++b, src += cstride)
+          cp_async_16(slot + (da ^ (b << 9) ^ (b << 5)), src, true);
+      }
     }
     cp_async_mbar_arrive(bar);
   }
@@ -92,26 +92,27 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
   uint64_t *const bars = reinterpret_cast<uint64_t *>(ring + int64_t(S) * slice);
   const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   if (blockIdx.x >= p.ntiles) return;
-  const int64_t ntiles = (p.ntiles - 1 - blockIdx.x) / gridDim.x + 1;  // this block's
-  for (int k = threadIdx.x; k < S; k += blockDim.x) mbar_init(&bars[k], blockDim.x);
+  const int ntiles = int((p.ntiles - 1 - blockIdx.x) / gridDim.x + 1);  // this block's
+  for (int k = threadIdx.x; k < S; k += blockDim.x) mbar_init(&bars[k], 32);
   K::load_factors(p, Fs);
   __syncthreads();  // the barriers exist before any arrival; the factors are in
 
-  // slices in the block's order: tile it = j / P, slice s = j % P, slot k = j % S
+  // slices in the block's order j = it P + s (tile it, slice s) go to slot j mod S; this warp
+  // loads slices s = warp, warp + nwarps, ... of every tile: the next is (l_it, l_s) at l_k
   using R = NatRing<P, WN>;
-  int64_t i_it = 0;
-  int i_s = 0, i_k = 0;
-  typename R::Loader ld = R::loader(p, blockIdx.x);
-  const int64_t nslices = ntiles * P;
-  int64_t issued = 0;
-  auto issue_upto = [&](int64_t upto) {
-    for (; issued < upto && issued < nslices; ++issued) {
-      R::load_slice(p, ld, i_s, reinterpret_cast<char *>(ring + int64_t(i_k) * slice), &bars[i_k]);
-      if (++i_k == S) i_k = 0;
-      if (++i_s == P) {
-        i_s = 0;
-        if (++i_it < ntiles) ld = R::loader(p, blockIdx.x + i_it * gridDim.x);
+  int l_it = 0, l_s = warp, l_k = warp;
+  const float *ld = R::loader(p, blockIdx.x);
+  auto issue_upto = [&](int upto) {  // this warp's slices j < upto
+    while (l_s < P && l_it < ntiles && l_it * P + l_s < upto) {
+      R::load_slice(p, ld, l_s, reinterpret_cast<char *>(ring + int64_t(l_k) * slice), &bars[l_k]);
+      int next = l_s + nwarps;
+      if (next >= P) {  // this warp's first slice of the next tile
+        next = warp;
+        if (++l_it < ntiles) ld = R::loader(p, blockIdx.x + int64_t(l_it) * gridDim.x);
       }
+      l_k += next - l_s + (next <= l_s ? P : 0);  // (j advances by less than P <= S)
+      if (l_k >= S) l_k -= S;
+      l_s = next;
     }
   };
   issue_upto(S);
@@ -120,8 +121,8 @@ __global__ void __launch_bounds__(nat_ring_threads(P), 1)
   const int lane = threadIdx.x & 31, tq = lane & 3;
   int kt = 0;        // tile it's first slot
   uint32_t wt = 0;   // how often the ring has wrapped before it (fill parity)
-  for (int64_t it = 0; it < ntiles; ++it) {
-    const int64_t t = blockIdx.x + it * gridDim.x;
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t t = blockIdx.x + int64_t(it) * gridDim.x;
     const typename K::TileOut to = K::tile_out(p, t);
     for (int s = warp; s < P; s += nwarps) {
       int k = kt + s;
