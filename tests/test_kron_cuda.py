@@ -600,7 +600,8 @@ def test_natural_kernel(gxp, rng, monkeypatch, case):
 def test_natural_kernel_is_planned(gxp, monkeypatch):
     """The natural-order kernel takes the passes it applies to, and none where it is off."""
     _natural_on(monkeypatch, True)
-    assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32"] * 2
+    assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32",
+                                                            "f32.tf32x3.natural_ring.p32"]
     assert set(_kernels_of("float32", [(16, 16)] * 5, 1024)) == {"f32.tf32x3.natural.p16"}
     assert not any("natural" in k for k in _kernels_of("float64", [(32, 32)] * 4, 64))
     assert not any("natural" in k for k in _kernels_of("float32", [(24, 24)] * 2, 64))
@@ -704,18 +705,22 @@ def test_natural_two_passes_of_three_steps(gxp, rng, monkeypatch):
     _elementwise(out, ref, gxp)
 
 
-# the ring form (3-step groups whose smallest tile does not fit twice): P = 32 line tiles (one
+# the ring form: 3-step groups whose smallest tile does not fit twice - P = 32 line tiles (one
 # line of 32^3), alone, with more tiles than blocks (the ring wraps), before a column pass; P = 16
-# column tiles of 8 i after a line pass (16^6 in 3 + 3)
+# column tiles of 8 i after a line pass (16^6 in 3 + 3) - and P = 32 column groups with enough
+# tiles, on tiles of 32 i (32^5's second pass; 32^4's, few and many tiles a block)
 RING_CASES = [
     ([(32, 32)] * 3, 3, ["natural_ring.p32"]),
     ([(32, 32)] * 3, 301, ["natural_ring.p32"]),
-    ([(32, 32)] * 5, 2, ["natural_ring.p32", "natural.p32"]),
+    ([(32, 32)] * 5, 2, ["natural_ring.p32", "natural_ring.p32"]),
     ([(16, 16)] * 6, 1, ["natural.p16", "natural_ring.p16"]),
+    ([(32, 32)] * 4, 17, ["natural.p32", "natural_ring.p32"]),
+    ([(32, 32)] * 4, 67, ["natural.p32", "natural_ring.p32"]),
 ]
 
 
-@pytest.mark.parametrize("case", RING_CASES, ids=["32^3-m3", "32^3-m301", "32^5-m2", "16^6-m1"])
+@pytest.mark.parametrize("case", RING_CASES, ids=["32^3-m3", "32^3-m301", "32^5-m2", "16^6-m1",
+                                                  "32^4-m17", "32^4-m67"])
 def test_natural_ring_kernel(gxp, rng, monkeypatch, case):
     """Every element against the float64 reference, alpha and beta applied, outputs and scratch
     from a NaN-poisoned pool; the plan takes the ring kernel where it should."""
@@ -741,7 +746,13 @@ def test_natural_ring_can_be_turned_off(gxp, monkeypatch):
     assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 3
     monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING", "1")
     assert len(_kernels_of("float32", [(16, 16)] * 6, 16)) == 2
-    # (1024 x 32^4 keeps two 2-step passes: the planner spreads the factors evenly)
+    # (1024 x 32^4 keeps two 2-step passes: the planner spreads the factors evenly; the column
+    # pass takes the ring on tiles of 32 i, or with _RING_TI=0 only where the tile does not fit
+    # the other kernel; with few tiles neither)
+    assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32",
+                                                            "f32.tf32x3.natural_ring.p32"]
+    assert _kernels_of("float32", [(32, 32)] * 4, 8) == ["f32.tf32x3.natural.p32"] * 2
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_TI", "0")
     assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32"] * 2
 
 

@@ -237,10 +237,10 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines per line tile), _TI (i per column tile), _TI_MIN
 // (the narrowest column tile, 8 or 4), _WARPS (per block, 4 or 8), _STAGES (load buffers, 2
 // or 3), _RING (0: no ring kernel) and _RING_TI (16 or 32: column groups that fit the other
-// kernel take the ring kernel with tiles of that many i); read when a plan is made, part of the
-// plan cache's key.
+// kernel take the ring kernel with tiles of that many i; 0: only those that do not fit; unset:
+// 32 for P = 32, see configure_natural); read when a plan is made, part of the plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0, ring = 1, ring_ti = 0;
+  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0, ring = 1, ring_ti = -1;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) {
@@ -258,7 +258,7 @@ NatTune natural_tune() {
   t.stages = st == 2 || st == 3 ? st : 0;
   t.ring = num("KRONLINALG_KRON_NATURAL_RING") != 0;
   const int rti = num("KRONLINALG_KRON_NATURAL_RING_TI");
-  t.ring_ti = rti == 16 || rti == 32 ? rti : 0;
+  t.ring_ti = rti == 0 || rti == 16 || rti == 32 ? rti : -1;
   return t;
 }
 
@@ -344,7 +344,14 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
   const int64_t fs = int64_t(sh.count) * 2 * P * P;
   if (tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.ti_min == 8) {
-    if (!line && tune.ring_ti && configure_natural_ring(p, dev, sh, bin, fs, tune.ring_ti, out))
+    // P = 32 column groups stream tiles of 32 i through the ring (128-byte runs of x and y,
+    // where the other kernel's two buffers hold 8 i, 32-byte runs) where that leaves a few
+    // tiles per SM.  (H100, one call, ms, 8-i tiles against 32 in the ring: 1024 x 32^4
+    // 7.60-7.72 against 6.35, 16 x 32^5 4.48 against 3.80-3.81; 1024 x 16^5's column pass of
+    // 32 i in the ring 6.83-6.90 against 6.62-6.68 in the other kernel)
+    const int ring_ti = tune.ring_ti >= 0 ? tune.ring_ti : P == 32 ? 32 : 0;
+    if (!line && ring_ti && rows * (sh.I / ring_ti) >= 4 * int64_t(dev.sms) &&
+        configure_natural_ring(p, dev, sh, bin, fs, ring_ti, out))
       return true;
     if (configure_natural_ring(p, dev, sh, bin, fs, 0, out)) return true;
   }
