@@ -298,8 +298,9 @@ bool configure_natural_ring(const kl_kron_problem *p, const DeviceInfo &dev, con
   if (!rk || (!line && sh.I % T)) return false;
   const int64_t buf = T * bin, slice = buf / P;
   if (!force_ti && size_t(fs + 2 * buf) * 4 <= size_t(dev.smem_optin)) return false;
-  // (a slice is whole warp items of every first step; T / 4 chunks of a row per thread at most)
-  if (slice % (32 * P) || T / 4 > rk->max_threads) return false;
+  // (a slice is whole warp items of every first step; a row's T / 4 chunks within one warp's
+  // 32 lanes, which load a slice)
+  if (slice % (32 * P) || T / 4 > 32) return false;
   const int64_t slots = std::min<int64_t>(2 * P, (int64_t(dev.smem_optin) - fs * 4) / (slice * 4 + 8));
   if (slots < P) return false;
   const size_t smem = size_t(fs * 4 + slots * (slice * 4 + 8));

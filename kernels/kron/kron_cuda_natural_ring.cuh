@@ -51,8 +51,10 @@ struct NatRing {
   static __device__ __forceinline__ void load_slice(const NatP &p, const float *src0, int s,
                                                     char *slot, uint64_t *bar) {
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t nch = uint32_t(p.buf1_elems / P / 4);  // a power of two >= 256
-    const int nm = int(nch / 32);                          // the lane's chunks lane + 32 m
+    // (a power of two and a multiple of 8 P, the planner's slices being whole warp items of
+    // 32 P elements: so nm is a multiple of 4)
+    const uint32_t nch = uint32_t(p.buf1_elems / P / 4);
+    const int nm = int(nch / 32);  // the lane's chunks lane + 32 m
     if (p.line_tile) {
       const float *src = src0 + s * int64_t(4 * nch);
       // rows of P in row_chunk order: chunk lane + 32 m is row lane / rowc + m 32 / rowc, an
