@@ -1486,10 +1486,14 @@ def _strided_pays(p, layout) -> bool:
     return p[3] > 1 if layout == "batch_last" else p[3] > 1 or p[0] > 1
 
 
+def _cublas_can_run(on_cuda: bool, dtype: str) -> bool:
+    """Whether the cuBLAS algorithms (strided, block_dense) run this dtype on this device."""
+    return on_cuda and ks_cuda is not None and _cublas.available() and dtype in _cublas.dtypes()
+
+
 def _cublas_runs(problem) -> bool:
     """A CUDA problem that the cuBLAS algorithms (strided, block_dense) can run."""
-    return (problem.kind == "cuda" and ks_cuda is not None and _cublas.available()
-            and problem.dtype in _cublas.dtypes())
+    return _cublas_can_run(problem.kind == "cuda", problem.dtype)
 
 
 def _strided_all_fit(patterns, layout, rows) -> bool:
@@ -1626,8 +1630,7 @@ MEASURE_SPIN_NS = 500_000
 def _strided_runs(spec: _Spec) -> bool:
     """Whether "strided" can run this product: cuBLAS for the compute dtype on a CUDA array,
     every factor's GEMMs of 32-bit sizes."""
-    return (_backend.on_cuda(spec.x) and ks_cuda is not None and _cublas.available()
-            and spec.compute_dtype in _cublas.dtypes()
+    return (_cublas_can_run(_backend.on_cuda(spec.x), spec.compute_dtype)
             and _strided_all_fit([f.pattern for f in spec.chain], spec.layout, spec.rows))
 
 

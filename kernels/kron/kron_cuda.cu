@@ -714,7 +714,7 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
   pp->buf_elems = c.buf_elems;
   pp->TQ = c.TQ;
   pp->nqt = c.nqt;
-  const bool aligned = reinterpret_cast<uintptr_t>(in.ptr) % 16 == 0;
+  const bool aligned = aligned16(in.ptr);
   const bool in_rows_adjacent = rows_adjacent(m1, m2, in.rs1, in.rs2, in.es);
   const bool x_vec = c.k->kind == kMma && !tf32 && in.es == 1 && c.Bin % 8 == 0 && c.st[0].P % 8 == 0 &&
                      aligned && (m1 == 1 || in.rs1 % 8 == 0) && (m2 == 1 || in.rs2 % 8 == 0);
@@ -734,10 +734,10 @@ void fill_params(const kl_kron_problem *p, const PassCfg &c, int64_t m1, int64_t
   else
     // 4 lines x 8 consecutive elements per warp instruction (fewer lines if L is smaller)
     pp->a_log2 = __builtin_ctz(unsigned(pow2_divisor(c.L, 4)));
-  pp->y_vec = (c.S * out.es) % Vs == 0 && reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0;
+  pp->y_vec = (c.S * out.es) % Vs == 0 && aligned16(out.ptr);
   pp->prefetch = c.pf;
   pp->y_rowvec = c.k->kind == kMma && !rows_fast && c.S == 1 && out.es == 1 && c.Bout % Vs == 0 &&
-                 reinterpret_cast<uintptr_t>(out.ptr) % 16 == 0 && (m1 == 1 || out.rs1 % Vs == 0) &&
+                 aligned16(out.ptr) && (m1 == 1 || out.rs1 % Vs == 0) &&
                  (m2 == 1 || out.rs2 % Vs == 0);
   pp->div_bin = FastDiv(uint32_t(c.Bin));
   pp->div_p0 = FastDiv(uint32_t(c.st[0].P));

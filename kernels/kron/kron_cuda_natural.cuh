@@ -374,8 +374,9 @@ struct Nat {
       }
   }
 
-  // Where a tile's last step writes in y: element (a, q, c) of a line tile at y + a Bout + q C + c; element (q, c) of a
-  // column tile, c = (b, i) with b = c / T, i = c % T, at y + (q (C / T) + b) I + i.
+  // Where a tile's last step writes in y: element (a, q, c) of a line tile at
+  // y + a Bout + q C + c; element (q, c) of a column tile, c = (b, i) with b = c / T, i = c % T,
+  // at y + (q (C / T) + b) I + i.
   struct TileOut {
     float *y;   // the tile's element 0
     int lines;  // line tiles: lines of the tile inside the matrix (at most T)
