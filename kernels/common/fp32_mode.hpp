@@ -5,8 +5,7 @@
 #define KRONLINALG_FP32_MODE_HPP
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+#include "knobs.hpp"
 
 namespace kl {
 
@@ -19,8 +18,7 @@ class Fp32Mode {
   int get() {
     int m = mode_.load(std::memory_order_relaxed);
     if (m < 0) {
-      const char *v = std::getenv(env_);
-      mode_.compare_exchange_strong(m, v && std::strcmp(v, "ffma") == 0 ? kIeee : kTf32x3);
+      mode_.compare_exchange_strong(m, knob_is(env_, "ffma") ? kIeee : kTf32x3);
       m = mode_.load(std::memory_order_relaxed);
     }
     return m;

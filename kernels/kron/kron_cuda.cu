@@ -27,6 +27,7 @@
 
 #include "cuda_device.hpp"
 #include "fp32_mode.hpp"
+#include "knobs.hpp"
 #include "kron.h"
 #include "kron_cuda_common.cuh"
 #include "kron_cuda_kernels.cuh"
@@ -243,10 +244,7 @@ struct NatTune {
   int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0, ring = 1, ring_ti = -1;
 };
 NatTune natural_tune() {
-  auto num = [](const char *name) {
-    const char *e = std::getenv(name);
-    return e ? std::atoi(e) : -1;
-  };
+  auto num = [](const char *name) { return kl::knob_int(name, -1); };
   NatTune t;
   t.on = num("KRONLINALG_KRON_NATURAL") != 0;
   t.T = std::max(0, num("KRONLINALG_KRON_NATURAL_T"));

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "cuda_device.hpp"
+#include "knobs.hpp"
 #include "cuda_ptx.cuh"
 #include "kron.h"
 #include "kron_cuda_common.cuh"
@@ -209,8 +210,7 @@ cudaLaunchConfig_t cluster_config(cudaLaunchAttribute *attr, cudaStream_t stream
 // where it does not take it: KRONLINALG_KRON_CLUSTER=1, float32, six 8 x 8 factors, rows of x
 // and y contiguous and 16-byte aligned, an sm_90 device with room for 16-block clusters.
 int cluster_8x6_clusters(const kl_kron_problem *p, int dtype) {
-  const char *env = std::getenv("KRONLINALG_KRON_CLUSTER");
-  if (!env || std::atoi(env) != 1 || dtype != KL_FLOAT32 || p->nfactors != kN) return 0;
+  if (kl::knob_int("KRONLINALG_KRON_CLUSTER", 0) != 1 || dtype != KL_FLOAT32 || p->nfactors != kN) return 0;
   for (int k = 0; k < kN; ++k)
     if (p->P[k] != kP || p->Q[k] != kP) return 0;
   if (p->x_es != 1 || p->y_es != 1 || !rows_aligned16(p->x, p->x_rs1, p->x_rs2) ||

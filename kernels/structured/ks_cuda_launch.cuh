@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda_device.hpp"
+#include "knobs.hpp"
 #include "ks_cuda_kernels.cuh"
 #include "ks_cuda_natural.cuh"
 #include "ks_cuda_pipe.cuh"
@@ -163,7 +164,7 @@ inline cudaError_t values_pool(cudaMemPool_t *out) {
 // were tried with it and lose: 0.81-0.98x median per dtype, layout and d on an
 // H100 (1.09x only for bfloat16 batch_first d = 3 from 6 GFLOP), so they keep K in registers.
 inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
-  if (const char *v = std::getenv("KRONLINALG_KS_KT")) return std::atoi(v) == 1;
+  if (kl::knob_set("KRONLINALG_KS_KT")) return kl::knob_int("KRONLINALG_KS_KT", 0) == 1;
   const bool first = p->layout == KL_KS_BATCH_FIRST;
   const double flops = 2.0 * double(p->batch) * double(p->a * p->b) * double(p->c * p->d);
   // runs of 4 j (half types, d = 12, 20, ...): 1.03-1.11x batch_last from 9 GFLOP and
@@ -216,8 +217,7 @@ int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
 // SM two tiles; KRONLINALG_KS_TILES=narrow keeps the 8-warp shapes (comparisons).
 inline bool wide_enabled() {
   static const bool on = [] {
-    const char *v = std::getenv("KRONLINALG_KS_TILES");
-    return !(v && std::strcmp(v, "narrow") == 0);
+    return !kl::knob_is("KRONLINALG_KS_TILES", "narrow");
   }();
   return on;
 }
@@ -282,7 +282,7 @@ inline bool wgmma_runs_here() {
 
 inline bool wgmma_wanted(const kl_ks_problem *p) {
   if (p->layout != KL_KS_BATCH_FIRST || !wgmma_runs_here()) return false;
-  if (const char *v = std::getenv("KRONLINALG_KS_WGMMA")) return std::atoi(v) == 1;
+  if (kl::knob_set("KRONLINALG_KS_WGMMA")) return kl::knob_int("KRONLINALG_KS_WGMMA", 0) == 1;
   const int64_t b = p->b, c = p->c, d = p->d;
   if (d == 1 || d == 2) return b > 64;
   if (d == 4) return b >= 96 && c >= 128 && (b % 128 == 0 || b % 128 > 64);  // (b = 192: 0.82x)
@@ -315,7 +315,7 @@ bool launch_pipe_wgmma(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 inline bool natural_wanted(const kl_ks_problem *p) {
   const int64_t d = p->d;
   if (p->layout != KL_KS_BATCH_FIRST || !(d == 2 || d == 3)) return false;
-  if (const char *v = std::getenv("KRONLINALG_KS_NATURAL")) return std::atoi(v) == 1;
+  if (kl::knob_set("KRONLINALG_KS_NATURAL")) return kl::knob_int("KRONLINALG_KS_NATURAL", 0) == 1;
   return d == 3 || p->b * p->c <= 128 * 128;
 }
 

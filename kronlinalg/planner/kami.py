@@ -64,7 +64,7 @@ def kami(dims, m, n, k, p, **params):
 
 
 _TC_KIND = {"float64": "fp64", "float32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+from ..common.dtypes import ITEMSIZE as _ITEMSIZE
 
 
 def kami_params(profile, dtype, stride=1) -> dict:

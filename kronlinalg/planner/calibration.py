@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from . import _cache, _plan, _profiles
+from . import profile_cache as _cache, ranking as _plan, profiles as _profiles
 
 __all__ = ["calibrate"]
 

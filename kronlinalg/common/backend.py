@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_HALF_NAMES = ("float16", "bfloat16")
+from .dtypes import compute as kernel_dtype  # noqa: F401  (the operations' name for it)
 
 
 def _torch():
@@ -172,11 +172,6 @@ def empty_like_lib(a, shape, dtype_name_: str):
     return torch.empty(shape, dtype=getattr(torch, dtype_name_), device=a.device)
 
 
-def kernel_dtype(name: str) -> str:
-    """The dtype a kernel computes in: half types accumulate (and are computed) in float32."""
-    return "float32" if name in _HALF_NAMES else name
-
-
 def from_host(like, xp, out: np.ndarray):
     """A host result as an array of like's library (zero-copy where the library allows)."""
     if isinstance(like, np.ndarray):
@@ -203,3 +198,33 @@ def contiguous(a):
     import array_api_compat
 
     return array_api_compat.array_namespace(a).asarray(a, copy=True)
+
+
+def kind(a) -> str:
+    """The planner's device kind of an array: 'cuda' or 'cpu'."""
+    return "cuda" if on_cuda(a) else "cpu"
+
+
+def grad_mode(arrays):
+    """How gradients must flow through a call on these arrays: None (no torch input needs
+    them), "autograd" (torch.autograd: grad mode on and an input requires grad) or "transform"
+    (an input is wrapped by torch.func's grad/vmap: only torch's own ops see through it)."""
+    torch = _torch()
+    if torch is None:
+        return None
+    mode = None
+    for a in arrays:
+        if not isinstance(a, torch.Tensor):
+            continue
+        if _functorch_wrapped(torch, a):
+            return "transform"
+        if mode is None and a.requires_grad and torch.is_grad_enabled():
+            mode = "autograd"
+    return mode
+
+
+def _functorch_wrapped(torch, a) -> bool:
+    try:
+        return torch._C._functorch.is_functorch_wrapped_tensor(a)
+    except AttributeError:  # a torch without functorch
+        return False

@@ -7,16 +7,19 @@ call, so a repeated shape must cost a dictionary lookup, not a model evaluation.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import NamedTuple
 
 import numpy as np
 
-from . import _profiles, _registry
+from ..common import signatures as _signatures
+from . import profiles as _profiles, registry as _registry
 
 __all__ = ["Choice", "plan", "explain", "choose", "clear_cache", "record"]
 
-_MAX_ENTRIES = 4096  # shapes seen by one process; beyond this the oldest half is dropped
+_MAX_ENTRIES = 4096  # shapes seen by one process; beyond this the cache starts again
 _PLANS: dict = {}
+_LOCK = threading.Lock()  # writers and eviction (threads, free-threaded CPython)
 
 
 class Choice(NamedTuple):
@@ -25,16 +28,18 @@ class Choice(NamedTuple):
     details: dict  # the predictor's terms (passes, bytes, flops, ...)
 
 
-# Callables run by clear_cache: the operations' own per-signature caches of planner choices.
-clear_hooks: list = []
-
-
 def clear_cache() -> None:
-    _PLANS.clear()
-    for hook in clear_hooks:
-        hook()
+    """Forget every cached plan and every operation's per-signature choice."""
+    _signatures.changed()
 
 
+def _drop_plans() -> None:
+    global _PLANS
+    with _LOCK:
+        _PLANS = {}
+
+
+_signatures.on_change(_drop_plans)
 _registry._listeners.append(clear_cache)
 
 
@@ -89,10 +94,7 @@ def plan(op, *shapes, dtype="float64", device="cpu", algorithm=None, **options):
     hit = _PLANS.get(key)
     if hit is None:
         hit = _plan_uncached(op, key[1], dtype, device, algorithm, options)
-        if len(_PLANS) >= _MAX_ENTRIES:
-            for k in list(_PLANS)[: _MAX_ENTRIES // 2]:
-                del _PLANS[k]
-        _PLANS[key] = hit
+        _store(key, hit)
     return list(hit)
 
 
@@ -117,10 +119,17 @@ def record(op, *shapes, times, dtype="float64", device="cpu", **options) -> list
         raise ValueError(f"times: {unknown} are not candidates of {op} ({sorted(known)})")
     ranked = tuple(sorted((Choice(name, float(sec), {"measured": True})
                            for name, sec in times.items()), key=lambda ch: ch.seconds))
-    _PLANS[key] = ranked
-    for hook in clear_hooks:  # the operations' per-signature caches hold the earlier choice
-        hook()
+    _signatures.changed()  # the operations' fast paths hold the earlier choice
+    _store(key, ranked)
     return list(ranked)
+
+
+def _store(key, ranked) -> None:
+    global _PLANS
+    with _LOCK:
+        if len(_PLANS) >= _MAX_ENTRIES:
+            _PLANS = {}
+        _PLANS[key] = ranked
 
 
 def _plan_uncached(op, shapes, dtype, device, algorithm, options):

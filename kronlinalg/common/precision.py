@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import os
+from . import config, signatures
 
 MODES = ("tf32x3", "ieee")  # the C entry points' order (kl_*_float32_mode)
 
@@ -14,7 +14,7 @@ class Float32Precision:
 
     def __init__(self, ext, env):
         self._ext = ext
-        self._host = "ieee" if os.environ.get(env) == "ffma" else "tf32x3"
+        self._host = "ieee" if config.get(env) == "ffma" else "tf32x3"
 
     def __call__(self, precision=None) -> str:
         prev = MODES[self._ext.float32_mode()] if self._ext is not None else self._host
@@ -26,7 +26,5 @@ class Float32Precision:
             self._ext.float32_mode(MODES.index(precision))
         self._host = precision
         if precision != prev:  # the planner's cached choices follow the mode
-            from . import planner
-
-            planner.clear_cache()
+            signatures.changed()
         return prev

@@ -14,11 +14,11 @@ import warnings
 
 import numpy as np
 
-from . import _cublaslt
+from . import cublaslt as _cublaslt
 
 # cudaDataType and cublasComputeType_t values (cuBLAS 11+ headers)
 _DATA_TYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}
-ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}  # bytes per element
+from ..common.dtypes import ITEMSIZE
 _COMPUTE_32F, _COMPUTE_64F = 68, 70
 _GEMM_DEFAULT = -1
 # alpha = 1, beta = 0 on the host, in the compute type (float32 for the half types)

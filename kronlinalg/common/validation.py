@@ -8,9 +8,9 @@ import sys
 import array_api_compat
 import numpy as np
 
-from . import _backend
+from . import backend as _backend
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+from .dtypes import FLOAT as FLOAT_DTYPES
 
 
 # Array types whose namespace depends on the type alone (the per-call hot path looks it up here).

@@ -31,7 +31,8 @@ import warnings
 
 import numpy as np
 
-from . import _gemm_cache
+from ..common import config
+from . import gemm_cache as _gemm_cache
 
 _LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 # cublasLt.h enumerators
@@ -68,12 +69,12 @@ _FORCED = [0]  # > 0 inside tuning(): every signature is tuned
 
 
 def enabled() -> bool:
-    return os.environ.get("KRONLINALG_GEMM_TUNE", "1") != "0" and _library() is not None
+    return config.get("KRONLINALG_GEMM_TUNE") != "0" and _library() is not None
 
 
 def wanted(packed: bool) -> bool:
     """Whether a call's untuned GEMM signatures are tuned now."""
-    return packed or _FORCED[0] > 0 or os.environ.get("KRONLINALG_GEMM_TUNE") == "all"
+    return packed or _FORCED[0] > 0 or config.get("KRONLINALG_GEMM_TUNE") == "all"
 
 
 @contextlib.contextmanager
@@ -423,17 +424,14 @@ def tune(sig, call, default, *, wide: bool, device: int, stream: int, rounds=7):
 def search_steps() -> int:
     """Neighbourhood-search steps beyond the heuristic's candidates (KRONLINALG_GEMM_SEARCH,
     default SEARCH_STEPS; 0: the heuristic's list only)."""
-    value = os.environ.get("KRONLINALG_GEMM_SEARCH", "")
+    value = config.get("KRONLINALG_GEMM_SEARCH")
     return int(value) if value.isdigit() else SEARCH_STEPS
 
 
 def search_budget() -> float:
     """Seconds of host time the search may spend trying configurations per GEMM signature
     (KRONLINALG_GEMM_SEARCH_BUDGET, default SEARCH_BUDGET_S)."""
-    try:
-        return max(0.0, float(os.environ.get("KRONLINALG_GEMM_SEARCH_BUDGET", SEARCH_BUDGET_S)))
-    except ValueError:
-        return SEARCH_BUDGET_S
+    return max(0.0, float(config.get("KRONLINALG_GEMM_SEARCH_BUDGET")))
 
 
 @functools.cache

@@ -14,12 +14,14 @@ import json
 import os
 import tempfile
 
+from ..common import config
+
 _LOADED: dict = {}  # path -> {key: entry}
 
 
 def path():
     """The cache file, or None (no cache)."""
-    return os.environ.get("KRONLINALG_GEMM_CACHE") or None
+    return config.get("KRONLINALG_GEMM_CACHE") or None
 
 
 def _read(file: str) -> dict:

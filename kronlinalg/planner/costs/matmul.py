@@ -8,7 +8,7 @@ import math
 from ._roofline import roofline
 from ._registry import Candidate, register, register_op
 
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 
 def normalise(shapes, options) -> dict:

@@ -12,6 +12,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from ..common import config
+
 __all__ = ["cache_dir", "cache_path", "load", "store", "SCHEMA"]
 
 # Bump when the meaning of a stored field changes: older files are then ignored, not misread.
@@ -19,7 +21,7 @@ SCHEMA = 1
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("KRONLINALG_CACHE_DIR")
+    env = config.get("KRONLINALG_CACHE_DIR")
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")

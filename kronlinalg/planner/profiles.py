@@ -19,7 +19,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-from . import _cache
+from . import profile_cache as _cache
 
 __all__ = ["DeviceProfile", "KNOWN_GPUS", "profile_for", "resolve_device", "invalidate",
            "cpu_key", "gpu_identity"]
@@ -295,7 +295,7 @@ def resolve_device(device) -> str:
                          f"{sorted(KNOWN_GPUS)}, got {device!r}")
     if isinstance(device, int) and not isinstance(device, bool):
         return f"cuda:{device}"
-    from .. import _backend
+    from ..common import backend as _backend
 
     if _backend.is_cupy(device):
         return f"cuda:{device.device.id}"

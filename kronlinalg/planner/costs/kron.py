@@ -20,7 +20,7 @@ from ._registry import Candidate, register, register_op
 
 __all__ = ["normalise", "terms", "coefficients", "kron_flops", "DEFAULT_COEF", "FAMILIES"]
 
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 
 def normalise(shapes, options) -> dict:

@@ -1,0 +1,101 @@
+"""Every run-time knob of kronlinalg, in one table: name, type, default and what it does.
+
+Python code reads a knob only through :func:`get` (never ``os.environ``); the C++ kernels read
+theirs through ``kernels/common/knobs.hpp``.  Both kinds are listed here, so this table is the
+whole list.  Knobs are read when they are used (not cached at import), so a test or a session
+can change one with ``os.environ`` and see its effect on the next call.
+
+    >>> from kronlinalg.common import config
+    >>> config.get("KRONLINALG_GEMM_TUNE")
+    '1'
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["Knob", "KNOBS", "get", "describe"]
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    type: type  # str, int or float: what get() returns
+    default: object
+    doc: str
+    reader: str = "python"  # "python" (read by kronlinalg/) or "c++" (kernels/common/knobs.hpp)
+
+
+KNOBS: dict = {k.name: k for k in (
+    # --- caches and tuning (Python) ---
+    Knob("KRONLINALG_CACHE_DIR", str, "",
+         "directory of the per-device calibration profiles (default $XDG_CACHE_HOME/kronlinalg "
+         "or ~/.cache/kronlinalg)"),
+    Knob("KRONLINALG_GEMM_TUNE", str, "1",
+         "cuBLASLt algorithm tuning of packed weights' GEMMs: 1 on, 0 off, 'all' also unpacked "
+         "calls"),
+    Knob("KRONLINALG_GEMM_SEARCH", str, "",
+         "'0' keeps the GEMM tuning to cuBLASLt's heuristic list (no neighbour search)"),
+    Knob("KRONLINALG_GEMM_SEARCH_BUDGET", float, 0.15,
+         "seconds the GEMM tuning may spend searching per GEMM"),
+    Knob("KRONLINALG_GEMM_CACHE", str, "",
+         "JSON file keeping the tuned GEMM choices across processes (per device and cuBLASLt "
+         "version)"),
+    Knob("KRONLINALG_TEST_SEED", int, 0,
+         "tests: the seed of the per-test random generator (0: a fresh one, reported on failure)"),
+    # --- float32 modes (read by Python and by C++ at the first use) ---
+    Knob("KRONLINALG_KRON_FP32", str, "",
+         "'ffma': kron_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default (not 3xTF32)",
+         "both"),
+    Knob("KRONLINALG_KS_FP32", str, "",
+         "'ffma': structured_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default", "both"),
+    # --- kernel tuning switches (C++, for comparisons and sweeps) ---
+    Knob("KRONLINALG_KRON_NATURAL", int, 1,
+         "0 turns off kron's natural-order tensor-core kernel", "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_T", int, 0, "natural kernel: lines per line tile (0: planned)",
+         "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_TI", int, 0, "natural kernel: i per column tile (0: planned)",
+         "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_TI_MIN", int, 8, "natural kernel: narrowest column tile, 8 or 4",
+         "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_WARPS", int, 0, "natural kernel: warps per block, 4 or 8",
+         "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_STAGES", int, 0, "natural kernel: load buffers, 2 or 3", "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_RING", int, 1, "0 turns off the ring form of the natural kernel",
+         "c++"),
+    Knob("KRONLINALG_KRON_NATURAL_RING_TI", int, -1,
+         "ring kernel column tiles: 16 or 32 i; 0 only groups that fit no other kernel", "c++"),
+    Knob("KRONLINALG_KRON_CLUSTER", int, 0,
+         "1 enables kron's 16-block cluster kernel for six 8x8 float32 factors (sm_90)", "c++"),
+    Knob("KRONLINALG_KS_KT", int, -1,
+         "structured kernel: 1 always, 0 never reads K transposed (unset: the launcher decides)",
+         "c++"),
+    Knob("KRONLINALG_KS_TILES", str, "", "'narrow' keeps the structured kernel's 8-warp tiles",
+         "c++"),
+    Knob("KRONLINALG_KS_WGMMA", int, -1,
+         "structured kernel: 1 always, 0 never takes the wgmma form (unset: the launcher decides)",
+         "c++"),
+    Knob("KRONLINALG_KS_NATURAL", int, -1,
+         "structured kernel: 1 always, 0 never takes the natural-order form", "c++"),
+)}
+
+
+def get(name: str):
+    """The knob's value from the environment, converted to its type (the default when unset,
+    empty or not convertible)."""
+    knob = KNOBS[name]  # KeyError: a knob that is not in the table is a bug
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return knob.default
+    try:
+        return knob.type(raw)
+    except ValueError:
+        return knob.default
+
+
+def describe() -> str:
+    """The table as text (``python -c "from kronlinalg.common import config; print(config.describe())"``)."""
+    width = max(map(len, KNOBS))
+    return "\n".join(f"{k.name.ljust(width)}  {k.reader:6}  default {k.default!r}: {k.doc}"
+                     for k in KNOBS.values())

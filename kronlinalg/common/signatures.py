@@ -1,0 +1,86 @@
+"""Per-signature caches for the operations' per-call fast paths.
+
+Tiny products are host-bound: validating a call and asking the planner costs more than the
+kernel.  A call whose signature (library, shapes, strides, dtypes, devices and the options
+that matter) was validated, planned and launched before can go straight to the launch with
+what the first call found.  Planner changes (calibration, new coefficients) clear every cache.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import backend as _backend
+
+_listeners: list = []  # run by changed(): the planner's plan cache and every SignatureCache
+_lock = threading.Lock()
+
+
+def on_change(fn) -> None:
+    """Run fn() whenever what a cached choice depends on changes (changed())."""
+    with _lock:
+        _listeners.append(fn)
+
+
+def changed() -> None:
+    """Drop every cached choice: the planner's plans and the operations' fast paths (a new
+    calibration, new coefficients, another float32 mode, a measured plan)."""
+    with _lock:
+        listeners = list(_listeners)
+    for fn in listeners:
+        fn()
+
+
+class SignatureCache:
+    """signature -> what the full path found for it; bounded, cleared by changed().
+
+    Safe under threads without relying on the GIL: writers and the eviction hold a lock; a
+    reader sees an entry or None (a dict read of one key is atomic in CPython and the
+    free-threaded build alike)."""
+
+    def __init__(self, limit: int = 4096):
+        self.limit = limit
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+        on_change(self.clear)
+
+    def get(self, key):
+        return self._entries.get(key)
+
+    def remember(self, key, entry) -> None:
+        with self._lock:
+            if len(self._entries) >= self.limit:
+                self._entries = {}
+            self._entries[key] = entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def arrays_signature(arrays, host: bool):
+    """Tuple of the arrays' keys, all CUDA arrays (_backend.cuda_array_key) or, with host=True,
+    all NumPy arrays (_backend.host_array_key); None for any other mix (the full path)."""
+    it = iter(arrays)
+    first = next(it, None)
+    if first is None:
+        return None
+    array_key = _backend.cuda_array_key
+    k = array_key(first)
+    if k is None:
+        if not host:
+            return None
+        array_key = _backend.host_array_key
+        k = array_key(first)
+        if k is None:
+            return None
+    keys = [k]
+    for a in it:
+        k = array_key(a)
+        if k is None:
+            return None
+        keys.append(k)
+    return tuple(keys)
