@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import array_api_compat
 import numpy as np
 
-from . import _backend, _precision, _validation
-from ._ext import kron_cpu, kron_cuda
-from ._signatures import SignatureCache, arrays_signature
+from ._ext import load
+from .common import backend as _backend, precision as _precision, validation as _validation
+from .common.signatures import SignatureCache, arrays_signature
 
 __all__ = ["kron", "kron_matmul", "float32_precision"]
 
 ALGORITHMS = ("auto", "sliced", "shuffle")
+kron_cpu, kron_cuda = load("kron_cpu"), load("kron_cuda")
 _KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # kron.h codes
 
 

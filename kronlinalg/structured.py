@@ -33,15 +33,17 @@ from dataclasses import dataclass
 import array_api_compat
 import numpy as np
 
-from . import _backend, _cublas, _cublaslt, _precision, _validation
-from ._signatures import SignatureCache, arrays_signature
-from ._ext import ks_cpu, ks_cuda
+from .common import backend as _backend, precision as _precision, validation as _validation
+from .common.signatures import SignatureCache, arrays_signature
+from .vendor import cublas as _cublas, cublaslt as _cublaslt
+from ._ext import load
 
 __all__ = ["KSFactor", "KSChain", "KSPacked", "structured_matmul", "tune", "float32_precision",
            "butterfly", "block_butterfly", "monarch", "low_rank", "block_diagonal"]
 
 ALGORITHMS = ("auto", "kernel", "strided", "block_dense", "bmm", "dense")
 LAYOUTS = ("batch_first", "batch_last")
+ks_cpu, ks_cuda = load("structured_cpu"), load("structured_cuda")
 _KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 _ITEMSIZE = _cublas.ITEMSIZE
 
@@ -671,7 +673,7 @@ def _run_cuda(spec: _Spec, want_recipe=False):
         raise RuntimeError(
             "structured_matmul: got a CUDA array, but kronlinalg was built without CUDA "
             "(reinstall with nvcc on PATH, or -Csetup-args=-Dcuda=enabled)")
-    from ._ext import kron_cuda
+    kron_cuda = load("kron_cuda")
 
     xp, cdt = spec.xp, spec.compute_dtype
     if cdt not in ("float32", "float16", "bfloat16"):

@@ -1,27 +1,17 @@
-"""Compiled kernels.  `cuda` is None when the package was built without CUDA."""
-from . import _kron_cpu as kron_cpu
+"""Compiled kernels, one extension per operation and device: ``_<op>_cpu``, ``_<op>_cuda``.
 
-try:
-    from . import _kron_cuda as kron_cuda
-except ImportError:  # built without nvcc
-    kron_cuda = None
+``load("kron_cuda")`` is the extension, or None when this build lacks it (no nvcc at build
+time); the operations keep what they load as module attributes.
+"""
 
-__all__ = ["kron_cpu", "kron_cuda"]
+import importlib
 
-try:
-    from . import _ks_cpu as ks_cpu
-except ImportError:  # a checkout built before the structured kernels existed
-    ks_cpu = None
-try:
-    from . import _ks_cuda as ks_cuda
-except ImportError:  # built without nvcc
-    ks_cuda = None
+__all__ = ["load"]
 
-__all__ += ["ks_cpu", "ks_cuda"]
 
-try:
-    from . import _probe_cuda as probe_cuda
-except ImportError:  # built without nvcc
-    probe_cuda = None
-
-__all__ += ["probe_cuda"]
+def load(name: str):
+    """The extension module ``_<name>`` (e.g. "kron_cpu"), or None when it was not built."""
+    try:
+        return importlib.import_module(f"._{name}", __name__)
+    except ImportError:
+        return None

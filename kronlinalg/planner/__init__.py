@@ -12,15 +12,15 @@ Candidates are data (`Candidate`, `register`); predictions combine KAMI's cycle 
 (`_profiles`, refined by `calibrate()` and cached per device).
 """
 
-from . import _kron, _matmul  # noqa: F401  (registers the operations' candidates)
-from ._kron import kron_flops
-from ._calibrate import calibrate
-from ._kami import kami, kami_1d, kami_2d, kami_3d, kami_params
-from ._msmes import msmes_level, msmes_time
-from ._plan import Choice, choose, clear_cache, explain, plan, record
-from ._profiles import KNOWN_GPUS, DeviceProfile, profile_for
-from ._registry import Candidate, Problem, candidates, register, register_op
-from ._roofline import roofline
+from .calibration import calibrate
+from .kami import kami, kami_1d, kami_2d, kami_3d, kami_params
+from .msmes import msmes_level, msmes_time
+from .ranking import Choice, choose, clear_cache, explain, plan, record
+from .profiles import KNOWN_GPUS, DeviceProfile, profile_for
+from .registry import Candidate, Problem, candidates, register, register_op
+from .roofline import roofline
+from .costs import kron as _kron_costs, matmul as _matmul_costs  # noqa: F401  (registration)
+from .costs.kron import kron_flops
 
 __all__ = ["plan", "explain", "choose", "calibrate", "Candidate", "Choice", "Problem",
            "register", "register_op", "candidates", "DeviceProfile", "KNOWN_GPUS",

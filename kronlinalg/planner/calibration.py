@@ -100,7 +100,9 @@ def _measure_cpu(quick: bool) -> dict:
 def _measure_gpu(dev: str, quick: bool) -> dict:
     import cupy
 
-    from .._ext import probe_cuda
+    from .._ext import load
+
+    probe_cuda = load("probe_cuda")
 
     index = int(dev.split(":")[1])
     with cupy.cuda.Device(index):

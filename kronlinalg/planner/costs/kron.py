@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 
-from ._registry import Candidate, register, register_op
+from ..registry import Candidate, register, register_op
 
 __all__ = ["normalise", "terms", "coefficients", "kron_flops", "DEFAULT_COEF", "FAMILIES"]
 
@@ -100,7 +100,9 @@ def _cpu_passes(factors, M, s_e):
     """The CPU kernel's passes, as lists of factor indices (applied last first), as the kernel
     plans them (kron_cpu.pass_counts: its grouping depends on the row length each pass sees, so
     sub-problems do not recover it)."""
-    from .._ext import kron_cpu
+    from ..._ext import load
+
+    kron_cpu = load("kron_cpu")
 
     dt = 0 if s_e == 4 else 1
     counts = kron_cpu.pass_counts(1, M, [(1, p, q, q, 1) for p, q in factors], dt)
@@ -230,7 +232,7 @@ def _cuda_flops(prof, dtype, factors):
     simt = _simt_flops(prof, dtype)
     if dtype != "float32" or any(p % 8 or q < 16 for p, q in factors):
         return simt
-    from ..kron import float32_precision
+    from ...kron import float32_precision
 
     if float32_precision() != "tf32x3":
         return simt
@@ -241,7 +243,9 @@ def _cuda_plan(problem):
     """(passes, fused) of the compiled CUDA plan.  The fused kernels say how they group the
     factors (kron_cuda.config); without them (or without a GPU to ask) it is one launch per
     factor, the unfused kernel."""
-    from .._ext import kron_cuda
+    from ..._ext import load
+
+    kron_cuda = load("kron_cuda")
 
     info = problem.info
     n = len(info["factors"])
@@ -356,7 +360,7 @@ def _predictor(family):
 
 def _runner(name):
     def run(x, factors, /, **options):
-        from ..kron import kron_matmul
+        from ...kron import kron_matmul
 
         return kron_matmul(x, factors, algorithm=name, **options)
 
@@ -368,7 +372,9 @@ def _kernel_dtype(problem):
 
 
 def _cuda_built(problem):
-    from .._ext import kron_cuda
+    from ..._ext import load
+
+    kron_cuda = load("kron_cuda")
 
     return kron_cuda is not None or not problem.device.startswith("cuda:")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from ._roofline import roofline
-from ._registry import Candidate, register, register_op
+from ..roofline import roofline
+from ..registry import Candidate, register, register_op
 
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-sparse kernel: pointers, pattern, strides in; status out."""
-from .ks_abi cimport fill_problem, kl_ks_matmul_cpu, kl_ks_problem, kl_last_error
+from .structured_abi cimport fill_problem, kl_ks_matmul_cpu, kl_ks_problem, kl_last_error
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=0):

@@ -2,7 +2,7 @@
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
 from libc.stdint cimport int64_t, uintptr_t
 
-from .ks_abi cimport (fill_problem, kl_ks_dense_slabs_cuda, kl_ks_float32_mode,
+from .structured_abi cimport (fill_problem, kl_ks_dense_slabs_cuda, kl_ks_float32_mode,
                       kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
                       kl_ks_transpose_values_cuda, kl_last_error)
 

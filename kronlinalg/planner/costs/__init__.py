@@ -1,0 +1,1 @@
+"""Cost files: one per operation (its normaliser, terms and predictors)."""
