@@ -6,6 +6,7 @@
     (3, 20)
 """
 
+from . import _source_guard  # noqa: F401  (the source tree alone: one clear ImportError)
 from ._namespace import namespace
 from .kron import kron, kron_matmul
 from .planner import calibrate, explain, plan

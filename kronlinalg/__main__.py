@@ -1,4 +1,5 @@
-"""``python -m kronlinalg demo``: the main job, on the GPU when there is one."""
+"""The ``kronlinalg`` command (also ``python -m kronlinalg``): ``kronlinalg demo`` runs the main
+job, on the GPU when there is one."""
 
 import argparse
 import sys
@@ -7,7 +8,7 @@ from . import demo
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kronlinalg")
+    parser = argparse.ArgumentParser(prog="kronlinalg")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="CG solves with a Kronecker-structured GP kernel matrix")
     demo.add_arguments(d)
