@@ -50,7 +50,8 @@ def dtype_name(dtype) -> str:
     try:
         return _dtype_names[key]
     except (KeyError, TypeError):
-        name = str(dtype).rsplit(".", 1)[-1]
+        # NumPy dtypes by name: a big-endian float64 is 'float64' (to_numpy converts its data)
+        name = dtype.name if isinstance(dtype, np.dtype) else str(dtype).rsplit(".", 1)[-1]
         try:
             _dtype_names[key] = name
         except TypeError:  # unhashable dtype object
@@ -86,15 +87,75 @@ def host_address(a: np.ndarray) -> int:
 
 
 def to_numpy(a) -> np.ndarray:
-    """Zero-copy host view of a CPU array from any DLPack-capable library."""
+    """Host view of a CPU array from any DLPack-capable library, ready for the kernels: zero-copy
+    unless its layout is one the kernels cannot walk (byte strides that are not a multiple of
+    the itemsize, e.g. a field of a NumPy structured array, or an unaligned address) or whose
+    byte order is not the machine's: such an array is copied into a C-contiguous native one
+    (see :func:`strides_ok`)."""
     if isinstance(a, np.ndarray):
-        return a
+        n = a
+    elif is_torch(a):
+        n = a.detach().numpy() if a.requires_grad else a.numpy()
+    else:
+        try:
+            n = np.from_dlpack(a)
+        except (TypeError, AttributeError, BufferError, RuntimeError):
+            n = np.asarray(a)
+    if n.dtype.isnative and (n.flags.aligned or strides_ok(n)):
+        return n
+    return np.ascontiguousarray(n, dtype=n.dtype.newbyteorder("="))
+
+
+class LayoutError(ValueError):
+    """An array whose memory the kernels cannot address in elements (byte strides that are not a
+    multiple of the itemsize, or an address not aligned to it).  to_numpy() and kernel_ready()
+    copy such arrays; reaching host_view()/device_view() with one is a bug of the caller."""
+
+
+def _byte_layout(a):
+    """(address, byte strides, itemsize) of a NumPy or CuPy array."""
+    if is_cupy(a):
+        return a.data.ptr, a.strides, a.itemsize
+    return host_address(a), a.strides, a.itemsize
+
+
+def strides_ok(a) -> bool:
+    """Whether a NumPy or CuPy array's address and byte strides are whole multiples of its
+    itemsize (dimensions of length 0 or 1 are never stepped along, so theirs do not count).
+    torch tensors have element strides: always True."""
     if is_torch(a):
-        return a.detach().numpy() if a.requires_grad else a.numpy()
-    try:
-        return np.from_dlpack(a)
-    except (TypeError, AttributeError, BufferError, RuntimeError):
-        return np.asarray(a)
+        return True
+    ptr, strides, item = _byte_layout(a)
+    if 0 in a.shape:
+        return True
+    if ptr % item:
+        return False
+    return all(s % item == 0 for s, n in zip(strides, a.shape) if n > 1)
+
+
+def kernel_ready(a):
+    """a itself where the kernels can address it in elements (see strides_ok), else a
+    C-contiguous copy in a's library and on a's device.  Cheap: call it on every kernel input."""
+    if isinstance(a, np.ndarray):
+        return to_numpy(a)
+    if is_cupy(a) and not strides_ok(a):
+        return _cupy().ascontiguousarray(a)
+    return a
+
+
+def _element_strides(a, strides, item) -> tuple:
+    out = []
+    for s, n in zip(strides, a.shape):
+        if s % item == 0:
+            out.append(s // item)
+        elif n <= 1:  # never stepped along
+            out.append(0)
+        else:
+            raise LayoutError(
+                f"array of shape {tuple(a.shape)} and dtype {a.dtype} has byte strides "
+                f"{tuple(strides)}, not multiples of its itemsize {item} (a field of a structured "
+                "array?): pass it through kernel_ready()/to_numpy() first, which copy it")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -107,15 +168,27 @@ class DeviceView:
 
 
 def device_view(a) -> DeviceView:
+    """Pointer, shape and element strides of a CUDA array; LayoutError (a ValueError) for a
+    CuPy array whose byte strides are not itemsize multiples (kernel_ready() copies those)."""
     if is_cupy(a):
         item = a.itemsize
-        return DeviceView(a.data.ptr, tuple(a.shape), tuple(s // item for s in a.strides))
+        ptr = a.data.ptr
+        if ptr % item and a.size > 1:
+            raise LayoutError(f"array of dtype {a.dtype} at an address not aligned to its "
+                              f"itemsize {item}: pass it through kernel_ready() first")
+        return DeviceView(ptr, tuple(a.shape), _element_strides(a, a.strides, item))
     return DeviceView(a.data_ptr(), tuple(a.shape), tuple(a.stride()))
 
 
 def host_view(a: np.ndarray) -> DeviceView:
+    """Pointer, shape and element strides of a NumPy array; LayoutError (a ValueError) where the
+    byte strides are not itemsize multiples (to_numpy() copies those)."""
     item = a.itemsize
-    return DeviceView(host_address(a), a.shape, tuple(s // item for s in a.strides))
+    strides = a.strides
+    for s in strides:
+        if s % item:
+            return DeviceView(host_address(a), a.shape, _element_strides(a, strides, item))
+    return DeviceView(host_address(a), a.shape, tuple(s // item for s in strides))
 
 
 def address_getter(a):

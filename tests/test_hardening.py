@@ -1,0 +1,133 @@
+"""Regression tests of issue 31: every input gives the right answer or a clear error.
+
+1. byte strides that are not a multiple of the itemsize (structured-array fields);
+2. process-wide caches under threads;
+3. out-of-memory inside the CPU kernels is a MemoryError, never an abort;
+4. the calibration cache: what is read is validated, what cannot be written stays in memory;
+6. clear errors for unusual arguments (byte order, side, alpha/beta, meta tensors, plan()).
+
+Public API only.  Crash-prone cases run in a subprocess, so a regression fails one test instead
+of killing the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import kronlinalg
+from kronlinalg import kron_matmul, structured_matmul
+from kronlinalg.structured import KSFactor
+
+from _helpers import assert_close, kron_matmul_ref, to_numpy
+from strategies import layout_view
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_python(code: str, timeout: float = 120, limit_as: int | None = None):
+    """Run `code` in a fresh interpreter (the tests' sys.path); (returncode, stdout, stderr).
+    limit_as caps its address space (bytes), so an allocation that cannot succeed fails fast."""
+    pre = f"import sys; sys.path.insert(0, {_TESTS!r})\n"
+    if limit_as is not None:
+        pre += (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit_as}, "
+                f"{limit_as}))\n")
+    proc = subprocess.run([sys.executable, "-c", pre + textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "2"})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. byte strides that are not a multiple of the itemsize
+
+
+def _view_or_skip(xp, a, layout):
+    v = layout_view(xp, a, layout)
+    if v is None:
+        pytest.skip(f"{xp.name} holds no arrays of layout {layout!r}")
+    return v
+
+
+@pytest.mark.parametrize("layout", ["bytes", "bytes_reversed"])
+@pytest.mark.parametrize("algorithm", ["auto", "sliced", "shuffle"])
+def test_kron_matmul_byte_strides(xp, rng, layout, algorithm):
+    x = rng.standard_normal((5, 12))
+    fs = [rng.standard_normal((3, 2)), rng.standard_normal((4, 5))]
+    xv = _view_or_skip(xp, x, layout)
+    fv = [_view_or_skip(xp, f, layout) for f in fs]
+    assert_close(kron_matmul(xv, fv, algorithm=algorithm), kron_matmul_ref(x, fs), xp, "float64")
+    # the example of the issue: a field of a record array, identity factors
+    rec = np.zeros(12, dtype=[("a", "f8"), ("b", "f4")])
+    rec["a"] = np.arange(12.0)
+    if xp.name == "numpy":
+        out = kron_matmul(rec["a"], [np.eye(3), np.eye(4)], algorithm=algorithm)
+        np.testing.assert_array_equal(out, np.arange(12.0))
+        out = kron_matmul(rec["a"][::-1], [np.eye(3), np.eye(4)], algorithm=algorithm)
+        np.testing.assert_array_equal(out, np.arange(12.0)[::-1])
+    # left products and y read through byte strides too
+    y = rng.standard_normal((12, 3))
+    xl = rng.standard_normal((10, 3))
+    got = kron_matmul(_view_or_skip(xp, xl, layout), fv, side="left", beta=0.5,
+                      y=_view_or_skip(xp, y, layout), algorithm=algorithm)
+    assert_close(got, kron_matmul_ref(xl, fs, side="left", beta=0.5, y=y), xp, "float64")
+
+
+@pytest.mark.parametrize("layout", ["bytes", "bytes_reversed"])
+@pytest.mark.parametrize("algorithm", ["auto", "kernel", "bmm", "dense"])
+@pytest.mark.parametrize("order", ["batch_first", "batch_last"])
+def test_structured_matmul_byte_strides(xp, rng, layout, algorithm, order):
+    patterns = [(2, 3, 2, 2), (1, 4, 2, 2)]
+    vals = [rng.standard_normal(p) for p in patterns]
+    dense = [KSFactor(p, v).to_dense() for p, v in zip(patterns, vals)]
+    chain = [KSFactor(p, _view_or_skip(xp, v, layout)) for p, v in zip(patterns, vals)]
+    n_in = dense[-1].shape[1]
+    if order == "batch_first":
+        x = rng.standard_normal((7, n_in))
+        ref = x @ (dense[0] @ dense[1]).T
+    else:
+        x = rng.standard_normal((n_in, 7))
+        ref = dense[0] @ dense[1] @ x
+    got = structured_matmul(_view_or_skip(xp, x, layout), chain, layout=order,
+                            algorithm=algorithm)
+    assert_close(got, ref, xp, "float64")
+
+
+def test_byte_strided_large_reversed_records_subprocess():
+    """A reversed view of a large record array segfaulted (reads before the array)."""
+    code = """
+    import numpy as np
+    from kronlinalg import kron_matmul, structured_matmul
+    from kronlinalg.structured import KSFactor
+    rec = np.zeros(1 << 20, dtype=[("a", "f8"), ("b", "f4")])
+    rec["a"] = np.arange(1 << 20)
+    x = rec[::-1]["a"].reshape(1024, 1024)
+    for alg in ("auto", "sliced"):
+        out = kron_matmul(x, [np.eye(32), np.eye(32)], algorithm=alg)
+        assert np.array_equal(out, np.asarray(x)), alg
+    vals = np.zeros(32 ** 3, dtype=[("a", "f8"), ("b", "f4")])[::-1]["a"].reshape(32, 32, 32, 1)
+    vals[...] = np.eye(32)[None, :, :, None]
+    for alg in ("auto", "kernel"):
+        out = structured_matmul(x, KSFactor((32, 32, 32, 1), vals), algorithm=alg)
+        assert np.array_equal(out, np.asarray(x)), alg
+    print("ok")
+    """
+    rc, out, err = run_python(code)
+    assert rc == 0 and "ok" in out, f"exit {rc}\n{err[-2000:]}"
+
+
+def test_byte_strided_inputs_are_not_modified(rng):
+    rec = np.zeros(12, dtype=[("a", "f8"), ("b", "f4")])
+    rec["a"] = rng.standard_normal(12)
+    rec["b"] = 7.0
+    before = rec.copy()
+    kron_matmul(rec["a"], [np.eye(3), np.eye(4)], algorithm="sliced")
+    np.testing.assert_array_equal(rec, before)
