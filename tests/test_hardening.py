@@ -131,3 +131,70 @@ def test_byte_strided_inputs_are_not_modified(rng):
     before = rec.copy()
     kron_matmul(rec["a"], [np.eye(3), np.eye(4)], algorithm="sliced")
     np.testing.assert_array_equal(rec, before)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. process-wide caches under threads: the plan cache and the per-signature fast paths evict
+# while other threads read and write them
+
+
+def _thread_shapes(t: int, i: int):
+    """A shape no other (thread, call) pair uses: x (b1, b2, P1·P2), factors (P1, Q1), (P2, Q2);
+    thread t fixes (P1, P2), call i the batch and the Q's (30·30·4·4 = 14,400 per thread)."""
+    p1, p2 = 1 + t // 4, 1 + t % 4
+    q2, i = 1 + i % 4, i // 4
+    q1, i = 1 + i % 4, i // 4
+    b2, b1 = 1 + i % 30, 1 + i // 30
+    return (b1, b2, p1 * p2), (p1, q1), (p2, q2)
+
+
+def _hammer(calls: int, threads: int = 8, op: str = "kron_matmul"):
+    """`threads` threads making `calls` calls each, a new shape per call: kron_matmul (or
+    structured_matmul) checked against NumPy, and plan(); returns (errors, wrong results)."""
+    errors, wrong = [], []
+    start = threading.Barrier(threads)
+
+    def work(t):
+        rng = np.random.default_rng(t)
+        start.wait()
+        for i in range(calls):
+            xs, f1s, f2s = _thread_shapes(t, i)
+            try:
+                if op == "kron_matmul":
+                    x, f1, f2 = (rng.standard_normal(s) for s in (xs, f1s, f2s))
+                    out = kron_matmul(x, [f1, f2])
+                    ref = x @ np.kron(f1, f2)
+                    plan = kronlinalg.plan("kron_matmul", xs, f1s, f2s)
+                else:  # one factor (1, Q1, P1·P2, 1) of a shape new to this call
+                    pattern = (1, f1s[1] * f2s[1], xs[-1], 1)
+                    x = rng.standard_normal(xs)
+                    factor = KSFactor(pattern, rng.standard_normal(pattern))
+                    out = structured_matmul(x, factor)
+                    ref = x @ factor.to_dense().T
+                    plan = kronlinalg.plan("structured_matmul", xs, pattern)
+                if not plan or out.shape != ref.shape or not np.allclose(out, ref, rtol=1e-10,
+                                                                         atol=1e-12):
+                    wrong.append((t, i, xs))
+            except Exception as exc:  # noqa: BLE001  (any escape is the failure we count)
+                errors.append((t, i, xs, repr(exc)))
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    return errors, wrong
+
+
+def test_threads_kron_matmul_and_plan_12000_calls_each():
+    """8 threads × 12,000 calls of kron_matmul and plan(), a new shape each (96,000 plans, far
+    past the plan cache's 4,096 entries): 0 exceptions, 0 wrong results."""
+    errors, wrong = _hammer(12_000)
+    assert not errors, f"{len(errors)} exceptions, first: {errors[:3]}"
+    assert not wrong, f"{len(wrong)} wrong results, first: {wrong[:3]}"
+
+
+def test_threads_structured_matmul_and_plan():
+    errors, wrong = _hammer(1_500, op="structured_matmul")
+    assert not errors, f"{len(errors)} exceptions, first: {errors[:3]}"
+    assert not wrong, f"{len(wrong)} wrong results, first: {wrong[:3]}"
