@@ -126,7 +126,7 @@ step_calibrate() {
 }
 
 step_demo() {
-  timeout 120 python -m kronlinalg demo 2>&1 | tee "$OUT/demo_gpu.txt"
+  timeout 120 kronlinalg demo 2>&1 | tee "$OUT/demo_gpu.txt"
 }
 
 step_kron() {
