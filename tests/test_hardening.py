@@ -198,3 +198,38 @@ def test_threads_structured_matmul_and_plan():
     errors, wrong = _hammer(1_500, op="structured_matmul")
     assert not errors, f"{len(errors)} exceptions, first: {errors[:3]}"
     assert not wrong, f"{len(wrong)} wrong results, first: {wrong[:3]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. out of host memory inside the CPU kernels: MemoryError naming the operation and the bytes,
+# never SIGABRT (the tile buffers were allocated inside an OpenMP region, where an exception
+# terminates the process).  The subprocess's address space is capped, so the allocations fail
+# at once instead of swapping.
+
+_OOM_CALLS = {
+    # the issue's example: a 2 GB packed factor fits under the cap, the per-thread tile
+    # buffers (allocated inside the parallel region) do not
+    "kron_matmul": """
+        x = np.broadcast_to(1.0, (2**28,))
+        f = np.broadcast_to(1.0, (2**28, 1))
+        kron_matmul(x, [f], algorithm="sliced")
+    """,
+    "structured_matmul": """
+        v = np.broadcast_to(1.0, (1, 2**16, 2**15, 1))
+        x = np.broadcast_to(1.0, (3, 2**15))
+        structured_matmul(x, KSFactor((1, 2**16, 2**15, 1), v), algorithm="kernel")
+    """,
+}
+
+
+@pytest.mark.parametrize("op", sorted(_OOM_CALLS))
+def test_cpu_out_of_memory_is_a_memory_error(op):
+    code = "import numpy as np\nfrom kronlinalg import kron_matmul, structured_matmul\n" \
+           "from kronlinalg.structured import KSFactor\ntry:\n" + \
+           textwrap.indent(textwrap.dedent(_OOM_CALLS[op]), "    ") + \
+           "    print('no error')\nexcept MemoryError as exc:\n    print('MemoryError:', exc)\n"
+    rc, out, err = run_python(code, limit_as=4 << 30)
+    assert rc == 0, f"the interpreter died (exit {rc}):\n{err[-2000:]}"
+    assert "MemoryError:" in out, out + err[-2000:]
+    msg = out.split("MemoryError:", 1)[1]
+    assert op in msg and "bytes" in msg, msg

@@ -8,6 +8,7 @@
 // SIMD lane, so every step is a plain broadcast-FMA over lanes whatever P and Q are: no shuffles,
 // no masks, no dependence on P being a multiple of the vector width.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +56,7 @@ template <class T>
 static std::vector<T> pack_factor(const T *f, int64_t P, int64_t Q, int64_t rs, int64_t cs) {
   const int qb = columns_per_block(Q);
   const int64_t nb = (Q + qb - 1) / qb;
+  note_alloc(size_t(nb * P * qb) * sizeof(T), "a packed factor");
   std::vector<T> out(size_t(nb * P * qb), T(0));
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t p = 0; p < P; ++p)
@@ -303,12 +305,22 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   for (int64_t s = 0, size = a.Bin; s < a.nsteps; size = size / a.P[s] * a.Q[s], ++s)
     flops += 2.0 * double(size) * double(a.Q[s]);
   const int threads = cpu_threads(num_threads, flops * double(ntiles) * LW);
+  // Each thread's tile buffers are allocated inside the region (they are thread_local and kept
+  // across calls); an exception must not leave an OpenMP region (std::terminate), so a thread
+  // that cannot get its buffers says so here and every thread skips the remaining tiles.
+  std::atomic<bool> no_memory{false};
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    V *buf0 = tile_buffer<V>(0, size_t(a.maxblock));
-    V *buf1 = tile_buffer<V>(1, size_t(a.maxblock));
+    V *buf0 = nullptr, *buf1 = nullptr;
+    try {
+      buf0 = tile_buffer<V>(0, size_t(a.maxblock));
+      buf1 = tile_buffer<V>(1, size_t(a.maxblock));
+    } catch (const std::bad_alloc &) {
+      no_memory.store(true, std::memory_order_relaxed);
+    }
 #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < ntiles; ++tile) {
+      if (no_memory.load(std::memory_order_relaxed)) continue;
       const int64_t c = tile % map.chunks, ab = tile / map.chunks;
       const int64_t ib = ab % map.b.n, ia = ab / map.b.n;
       const int64_t f0 = c * LW;
@@ -330,6 +342,10 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
     _mm_sfence();  // order this thread's streaming stores before the pass ends
 #endif
   }
+  if (no_memory.load()) {
+    note_alloc(2 * size_t(a.maxblock) * sizeof(V), "each thread's two tile buffers");
+    throw std::bad_alloc();
+  }
 }
 
 // Outputs beyond this many bytes are written with streaming stores (far past L2, near L3 size).
@@ -349,7 +365,10 @@ static int kron_matmul(const kl_kron_problem *p, int num_threads) {
   const bool row_layout = p->y_es == 1 || p->m2 == 1;
   int64_t scratch = 0;
   for (size_t g = 0; g + 1 < passes.size(); ++g) scratch = std::max(scratch, passes[g].len_out);
-  ScratchLease lease(passes.size() > 1 ? size_t(scratch * M) * sizeof(T) * (passes.size() > 2 ? 2 : 1) : 0);
+  const size_t scratch_bytes =
+      passes.size() > 1 ? size_t(scratch * M) * sizeof(T) * (passes.size() > 2 ? 2 : 1) : 0;
+  note_alloc(scratch_bytes, "intermediates between passes");
+  ScratchLease lease(scratch_bytes);
   T *tmp[2] = {static_cast<T *>(lease.data()), static_cast<T *>(lease.data()) + scratch * M};
 
   const T *in = static_cast<const T *>(p->x);
@@ -417,7 +436,7 @@ int kron_matmul_entry(const kl_kron_problem *p, int dtype, int num_threads) {
     if (dtype == KL_FLOAT64) return kron_matmul<double>(p, num_threads);
     return fail(KL_ERR_INVALID, "kron_matmul_cpu: unsupported dtype");
   } catch (const std::bad_alloc &) {
-    return fail(KL_ERR_ALLOC, "kron_matmul_cpu: out of host memory for intermediates");
+    return fail_alloc("kron_matmul");
   }
 }
 

@@ -22,6 +22,7 @@
 //   K is packed once per call in tiles of NV vectors of one residue, each tile's (l, t) panel
 //   contiguous, zero past b·d.
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -290,7 +291,9 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
   // Kp[((i·D + e)·ntile + tile)·c + l][t] (zero vectors past b·d)
   const int64_t ntile = cdiv(nkp, kVecs);
   const size_t kp_elems = size_t(a * D * ntile * c * kVecs) * LW;
+  note_alloc(kp_elems * sizeof(T), "the packed factor");
   ScratchLease lease(kp_elems * sizeof(T));
+  std::atomic<bool> no_memory{false};
   T *Kp = static_cast<T *>(lease.data());
   std::vector<Expander<T>> expand;
   for (int64_t e = 0; e < D && !bcast; ++e) expand.emplace_back(d, e);
@@ -320,9 +323,14 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
     }
 
     V *ebuf = nullptr;
-    if (!bcast) ebuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kRows * kc), std::align_val_t(64)));
+    try {  // an exception must not leave the OpenMP region: flag it, skip the tasks
+      if (!bcast) ebuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kRows * kc), std::align_val_t(64)));
+    } catch (const std::bad_alloc &) {
+      no_memory.store(true, std::memory_order_relaxed);
+    }
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < ntasks; ++task) {
+      if (no_memory.load(std::memory_order_relaxed)) continue;
       const int64_t ks = task % ksplit, rest = task / ksplit;
       const int64_t chunk = rest % nchunks, i = rest / nchunks;
       const int64_t n0 = chunk * nc, n1 = std::min(B, n0 + nc);
@@ -401,6 +409,10 @@ static int ks_batch_first(const kl_ks_problem *p, int num_threads) {
     }
     ::operator delete(ebuf, std::align_val_t(64));
   }
+  if (no_memory.load()) {
+    note_alloc(sizeof(V) * size_t(kRows * kc), "each thread's operand buffer");
+    throw std::bad_alloc();
+  }
   return KL_OK;
 }
 
@@ -430,7 +442,9 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
   // K packed per (i, j) in tiles of kRows k, each tile's (l, r) micro-panel contiguous
   const int64_t ntile = cdiv(b, kRows);
   const size_t kp_elems = size_t(a * d * ntile * c * kRows);
+  note_alloc(kp_elems * sizeof(T), "the packed factor");
   ScratchLease lease(kp_elems * sizeof(T));
+  std::atomic<bool> no_memory{false};
   T *Kp = static_cast<T *>(lease.data());
 
   static constexpr auto table = bl_table<T>(std::make_index_sequence<kRows * kVecs>{});
@@ -448,10 +462,16 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
       }
     }
 
-    V *xbuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kc * kVecs), std::align_val_t(64)));
+    V *xbuf = nullptr;
+    try {  // an exception must not leave the OpenMP region: flag it, skip the tasks
+      xbuf = static_cast<V *>(::operator new(sizeof(V) * size_t(kc * kVecs), std::align_val_t(64)));
+    } catch (const std::bad_alloc &) {
+      no_memory.store(true, std::memory_order_relaxed);
+    }
     V ybuf[kRows * kVecs];  // output of the tile that holds the partial batch vector
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < ntasks; ++task) {
+      if (no_memory.load(std::memory_order_relaxed)) continue;
       const int64_t chunk = task % nchunks, ij = task / nchunks;
       const int64_t j = ij % d, i = ij / d;
       const int64_t v0 = chunk * wv, v1 = std::min(nvecs, v0 + wv);
@@ -506,6 +526,10 @@ static int ks_batch_last(const kl_ks_problem *p, int num_threads) {
     }
     ::operator delete(xbuf, std::align_val_t(64));
   }
+  if (no_memory.load()) {
+    note_alloc(sizeof(V) * size_t(kc * kVecs), "each thread's operand buffer");
+    throw std::bad_alloc();
+  }
   return KL_OK;
 }
 
@@ -520,7 +544,7 @@ int ks_matmul_entry(const kl_ks_problem *p, int dtype, int num_threads) {
       return first ? ks::ks_batch_first<double>(p, num_threads) : ks::ks_batch_last<double>(p, num_threads);
     return fail(KL_ERR_INVALID, "ks_matmul_cpu: unsupported dtype (float32 and float64 only)");
   } catch (const std::bad_alloc &) {
-    return fail(KL_ERR_ALLOC, "ks_matmul_cpu: out of host memory for the packed factor");
+    return fail_alloc("structured_matmul");
   }
 }
 

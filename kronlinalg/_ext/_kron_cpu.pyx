@@ -7,6 +7,15 @@ from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_k
                         kl_kron_problem, kl_last_error, pack_layout)
 
 
+cdef _raise(int status):
+    """A failed status as a Python exception: out of host memory (KL_ERR_ALLOC = 4) is a
+    MemoryError naming the operation and the bytes asked for; anything else a RuntimeError."""
+    msg = kl_last_error().decode()
+    if status == 4:
+        raise MemoryError(msg or "out of host memory")
+    raise RuntimeError(msg)
+
+
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
            int num_threads=0):
     """Run Y = alpha * X @ kron(F) + beta * Y in place on Y; raises RuntimeError on failure."""
@@ -16,7 +25,7 @@ def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)
     if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+        _raise(status)
 
 
 def passes(m1, m2, factors, int dtype, int max_fused=0):
@@ -57,4 +66,4 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)
     if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+        _raise(status)

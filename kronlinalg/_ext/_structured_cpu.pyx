@@ -3,6 +3,15 @@
 from .structured_abi cimport fill_problem, kl_ks_matmul_cpu, kl_ks_problem, kl_last_error
 
 
+cdef _raise(int status):
+    """A failed status as a Python exception: out of host memory (KL_ERR_ALLOC = 4) is a
+    MemoryError naming the operation and the bytes asked for; anything else a RuntimeError."""
+    msg = kl_last_error().decode()
+    if status == 4:
+        raise MemoryError(msg or "out of host memory")
+    raise RuntimeError(msg)
+
+
 def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=0):
     """One factor: Y = X Kᵀ (layout 0) or Y = K X (layout 1), written into y; RuntimeError on failure.
 
@@ -14,4 +23,4 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=
     with nogil:
         status = kl_ks_matmul_cpu(&c, dtype, num_threads)
     if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+        _raise(status)

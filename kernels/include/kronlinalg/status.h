@@ -20,9 +20,20 @@ const char *kl_last_error(void);
 #ifdef __cplusplus
 }
 
+#include <cstddef>
+
 namespace kl {
 /* Records msg for kl_last_error() and returns code; kernels use it to fail loudly. */
 int fail(int code, const char *msg);
+
+/* Out of host memory, told in bytes.  A kernel notes each large host allocation before making
+   it (note_alloc: its size and what it is for, on the calling thread); when std::bad_alloc
+   reaches the entry point, fail_alloc(op) returns KL_ERR_ALLOC with the message
+   "<op>: out of host memory: asked for N bytes (<what>)", which the extension modules raise as
+   MemoryError.  Allocations inside an OpenMP region must not throw out of it: catch there,
+   then note_alloc on the calling thread after the region and throw std::bad_alloc. */
+void note_alloc(size_t bytes, const char *what);
+int fail_alloc(const char *op);
 }  // namespace kl
 #endif
 
