@@ -233,3 +233,159 @@ def test_cpu_out_of_memory_is_a_memory_error(op):
     assert "MemoryError:" in out, out + err[-2000:]
     msg = out.split("MemoryError:", 1)[1]
     assert op in msg and "bytes" in msg, msg
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the calibration cache: validated when read, kept in memory when it cannot be written,
+# not written at all when the measurement is implausible
+
+from kronlinalg import planner  # noqa: E402
+from kronlinalg.planner import calibration, profile_cache, profiles  # noqa: E402
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty calibration cache in a temporary directory; profiles and plans forgotten."""
+    monkeypatch.setenv("KRONLINALG_CACHE_DIR", str(tmp_path / "cache"))
+    profiles.invalidate()
+    planner.clear_cache()
+    yield tmp_path / "cache"
+    profiles.invalidate()
+    planner.clear_cache()
+
+
+def _cpu_file():
+    return profile_cache.cache_path(profiles.cpu_key())
+
+
+def _write_cpu_cache(fields: dict):
+    path = _cpu_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"schema": profile_cache.SCHEMA, "key": profiles.cpu_key(), "source": "calibrated",
+            **fields}
+    path.write_text(json.dumps(data))
+    return path
+
+
+BROKEN_FIELDS = [
+    {"gemm_flops": None},
+    {"bandwidth": 0},
+    {"bandwidth": -5.0},
+    {"bandwidth": "fast"},
+    {"bandwidth": 1e300},
+    {"launch_s": 0.0},
+    {"gemm_flops": {"float64": 0}},
+    {"gemm_flops": {"float64": "1e11"}},
+    {"theta": {"1": None}},
+    {"units": 2.5},
+    {"cc": "9.0"},
+    {"coef": {"kron_matmul/sliced/cpu": {"mem": "x"}}},
+]
+
+
+@pytest.mark.parametrize("fields", BROKEN_FIELDS, ids=lambda f: json.dumps(f))
+def test_broken_cache_file_falls_back_with_one_warning(cache_dir, fields):
+    path = _write_cpu_cache(fields)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for n in (16, 32, 64):  # several plans and auto calls: one warning in all
+            x = np.ones((3, n * n))
+            assert kronlinalg.plan("kron_matmul", x.shape, (n, n), (n, n))
+            np.testing.assert_allclose(kron_matmul(x, [np.eye(n), np.eye(n)]), x)
+        prof = planner.profile_for("cpu")
+    ours = [w for w in seen if str(path) in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in seen]
+    assert issubclass(ours[0].category, RuntimeWarning)
+    assert prof.source != "calibrated"
+    assert prof.bandwidth > 0 and prof.gemm_flops["float64"] > 0
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"text"', "null",
+                                  '{"schema": 1, "key": "someone else"}'])
+def test_unreadable_cache_file_falls_back_with_one_warning(cache_dir, text):
+    path = _cpu_file()
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.warns(RuntimeWarning, match=str(path).replace(".", r"\.")):
+        prof = planner.profile_for("cpu")
+    assert prof.source != "calibrated"
+
+
+def test_other_schema_is_ignored_silently(cache_dir):
+    _write_cpu_cache({"bandwidth": 1e10}).write_text(
+        json.dumps({"schema": profile_cache.SCHEMA + 1, "key": profiles.cpu_key()}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert planner.profile_for("cpu").source != "calibrated"
+
+
+def test_calibrate_force_with_a_broken_file(cache_dir):
+    path = _write_cpu_cache({"gemm_flops": None, "bandwidth": 0})
+    with pytest.warns(RuntimeWarning, match="ignoring the calibration cache file"):
+        prof = kronlinalg.calibrate("cpu", force=True, quick=True)
+    assert prof.source == "calibrated"
+    stored = json.loads(path.read_text())  # the broken file was replaced by the measurement
+    assert stored["bandwidth"] > 0 and stored["gemm_flops"]["float64"] > 0
+    assert profile_cache.problems(stored) == []
+
+
+def test_unwritable_cache_dir_keeps_the_measurement_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("KRONLINALG_CACHE_DIR", str(blocker / "cache"))  # under a file: no mkdir
+    profiles.invalidate()
+    planner.clear_cache()
+    try:
+        with pytest.warns(RuntimeWarning, match="kept in memory"):
+            prof = kronlinalg.calibrate("cpu", quick=True)
+        assert prof.source == "calibrated"
+        assert planner.profile_for("cpu").source == "calibrated"
+        assert kronlinalg.plan("kron_matmul", (4, 64), (8, 8), (8, 8))
+        # asked again, the measurement is there: no second measurement, no error
+        assert kronlinalg.calibrate("cpu").bandwidth == prof.bandwidth
+    finally:
+        profiles.invalidate()
+        planner.clear_cache()
+
+
+def test_implausible_measurement_is_measured_again_then_not_stored(cache_dir, monkeypatch):
+    expected = planner.profile_for("cpu")
+    calls = []
+
+    def busy(quick):  # a machine whose copy bandwidth reads far below the device's
+        calls.append(quick)
+        return {"bandwidth": expected.bandwidth * 0.01,
+                "gemm_flops": dict(expected.gemm_flops), "launch_s": 1e-6}
+
+    monkeypatch.setattr("kronlinalg.planner.calibration._measure_cpu", busy)
+    with pytest.warns(RuntimeWarning, match="not plausible"):
+        prof = kronlinalg.calibrate("cpu", force=True)
+    assert len(calls) == 2  # measured once more before giving up
+    assert prof.source != "calibrated"
+    assert not _cpu_file().exists()
+    assert planner.profile_for("cpu").bandwidth == expected.bandwidth
+
+
+def test_disturbed_first_measurement_is_replaced_by_the_second(cache_dir, monkeypatch):
+    expected = planner.profile_for("cpu")
+    readings = iter([0.01, 1.0])
+
+    def once_busy(quick):
+        return {"bandwidth": expected.bandwidth * next(readings),
+                "gemm_flops": dict(expected.gemm_flops), "launch_s": 1e-6}
+
+    monkeypatch.setattr("kronlinalg.planner.calibration._measure_cpu", once_busy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prof = kronlinalg.calibrate("cpu", force=True)
+    assert prof.source == "calibrated" and prof.bandwidth == expected.bandwidth
+    assert json.loads(_cpu_file().read_text())["bandwidth"] == expected.bandwidth
+
+
+def test_measurement_checks_are_public():
+    prof = planner.profile_for("cpu")
+    assert calibration.implausible({"bandwidth": prof.bandwidth}, prof) == []
+    assert calibration.implausible({"bandwidth": 0.0}, prof)
+    assert calibration.implausible({"bandwidth": prof.bandwidth / 100}, prof)
+    assert calibration.implausible({"bandwidth": prof.bandwidth / 100}, None) == []  # bounds only
+    assert profile_cache.problems({"gemm_flops": None})

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 
 from . import profile_cache as _cache, ranking as _plan, profiles as _profiles
 
-__all__ = ["calibrate"]
+__all__ = ["calibrate", "implausible", "MIN_FRACTION"]
 
 
 def calibrate(device=None, force=False, *, quick=False):
@@ -22,6 +23,12 @@ def calibrate(device=None, force=False, *, quick=False):
 
     A device calibrated before is not measured again unless force=True.  quick=True uses small
     problem sizes (seconds instead of tens of seconds, noisier numbers): for tests.
+
+    A measurement outside the plausible bounds (profile_cache.BOUNDS), or (full measurements)
+    far below what the profile expects of the device (MIN_FRACTION: a busy machine), is taken
+    once more; if the second is no better, a RuntimeWarning says so, nothing is stored and the
+    current profile is returned.  A cache directory that cannot be written keeps the
+    calibration in memory for this process (a RuntimeWarning says so).
     """
     if device is None:
         device = "cuda" if _gpu_usable() else "cpu"
@@ -32,11 +39,51 @@ def calibrate(device=None, force=False, *, quick=False):
     stored = _cache.load(base.key) or {}
     if not force and stored.get("source") == "calibrated":
         return base
-    fields = _measure_cpu(quick) if base.kind == "cpu" else _measure_gpu(dev, quick)
+    measure = (lambda: _measure_cpu(quick)) if base.kind == "cpu" else (lambda: _measure_gpu(dev, quick))
+    # quick measurements are small and noisy by design (tests): only their types and bounds
+    # are checked; a full one far below what the profile expects is measured again
+    expected = None if quick else base
+    fields = measure()
+    bad = implausible(fields, expected)
+    if bad:  # a busy machine, a throttled device: measure once more before believing it
+        fields = measure()
+        bad = implausible(fields, expected)
+    if bad:
+        warnings.warn(f"kronlinalg.calibrate: the measurement of {base.name} ({dev}) is not "
+                      f"plausible ({'; '.join(bad)}), twice: it is not stored and the planner "
+                      "keeps its current profile (calibrate again on an idle machine)",
+                      RuntimeWarning, stacklevel=2)
+        return base
     if "coef" in stored:  # keep fitted predictor coefficients across re-calibrations
         fields["coef"] = stored["coef"]
     fields.update(source="calibrated", name=base.name, measured_at=time.time())
     return _store(dev, base.key, fields)
+
+
+# A measurement this far below what the profile expects of the device is taken as disturbed
+# (other tenants, throttling), not as the device's rate.
+MIN_FRACTION = {"bandwidth": 0.3, "gemm_flops": 0.05}
+
+
+def implausible(fields: dict, expected) -> list:
+    """Why a new measurement is not to be believed, as strings ([] if it is): a field of the
+    wrong type or outside the plausible bounds (profile_cache.problems), or bandwidth or GEMM
+    rates far below what the profile `expected` (a DeviceProfile: the table row, the derived
+    values or an earlier calibration) says of the device (MIN_FRACTION; expected=None: the
+    bounds only)."""
+    bad = _cache.problems(fields)
+    if bad or expected is None:
+        return bad
+    bw = fields.get("bandwidth")
+    if bw is not None and bw < MIN_FRACTION["bandwidth"] * expected.bandwidth:
+        bad.append(f"bandwidth {bw:.3g} B/s is under {MIN_FRACTION['bandwidth']:.0%} of the "
+                   f"expected {expected.bandwidth:.3g}")
+    for dt, rate in (fields.get("gemm_flops") or {}).items():
+        want = expected.flops(dt)
+        if rate < MIN_FRACTION["gemm_flops"] * want:
+            bad.append(f"gemm_flops[{dt!r}] {rate:.3g} flop/s is under "
+                       f"{MIN_FRACTION['gemm_flops']:.0%} of the expected {want:.3g}")
+    return bad
 
 
 def store_coefficients(device, coef: dict):
