@@ -389,3 +389,104 @@ def test_measurement_checks_are_public():
     assert calibration.implausible({"bandwidth": prof.bandwidth / 100}, prof)
     assert calibration.implausible({"bandwidth": prof.bandwidth / 100}, None) == []  # bounds only
     assert profile_cache.problems({"gemm_flops": None})
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. unusual arguments: converted, or refused with an error naming the argument
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "sliced", "shuffle"])
+@pytest.mark.parametrize("order", [">", "<"])
+def test_big_endian_arrays_are_converted(rng, algorithm, order):
+    x = rng.standard_normal((4, 12))
+    fs = [rng.standard_normal((3, 2)), rng.standard_normal((4, 4))]
+    xb = x.astype(order + "f8")
+    fb = [fs[0].astype(order + "f8"), fs[1].astype(order + "f4")]
+    out = kron_matmul(xb, fb, algorithm=algorithm)
+    assert out.dtype == np.float64 and out.dtype.isnative
+    ref = kron_matmul_ref(x, [fs[0], fs[1].astype("f4")])
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+    y = rng.standard_normal((4, 8)).astype(order + "f8")
+    out = kron_matmul(xb, fb, beta=2.0, y=y, algorithm=algorithm)
+    np.testing.assert_allclose(out, ref + 2.0 * y, rtol=1e-6)
+    assert kronlinalg.kron(fb[0], fb[1]).dtype == np.float64
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "kernel", "bmm", "dense"])
+def test_big_endian_structured(rng, algorithm):
+    v = rng.standard_normal((2, 3, 2, 2))
+    x = rng.standard_normal((5, 8))
+    f = KSFactor((2, 3, 2, 2), v.astype(">f8"))
+    out = structured_matmul(x.astype(">f8"), f, algorithm=algorithm)
+    np.testing.assert_allclose(out, x @ KSFactor((2, 3, 2, 2), v).to_dense().T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("side", [["right"], ("right",), "up", None, 1])
+def test_side_must_be_a_string(side):
+    x, fs = np.ones((2, 12)), [np.eye(3), np.eye(4)]
+    for _ in range(2):  # the second call would find a fast path for a hashable side
+        with pytest.raises((TypeError, ValueError), match="side"):
+            kron_matmul(x, fs, side=side)
+
+
+@pytest.mark.parametrize("name", ["alpha", "beta"])
+@pytest.mark.parametrize("value,error,match", [
+    (np.zeros(2), TypeError, "0-d"),
+    ([1.0], TypeError, "0-d|scalar"),
+    ("2", TypeError, "scalar"),
+    (1j, TypeError, "real"),
+    (np.complex128(1), TypeError, "real"),
+    (10 ** 400, ValueError, "range"),
+])
+def test_alpha_beta_must_be_real_scalars(name, value, error, match):
+    x, fs = np.ones((2, 12)), [np.eye(3), np.eye(4)]
+    with pytest.raises(error, match=f"{name}.*({match})"):
+        kron_matmul(x, fs, **{name: value}, y=np.ones((2, 12)))
+
+
+@pytest.mark.parametrize("value", [np.float64(2.0), np.array(2.0), np.float32(2.0), 2, True])
+def test_zero_d_scalars_are_accepted(value):
+    x, fs = np.ones((2, 12)), [np.eye(3), np.eye(4)]
+    out = kron_matmul(x, fs, alpha=value, beta=value, y=np.ones((2, 12)))
+    np.testing.assert_allclose(out, 2.0 * float(value) * np.ones((2, 12)) if value is not True
+                               else 2.0 * np.ones((2, 12)))
+
+
+def test_torch_meta_tensors_are_refused_by_name():
+    torch = pytest.importorskip("torch")
+    x = torch.empty((2, 12), device="meta")
+    fs = [torch.empty((3, 3), device="meta"), torch.empty((4, 4), device="meta")]
+    with pytest.raises(ValueError, match="x: .*meta"):
+        kron_matmul(x, fs)
+    with pytest.raises(ValueError, match=r"factors\[0\]: .*meta"):
+        kron_matmul(torch.ones((2, 12)), fs)
+    v = torch.empty((1, 4, 4, 1), device="meta")
+    with pytest.raises(ValueError, match="meta"):
+        structured_matmul(torch.ones((2, 4)), KSFactor((1, 4, 4, 1), v))
+    with pytest.raises(ValueError, match="device.*meta"):
+        kronlinalg.plan("kron_matmul", (2, 12), (3, 3), (4, 4), device=x)
+
+
+@pytest.mark.parametrize("dtype", ["banana", "int32", np.int32, "complex128", "bool"])
+def test_plan_refuses_unknown_dtypes(dtype):
+    with pytest.raises(ValueError, match="dtype"):
+        kronlinalg.plan("kron_matmul", (2, 12), (3, 3), (4, 4), dtype=dtype)
+    with pytest.raises(ValueError, match="dtype"):
+        kronlinalg.explain("kron_matmul", (2, 12), (3, 3), (4, 4), dtype=dtype, file=None)
+
+
+def test_plan_refuses_options_an_operation_does_not_declare():
+    def normalise(shapes, options):
+        return {"n": shapes[0][0]}
+
+    planner.register_op("hardening_probe", normalise, "a test operation", options=("side",))
+    planner.register("hardening_probe", planner.Candidate("only", lambda problem, prof: 1.0))
+    assert kronlinalg.plan("hardening_probe", (3,), side="left")[0].name == "only"
+    with pytest.raises(TypeError, match="'sid'.*did you mean 'side'"):
+        kronlinalg.plan("hardening_probe", (3,), sid="left")
+    with pytest.raises(TypeError, match="'banana'.*hardening_probe.*side"):
+        kronlinalg.plan("hardening_probe", (4,), banana=1)
+    # an operation that declares no options stays permissive (its normaliser judges them)
+    planner.register_op("hardening_open", normalise, "another")
+    planner.register("hardening_open", planner.Candidate("only", lambda problem, prof: 1.0))
+    assert kronlinalg.plan("hardening_open", (3,), anything=1)

@@ -45,9 +45,16 @@ class SignatureCache:
         on_change(self.clear)
 
     def get(self, key):
-        return self._entries.get(key)
+        try:
+            return self._entries.get(key)
+        except TypeError:  # an unhashable argument (side=["right"]): the full path says what
+            return None
 
     def remember(self, key, entry) -> None:
+        try:
+            hash(key)
+        except TypeError:
+            return
         with self._lock:
             if len(self._entries) >= self.limit:
                 self._entries = {}

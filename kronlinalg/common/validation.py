@@ -57,10 +57,15 @@ def namespace_of(named: dict):
 
 
 def same_device(named: dict) -> None:
-    """ValueError naming the first array that is not on the first array's device."""
+    """ValueError naming the first array that is not on the first array's device, or that has
+    no data (a torch meta tensor)."""
     first_name, first = next(iter(named.items()))
     if all(type(a) is np.ndarray for a in named.values()):
         return  # host memory, one device
+    for name, a in named.items():
+        if getattr(a, "is_meta", False) is True:
+            raise ValueError(f"{name}: a torch 'meta' tensor has shape and dtype but no data to "
+                             "compute on; pass a CPU or CUDA tensor (plan() takes shapes alone)")
     dev = _device_key(first)
     for name, a in named.items():
         if _device_key(a) != dev:
@@ -87,12 +92,29 @@ def float_dtype(name: str, a) -> str:
 
 
 def scalar(name: str, value) -> float:
+    """A real scalar argument (alpha, beta) as a Python float: a Python number or a 0-d array
+    (of any library, on the host: a device scalar would need a synchronisation).  TypeError
+    naming the argument for strings, complex numbers, arrays with dimensions and other types;
+    ValueError for a value beyond float64's range."""
+    if type(value) is float:  # the hot path
+        return value
     if isinstance(value, (str, bytes)):  # float() would parse them
         raise TypeError(f"{name}: expected a real scalar, got {value!r}")
+    shape = getattr(value, "shape", None)
+    if shape is not None and tuple(shape) != ():
+        raise TypeError(f"{name}: expected a Python scalar or a 0-d array, got an array of shape "
+                        f"{tuple(shape)}")
+    if isinstance(value, complex) or "complex" in str(getattr(value, "dtype", "")):
+        raise TypeError(f"{name}: expected a real scalar, got the complex {value!r}")
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        out = float(value)
+    except OverflowError:
+        text = repr(value)
+        text = text if len(text) <= 24 else f"{text[:10]}…{text[-6:]} ({len(text)} digits)"
+        raise ValueError(f"{name}: {text} is beyond the range of float64") from None
+    except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name}: expected a real scalar, got {value!r}") from None
+    return out
 
 
 def count(name: str, value) -> int:
@@ -100,3 +122,16 @@ def count(name: str, value) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def plain_scalar(value):
+    """value as a float where it is a Python float, or a Python int within float64's range: what
+    a per-call fast path may use without validation; None for anything else (arrays, huge
+    ints, strings...), which must take the full path, where scalar() says what is wrong.
+    Never raises (a fast path must not fail where the full path would explain)."""
+    t = type(value)
+    if t is float:
+        return value
+    if t is int and -(1 << 1023) < value < (1 << 1023):
+        return float(value)
+    return None

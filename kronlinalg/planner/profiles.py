@@ -302,6 +302,12 @@ def resolve_device(device) -> str:
     if _backend.is_torch(device):
         device = device.device
     if hasattr(device, "type") and hasattr(device, "index"):  # torch.device
+        if device.type == "meta":
+            raise ValueError("device: a torch 'meta' device has no hardware to plan for; pass "
+                             "'cpu', 'cuda' or a profile name such as 'h100-sxm'")
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device: kronlinalg plans for 'cpu' and 'cuda' devices, got "
+                             f"{device.type!r}")
         return "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
     if hasattr(device, "id") and type(device).__module__.startswith("cupy"):  # cupy Device
         return f"cuda:{device.id}"

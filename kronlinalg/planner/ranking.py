@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..common import signatures as _signatures
+from ..common.dtypes import FLOAT as _FLOAT_DTYPES
 from . import profiles as _profiles, registry as _registry
 
 __all__ = ["Choice", "plan", "explain", "choose", "clear_cache", "record"]
@@ -134,6 +135,10 @@ def _store(key, ranked) -> None:
 
 def _plan_uncached(op, shapes, dtype, device, algorithm, options):
     shapes = tuple(tuple(int(n) for n in s) for s in shapes)
+    if dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dtype: expected one of {', '.join(_FLOAT_DTYPES)} (the dtypes kronlinalg "
+                         f"computes in), got {dtype!r}")
+    _registry.check_options(op, options)
     info = _registry.normalise(op, shapes, options)
     profile = _profiles.profile_for(device)
     problem = _registry.Problem(op, shapes, dtype, device, profile.kind, dict(options), info)

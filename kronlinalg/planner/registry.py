@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-__all__ = ["Candidate", "Problem", "register", "register_op", "candidates", "normalise", "ops"]
+__all__ = ["Candidate", "Problem", "register", "register_op", "candidates", "normalise", "ops",
+           "check_options"]
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,18 @@ class _OpSpec:
 
 
 _OPS: dict = {}
+_OPTIONS: dict = {}  # op -> the keyword options plan() accepts (None: any)
 _CANDIDATES: dict = {}  # op -> list of Candidate, in registration order
 _listeners: list = []  # called after any change, so cached plans are dropped
 
 
-def register_op(op: str, normalise: Callable, doc: str = "") -> None:
+def register_op(op: str, normalise: Callable, doc: str = "",
+                options=None) -> None:
+    """Register operation `op`: normalise(shapes, options) -> info dict reads its shapes for the
+    planner; options, if given, names the keyword options plan() accepts for it (e.g.
+    ("side",)): plan() then refuses any other keyword with a TypeError naming it.  None keeps
+    plan() permissive (the operation's normaliser alone judges its options)."""
+    _OPTIONS[op] = None if options is None else tuple(options)
     _OPS[op] = _OpSpec(normalise, doc)
     _CANDIDATES.setdefault(op, [])
     _changed()
@@ -83,6 +91,22 @@ def candidates(op: str, kind: str | None = None) -> list:
     if op not in _OPS:
         raise ValueError(f"op: unknown operation {op!r}; known: {sorted(_OPS)}")
     return [c for c in _CANDIDATES[op] if kind is None or kind in c.devices]
+
+
+def check_options(op: str, options: dict) -> None:
+    """TypeError naming the keyword that `op` does not take (see register_op's options)."""
+    known = _OPTIONS.get(op)
+    if known is None:
+        return
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        import difflib
+
+        hint = difflib.get_close_matches(unknown[0], known, n=1)
+        raise TypeError(
+            f"plan() got an unexpected keyword argument {unknown[0]!r} for {op}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; its options: {', '.join(known) if known else 'none'}")
 
 
 def normalise(op: str, shapes: tuple, options: dict) -> dict:
