@@ -5,8 +5,8 @@
 
 Reads asv's results files (``asv_bench/results/<machine>/<commit>-<env>.json``, committed per
 machine), runs ``asv publish`` (HTML into ``asv_bench/html/``, git-ignored) unless ``--no-html``,
-and writes ``docs/img/asv-<machine>-<benchmark>.png``: each parameter combination's time (the
-median asv stored) against the commit date, one line per combination, failed or skipped
+and writes ``docs/img/asv-<machine>-<benchmark>.png``: each parameter combination's result (the
+median time, or the memory, asv stored) per commit run (in date order), one line per combination, failed or skipped
 combinations left out.  ``--bench REGEX`` keeps the benchmarks whose name matches;
 ``--max-lines`` caps the lines a plot shows (the slowest combinations are kept).
 """
@@ -66,7 +66,7 @@ def _label(combo) -> str:
     return ", ".join(str(p).strip("'") for p in combo) or "time"
 
 
-def render(history, out_dir, bench_regex=None, max_lines=12) -> list:
+def render(history, out_dir, bench_regex=None, max_lines=24) -> list:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,26 +79,34 @@ def render(history, out_dir, bench_regex=None, max_lines=12) -> list:
         for name in names:
             if bench_regex and not re.search(bench_regex, name):
                 continue
-            series = {}  # combo -> [(date, seconds)]
-            for date, _, benches in runs:
+            series = {}  # combo -> [(run index, value)]
+            for index, (_, _, benches) in enumerate(runs):
                 for combo, value in benches.get(name, []):
                     if isinstance(value, (int, float)) and value == value:  # skip None / NaN
-                        series.setdefault(combo, []).append((date, float(value)))
+                        series.setdefault(combo, []).append((index, float(value)))
             if not series:
                 continue
             if len(series) > max_lines:  # keep the slowest combinations (latest time)
                 keep = sorted(series, key=lambda c: series[c][-1][1], reverse=True)[:max_lines]
                 series = {c: series[c] for c in keep}
             fig, ax = plt.subplots(figsize=(8, 4.5))
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
+            kind = name.rsplit(".", 1)[-1].split("_", 1)[0]
+            scale, unit = {"time": (1e3, "ms (median)"), "peakmem": (2.0 ** -20, "MiB (peak)"),
+                           "mem": (2.0 ** -20, "MiB")}.get(kind, (1.0, "value"))
             for combo, points in sorted(series.items(), key=lambda kv: -kv[1][-1][1]):
-                dates, secs = zip(*points)
-                ax.plot(dates, [s * 1e3 for s in secs], marker="o", label=_label(combo))
+                xs, values = zip(*points)
+                ax.plot(xs, [v * scale for v in values], marker="o", label=_label(combo))
+            # one tick per run (commits in date order): short hash and date
+            ax.set_xticks(range(len(runs)))
+            ax.set_xticklabels([f"{commit[:8]}\n{date:%Y-%m-%d}" for date, commit, _ in runs],
+                               fontsize=7)
+            ax.set_xlim(-0.5, len(runs) - 0.5)
             ax.set_yscale("log")
-            ax.set_ylabel("ms (median)")
+            ax.set_ylabel(unit)
             ax.set_title(f"{name}  [{machine}]", fontsize=10)
-            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+            ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
             ax.grid(True, which="both", alpha=0.3)
-            fig.autofmt_xdate()
             fig.tight_layout()
             safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"asv-{machine}-{name}")
             path = os.path.join(out_dir, safe + ".png")
@@ -126,7 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=os.path.join(ASV, "results"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
     ap.add_argument("--bench", default=None, help="regex on benchmark names")
-    ap.add_argument("--max-lines", type=int, default=12)
+    ap.add_argument("--max-lines", type=int, default=24)
     ap.add_argument("--no-html", action="store_true", help="skip asv publish")
     args = ap.parse_args(argv)
     if not args.no_html and publish():
