@@ -20,3 +20,7 @@ from . import structured
 from .structured import structured_matmul
 
 __all__ += ["structured", "structured_matmul"]
+
+from .blocksparse import BlockSparseMatrix, spgemm, spmm  # noqa: E402
+
+__all__ += ["BlockSparseMatrix", "spmm", "spgemm"]

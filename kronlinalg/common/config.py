@@ -48,6 +48,8 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_KRON_FP32", str, "",
          "'ffma': kron_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default (not 3xTF32)",
          "both"),
+    Knob("KRONLINALG_BS_FP32", str, "",
+         "'ffma': spmm/spgemm's CUDA float32 runs IEEE CUDA-core FMAs by default", "both"),
     Knob("KRONLINALG_KS_FP32", str, "",
          "'ffma': structured_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default", "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---

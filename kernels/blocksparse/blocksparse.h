@@ -1,0 +1,75 @@
+/* Block-sparse matrices with dense b x b blocks (row_ptr / col_idx / val, KAMI's RowPtr,
+ * ColBlkIdx, Val): sparse x dense (SpMM) and sparse x sparse (SpGEMM), CPU and CUDA.
+ * Index arrays are int64; val (nnz_blocks, b, b) row-major blocks; dense operands row-major
+ * with a leading dimension.  Dtype codes: kronlinalg/common/dtypes.py KERNEL_CODE. */
+#ifndef KRONLINALG_BLOCKSPARSE_H
+#define KRONLINALG_BLOCKSPARSE_H
+
+#include <stdint.h>
+
+#include "kronlinalg/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* C = alpha * A @ B + beta * C, A m x k block-sparse (block rows in row order: block t of row
+ * r is t in [row_ptr[r], row_ptr[r+1]), column col_idx[t], values val[perm ? perm[t] : t]),
+ * B k x n, C m x n.  With beta == 0, C is not read.
+ * CUDA: items (3 int64 per item: row, first block, end block) are the work list (rows split
+ * into pieces where heavy); a negative row -(r+1) marks a piece of a split row, which adds
+ * its part atomically; accumulate != 0 means C already holds beta * C (then every item adds
+ * alpha * its part).  CPU ignores items. */
+typedef struct {
+  int64_t m, k, n;
+  int32_t b;
+  const int64_t *row_ptr;
+  const int64_t *col_idx;
+  const int64_t *perm;
+  const void *val;
+  const void *B;
+  int64_t ldb;
+  void *C;
+  int64_t ldc;
+  double alpha, beta;
+  const int64_t *items;
+  int64_t nitems;
+  int32_t accumulate;
+} kl_bs_spmm_problem;
+
+/* SpGEMM C = A @ B of block-sparse matrices (A R x K blocks, B K x ncols blocks), in three
+ * phases: 0 counts the blocks of each row of C into c_counts (R entries); 1 writes each row's
+ * sorted block columns into c_col at c_row_ptr (the caller scanned the counts); 2 computes
+ * c_val (c_row: the row of each block of C, CUDA only).  perms as in SpMM (NULL: identity). */
+typedef struct {
+  int64_t R, ncols;
+  int32_t b;
+  const int64_t *a_row_ptr, *a_col, *a_perm;
+  const void *a_val;
+  const int64_t *b_row_ptr, *b_col, *b_perm;
+  const void *b_val;
+  int64_t *c_counts;
+  const int64_t *c_row_ptr;
+  int64_t *c_col;
+  const int64_t *c_row;
+  int64_t c_nnz;
+  void *c_val;
+} kl_bs_spgemm_problem;
+
+int kl_bs_spmm_cpu(const kl_bs_spmm_problem *p, int dtype, int num_threads);
+int kl_bs_spgemm_cpu(const kl_bs_spgemm_problem *p, int phase, int dtype, int num_threads);
+
+int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream);
+int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void *stream);
+/* The right-hand-side tile width the CUDA SpMM kernel takes for (dtype, b, n); 0 when no
+ * kernel runs that (dtype, b). */
+int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n);
+/* The float32 mode (0: 3xTF32, 1: IEEE; anything else only queries); the previous mode. */
+int kl_bs_float32_mode(int mode);
+int kl_bs_cuda_device_check(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

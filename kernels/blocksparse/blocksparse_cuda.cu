@@ -1,0 +1,547 @@
+// CUDA block-sparse SpMM and SpGEMM on tensor cores.
+//
+// SpMM (KAMI's 1D pattern with Koanantakool's sparse-dense walk): a warp owns one work item
+// (a block row, or a piece of a heavy one) and one tile of NT right-hand-side columns; it walks
+// the item's blocks, staging each A block and the B block row it meets (BM x NT) through its own
+// shared memory with cp.async, two stages deep, and multiplies them on tensor cores into C
+// fragments held in registers for the whole walk.  Modes: FP16/BF16 mma m16n8k16 (FP32
+// accumulate), FP32 as 3xTF32 (m16n8k8, x = hi + lo, lo·hi + hi·lo + hi·hi) or IEEE FMAs,
+// FP64 DMMA m8n8k4.  The grid is (RHS tiles fastest) x (items / 4 warps): the CTAs that run
+// together share A blocks in L2.
+//
+// SpGEMM: symbolic kernels (a CTA per block row of C; a bitmap of C's block columns in shared
+// memory is the sparse accumulator: count, then list the set bits, which come out sorted) and a
+// numeric kernel (a warp per block of C: for each A block of its row, a binary search for its
+// column in the matching B row; hits are multiplied as in SpMM, with the C block in registers).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "blocksparse.h"
+#include "cuda_device.hpp"
+#include "cuda_ptx.cuh"
+#include "fp32_mode.hpp"
+
+namespace kl {
+namespace bs {
+
+Fp32Mode g_fp32("KRONLINALG_BS_FP32");
+
+enum Mode { kHalf = 0, kBf16 = 1, kTf32x3 = 2, kIeee = 3, kF64 = 4 };
+constexpr int kWarps = 4;
+
+template <int M> struct ModeT;
+template <> struct ModeT<kHalf> { using T = __half; };
+template <> struct ModeT<kBf16> { using T = __nv_bfloat16; };
+template <> struct ModeT<kTf32x3> { using T = float; };
+template <> struct ModeT<kIeee> { using T = float; };
+template <> struct ModeT<kF64> { using T = double; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ double to_f(double v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_f(double v);
+template <> __device__ __forceinline__ float from_f<float>(double v) { return float(v); }
+template <> __device__ __forceinline__ double from_f<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(double v) { return __float2half(float(v)); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(double v) {
+  return __float2bfloat16(float(v));
+}
+
+__device__ __forceinline__ void atomic_add(float *p, double v) { atomicAdd(p, float(v)); }
+__device__ __forceinline__ void atomic_add(double *p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__half *p, double v) { atomicAdd(p, __float2half(float(v))); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16 *p, double v) {
+  atomicAdd(p, __float2bfloat16(float(v)));
+}
+
+__device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(c[0]), "+d"(c[1])
+               : "d"(a), "d"(b));
+}
+
+// Shapes of one mode: shared-memory pitches (elements) chosen so that the fragment loads of a
+// warp hit distinct banks, and the accumulator array (C fragments of a BM x NT tile).
+template <int MODE, int BM, int NT>
+struct Tile {
+  using T = typename ModeT<MODE>::T;
+  static constexpr bool kHalfLike = MODE == kHalf || MODE == kBf16;
+  static constexpr int AP = BM + (kHalfLike ? 8 : 4);
+  static constexpr int BP = NT + (MODE == kF64 ? 4 : 8);
+  static constexpr int kStage = BM * AP + BM * BP;  // elements of one stage (A block, B rows)
+  static constexpr int kElem16 = 16 / int(sizeof(T));  // elements per 16-byte chunk
+  // FP64: m8 tiles, 2 values per n8 tile; the rest: m16 tiles, 4 values per n8 tile
+  static constexpr int MT = MODE == kF64 ? BM / 8 : BM / 16;
+  static constexpr int NV = MODE == kF64 ? 2 : 4;
+  using Acc = typename std::conditional<MODE == kF64, double, float>::type;
+  static constexpr size_t smem_bytes() { return size_t(kWarps) * 2 * kStage * sizeof(T); }
+};
+
+// Position (row, col) in the BM x NT tile of accumulator value v of (m tile i, n tile j).
+template <int MODE>
+__device__ __forceinline__ void acc_pos(int i, int j, int v, int &row, int &col) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  if (MODE == kF64) {
+    row = i * 8 + g;
+    col = j * 8 + 2 * t + v;
+  } else {
+    row = i * 16 + g + (v >> 1) * 8;
+    col = j * 8 + 2 * t + (v & 1);
+  }
+}
+
+// acc += As (BM x BM, pitch AP) @ Bs (BM x NT, pitch BP), both in shared memory.
+template <int MODE, int BM, int NT>
+__device__ __forceinline__ void tile_mma(const typename ModeT<MODE>::T *As,
+                                         const typename ModeT<MODE>::T *Bs,
+                                         typename Tile<MODE, BM, NT>::Acc (&acc)[Tile<MODE, BM, NT>::MT][NT / 8][Tile<MODE, BM, NT>::NV]) {
+  using TL = Tile<MODE, BM, NT>;
+  constexpr int AP = TL::AP, BP = TL::BP, MT = TL::MT, NTL = NT / 8;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  if constexpr (MODE == kHalf || MODE == kBf16) {
+#pragma unroll
+    for (int ks = 0; ks < BM / 16; ++ks) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const auto *base = As + (i * 16 + g) * AP + ks * 16 + 2 * t;
+        a[i][0] = *reinterpret_cast<const uint32_t *>(base);
+        a[i][1] = *reinterpret_cast<const uint32_t *>(base + 8 * AP);
+        a[i][2] = *reinterpret_cast<const uint32_t *>(base + 8);
+        a[i][3] = *reinterpret_cast<const uint32_t *>(base + 8 * AP + 8);
+      }
+#pragma unroll
+      for (int jp = 0; jp < NTL / 2; ++jp) {
+        uint32_t r[4];
+        cu::ldsm_x4_trans(r, Bs + (ks * 16 + (lane & 15)) * BP + jp * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          cu::mma_16816<MODE == kBf16>(acc[i][2 * jp], a[i], r[0], r[1]);
+          cu::mma_16816<MODE == kBf16>(acc[i][2 * jp + 1], a[i], r[2], r[3]);
+        }
+      }
+    }
+  } else if constexpr (MODE == kTf32x3) {
+#pragma unroll
+    for (int ks = 0; ks < BM / 8; ++ks) {
+      uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const float *base = As + (i * 16 + g) * AP + ks * 8 + t;
+        const float v[4] = {base[0], base[8 * AP], base[4], base[8 * AP + 4]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) cu::split_tf32(__float_as_uint(v[e]), ah[i][e], al[i][e]);
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const float *bb = Bs + (ks * 8 + t) * BP + j * 8 + g;
+        uint32_t bh0, bl0, bh1, bl1;
+        cu::split_tf32(__float_as_uint(bb[0]), bh0, bl0);
+        cu::split_tf32(__float_as_uint(bb[4 * BP]), bh1, bl1);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          cu::mma_tf32(acc[i][j], al[i], bh0, bh1);
+          cu::mma_tf32(acc[i][j], ah[i], bl0, bl1);
+          cu::mma_tf32(acc[i][j], ah[i], bh0, bh1);
+        }
+      }
+    }
+  } else if constexpr (MODE == kIeee) {
+#pragma unroll 4
+    for (int kk = 0; kk < BM; ++kk) {
+      float a[MT][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        a[i][0] = As[(i * 16 + g) * AP + kk];
+        a[i][1] = As[(i * 16 + g + 8) * AP + kk];
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const float2 bv = *reinterpret_cast<const float2 *>(Bs + kk * BP + j * 8 + 2 * t);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          acc[i][j][0] = fmaf(a[i][0], bv.x, acc[i][j][0]);
+          acc[i][j][1] = fmaf(a[i][0], bv.y, acc[i][j][1]);
+          acc[i][j][2] = fmaf(a[i][1], bv.x, acc[i][j][2]);
+          acc[i][j][3] = fmaf(a[i][1], bv.y, acc[i][j][3]);
+        }
+      }
+    }
+  } else {  // FP64 DMMA
+#pragma unroll
+    for (int ks = 0; ks < BM / 4; ++ks) {
+      double a[MT];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) a[i] = As[(i * 8 + g) * AP + ks * 4 + t];
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const double bv = Bs[(ks * 4 + t) * BP + j * 8 + g];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) dmma_884(acc[i][j], a[i], bv);
+      }
+    }
+  }
+}
+
+// Stage the A block at `a` (BM x BM contiguous) and the B rows [k0, k0 + BM) x [n0, n0 + NT)
+// (rows past K and columns past N zero-filled) into one warp's stage.  B's rows are 16-byte
+// aligned (the caller pads ldb).
+template <int MODE, int BM, int NT>
+__device__ __forceinline__ void load_stage(typename ModeT<MODE>::T *st,
+                                           const typename ModeT<MODE>::T *a,
+                                           const typename ModeT<MODE>::T *B, int64_t ldb,
+                                           int64_t k0, int64_t K, int64_t n0, int64_t N) {
+  using TL = Tile<MODE, BM, NT>;
+  using T = typename TL::T;
+  constexpr int E = TL::kElem16;
+  const int lane = threadIdx.x & 31;
+  constexpr int ACH = BM / E;  // chunks per A row
+#pragma unroll
+  for (int c = lane; c < BM * ACH; c += 32) {
+    const int r = c / ACH, cc = c % ACH;
+    cu::cp_async_16(st + r * TL::AP + cc * E, a + r * BM + cc * E, true);
+  }
+  T *bs = st + BM * TL::AP;
+  constexpr int BCH = NT / E;  // chunks per B row
+#pragma unroll 4
+  for (int c = lane; c < BM * BCH; c += 32) {
+    const int r = c / BCH, cc = c % BCH;
+    const int64_t row = k0 + r, col = n0 + int64_t(cc) * E;
+    int bytes = 0;
+    const T *src = B;
+    if (row < K && col < N) {
+      bytes = int(N - col < E ? N - col : int64_t(E)) * int(sizeof(T));
+      src = B + row * ldb + col;
+    }
+    cu::cp_async_16_part(bs + r * TL::BP + cc * E, src, bytes);
+  }
+}
+
+template <int MODE, int BM, int NT>
+__global__ void __launch_bounds__(kWarps * 32) spmm_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+  using TL = Tile<MODE, BM, NT>;
+  using T = typename TL::T;
+  KL_DYNAMIC_SMEM(smem_raw);
+  const int warp = threadIdx.x >> 5;
+  const int64_t tile_n = blockIdx.x % ntn;
+  const int64_t item = (blockIdx.x / ntn) * kWarps + warp;
+  if (item >= p.nitems) return;
+  T *st0 = reinterpret_cast<T *>(smem_raw) + size_t(warp) * 2 * TL::kStage;
+  const int64_t enc = p.items[3 * item], start = p.items[3 * item + 1],
+                end = p.items[3 * item + 2];
+  const bool split = enc < 0;
+  const int64_t r = split ? -enc - 1 : enc;
+  const int64_t n0 = tile_n * NT;
+  const T *val = static_cast<const T *>(p.val);
+  const T *B = static_cast<const T *>(p.B);
+
+  typename TL::Acc acc[TL::MT][NT / 8][TL::NV];
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) acc[i][j][v] = 0;
+
+  const int64_t nblk = end - start;
+  auto stage_load = [&](int s, int64_t tb) {
+    const int64_t blk = p.perm ? p.perm[tb] : tb;
+    load_stage<MODE, BM, NT>(st0 + s * TL::kStage, val + blk * BM * BM, B, p.ldb,
+                             p.col_idx[tb] * BM, p.k, n0, p.n);
+  };
+  if (nblk > 0) stage_load(0, start);
+  cu::cp_async_commit();
+  for (int64_t i = 0; i < nblk; ++i) {
+    if (i + 1 < nblk) stage_load(int((i + 1) & 1), start + i + 1);
+    cu::cp_async_commit();
+    cu::cp_async_wait<1>();
+    __syncwarp();
+    const T *s = st0 + (i & 1) * TL::kStage;
+    tile_mma<MODE, BM, NT>(s, s + BM * TL::AP, acc);
+    __syncwarp();
+  }
+  cu::cp_async_wait_all();
+
+  T *C = static_cast<T *>(p.C);
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) {
+        int rr, cc;
+        acc_pos<MODE>(i, j, v, rr, cc);
+        const int64_t row = r * BM + rr, col = n0 + cc;
+        if (row >= p.m || col >= p.n) continue;
+        T *c = C + row * p.ldc + col;
+        const double x = p.alpha * double(acc[i][j][v]);
+        if (split) atomic_add(c, x);
+        else if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
+        else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
+        else *c = from_f<T>(x);
+      }
+}
+
+// -- SpGEMM ------------------------------------------------------------------------------------
+
+__global__ void spgemm_symbolic(kl_bs_spgemm_problem p, int phase, int words) {
+  extern __shared__ uint32_t bm[];
+  __shared__ unsigned long long total;
+  const int64_t r = blockIdx.x;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) bm[w] = 0;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  for (int64_t t = p.a_row_ptr[r]; t < p.a_row_ptr[r + 1]; ++t) {
+    const int64_t kb = p.a_col[t];
+    for (int64_t u = p.b_row_ptr[kb] + threadIdx.x; u < p.b_row_ptr[kb + 1]; u += blockDim.x) {
+      const int64_t j = p.b_col[u];
+      atomicOr(&bm[j >> 5], 1u << (j & 31));
+    }
+  }
+  __syncthreads();
+  if (phase == 0) {
+    unsigned long long c = 0;
+    for (int w = threadIdx.x; w < words; w += blockDim.x) c += __popc(bm[w]);
+    atomicAdd(&total, c);
+    __syncthreads();
+    if (threadIdx.x == 0) p.c_counts[r] = int64_t(total);
+    return;
+  }
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  int64_t base = p.c_row_ptr[r];
+  for (int w0 = 0; w0 < words; w0 += 32) {
+    uint32_t word = w0 + lane < words ? bm[w0 + lane] : 0u;
+    const int c = __popc(word);
+    int incl = c;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += o;
+    }
+    int64_t pos = base + incl - c;
+    while (word) {
+      const int bit = __ffs(word) - 1;
+      p.c_col[pos++] = int64_t(w0 + lane) * 32 + bit;
+      word &= word - 1;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+}
+
+template <int MODE, int BM>
+__global__ void __launch_bounds__(kWarps * 32) spgemm_numeric(kl_bs_spgemm_problem p) {
+  using TL = Tile<MODE, BM, BM>;
+  using T = typename TL::T;
+  KL_DYNAMIC_SMEM(smem_raw);
+  const int warp = threadIdx.x >> 5;
+  const int64_t q = int64_t(blockIdx.x) * kWarps + warp;
+  if (q >= p.c_nnz) return;
+  T *st = reinterpret_cast<T *>(smem_raw) + size_t(warp) * TL::kStage;
+  const int64_t r = p.c_row[q], j = p.c_col[q];
+  const T *av = static_cast<const T *>(p.a_val);
+  const T *bv = static_cast<const T *>(p.b_val);
+  typename TL::Acc acc[TL::MT][BM / 8][TL::NV];
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int jj = 0; jj < BM / 8; ++jj)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) acc[i][jj][v] = 0;
+  for (int64_t t = p.a_row_ptr[r]; t < p.a_row_ptr[r + 1]; ++t) {
+    const int64_t kb = p.a_col[t];
+    int64_t lo = p.b_row_ptr[kb], hi = p.b_row_ptr[kb + 1];
+    while (lo < hi) {  // first position with b_col >= j
+      const int64_t mid = (lo + hi) >> 1;
+      if (p.b_col[mid] < j) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo >= p.b_row_ptr[kb + 1] || p.b_col[lo] != j) continue;
+    const int64_t ablk = p.a_perm ? p.a_perm[t] : t;
+    const int64_t bblk = p.b_perm ? p.b_perm[lo] : lo;
+    // a B block is a BM x BM panel of "rows" of BM columns: load_stage with K = N = BM
+    load_stage<MODE, BM, BM>(st, av + ablk * BM * BM, bv + bblk * BM * BM, BM, 0, BM, 0, BM);
+    cu::cp_async_wait_all();
+    __syncwarp();
+    tile_mma<MODE, BM, BM>(st, st + BM * TL::AP, acc);
+    __syncwarp();
+  }
+  T *C = static_cast<T *>(p.c_val) + q * BM * BM;
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int jj = 0; jj < BM / 8; ++jj)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) {
+        int rr, cc;
+        acc_pos<MODE>(i, jj, v, rr, cc);
+        C[rr * BM + cc] = from_f<T>(double(acc[i][jj][v]));
+      }
+}
+
+// -- launchers ---------------------------------------------------------------------------------
+
+int mode_of(int dtype) {
+  switch (dtype) {
+    case 0: return g_fp32.get() == Fp32Mode::kIeee ? kIeee : kTf32x3;
+    case 1: return kF64;
+    case 2: return kHalf;
+    case 3: return kBf16;
+    default: return -1;
+  }
+}
+
+// The RHS tile of the SpMM kernel: as wide as the registers allow (one pass over A per tile),
+// narrower for narrow right-hand sides (fewer idle columns).
+int tile_n(int mode, int b, int64_t n) {
+  if (b != 16 && b != 32) return 0;
+  const bool half = mode == kHalf || mode == kBf16;
+  if (half && b == 16 && n > 64) return 128;
+  if (n > 32 && !(mode == kF64 && b == 32)) return 64;
+  return 32;
+}
+
+int cuda_fail(cudaError_t e, const char *what) {
+  std::string msg = std::string("blocksparse ") + what + ": " + cudaGetErrorString(e);
+  return fail(KL_ERR_CUDA, msg.c_str());
+}
+
+template <int MODE, int BM, int NT>
+int launch_spmm(const kl_bs_spmm_problem &p, cudaStream_t stream) {
+  using TL = Tile<MODE, BM, NT>;
+  const size_t smem = TL::smem_bytes();
+  static bool configured = false;  // benign race: every caller sets the same value
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(spmm_kernel<MODE, BM, NT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spmm: shared memory");
+    configured = true;
+  }
+  const int64_t ntn = (p.n + NT - 1) / NT;
+  const int64_t groups = (p.nitems + kWarps - 1) / kWarps;
+  const int64_t blocks = ntn * groups;
+  if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm: grid too large");
+  spmm_kernel<MODE, BM, NT><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm launch");
+}
+
+template <int MODE, int BM>
+int spmm_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  switch (tile_n(MODE, BM, p.n)) {
+    case 32: return launch_spmm<MODE, BM, 32>(p, s);
+    case 64:
+      if constexpr (!(MODE == kF64 && BM == 32)) return launch_spmm<MODE, BM, 64>(p, s);
+      break;
+    case 128:
+      if constexpr ((MODE == kHalf || MODE == kBf16) && BM == 16)
+        return launch_spmm<MODE, BM, 128>(p, s);
+      break;
+  }
+  return fail(KL_ERR_INVALID, "blocksparse spmm: no kernel for this tile");
+}
+
+template <int MODE>
+int spmm_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  return p.b == 16 ? spmm_bm<MODE, 16>(p, s) : spmm_bm<MODE, 32>(p, s);
+}
+
+template <int MODE, int BM>
+int launch_numeric(const kl_bs_spgemm_problem &p, cudaStream_t stream) {
+  using TL = Tile<MODE, BM, BM>;
+  const size_t smem = size_t(kWarps) * TL::kStage * sizeof(typename TL::T);
+  static bool configured = false;
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(spgemm_numeric<MODE, BM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spgemm: shared memory");
+    configured = true;
+  }
+  const int64_t blocks = (p.c_nnz + kWarps - 1) / kWarps;
+  if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spgemm: grid too large");
+  spgemm_numeric<MODE, BM><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "spgemm numeric launch");
+}
+
+template <int MODE>
+int numeric_mode(const kl_bs_spgemm_problem &p, cudaStream_t s) {
+  return p.b == 16 ? launch_numeric<MODE, 16>(p, s) : launch_numeric<MODE, 32>(p, s);
+}
+
+}  // namespace bs
+}  // namespace kl
+
+extern "C" int kl_bs_cuda_device_check(void) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::string msg = "no GPU: ";
+    msg += e != cudaSuccess ? cudaGetErrorString(e) : "the CUDA runtime sees no device";
+    return kl::fail(KL_ERR_NO_DEVICE, msg.c_str());
+  }
+  return KL_OK;
+}
+
+extern "C" int kl_bs_float32_mode(int mode) { return kl::bs::g_fp32.set(mode); }
+
+extern "C" int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n) {
+  const int mode = kl::bs::mode_of(dtype);
+  return mode < 0 ? 0 : kl::bs::tile_n(mode, b, n);
+}
+
+extern "C" int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream) {
+  using namespace kl::bs;
+  if (!p || (p->b != 16 && p->b != 32) || p->m < 0 || p->k < 0 || p->n < 0 || p->nitems < 0)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spmm (CUDA): invalid problem (b must be 16 or 32)");
+  if (p->m == 0 || p->n == 0 || p->nitems == 0) return KL_OK;
+  const int mode = mode_of(dtype);
+  const size_t item = dtype == 1 ? 8 : dtype == 0 ? 4 : 2;
+  if ((reinterpret_cast<uintptr_t>(p->B) | reinterpret_cast<uintptr_t>(p->val)) % 16 != 0 ||
+      (p->ldb * item) % 16 != 0)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spmm (CUDA): B and val must be 16-byte aligned");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (mode) {
+    case kHalf: return spmm_mode<kHalf>(*p, s);
+    case kBf16: return spmm_mode<kBf16>(*p, s);
+    case kTf32x3: return spmm_mode<kTf32x3>(*p, s);
+    case kIeee: return spmm_mode<kIeee>(*p, s);
+    case kF64: return spmm_mode<kF64>(*p, s);
+  }
+  return kl::fail(KL_ERR_INVALID, "blocksparse spmm (CUDA): unknown dtype");
+}
+
+extern "C" int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype,
+                                 void *stream) {
+  using namespace kl::bs;
+  if (!p || (p->b != 16 && p->b != 32) || phase < 0 || phase > 2 || p->R < 0 || p->ncols < 0)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spgemm (CUDA): invalid problem (b must be 16 or 32)");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (phase < 2) {
+    if (p->R == 0) return KL_OK;
+    const int64_t words = (p->ncols + 31) / 32;
+    if (words * 4 > 48 * 1024)
+      return kl::fail(KL_ERR_INVALID, "blocksparse spgemm (CUDA): more than 393216 block columns");
+    if (p->R > 0x7fffffffLL) return kl::fail(KL_ERR_INVALID, "blocksparse spgemm: too many rows");
+    spgemm_symbolic<<<unsigned(p->R), 128, size_t(words > 0 ? words : 1) * 4, s>>>(
+        *p, phase, int(words));
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? KL_OK : cuda_fail(e, "spgemm symbolic launch");
+  }
+  if (p->c_nnz == 0) return KL_OK;
+  if ((reinterpret_cast<uintptr_t>(p->a_val) | reinterpret_cast<uintptr_t>(p->b_val)) % 16 != 0)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spgemm (CUDA): val must be 16-byte aligned");
+  switch (mode_of(dtype)) {
+    case kHalf: return numeric_mode<kHalf>(*p, s);
+    case kBf16: return numeric_mode<kBf16>(*p, s);
+    case kTf32x3: return numeric_mode<kTf32x3>(*p, s);
+    case kIeee: return numeric_mode<kIeee>(*p, s);
+    case kF64: return numeric_mode<kF64>(*p, s);
+  }
+  return kl::fail(KL_ERR_INVALID, "blocksparse spgemm (CUDA): unknown dtype");
+}

@@ -1,0 +1,47 @@
+# cython: language_level=3
+"""Thin wrapper of the CUDA block-sparse kernels: pointers, sizes and the stream in; status out."""
+from libc.stdint cimport uintptr_t
+
+from .blocksparse_abi cimport (fill_spgemm, fill_spmm, kl_bs_cuda_device_check,
+                               kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
+                               kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n, kl_bs_spmm_problem,
+                               kl_last_error)
+
+
+def device_check():
+    """RuntimeError when no usable CUDA device is current."""
+    if kl_bs_cuda_device_check() != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def spmm(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, long long nitems,
+         int accumulate, int dtype, uintptr_t stream):
+    """Enqueue C = alpha * A @ B + beta * C on `stream` (see blocksparse.h)."""
+    cdef kl_bs_spmm_problem c
+    fill_spmm(&c, dims, ptrs, lds, alpha, beta, nitems, accumulate)
+    cdef int status
+    with nogil:
+        status = kl_bs_spmm_cuda(&c, dtype, <void *> stream)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def spgemm(tuple dims, tuple ptrs, int phase, int dtype, uintptr_t stream):
+    """Enqueue one SpGEMM phase on `stream` (0 count, 1 columns, 2 values)."""
+    cdef kl_bs_spgemm_problem c
+    fill_spgemm(&c, dims, ptrs)
+    cdef int status
+    with nogil:
+        status = kl_bs_spgemm_cuda(&c, phase, dtype, <void *> stream)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def tile_n(int dtype, int b, long long n):
+    """Right-hand-side columns per tile of the SpMM kernel for (dtype, b, n); 0: no kernel."""
+    return kl_bs_spmm_cuda_tile_n(dtype, b, n)
+
+
+def float32_mode(int mode=-1):
+    """The float32 mode (0 3xTF32, 1 IEEE); sets it when mode is 0 or 1; returns the previous."""
+    return kl_bs_float32_mode(mode)
