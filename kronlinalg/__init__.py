@@ -24,3 +24,7 @@ __all__ += ["structured", "structured_matmul"]
 from .blocksparse import BlockSparseMatrix, spgemm, spmm  # noqa: E402
 
 __all__ += ["BlockSparseMatrix", "spmm", "spgemm"]
+
+from .strassen import strassen_matmul
+
+__all__ += ["strassen_matmul"]

@@ -1,0 +1,69 @@
+/* strassen_matmul's kernels: the element-wise passes of the MSMES schedule and the batched leaf
+ * GEMM whose epilogue adds its product into a table of signed C blocks.  The schedule itself
+ * (which blocks, in which order) is planned in Python (kronlinalg/planner/costs/strassen.py);
+ * these entry points run one launch of it.  Matrices are row-major with unit column stride:
+ * element (i, j) of a block at p with leading dimension ld is p[i * ld + j]. */
+#ifndef KRONLINALG_STRASSEN_H
+#define KRONLINALG_STRASSEN_H
+
+#include <stdint.h>
+
+#include "kronlinalg/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KL_STRASSEN_MAX_BATCH 16   /* leaf products in one launch (2^levels, levels <= 4) */
+#define KL_STRASSEN_MAX_TARGETS 16 /* signed C blocks one leaf adds into */
+
+/* Passes over `count` operand pairs: a[i] is a (2 mh) x (2 kh) block of A (quadrants
+ * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7. */
+typedef struct {
+  int32_t stage;
+  int32_t count;
+  int64_t mh, kh, nh;
+  int64_t lda, ldb;
+  void *a[KL_STRASSEN_MAX_BATCH];
+  void *b[KL_STRASSEN_MAX_BATCH];
+} kl_strassen_pass;
+
+/* One leaf product X (m x k) . Y (k x n), added into its targets:
+ * C_t = (first ? beta C_t : C_t) + sign_t alpha X Y, sign_t = bit t of `negative` ? -1 : +1.
+ * With first and beta == 0, C_t is not read (BLAS convention). */
+typedef struct {
+  const void *x;
+  const void *y;
+  int32_t ntargets;
+  uint32_t negative;
+  void *c[KL_STRASSEN_MAX_TARGETS];
+} kl_strassen_leaf;
+
+typedef struct {
+  int32_t count;     /* products in this launch */
+  int32_t first;     /* the first write of every target (beta applies) */
+  int64_t m, n, k;
+  int64_t ldx, ldy, ldc;
+  double alpha, beta;
+  kl_strassen_leaf leaf[KL_STRASSEN_MAX_BATCH];
+} kl_strassen_leaves;
+
+/* dtype: KL codes (0 float32, 1 float64; others are KL_ERR_INVALID). */
+int kl_strassen_pass_cpu(const kl_strassen_pass *p, int dtype, int num_threads);
+/* The CPU leaf: x of each leaf is the product M itself (formed by BLAS), m x n with leading
+ * dimension ldx; adds it into the targets. */
+int kl_strassen_targets_cpu(const kl_strassen_leaves *p, int dtype, int num_threads);
+
+int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream);
+int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
+/* As kl_strassen_targets_cpu, on the GPU (strassen_cublas: M from cuBLAS). */
+int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
+/* The leaf kernel's output tile for dtype: tile[0] rows x tile[1] columns. */
+int kl_strassen_cuda_leaf_tile(int dtype, int *tile);
+int kl_strassen_cuda_check(void); /* KL_OK, or KL_ERR_NO_DEVICE with a message */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

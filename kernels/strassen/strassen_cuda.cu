@@ -1,0 +1,445 @@
+// CUDA side of strassen_matmul: the element-wise passes of the MSMES schedule over strided
+// quadrants, the batched leaf GEMM whose epilogue adds its tile into a table of signed C blocks
+// (FP64 on DMMA tensor cores, mma.sync m8n8k4; FP32 IEEE on CUDA cores), and the target update
+// of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
+// targets, so every C element has one writer per launch and the result is bitwise repeatable.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "cuda_ptx.cuh"
+#include "strassen.h"
+
+namespace {
+
+using kl::cu::cp_async_16;
+using kl::cu::cp_async_commit;
+using kl::cu::cp_async_elem;
+using kl::cu::cp_async_wait;
+
+int cuda_fail(cudaError_t err, const char *what) {
+  char msg[256];
+  std::snprintf(msg, sizeof msg, "strassen %s: %s", what, cudaGetErrorString(err));
+  return kl::fail(KL_ERR_CUDA, msg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// passes: blockIdx.z = 2 * block + (0: A quadrants, 1: B quadrants); x over columns, y over rows
+
+template <typename T>
+__global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
+  const int blk = blockIdx.z >> 1;
+  const bool is_a = (blockIdx.z & 1) == 0;
+  const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
+  const int64_t ld = is_a ? p.lda : p.ldb;
+  T *base = static_cast<T *>(is_a ? p.a[blk] : p.b[blk]);
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    T *q0 = base + i * ld + j, *q1 = q0 + cols, *q2 = q0 + rows * ld, *q3 = q2 + cols;
+    const T v0 = *q0, v1 = *q1, v2 = *q2, v3 = *q3;
+    if (is_a) {
+      if (p.stage == 1) {  // A2 += A3; A1 += A0
+        *q2 = v2 + v3;
+        *q1 = v1 + v0;
+      } else if (p.stage == 2) {  // A0 += A3; A2 -= A0; A1 -= A0
+        const T s = v0 + v3;
+        *q0 = s;
+        *q2 = v2 - s;
+        *q1 = v1 - s;
+      } else {  // A0 -= A3; A1 += A3; A2 += A0
+        const T r = v0 - v3;
+        *q0 = r;
+        *q1 = v1 + v3;
+        *q2 = v2 + r;
+      }
+    } else {
+      if (p.stage == 1) {  // B1 -= B3; B2 -= B0
+        *q1 = v1 - v3;
+        *q2 = v2 - v0;
+      } else if (p.stage == 2) {  // B0 += B3; B1 += B0; B2 += B0
+        const T s = v0 + v3;
+        *q0 = s;
+        *q1 = v1 + s;
+        *q2 = v2 + s;
+      } else {  // B0 -= B3; B1 -= B0; B2 -= B3
+        const T r = v0 - v3;
+        *q0 = r;
+        *q1 = v1 - r;
+        *q2 = v2 - v3;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// the multi-target epilogue: C_t = (first ? beta C_t : C_t) + sign_t alpha v, two adjacent
+// columns per call (the mma accumulator layout)
+
+template <typename T>
+__device__ __forceinline__ void epilogue_pair(const kl_strassen_leaves &p, const kl_strassen_leaf &lf,
+                                              int64_t r, int64_t c, T v0, T v1, bool pair_ok) {
+  if (r >= p.m || c >= p.n) return;
+  const bool two = c + 1 < p.n;
+  const bool read_c = !p.first || p.beta != 0.0;
+  const T beta = T(p.beta);
+  for (int t = 0; t < lf.ntargets; ++t) {
+    const T coef = T(((lf.negative >> t) & 1u) ? -p.alpha : p.alpha);
+    T *dst = static_cast<T *>(lf.c[t]) + r * p.ldc + c;
+    T o0 = coef * v0, o1 = coef * v1;
+    if (two && pair_ok) {
+      if (sizeof(T) == 8) {
+        double2 *d = reinterpret_cast<double2 *>(dst);
+        if (read_c) {
+          double2 old = *d;
+          o0 += p.first ? beta * T(old.x) : T(old.x);
+          o1 += p.first ? beta * T(old.y) : T(old.y);
+        }
+        *d = make_double2(double(o0), double(o1));
+      } else {
+        float2 *d = reinterpret_cast<float2 *>(dst);
+        if (read_c) {
+          float2 old = *d;
+          o0 += p.first ? beta * T(old.x) : T(old.x);
+          o1 += p.first ? beta * T(old.y) : T(old.y);
+        }
+        *d = make_float2(float(o0), float(o1));
+      }
+    } else {
+      if (read_c) o0 += p.first ? beta * dst[0] : dst[0];
+      dst[0] = o0;
+      if (two) {
+        if (read_c) o1 += p.first ? beta * dst[1] : dst[1];
+        dst[1] = o1;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FP64 leaf: 128 x 128 tiles, k steps of 16 through a 3-stage cp.async ring, 8 warps of 64 x 32
+// (DMMA m8n8k4: 8 x 4 accumulator fragments a warp)
+
+constexpr int kBM = 128, kBN = 128, kBK = 16, kStages = 3, kThreads = 256;
+constexpr int kPadA = kBK + 4, kPadB = kBN + 4;  // conflict-free fragment loads
+constexpr size_t kSmemF64 = size_t(kStages) * (kBM * kPadA + kBK * kPadB) * sizeof(double);
+
+// One 16-byte chunk (2 doubles) of a tile: vector copy where the whole chunk is inside the
+// matrix and aligned, element copies (zero-filled outside) elsewhere.
+__device__ __forceinline__ void load_chunk_f64(double *dst, const double *src, int64_t ld,
+                                               int64_t r, int64_t c, int64_t rows, int64_t cols,
+                                               bool vec) {
+  if (r < rows && vec && c + 2 <= cols) {
+    cp_async_16(dst, src + r * ld + c, true);
+    return;
+  }
+  for (int e = 0; e < 2; ++e) {
+    const bool ok = r < rows && c + e < cols;
+    cp_async_elem<8>(dst + e, ok ? src + r * ld + c + e : src, ok);
+  }
+}
+
+__device__ __forceinline__ void dmma(double (&d)[2], double a, double b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(d[0]), "+d"(d[1])
+               : "d"(a), "d"(b));
+#else
+  (void)d;
+  (void)a;
+  (void)b;
+  __trap();
+#endif
+}
+
+__global__ void __launch_bounds__(kThreads, 1) leaf_f64(const __grid_constant__ kl_strassen_leaves p, int vec) {
+  KL_DYNAMIC_SMEM(smem);
+  double *As = reinterpret_cast<double *>(smem);
+  double *Bs = As + kStages * kBM * kPadA;
+  const kl_strassen_leaf &lf = p.leaf[blockIdx.z];
+  const double *X = static_cast<const double *>(lf.x);
+  const double *Y = static_cast<const double *>(lf.y);
+  const int64_t bm = int64_t(blockIdx.y) * kBM, bn = int64_t(blockIdx.x) * kBN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps
+  const int64_t ktiles = (p.k + kBK - 1) / kBK;
+
+  auto load_tile = [&](int64_t kt, int stage) {
+    double *as = As + stage * kBM * kPadA, *bs = Bs + stage * kBK * kPadB;
+    const int64_t k0 = kt * kBK;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // A: 128 rows x 8 chunks
+      const int ch = tid + i * kThreads, r = ch >> 3, cc = (ch & 7) * 2;
+      load_chunk_f64(as + r * kPadA + cc, X, p.ldx, bm + r, k0 + cc, p.m, p.k, vec);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // B: 16 rows x 64 chunks
+      const int ch = tid + i * kThreads, r = ch >> 6, cc = (ch & 63) * 2;
+      load_chunk_f64(bs + r * kPadB + cc, Y, p.ldy, k0 + r, bn + cc, p.k, p.n, vec);
+    }
+  };
+
+  double acc[8][4][2];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < ktiles) load_tile(s, s);
+    cp_async_commit();
+  }
+  const int fr = lane >> 2, fc = lane & 3;
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int64_t next = kt + kStages - 1;
+    if (next < ktiles) load_tile(next, int(next % kStages));
+    cp_async_commit();
+    const double *as = As + int(kt % kStages) * kBM * kPadA + (wm * 64 + fr) * kPadA + fc;
+    const double *bs = Bs + int(kt % kStages) * kBK * kPadB + fc * kPadB + wn * 32 + fr;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 4) {
+      double a[8], b[4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = as[i * 8 * kPadA + kk];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = bs[kk * kPadB + j * 8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dmma(acc[i][j], a[i], b[j]);
+    }
+  }
+  cp_async_wait<0>();
+
+  const bool pair_ok = vec && (p.ldc % 2 == 0);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      epilogue_pair<double>(p, lf, bm + wm * 64 + i * 8 + fr, bn + wn * 32 + j * 8 + fc * 2,
+                            acc[i][j][0], acc[i][j][1], pair_ok);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FP32 leaf (IEEE FMAs on CUDA cores): 128 x 128 tiles, k steps of 8, 256 threads of 8 x 8
+// outputs (two 4-row and two 4-column strips, 64 apart: conflict-free float4 smem reads),
+// the next tile's loads in registers while this one computes
+
+constexpr int kFBK = 8;
+
+__global__ void __launch_bounds__(kThreads, 2) leaf_f32(const __grid_constant__ kl_strassen_leaves p, int vec) {
+  __shared__ __align__(16) float As[2][kFBK][kBM];
+  __shared__ __align__(16) float Bs[2][kFBK][kBN];
+  const kl_strassen_leaf &lf = p.leaf[blockIdx.z];
+  const float *X = static_cast<const float *>(lf.x);
+  const float *Y = static_cast<const float *>(lf.y);
+  const int64_t bm = int64_t(blockIdx.y) * kBM, bn = int64_t(blockIdx.x) * kBN;
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int ar = tid >> 1, ak = (tid & 1) * 4;   // A: row, first k of 4
+  const int bk = tid >> 5, bc = (tid & 31) * 4;  // B: k row, first column of 4
+  const int64_t ktiles = (p.k + kFBK - 1) / kFBK;
+  float ra[4], rb[4];
+
+  auto fetch = [&](int64_t kt) {
+    const int64_t k0 = kt * kFBK;
+    const int64_t r = bm + ar, kA = k0 + ak;
+    if (vec && r < p.m && kA + 4 <= p.k) {
+      const float4 v = *reinterpret_cast<const float4 *>(X + r * p.ldx + kA);
+      ra[0] = v.x; ra[1] = v.y; ra[2] = v.z; ra[3] = v.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ra[e] = (r < p.m && kA + e < p.k) ? X[r * p.ldx + kA + e] : 0.f;
+    }
+    const int64_t kB = k0 + bk, c = bn + bc;
+    if (vec && kB < p.k && c + 4 <= p.n) {
+      const float4 v = *reinterpret_cast<const float4 *>(Y + kB * p.ldy + c);
+      rb[0] = v.x; rb[1] = v.y; rb[2] = v.z; rb[3] = v.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) rb[e] = (kB < p.k && c + e < p.n) ? Y[kB * p.ldy + c + e] : 0.f;
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) As[buf][ak + e][ar] = ra[e];
+    *reinterpret_cast<float4 *>(&Bs[buf][bk][bc]) = make_float4(rb[0], rb[1], rb[2], rb[3]);
+  };
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+  if (ktiles > 0) {
+    fetch(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int64_t kt = 0; kt < ktiles; ++kt) {
+    const int buf = int(kt & 1);
+    if (kt + 1 < ktiles) fetch(kt + 1);
+#pragma unroll
+    for (int kk = 0; kk < kFBK; ++kk) {
+      float a[8], b[8];
+      const float4 a0 = *reinterpret_cast<const float4 *>(&As[buf][kk][ty * 4]);
+      const float4 a1 = *reinterpret_cast<const float4 *>(&As[buf][kk][64 + ty * 4]);
+      const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[buf][kk][tx * 4]);
+      const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[buf][kk][64 + tx * 4]);
+      a[0] = a0.x; a[1] = a0.y; a[2] = a0.z; a[3] = a0.w;
+      a[4] = a1.x; a[5] = a1.y; a[6] = a1.z; a[7] = a1.w;
+      b[0] = b0.x; b[1] = b0.y; b[2] = b0.z; b[3] = b0.w;
+      b[4] = b1.x; b[5] = b1.y; b[6] = b1.z; b[7] = b1.w;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    if (kt + 1 < ktiles) store(buf ^ 1);
+    __syncthreads();
+  }
+
+  const bool pair_ok = vec && (p.ldc % 2 == 0);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t r = bm + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      const int64_t c = bn + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
+      epilogue_pair<float>(p, lf, r, c, acc[i][j], acc[i][j + 1], pair_ok);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// target update of the cuBLAS leaves: M (leaf.x, ldx) into the targets
+
+template <typename T>
+__global__ void targets_kernel(const __grid_constant__ kl_strassen_leaves p) {
+  const kl_strassen_leaf &lf = p.leaf[blockIdx.z];
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= p.n) return;
+  const bool read_c = !p.first || p.beta != 0.0;
+  const T beta = T(p.beta);
+  for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
+    const T v = static_cast<const T *>(lf.x)[i * p.ldx + j];
+    for (int t = 0; t < lf.ntargets; ++t) {
+      const T coef = T(((lf.negative >> t) & 1u) ? -p.alpha : p.alpha);
+      T *c = static_cast<T *>(lf.c[t]) + i * p.ldc + j;
+      T o = coef * v;
+      if (read_c) o += p.first ? beta * *c : *c;
+      *c = o;
+    }
+  }
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+bool leaves_ok(const kl_strassen_leaves *p) {
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->m < 0 || p->n < 0 || p->k < 0)
+    return false;
+  for (int l = 0; l < p->count; ++l)
+    if (p->leaf[l].ntargets < 0 || p->leaf[l].ntargets > KL_STRASSEN_MAX_TARGETS) return false;
+  return true;
+}
+
+// Whether every pointer and leading dimension allows 16-byte vector access.
+bool vector_ok(const kl_strassen_leaves *p, int elem) {
+  const int64_t per = 16 / elem;
+  if (p->ldx % per || p->ldy % per || p->ldc % 2) return false;
+  for (int l = 0; l < p->count; ++l) {
+    if (!aligned16(p->leaf[l].x) || !aligned16(p->leaf[l].y)) return false;
+    for (int t = 0; t < p->leaf[l].ntargets; ++t)
+      if ((reinterpret_cast<uintptr_t>(p->leaf[l].c[t]) & uintptr_t(2 * elem - 1)) != 0)
+        return false;
+  }
+  return true;
+}
+
+dim3 rows_grid(int64_t cols, int64_t rows, int z) {
+  const int64_t gx = (cols + 255) / 256;
+  int64_t gy = rows < 1 ? 1 : rows;
+  if (gy > 2048) gy = 2048;
+  return dim3(unsigned(gx < 1 ? 1 : gx), unsigned(gy), unsigned(z));
+}
+
+}  // namespace
+
+extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 3 ||
+      p->mh < 0 || p->kh < 0 || p->nh < 0)
+    return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
+  if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
+  const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;
+  const dim3 grid = rows_grid(cols, rows, 2 * p->count);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == 0)
+    pass_kernel<float><<<grid, 256, 0, s>>>(*p);
+  else if (dtype == 1)
+    pass_kernel<double><<<grid, 256, 0, s>>>(*p);
+  else
+    return kl::fail(KL_ERR_INVALID, "strassen: only float32 and float64 are supported");
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? KL_OK : cuda_fail(err, "pass launch");
+}
+
+extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream) {
+  if (!leaves_ok(p)) return kl::fail(KL_ERR_INVALID, "strassen leaves: invalid sizes or count");
+  if (p->count == 0 || p->m == 0 || p->n == 0) return KL_OK;
+  const int64_t gy = (p->m + kBM - 1) / kBM, gx = (p->n + kBN - 1) / kBN;
+  if (gy > 65535 || gx > 2147483647)
+    return kl::fail(KL_ERR_INVALID, "strassen leaves: too many rows for one launch");
+  if (p->k == 0) return kl::fail(KL_ERR_INVALID, "strassen leaves: k = 0 reached the kernel");
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p->count));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == 1) {
+    static bool attr = false;  // set once per process (the attribute is per function)
+    if (!attr) {
+      const cudaError_t err =
+          cudaFuncSetAttribute(leaf_f64, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemF64));
+      if (err != cudaSuccess) return cuda_fail(err, "leaf shared memory");
+      attr = true;
+    }
+    leaf_f64<<<grid, kThreads, kSmemF64, s>>>(*p, vector_ok(p, 8) ? 1 : 0);
+  } else if (dtype == 0) {
+    leaf_f32<<<grid, kThreads, 0, s>>>(*p, vector_ok(p, 4) ? 1 : 0);
+  } else {
+    return kl::fail(KL_ERR_INVALID, "strassen: only float32 and float64 are supported");
+  }
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
+}
+
+extern "C" int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream) {
+  if (!leaves_ok(p)) return kl::fail(KL_ERR_INVALID, "strassen leaves: invalid sizes or count");
+  if (p->count == 0 || p->m == 0 || p->n == 0) return KL_OK;
+  const dim3 grid = rows_grid(p->n, p->m, p->count);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == 0)
+    targets_kernel<float><<<grid, 256, 0, s>>>(*p);
+  else if (dtype == 1)
+    targets_kernel<double><<<grid, 256, 0, s>>>(*p);
+  else
+    return kl::fail(KL_ERR_INVALID, "strassen: only float32 and float64 are supported");
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? KL_OK : cuda_fail(err, "targets launch");
+}
+
+extern "C" int kl_strassen_cuda_leaf_tile(int dtype, int *tile) {
+  (void)dtype;
+  tile[0] = kBM;
+  tile[1] = kBN;
+  return KL_OK;
+}
+
+extern "C" int kl_strassen_cuda_check(void) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0)
+    return kl::fail(KL_ERR_NO_DEVICE, "strassen: no usable CUDA device");
+  return KL_OK;
+}

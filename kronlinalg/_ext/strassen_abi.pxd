@@ -1,0 +1,82 @@
+# Declarations of kernels/strassen/strassen.h, shared by the CPU and CUDA wrappers.
+from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
+
+cdef extern from "strassen.h" nogil:
+    enum:
+        KL_STRASSEN_MAX_BATCH
+        KL_STRASSEN_MAX_TARGETS
+
+    ctypedef struct kl_strassen_pass:
+        int32_t stage
+        int32_t count
+        int64_t mh, kh, nh
+        int64_t lda, ldb
+        void *a[16]
+        void *b[16]
+
+    ctypedef struct kl_strassen_leaf:
+        const void *x
+        const void *y
+        int32_t ntargets
+        uint32_t negative
+        void *c[16]
+
+    ctypedef struct kl_strassen_leaves:
+        int32_t count
+        int32_t first
+        int64_t m, n, k
+        int64_t ldx, ldy, ldc
+        double alpha, beta
+        kl_strassen_leaf leaf[16]
+
+    int kl_strassen_pass_cpu(const kl_strassen_pass *p, int dtype, int num_threads)
+    int kl_strassen_targets_cpu(const kl_strassen_leaves *p, int dtype, int num_threads)
+    int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream)
+    int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream)
+    int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream)
+    int kl_strassen_cuda_leaf_tile(int dtype, int *tile)
+    int kl_strassen_cuda_check()
+    const char *kl_last_error()
+
+
+cdef inline int fill_pass(kl_strassen_pass *c, int stage, int64_t mh, int64_t kh, int64_t nh,
+                          int64_t lda, int64_t ldb, a_ptrs, b_ptrs) except -1:
+    # a_ptrs, b_ptrs: the blocks' addresses (ints)
+    cdef Py_ssize_t n = len(a_ptrs), i
+    if n > KL_STRASSEN_MAX_BATCH or len(b_ptrs) != n:
+        raise ValueError("strassen pass: too many blocks in one launch")
+    c.stage = stage
+    c.count = <int32_t> n
+    c.mh, c.kh, c.nh, c.lda, c.ldb = mh, kh, nh, lda, ldb
+    for i in range(n):
+        c.a[i] = <void *> <uintptr_t> a_ptrs[i]
+        c.b[i] = <void *> <uintptr_t> b_ptrs[i]
+    return 0
+
+
+cdef inline int fill_leaves(kl_strassen_leaves *c, int64_t m, int64_t n, int64_t k, int64_t ldx,
+                            int64_t ldy, int64_t ldc, double alpha, double beta, bint first,
+                            leaves) except -1:
+    # leaves: [(x ptr, y ptr, ((c ptr, sign), ...)), ...]
+    cdef Py_ssize_t nl = len(leaves), i, t
+    cdef uint32_t neg
+    if nl > KL_STRASSEN_MAX_BATCH:
+        raise ValueError("strassen leaves: too many products in one launch")
+    c.count = <int32_t> nl
+    c.first = 1 if first else 0
+    c.m, c.n, c.k, c.ldx, c.ldy, c.ldc = m, n, k, ldx, ldy, ldc
+    c.alpha, c.beta = alpha, beta
+    for i in range(nl):
+        x, y, targets = leaves[i]
+        if len(targets) > KL_STRASSEN_MAX_TARGETS:
+            raise ValueError("strassen leaves: too many targets")
+        c.leaf[i].x = <const void *> <uintptr_t> x
+        c.leaf[i].y = <const void *> <uintptr_t> y
+        c.leaf[i].ntargets = <int32_t> len(targets)
+        neg = 0
+        for t in range(len(targets)):
+            c.leaf[i].c[t] = <void *> <uintptr_t> targets[t][0]
+            if targets[t][1] < 0:
+                neg |= (<uint32_t> 1) << t
+        c.leaf[i].negative = neg
+    return 0

@@ -1,0 +1,290 @@
+"""strassen_matmul's schedule and costs: the corrected MSMES schedule as a list of launches,
+and a per-launch model that prices exactly those launches.
+
+The schedule (MSMES, Krishnan 2021, with the thesis's misprints corrected).  Quadrants
+A = [A0 A1; A2 A3], the same for B and C.  Per level:
+
+- S1:  A2 += A3; B1 -= B3; B2 -= B0; A1 += A0
+- S2:  M1 = A2·B0 -> C2 +=, C3 -=;  M2 = A0·B1 -> C1 +=, C3 +=;
+       M3 = A3·B2 -> C0 +=, C2 +=;  M4 = A1·B3 -> C1 +=, C0 -=
+- S3+S4 (one pass): A0 += A3; B0 += B3; A2 -= A0; B1 += B0; A1 -= A0; B2 += B0
+- S5:  M0 = A0·B0 -> C0 +=, C3 +=;  M5 = A2·B1 -> C3 +=;  M6 = A1·B2 -> C0 +=
+- S6+S7 (one pass): A0 -= A3; B0 -= B3; A1 += A3; B1 -= B0; A2 += A0; B2 -= B3
+
+The products run in the groups {M1, M4}, {M2, M3}, {M0}, {M5, M6}: within a group no two
+products share a C block (so no atomics: C is bitwise deterministic) nor an operand block.
+Recursion runs the groups of every product of a group in lockstep, so one launch holds all
+the leaf products of a group (at most 2^L) and each leaf adds its product into its target
+table (at most 2^L signed C blocks).  beta is applied by the first group at every depth.
+
+Everything here is arithmetic on shapes: this module imports neither the operation nor the
+kernels (kernel facts such as the leaf tile arrive in the problem's info dict).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+from ..msmes import msmes_time
+from ...common.dtypes import ITEMSIZE as _ITEMSIZE
+
+__all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
+           "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
+           "launch_times", "msmes_reference", "MARGIN"]
+
+MAX_LEVELS = 4
+# product i: (A quadrant, B quadrant, ((C quadrant, sign), ...))
+PRODUCTS = (
+    (0, 0, ((0, 1), (3, 1))),    # M0 = (A0+A3)(B0+B3)
+    (2, 0, ((2, 1), (3, -1))),   # M1 = (A2+A3) B0
+    (0, 1, ((1, 1), (3, 1))),    # M2 = A0 (B1-B3)
+    (3, 2, ((0, 1), (2, 1))),    # M3 = A3 (B2-B0)
+    (1, 3, ((1, 1), (0, -1))),   # M4 = (A0+A1) B3
+    (2, 1, ((3, 1),)),           # M5 = (A2-A0)(B0+B1)
+    (1, 2, ((0, 1),)),           # M6 = (A1-A3)(B2+B3)
+)
+GROUPS = ((1, 4), (2, 3), (0,), (5, 6))
+# elements read + written per quadrant element by each pass, for A (and alike for B)
+PASS_ACCESSES = {1: 6, 2: 7, 3: 7}
+MARGIN = 1.05  # auto takes Strassen only where predicted at least 5 % faster than classical
+
+
+class Pass(NamedTuple):
+    """An element-wise pass (stage 1: S1, 2: S3+S4, 3: S6+S7) over `blocks` operand pairs:
+    ((A row, A col), (B row, B col)) of blocks 2mh x 2kh and 2kh x 2nh."""
+
+    stage: int
+    depth: int
+    mh: int
+    kh: int
+    nh: int
+    blocks: tuple
+
+
+class Leaf(NamedTuple):
+    """One batched launch of leaf products X (m x k) · Y (k x n): `products` holds
+    ((X row, col), (Y row, col), ((C row, C col, sign), ...)) per product; `first`: this
+    launch makes the first write of its targets (beta applies)."""
+
+    group: tuple
+    m: int
+    k: int
+    n: int
+    products: tuple
+    first: bool
+
+
+def _quad(origin, q, rows, cols):
+    r, c = origin
+    return (r + (q >> 1) * rows, c + (q & 1) * cols)
+
+
+@functools.lru_cache(maxsize=256)
+def schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
+    """The launches of `levels` Strassen levels on an m x k @ k x n core (each a multiple of
+    2^levels), in order: a tuple of Pass and Leaf records."""
+    step = 1 << levels
+    if m % step or k % step or n % step:
+        raise ValueError(f"levels: the core {m}x{k}x{n} is not a multiple of 2^{levels}")
+    out = []
+
+    def run(prods, depth, first_, mm, kk, nn, path):
+        if depth == levels:
+            out.append(Leaf(path, mm, kk, nn, tuple(prods), first_))
+            return
+        mh, kh, nh = mm // 2, kk // 2, nn // 2
+        blocks = tuple((x, y) for x, y, _ in prods)
+        out.append(Pass(1, depth, mh, kh, nh, blocks))
+        for g, members in enumerate(GROUPS):
+            if g == 2:
+                out.append(Pass(2, depth, mh, kh, nh, blocks))
+            sub = []
+            for x, y, targets in prods:
+                for i in members:
+                    aq, bq, ctab = PRODUCTS[i]
+                    sub.append((_quad(x, aq, mh, kh), _quad(y, bq, kh, nh),
+                                tuple(_quad(t[:2], cq, mh, nh) + (t[2] * s,)
+                                      for t in targets for cq, s in ctab)))
+            run(sub, depth + 1, first_ and g == 0, mh, kh, nh, path + (members,))
+        out.append(Pass(3, depth, mh, kh, nh, blocks))
+
+    run([((0, 0), (0, 0), ((0, 0, 1),))], 0, first, m, k, n, ())
+    return tuple(out)
+
+
+STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
+
+
+def label(op) -> str:
+    """A launch's row in the per-stage table: its pass, or its leaves' innermost group."""
+    if isinstance(op, Pass):
+        return STAGE_NAMES[op.stage]
+    return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"
+
+
+def core_sizes(m: int, k: int, n: int, levels: int) -> tuple:
+    """(mc, kc, nc): the largest multiples of 2^levels within m, k, n (the Strassen core; the
+    remainders are finished by classical strips)."""
+    step = 1 << levels
+    return m - m % step, k - k % step, n - n % step
+
+
+def max_levels(m: int, k: int, n: int, leaf_min: int = 32) -> int:
+    """The deepest recursion whose leaves keep every dimension at least leaf_min."""
+    L = 0
+    while L < MAX_LEVELS and min(m, k, n) >> (L + 1) >= leaf_min:
+        L += 1
+    return L
+
+
+# ---------------------------------------------------------------------------------------------
+# the planner's view
+
+
+def normalise(shapes, options) -> dict:
+    """batch, m, k, n of a (batched) a @ b; options: levels (None or 0..4), overwrite."""
+    if len(shapes) not in (2, 3):
+        raise ValueError(f"shapes: strassen_matmul takes the shapes (a, b[, c]), got {len(shapes)}")
+    a, b = shapes[:2]
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"shapes: a and b must have at least 2 dimensions, got {a}, {b}")
+    if a[-1] != b[-2]:
+        raise ValueError(f"shapes: a's last dimension ({a[-1]}) must equal b's second-to-last "
+                         f"({b[-2]})")
+    batch = math.prod(max(x, y) for x, y in zip((1,) * (len(b) - len(a)) + tuple(a[:-2]),
+                                                 (1,) * (len(a) - len(b)) + tuple(b[:-2])))
+    m, k, n = int(a[-2]), int(a[-1]), int(b[-1])
+    return {"batch": batch, "m": m, "k": k, "n": n, "flops": 2.0 * batch * m * n * k}
+
+
+def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
+    """flop/s of `count` GEMMs m x k x n launched together: the profile's large-GEMM rate, cut by
+    wave quantisation (GPU: output tiles over SMs) and by short inner dimensions."""
+    rate = prof.flops(dtype) * fraction
+    if kind == "cuda":
+        tiles = count * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+        waves = math.ceil(tiles / prof.units)
+        rate *= tiles / (waves * prof.units)
+        rate *= k / (k + 64.0)  # prologue and epilogue of each tile's main loop
+    else:
+        rate *= min(m, n, k) / (min(m, n, k) + 48.0)
+    return rate
+
+
+def _leaf_fraction(problem, name):
+    """The leaf kernel's rate relative to the vendor GEMM (measured; info may override)."""
+    info = problem.info
+    if name == "strassen_cublas" or problem.kind == "cpu":
+        return 1.0
+    return info.get("leaf_fraction", {}).get(problem.dtype, 0.85 if problem.dtype == "float64"
+                                              else 0.7)
+
+
+def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
+    """[(what, seconds)] per launch of one batch element's schedule (passes at bandwidth, leaves at
+    the GEMM rate of their size; strassen_cublas adds its M buffer and target pass)."""
+    info = problem.info
+    s_e = _ITEMSIZE.get(problem.dtype, 8)
+    m, k, n = info["m"], info["k"], info["n"]
+    mc, kc, nc = core_sizes(m, k, n, levels)
+    tile = tuple(info.get("leaf_tile", (128, 128)))
+    fraction = _leaf_fraction(problem, name)
+    launch = prof.launch_s if problem.kind == "cuda" else 0.0
+    bw = prof.bandwidth
+    out = []
+    # classical strips: bottom rows, right columns, the k remainder
+    for mm, kk, nn in ((m - mc, k, n), (mc, k, n - nc), (mc, k - kc, nc)):
+        if mm and kk and nn:
+            rate = _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind, fraction)
+            c_rw = 1  # written once (beta reads it once more: small beside the GEMM)
+            out.append(("strip", 2.0 * mm * nn * kk / rate + c_rw * mm * nn * s_e / bw + launch))
+    if not (mc and kc and nc):
+        return out
+    if levels == 0:
+        rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction)
+        out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
+        return out
+    for op in schedule(mc, kc, nc, levels):
+        if isinstance(op, Pass):
+            nbytes = (PASS_ACCESSES[op.stage] * len(op.blocks) * s_e
+                      * (op.mh * op.kh + op.kh * op.nh))
+            out.append((label(op), nbytes / bw + launch))
+            continue
+        cnt = len(op.products)
+        targets = sum(len(p[2]) for p in op.products)
+        rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
+                          fraction)
+        t = 2.0 * cnt * op.m * op.n * op.k / rate
+        c_rw = 1 if op.first else 2  # beta = 0 on the first write: C is not read
+        if name == "strassen_cublas" or problem.kind == "cpu":
+            # M written once, read once, each target read and written
+            t += (cnt * 2 + targets * c_rw) * op.m * op.n * s_e / bw + cnt * launch
+        else:
+            t += targets * c_rw * op.m * op.n * s_e / bw  # the multi-target epilogue
+        out.append((label(op), t + launch))
+    return out
+
+
+def _copies(problem, prof):
+    """Default mode copies a and b into the workspace: read + write each once."""
+    info = problem.info
+    if problem.options.get("overwrite"):
+        return 0.0
+    s_e = _ITEMSIZE.get(problem.dtype, 8)
+    return 2.0 * info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]) * s_e / prof.bandwidth
+
+
+def _levels_to_try(problem):
+    lv = problem.options.get("levels")
+    info = problem.info
+    if lv is not None:
+        return (lv,)
+    top = max_levels(info["m"], info["k"], info["n"], 256 if problem.kind == "cuda" else 128)
+    return tuple(range(1, top + 1)) or (1,)
+
+
+def predict_strassen(problem, prof, name="strassen"):
+    best = None
+    for L in _levels_to_try(problem):
+        times = launch_times(problem, prof, L, name)
+        model = problem.info["batch"] * sum(t for _, t in times) + _copies(problem, prof)
+        if best is None or model < best[1]:
+            best = (L, model, times)
+    L, model, times = best
+    # the margin: a tie with the vendor GEMM is not worth Strassen's larger error
+    forced = problem.options.get("levels") is not None
+    seconds = model if forced else model * MARGIN
+    passes = sum(t for w, t in times if w.startswith("S"))
+    leaves = sum(t for w, t in times if not w.startswith("S"))
+    return seconds, {"levels": L, "model_s": model, "margin": 1.0 if forced else MARGIN,
+                     "launches": len(times),
+                     "terms": {"passes": problem.info["batch"] * passes,
+                               "leaves": problem.info["batch"] * leaves,
+                               "copies": _copies(problem, prof)}}
+
+
+def predict_strassen_cublas(problem, prof):
+    return predict_strassen(problem, prof, "strassen_cublas")
+
+
+def predict_classical(problem, prof):
+    info = problem.info
+    s_e = _ITEMSIZE.get(problem.dtype, 8)
+    rate = _gemm_rate(prof, problem.dtype, info["m"], info["n"], info["k"], info["batch"],
+                      (128, 128), problem.kind)
+    t = info["flops"] / max(rate, 1.0)
+    nbytes = info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]
+                              + 2 * info["m"] * info["n"]) * s_e
+    seconds = max(t, nbytes / prof.bandwidth) + prof.launch_s
+    return seconds, {"levels": 0, "terms": {"gemm": t, "mem": nbytes / prof.bandwidth}}
+
+
+def msmes_reference(N: int, levels: int, prof, dtype: str = "float64") -> float:
+    """MSMES's bound T >= max(T_flop, T_gmop, T_smop) per level, summed (kept for reference: its
+    single max() does not hold when the passes are separate kernels)."""
+    s_e = _ITEMSIZE.get(dtype, 8)
+    smem = prof.B_sm * prof.units * prof.clock_hz
+    return msmes_time(N, levels, tau=prof.flops(dtype), gmem_bw=prof.bandwidth, smem_bw=smem,
+                      s_e=s_e)
