@@ -34,19 +34,19 @@ def main():
     import cupy as cp
     import torch
 
-    from kronlinalg import _cublaslt
+    from kronlinalg.vendor import cublaslt
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch", type=int, default=25088)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=_cublaslt.SEARCH_STEPS,
+    ap.add_argument("--steps", type=int, default=cublaslt.SEARCH_STEPS,
                     help="neighbourhood-search steps after the heuristic's list")
     args = ap.parse_args()
-    if _cublaslt._library() is None:
+    if cublaslt._library() is None:
         raise SystemExit("libcublasLt not found")
     device, stream, n = cp.cuda.runtime.getDevice(), cp.cuda.get_current_stream().ptr, args.batch
-    spin = _cublaslt._spin_kernel()
+    spin = cublaslt._spin_kernel()
     rows = []
     for dtype, code in CODES.items():
         tdt = getattr(torch, dtype)  # torch holds both (CuPy has no bfloat16), on the null stream
@@ -63,31 +63,31 @@ def main():
                          0, 1) if first else
                         (0, 0, n, b, c, x.data_ptr(), n, 0, w.data_ptr(), c, 0, y.data_ptr(), n,
                          0, 1))
-                plan = _cublaslt._Plan(_cublaslt.signature(call, code, 2), wide=False)
+                plan = cublaslt._Plan(cublaslt.signature(call, code, 2), wide=False)
                 ok = [i for i in range(plan.candidates(device))
                       if plan.results[i].state == 0 and plan.run(i, call, device, stream) == 0]
                 run = functools.partial(plan.run, call=call, device=device, stream=stream)
-                heur = _cublaslt._device_times([functools.partial(run, i) for i in ok], spin,
+                heur = cublaslt._device_times([functools.partial(run, i) for i in ok], spin,
                                                args.rounds)
                 top = [ok[i] for i in sorted(range(len(ok)), key=heur.__getitem__)]
-                # the search of _cublaslt._tune: neighbours of the fastest, screened
+                # the search of cublaslt._tune: neighbours of the fastest, screened
                 screened = dict(zip(ok, heur))
                 expanded, searched = set(), 0
                 for _ in range(args.steps):
                     seeds = [i for i in sorted(screened, key=screened.get)
-                             if i not in expanded][:_cublaslt.SEEDS]
+                             if i not in expanded][:cublaslt.SEEDS]
                     expanded.update(seeds)
                     fresh = [i for i in plan.neighbours(device, seeds)
                              if plan.run(i, call, device, stream) == 0]
                     searched += len(fresh)
-                    screened.update(zip(fresh, _cublaslt._device_times(
+                    screened.update(zip(fresh, cublaslt._device_times(
                         [functools.partial(run, i) for i in fresh], spin,
-                        _cublaslt.SCREEN_ROUNDS, screen=True)))
+                        cublaslt.SCREEN_ROUNDS, screen=True)))
                 final = [i for i in sorted(screened, key=screened.get)
-                         if i not in top[:1]][:_cublaslt.FINALISTS]
+                         if i not in top[:1]][:cublaslt.FINALISTS]
                 runs = [base, functools.partial(run, top[0])] + [
                     functools.partial(run, i) for i in final]
-                times = _cublaslt._device_times(runs, spin, args.rounds)
+                times = cublaslt._device_times(runs, spin, args.rounds)
                 best = min(range(2, len(times)), key=times.__getitem__, default=1)
                 if times[1] <= times[best]:
                     best = 1

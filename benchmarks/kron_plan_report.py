@@ -6,7 +6,7 @@ x @ kron with 16-byte aligned x and y; needs a GPU.  For a person reading where 
 import argparse
 import json
 
-from kronlinalg._ext import kron_cuda
+kron_cuda = kronlinalg.testing.extension("kron_cuda")
 
 
 def plan_text(m, p, n, dtype):

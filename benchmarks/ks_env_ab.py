@@ -31,7 +31,7 @@ def main():
     import torch
 
     from kronlinalg import structured
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     ks = load_cases(CASES)
     B = ks["batch"]

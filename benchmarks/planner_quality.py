@@ -26,7 +26,9 @@ import numpy as np
 
 import kronlinalg
 from kronlinalg import planner
-from kronlinalg.planner import _calibrate, _kron, _profiles
+from kronlinalg.planner import calibration
+from kronlinalg.planner.costs import kron
+from kronlinalg.planner import profiles
 
 # Size caps: each case must stay well under half a second per call on a small CPU.
 CAPS = {"cpu": {"elements": 1 << 20, "work": 1 << 23},
@@ -67,7 +69,7 @@ def make_grid(seed: int, n: int, device: str) -> list:
         else:  # each factor near P, between P/4 and 4P
             factors = [tuple(_log_uniform_int(rng, max(2, P // 4), min(128, 4 * P))
                              for _ in range(2)) for _ in range(N)]
-        lengths = _kron.normalise(((1, math.prod(p for p, _ in factors)),) + tuple(factors),
+        lengths = kron.normalise(((1, math.prod(p for p, _ in factors)),) + tuple(factors),
                                   {})["lengths"]
         if M * max(lengths) > cap["elements"] or M * sum(lengths) > cap["work"]:
             continue
@@ -183,7 +185,7 @@ def _shapes(case):
 
 def predict(cases, dev):
     planner.clear_cache()
-    _profiles.invalidate()
+    profiles.invalidate()
     for case in cases:
         choices = planner.plan("kron_matmul", *_shapes(case), dtype=case["dtype"], device=dev,
                                side=case["side"])
@@ -231,19 +233,19 @@ def fit(cases, dev) -> dict:
         from scipy.optimize import nnls
     except ImportError:
         nnls = None
-    prof = _profiles.profile_for(dev)
+    prof = profiles.profile_for(dev)
     rows = {}
     for case in cases:
-        info = _kron.normalise(_shapes(case), {"side": case["side"]})
+        info = kron.normalise(_shapes(case), {"side": case["side"]})
         problem = planner.Problem("kron_matmul", _shapes(case), case["dtype"], dev, prof.kind,
                                   {"side": case["side"]}, info)
         for name, t in case["measured"].items():
             fam = f"kron_matmul/{name}/{prof.kind}"
-            terms, _ = _kron.terms(fam, problem, prof)
+            terms, _ = kron.terms(fam, problem, prof)
             rows.setdefault(fam, []).append((terms, t))
     coef = {}
     for fam, data in rows.items():
-        keys = sorted(_kron.DEFAULT_COEF[fam])
+        keys = sorted(kron.DEFAULT_COEF[fam])
         A = np.array([[tm.get(k, 0.0) / t for k in keys] for tm, t in data])
         w = np.ones(len(data))
         c = np.ones(len(keys))
@@ -279,8 +281,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     reps = args.reps or (15 if args.device == "gpu" else 7)
     dev = "cuda" if args.device == "gpu" else "cpu"
-    dev = _profiles.resolve_device(dev)
-    prof = _profiles.profile_for(dev)
+    dev = profiles.resolve_device(dev)
+    prof = profiles.profile_for(dev)
     print(f"device: {prof.name} ({dev}), profile: {prof.source}", file=sys.stderr)
     if prof.kind == "cuda":  # the calibrated KAMI parameters beside the paper's GH200 example
         print(f"L_sm = {prof.L_sm:.1f} cycles (KAMI's GH200 example: 22), B_sm = {prof.B_sm:.1f} "
@@ -294,7 +296,7 @@ def main(argv=None):
         tune = measure(make_grid(args.tune_seed, args.tune_cases, args.device), args.device,
                        reps, args.budget, args.tune_seed, args.stat, args.repeat)
         fitted = fit(tune, dev)
-        _calibrate.store_coefficients(dev, fitted)
+        calibration.store_coefficients(dev, fitted)
         print("fitted coefficients (tuning grid, seed %d):" % args.tune_seed)
         print(json.dumps(fitted, indent=1))
         print("tuning-grid summary:", json.dumps(summarise(predict(tune, dev))))
@@ -309,10 +311,10 @@ def main(argv=None):
     for fam, e in summary["mape"].items():
         print(f"MAPE {fam}: {e * 100:.1f}%")
     if args.json:
-        prof = _profiles.profile_for(dev)
+        prof = profiles.profile_for(dev)
         out = {"device": dev, "profile": prof.to_dict(), "seed": args.seed,
                "tune_seed": args.tune_seed if args.tune else None, "fitted": fitted,
-               "coef_used": {f: _kron.coefficients(f, prof) for f in _kron.FAMILIES
+               "coef_used": {f: kron.coefficients(f, prof) for f in kron.FAMILIES
                              if f.endswith(prof.kind)},
                "summary": summary, "cases": cases,
                "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None}

@@ -221,7 +221,7 @@ def run_gpu(args, ks):
 
     import kronlinalg
     from kronlinalg import structured
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
     from kronlinalg.planner import profile_for
 
     if ks_cuda is None:
@@ -543,7 +543,7 @@ def run_smoke(args):
     import cupy as cp
 
     from kronlinalg import structured
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     rng = np.random.default_rng(args.seed)
     codes = {"float32": 0, "float16": 2, "bfloat16": 3}
@@ -638,9 +638,9 @@ def main(argv=None):
     res = run_gpu(args, ks) if args.device == "gpu" else run_cpu(args, ks)
     res["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
     if args.device == "gpu":  # the GEMM algorithms the packed calls tuned (kronlinalg._cublaslt)
-        from kronlinalg import _cublaslt
+        from kronlinalg.vendor import cublaslt
 
-        res["gemm_tuning"] = _cublaslt.summary()
+        res["gemm_tuning"] = cublaslt.summary()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(res, fh, indent=1, default=str)

@@ -81,12 +81,14 @@ class Operation:
     without arrays); the operation may add kernel facts it asks its C entry points for.
     signature(arrays, options, algorithm) -> hashable or None (None: never cached).
     empty(call) -> the result of a call with nothing to compute.
+    facts(problem) -> dict added to the planner's problem info: what the kernels decide for
+    it (passes, tiles, whether a problem fits), asked of the C entry points.
     grad_algorithm: the algorithm that runs when gradients are wanted and the picked one
     cannot compute them.
     """
 
     def __init__(self, name, *, prepare, plan_query, normalise, empty, doc="", signature=None,
-                 grad_algorithm=None):
+                 grad_algorithm=None, facts=None):
         self.name = name
         self.prepare = prepare
         self.plan_query = plan_query
@@ -96,7 +98,7 @@ class Operation:
         self.algorithms: dict = {}  # (name, device kind) -> Algorithm
         self.names: tuple = ("auto",)
         self._fast = signatures.SignatureCache()
-        planner.register_op(name, normalise, doc)
+        planner.register_op(name, normalise, doc, facts=facts)
 
     def register(self, algorithm: Algorithm) -> Algorithm:
         """Add an algorithm for its device kinds (and tell the planner of it)."""

@@ -1,7 +1,8 @@
 """Kronecker-matrix multiplication: ``x @ (F1 ⊗ … ⊗ FN)`` without ever forming the product.
 
-Public function → validation → algorithm → compiled kernel (CPU or CUDA) or the array library's
-own matmul ("shuffle": reshape–matmul–transpose per factor, what GPyTorch and PyKronecker do).
+An operation of the skeleton (kronlinalg._operation): validation (_prepare) → fast path →
+planner → algorithm: "sliced" (the compiled kernel, CPU or CUDA) or "shuffle" (the array
+library's matmul: reshape–matmul–transpose per factor, what GPyTorch and PyKronecker do).
 Left products ``(F1 ⊗ … ⊗ FN) @ x`` run the same kernel on xᵀ's strides with transposed
 factors, so no operand is ever copied into a transposed layout.
 """
@@ -15,36 +16,36 @@ import array_api_compat
 import numpy as np
 
 from ._ext import load
-from .common import backend as _backend, precision as _precision, validation as _validation
-from .common.signatures import SignatureCache, arrays_signature
+from ._operation import Algorithm, Call, Operation
+from .common import backend, dtypes, precision, validation
+from .common.signatures import arrays_signature
+from .planner.costs import kron as costs
 
 __all__ = ["kron", "kron_matmul", "float32_precision"]
 
-ALGORITHMS = ("auto", "sliced", "shuffle")
 kron_cpu, kron_cuda = load("kron_cpu"), load("kron_cuda")
-_KERNEL_DTYPE = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}  # kron.h codes
+_CODE = dtypes.KERNEL_CODE
 
 
 @dataclass
-class _Spec:
+class _KronCall(Call):
     """A validated kron_matmul call, normalised to the right-hand form rows @ kron(G)."""
 
-    xp: object
-    side: str
-    x: object
-    factors: list
-    in_len: int  # length of each row of the (possibly transposed) x
-    out_len: int
-    out_shape: tuple
-    result_dtype: str
-    compute_dtype: str
-    alpha: float
-    beta: float
-    y: object
+    side: str = "right"
+    x: object = None
+    factors: list = None
+    in_len: int = 0  # length of each row of the (possibly transposed) x
+    out_len: int = 0
+    out_shape: tuple = ()
+    result_dtype: str = ""
+    compute_dtype: str = ""
+    alpha: float = 1.0
+    beta: float = 0.0
+    y: object = None
 
 
-def _prepare(x, factors, side, alpha, beta, y) -> _Spec:
-    if side not in ("right", "left"):
+def _prepare(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None) -> _KronCall:
+    if not isinstance(side, str) or side not in ("right", "left"):
         raise ValueError(f"side: expected 'right' or 'left', got {side!r}")
     if isinstance(factors, (str, bytes)) or not hasattr(factors, "__len__"):
         raise TypeError("factors: expected a sequence of 2-D arrays")
@@ -54,15 +55,15 @@ def _prepare(x, factors, side, alpha, beta, y) -> _Spec:
     named = {"x": x, **{f"factors[{i}]": f for i, f in enumerate(factors)}}
     if y is not None:
         named["y"] = y
-    xp = _validation.namespace_of(named)
-    _validation.same_device(named)
+    xp = validation.namespace_of(named)
+    validation.same_device(named)
     for name, a in named.items():
-        _validation.float_dtype(name, a)
+        validation.float_dtype(name, a)
     for i, f in enumerate(factors):
         if f.ndim != 2:
             raise ValueError(f"factors[{i}]: expected a 2-D array, got shape {tuple(f.shape)}")
-    alpha = _validation.scalar("alpha", alpha)
-    beta = _validation.scalar("beta", beta)
+    alpha = validation.scalar("alpha", alpha)
+    beta = validation.scalar("beta", beta)
     if beta != 0.0 and y is None:
         raise ValueError("y: beta is nonzero, so y (the array beta multiplies) is required")
 
@@ -97,62 +98,90 @@ def _prepare(x, factors, side, alpha, beta, y) -> _Spec:
                 f"y: shape {tuple(y.shape)} does not broadcast to the result shape {out_shape}"
             )
 
-    result = _backend.dtype_name(xp.result_type(*named.values()))
-    return _Spec(xp, side, x, factors, rows_in, rows_out, out_shape, result,
-                 _backend.kernel_dtype(result), alpha, beta if y is not None else 0.0, y)
+    result = backend.dtype_name(xp.result_type(*named.values()))
+    empty = 0 in out_shape or rows_in == 0
+    return _KronCall(xp, x, tuple(named.values()), empty, side=side, x=x, factors=factors,
+                     in_len=rows_in, out_len=rows_out, out_shape=out_shape,
+                     result_dtype=result, compute_dtype=dtypes.compute(result), alpha=alpha,
+                     beta=beta if y is not None else 0.0, y=y)
 
 
-def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, algorithm="auto"):
-    """``alpha * x @ (F1 ⊗ … ⊗ FN) + beta * y`` (side="right") or
-    ``alpha * (F1 ⊗ … ⊗ FN) @ x + beta * y`` (side="left"), without forming the Kronecker product.
-
-    Parameters
-    ----------
-    x : array
-        side="right": shape ``(..., prod(P_i))``; side="left": ``(..., prod(Q_i), n)`` or
-        ``(prod(Q_i),)``.  Leading dimensions are batch dimensions, as in ``matmul``.
-    factors : sequence of 2-D arrays
-        ``F_i`` of shape ``(P_i, Q_i)``; shapes may differ.
-    alpha, beta : float
-        Scales; ``beta`` needs ``y``, which must broadcast to the result's shape.  With
-        ``beta == 0``, ``y`` is not read (BLAS convention).
-    algorithm : {"auto", "sliced", "shuffle"}
-        "sliced" runs the compiled kernel (CPU, or CUDA for CuPy arrays / CUDA torch tensors),
-        "shuffle" the reshape–matmul–transpose algorithm through the array library.
-
-    Returns
-    -------
-    array in x's namespace, on x's device, of the promoted dtype of the inputs (float16 and
-    bfloat16 are computed in float32 and returned in their own dtype).
-    """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
-    fast_key = _fast_key(x, factors, side, algorithm) if y is None and beta == 0 else None
-    if fast_key is not None:
-        out = _fast_call(fast_key, x, factors, alpha)
-        if out is not None:
-            return out
-    spec = _prepare(x, factors, side, alpha, beta, y)
-    if 0 in spec.out_shape or spec.in_len == 0:
-        return _degenerate(spec)
-    if algorithm == "auto":
-        from . import planner  # the cost model picks; its plans are cached per shape
-
-        algorithm = planner.choose("kron_matmul", tuple(spec.x.shape),
-                                   *(tuple(f.shape) for f in spec.factors),
-                                   dtype=spec.compute_dtype, device=spec.x, side=spec.side)
-    if algorithm != "shuffle" and _needs_autograd(spec):
-        from ._autograd import kron_matmul_differentiable  # compiled kernels, kron_matmul backward
-
-        return kron_matmul_differentiable(spec)
-    if algorithm == "shuffle" or _needs_autograd(spec):
-        return _shuffle(spec)
-    if _backend.on_cuda(x):
-        return _run_cuda(spec, fast_key)
-    return _run_cpu(spec, fast_key)
+def _empty(call: _KronCall):
+    """Empty result, or a zero-length contraction (the product term is exactly zero)."""
+    xp = call.xp
+    out = xp.zeros(call.out_shape, dtype=getattr(xp, call.result_dtype),
+                   device=array_api_compat.device(call.x))
+    if call.beta != 0.0:
+        out = out + call.beta * xp.astype(call.y, out.dtype)
+    return out
 
 
-_float32_precision = _precision.Float32Precision(kron_cuda, "KRONLINALG_KRON_FP32")
+def _plan_query(call: _KronCall):
+    return ((tuple(call.x.shape),) + tuple(tuple(f.shape) for f in call.factors),
+            call.compute_dtype, {"side": call.side})
+
+
+def _signature(arrays, options, algorithm):
+    """Hashable signature of a call on CUDA or NumPy arrays that the fast path can replay, or
+    None (the full path): y and beta unused, alpha a Python number."""
+    if algorithm == "shuffle" or len(arrays) != 2:
+        return None
+    x, factors = arrays
+    if (type(factors) not in (list, tuple) or options.get("y") is not None
+            or options.get("beta", 0.0) != 0 or type(options.get("alpha", 1.0)) not in (float, int)):
+        return None
+    sig = arrays_signature([x, *factors], host=True)
+    return None if sig is None else (options.get("side", "right"), algorithm) + sig
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel facts for the cost model (the planner asks through the registered hook)
+
+
+def _facts(problem) -> dict:
+    """What the compiled kernels decide for this problem: the CPU kernel's passes, the CUDA
+    plan's passes (and whether every factor fits a fused kernel) and the float32 mode."""
+    info = problem.info
+    factors = [(1, p, q, q, 1) for p, q in info["factors"]]
+    code = _CODE.get(problem.dtype, 0)
+    if problem.kind == "cpu":
+        if kron_cpu is None:
+            return {}
+        return {"cpu_pass_counts": list(kron_cpu.pass_counts(1, info["M"], factors,
+                                                              0 if code != 1 else 1))}
+    out = {"fp32_mode": float32_precision(), "cuda_built": kron_cuda is not None}
+    if kron_cuda is None or not problem.device.startswith("cuda:"):
+        return out  # no GPU to ask (a table profile): one launch per factor, unfused
+    x = problem.shapes[0]
+    k_in, k_out = info["lengths"][0], info["lengths"][-1]
+    if info["side"] == "right" or len(x) == 1:  # rows contiguous
+        m1, m2, xd, yd = 1, info["M"], (1, 0, k_in, 1), (1, 0, k_out, 1)
+    else:  # rows of xᵀ: batch × columns, elements `columns` apart
+        m1, m2 = info["M"] // x[-1], x[-1]
+        xd, yd = (1, k_in * m2, 1, m2), (1, k_out * m2, 1, m2)
+    try:
+        text = kron_cuda.config(m1, m2, factors, xd, yd, code)
+    except NotImplementedError:  # a factor too large for one block's shared memory
+        return {**out, "cuda_fits": False}
+    except RuntimeError:  # a plan the extension cannot make here: one launch per factor
+        return out
+    passes = int(text.split("passes=", 1)[1].split()[0].rstrip(","))
+    return {**out, "cuda_plan": (passes, True)}
+
+
+def _normalise(shapes, options) -> dict:
+    return costs.normalise(shapes, options)
+
+
+def _kernel_applies(problem) -> bool:
+    if problem.dtype not in dtypes.FLOAT:
+        return False
+    if problem.kind == "cpu":
+        return kron_cpu is not None
+    return problem.info.get("cuda_built", True) and problem.info.get("cuda_fits", True)
+
+
+_float32_precision = precision.Float32Precision(kron_cuda, "KRONLINALG_KRON_FP32")
 
 
 def float32_precision(precision=None) -> str:
@@ -165,45 +194,22 @@ def float32_precision(precision=None) -> str:
     return _float32_precision(precision)
 
 
-def _needs_autograd(spec: _Spec) -> bool:
-    # The compiled kernels have no backward yet: differentiate through the library's matmul.
-    if not _backend.is_torch(spec.x):
-        return False
-    import torch
-
-    arrays = [spec.x, *spec.factors] + ([spec.y] if spec.y is not None else [])
-    return torch.is_grad_enabled() and any(a.requires_grad for a in arrays)
-
-
-def _degenerate(spec: _Spec):
-    """Empty result, or a zero-length contraction (the product term is exactly zero)."""
-    xp = spec.xp
-    out = xp.zeros(spec.out_shape, dtype=_result_dtype(spec), device=array_api_compat.device(spec.x))
-    if spec.beta != 0.0:
-        out = out + spec.beta * xp.astype(spec.y, out.dtype)
-    return out
-
-
-def _result_dtype(spec: _Spec):
-    return getattr(spec.xp, spec.result_dtype)
-
-
 # ---------------------------------------------------------------------------------------------
 # normalisation to rows @ kron(G): which strides the kernel walks
 
 
-def _factor_descs(spec: _Spec, views) -> list:
+def _factor_descs(call: _KronCall, views) -> list:
     """(ptr, P, Q, row stride, col stride) per factor; left products use Fᵀ through strides."""
     descs = []
     for v in views:
         (p, q), (rs, cs) = v.shape, v.strides
-        descs.append((v.ptr, p, q, rs, cs) if spec.side == "right" else (v.ptr, q, p, cs, rs))
+        descs.append((v.ptr, p, q, rs, cs) if call.side == "right" else (v.ptr, q, p, cs, rs))
     return descs
 
 
-def _row_dims(spec: _Spec, shape, strides):
+def _row_dims(call: _KronCall, shape, strides):
     """(sizes, strides) of the row dimensions and the element stride of x or of the result."""
-    if spec.side == "right":
+    if call.side == "right":
         return shape[:-1], strides[:-1], strides[-1]
     if len(shape) == 1:
         return (), (), strides[0]
@@ -211,14 +217,14 @@ def _row_dims(spec: _Spec, shape, strides):
     return shape[:-2] + shape[-1:], strides[:-2] + strides[-1:], strides[-2]
 
 
-def _rows(spec: _Spec, xv, ov):
+def _rows(call: _KronCall, xv, ov):
     """Row levels shared by x and the result: (m1, m2, x operand, result operand), or None.
 
     Row dimensions are merged where both x and the result allow it; the kernel takes two
     levels (enough for any contiguous layout, and for batched left products).
     """
-    sizes, xs, xes = _row_dims(spec, xv.shape, xv.strides)
-    _, os_, oes = _row_dims(spec, ov.shape, ov.strides)
+    sizes, xs, xes = _row_dims(call, xv.shape, xv.strides)
+    _, os_, oes = _row_dims(call, ov.shape, ov.strides)
     merged = []  # [size, x stride, result stride]
     for n, a, b in zip(sizes, xs, os_):
         if n == 1:
@@ -236,140 +242,150 @@ def _rows(spec: _Spec, xv, ov):
 
 
 def _cast(xp, a, dtype_name):
-    return a if _backend.dtype_name(a.dtype) == dtype_name else xp.astype(a, getattr(xp, dtype_name))
+    return a if backend.dtype_name(a.dtype) == dtype_name else xp.astype(a, getattr(xp, dtype_name))
 
 
-def _finish(spec: _Spec, out):
-    if spec.result_dtype != spec.compute_dtype:
-        out = spec.xp.astype(out, _result_dtype(spec))
+def _finish(call: _KronCall, out):
+    if call.result_dtype != backend.dtype_name(out.dtype):
+        out = call.xp.astype(out, getattr(call.xp, call.result_dtype))
     return out
 
 
-def _run_cpu(spec: _Spec, fast_key=None):
-    xp, cdt = spec.xp, spec.compute_dtype
-    xn = _backend.to_numpy(_cast(xp, spec.x, cdt))
-    fn = [_backend.to_numpy(_cast(xp, f, cdt)) for f in spec.factors]
-    out = np.empty(spec.out_shape, dtype=cdt)
-    if spec.beta != 0.0:
-        out[...] = _backend.to_numpy(_cast(xp, spec.y, cdt))
-    ov = _backend.host_view(out)
-    rows = _rows(spec, _backend.host_view(xn), ov)
+# ---------------------------------------------------------------------------------------------
+# "sliced": the compiled kernels
+
+
+def _sliced(call: _KronCall):
+    if call.grad == "autograd":  # the kernels forward, kron_matmul backward (all orders)
+        from ._kron_autograd import differentiable
+
+        return differentiable(_apply_sliced, call.x, call.factors, call.side, call.alpha,
+                              call.beta, call.y, call.result_dtype)
+    return _sliced_replay(call)[0]
+
+
+def _apply_sliced(x, factors, side, alpha):
+    """kron_matmul's sliced algorithm, for the autograd Function (forward and backward)."""
+    return kron_matmul(x, factors, side=side, alpha=alpha, algorithm="sliced")
+
+
+def _sliced_replay(call: _KronCall):
+    """(result, replayer or None): the kernel's launch, and the same launch for later calls of
+    this signature (layouts packed once: a repeated call only reads pointers)."""
+    if backend.on_cuda(call.x):
+        return _run_cuda(call)
+    return _run_cpu(call)
+
+
+def _run_cpu(call: _KronCall):
+    xp, cdt = call.xp, call.compute_dtype
+    xn = backend.to_numpy(_cast(xp, call.x, cdt))
+    fn = [backend.to_numpy(_cast(xp, f, cdt)) for f in call.factors]
+    out = np.empty(call.out_shape, dtype=cdt)
+    if call.beta != 0.0:
+        out[...] = backend.to_numpy(_cast(xp, call.y, cdt))
+    ov = backend.host_view(out)
+    rows = _rows(call, backend.host_view(xn), ov)
     if rows is None:  # batch dims that no two strides describe: one compacting copy
         xn = np.ascontiguousarray(xn)
-        rows = _rows(spec, _backend.host_view(xn), ov)
+        rows = _rows(call, backend.host_view(xn), ov)
     m1, m2, xd, od = rows
-    descs = _factor_descs(spec, [_backend.host_view(f) for f in fn])
-    kron_cpu.matmul(m1, m2, descs, xd, od, spec.alpha, spec.beta, _KERNEL_DTYPE[cdt])
-    if (fast_key is not None and spec.beta == 0.0 and cdt == spec.result_dtype
-            and xn is spec.x and all(a is b for a, b in zip(fn, spec.factors))):
+    descs = _factor_descs(call, [backend.host_view(f) for f in fn])
+    code = _CODE[cdt]
+    kron_cpu.matmul(m1, m2, descs, xd, od, call.alpha, call.beta, code)
+    replayer = None
+    if (call.beta == 0.0 and cdt == call.result_dtype and xn is call.x
+            and all(a is b for a, b in zip(fn, call.factors))):
         packed = kron_cpu.pack(m1, m2, [d[1:] for d in descs], xd[1:], od[1:])
-        _FAST.remember(fast_key, ("cpu", packed, spec.out_shape, cdt, _KERNEL_DTYPE[cdt]))
-    return _finish(spec, _backend.from_host(spec.x, xp, out))
+        replayer = _cpu_replayer(packed, call.out_shape, cdt, code)
+    return _finish(call, backend.from_host(call.x, xp, out)), replayer
 
 
-def _run_cuda(spec: _Spec, fast_key=None):
+def _cpu_replayer(packed, out_shape, cdt, code):
+    addr = backend.host_address
+
+    def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
+        out = np.empty(out_shape, dtype=cdt)
+        kron_cpu.launch(packed, [addr(f) for f in factors], addr(x), addr(out), float(alpha),
+                        0.0, code)
+        return out
+
+    return replay
+
+
+def _run_cuda(call: _KronCall):
     if kron_cuda is None:
         raise RuntimeError(
             "kron_matmul: got a CUDA array, but kronlinalg was built without CUDA "
             "(reinstall with nvcc on PATH, or -Csetup-args=-Dcuda=enabled)"
         )
     kron_cuda.device_check()
-    xp = spec.xp
+    xp = call.xp
     # half types stay half in memory: the tensor-core kernels accumulate in float32
-    half = spec.result_dtype in ("float16", "bfloat16")
-    cdt = spec.result_dtype if half else spec.compute_dtype
-    x = _cast(xp, spec.x, cdt)
-    fs = [_cast(xp, f, cdt) for f in spec.factors]
+    half = call.result_dtype in dtypes.HALF
+    cdt = call.result_dtype if half else call.compute_dtype
+    x = _cast(xp, call.x, cdt)
+    fs = [_cast(xp, f, cdt) for f in call.factors]
     # layouts (shapes, strides -> row levels, factor strides, plan) are packed once per
     # signature: a repeated call only reads pointers (tiny products are host-bound)
-    key = (cdt, spec.side, spec.out_shape) + tuple(_backend.cuda_array_key(a, allow_grad=True) for a in [x, *fs])
-    with _backend.cuda_device_scope(x):
-        out = _backend.empty_like_lib(x, spec.out_shape, cdt)
-        if spec.beta != 0.0:
-            out[...] = spec.y
+    key = (cdt, call.side, call.out_shape) + tuple(backend.cuda_array_key(a, allow_grad=True)
+                                                   for a in [x, *fs])
+    with backend.cuda_device_scope(x):
+        out = backend.empty_like_lib(x, call.out_shape, cdt)
+        if call.beta != 0.0:
+            out[...] = call.y
         entry = kron_cuda.layout(key)
         if entry is None:
-            ov = _backend.device_view(out)
-            rows = _rows(spec, _backend.device_view(x), ov)
+            ov = backend.device_view(out)
+            rows = _rows(call, backend.device_view(x), ov)
             contig = rows is None
             if contig:
-                rows = _rows(spec, _backend.device_view(_backend.contiguous(x)), ov)
+                rows = _rows(call, backend.device_view(backend.contiguous(x)), ov)
             m1, m2, xd, od = rows
-            descs = _factor_descs(spec, [_backend.device_view(f) for f in fs])
-            try:
-                entry = kron_cuda.prepare(key, m1, m2, [d[1:] for d in descs], xd[1:], od[1:],
-                                          _KERNEL_DTYPE[cdt], contig)
-            except RuntimeError as err:  # a factor too large for one block's shared memory
-                if "does not fit" not in str(err):
-                    raise
-                return _shuffle(spec)
+            descs = _factor_descs(call, [backend.device_view(f) for f in fs])
+            entry = kron_cuda.prepare(key, m1, m2, [d[1:] for d in descs], xd[1:], od[1:],
+                                      _CODE[cdt], contig)
         contig = entry[3]
         if contig:  # batch dims that no two strides describe: one compacting copy
-            x = _backend.contiguous(x)
-        _launch_cuda(entry, x, fs, out, spec.alpha, spec.beta, cdt)
-    if (fast_key is not None and not contig and spec.beta == 0.0 and cdt == spec.result_dtype
-            and x is spec.x and all(a is b for a, b in zip(fs, spec.factors))):
-        _FAST.remember(fast_key, ("cuda", key, spec.out_shape, cdt))
-    return out if cdt == spec.result_dtype else _finish(spec, out)
+            x = backend.contiguous(x)
+        _launch_cuda(entry, x, fs, out, call.alpha, call.beta, cdt)
+    replayer = None
+    if (not contig and call.beta == 0.0 and cdt == call.result_dtype and x is call.x
+            and all(a is b for a, b in zip(fs, call.factors))):
+        replayer = _cuda_replayer(key, call.out_shape, cdt)
+    return (out if cdt == call.result_dtype else _finish(call, out)), replayer
 
 
-# ---------------------------------------------------------------------------------------------
-# the per-call fast path for CUDA arrays: tiny products are host-bound (the kernel runs for a few
-# µs, a full validation costs tens of µs of Python), so a call whose signature (library, shapes,
-# strides, dtypes, devices, side, algorithm) was validated, planned and launched before goes
-# straight to the launch.  Anything unusual (y, casts, compaction copies, autograd, a planner
-# or tuning change) takes the full path.
-
-_FAST = SignatureCache()
-
-
-def _fast_key(x, factors, side, algorithm):
-    """Hashable signature of a call on CUDA or NumPy arrays, or None (the full path)."""
-    if algorithm == "shuffle" or type(factors) not in (list, tuple):
-        return None
-    arrays = arrays_signature([x, *factors], host=True)
-    return None if arrays is None else (side, algorithm) + arrays
-
-
-def _fast_call(fast_key, x, factors, alpha):
-    """The result of a call seen before (see _FAST), or None to take the full path."""
-    hit = _FAST.get(fast_key)
-    if hit is None or type(alpha) not in (float, int):
-        return None
-    if hit[0] == "cpu":
-        _, packed, out_shape, cdt, code = hit
-        out = np.empty(out_shape, dtype=cdt)
-        addr = _backend.host_address
-        kron_cpu.launch(packed, [addr(f) for f in factors], addr(x), addr(out), float(alpha),
-                        0.0, code)
+def _cuda_replayer(layout_key, out_shape, cdt):
+    def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
+        entry = kron_cuda.layout(layout_key)
+        if entry is None:  # kron_cuda.tune() dropped the packed layouts: the full path
+            return None
+        with backend.cuda_device_scope(x):
+            out = backend.empty_like_lib(x, out_shape, cdt)
+            _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt)
         return out
-    _, layout_key, out_shape, cdt = hit
-    entry = kron_cuda.layout(layout_key)
-    if entry is None:  # kron_cuda.tune() dropped the packed layouts
-        return None
-    with _backend.cuda_device_scope(x):
-        out = _backend.empty_like_lib(x, out_shape, cdt)
-        _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt)
-    return out
+
+    return replay
 
 
 def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
     """Enqueue a packed layout (kron_cuda.prepare) on these arrays, on the library's stream;
     the caller has made x's device current."""
     packed, aligned, unaligned, _ = entry
-    ptr = _backend.address_getter(x)
+    ptr = backend.address_getter(x)
     xp, op = ptr(x), ptr(out)
     n, nbuf = aligned if (xp | op) % 16 == 0 else unaligned
     # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
     # (held until enqueued; freed blocks are reused only by later work on this stream)
-    scratch = [_backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
+    scratch = [backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
     sp = [ptr(a) for a in scratch] + [0, 0]
     kron_cuda.launch(packed, [ptr(f) for f in fs], xp, op, alpha, beta,
-                     _KERNEL_DTYPE[cdt], sp[0], sp[1], n, _backend.cuda_stream(x))
+                     _CODE[cdt], sp[0], sp[1], n, backend.cuda_stream(x))
 
 
 # ---------------------------------------------------------------------------------------------
-# the shuffle algorithm: the array library's matmul, one reshape–matmul–transpose per factor
+# "shuffle": the array library's matmul, one reshape–matmul–transpose per factor
 
 
 def _shuffle_rows(xp, rows, factors):
@@ -384,30 +400,77 @@ def _shuffle_rows(xp, rows, factors):
     return cur
 
 
-def _shuffle(spec: _Spec):
-    xp, cdt = spec.xp, spec.compute_dtype
-    x = _cast(xp, spec.x, cdt)
-    fs = [_cast(xp, f, cdt) for f in spec.factors]
-    if spec.side == "right":
+def _shuffle(call: _KronCall):
+    xp, cdt = call.xp, call.compute_dtype
+    x = _cast(xp, call.x, cdt)
+    fs = [_cast(xp, f, cdt) for f in call.factors]
+    if call.side == "right":
         lead = tuple(x.shape[:-1])
-        rows = xp.reshape(x, (math.prod(lead), spec.in_len))
-        out = xp.reshape(_shuffle_rows(xp, rows, fs), lead + (spec.out_len,))
+        rows = xp.reshape(x, (math.prod(lead), call.in_len))
+        out = xp.reshape(_shuffle_rows(xp, rows, fs), lead + (call.out_len,))
     elif x.ndim == 1:
-        out = xp.reshape(_shuffle_rows(xp, xp.reshape(x, (1, spec.in_len)), [f.mT for f in fs]),
-                         (spec.out_len,))
+        out = xp.reshape(_shuffle_rows(xp, xp.reshape(x, (1, call.in_len)), [f.mT for f in fs]),
+                         (call.out_len,))
     else:
         batch, n = tuple(x.shape[:-2]), x.shape[-1]
-        rows = xp.reshape(x.mT, (math.prod(batch) * n, spec.in_len))
+        rows = xp.reshape(x.mT, (math.prod(batch) * n, call.in_len))
         res = _shuffle_rows(xp, rows, [f.mT for f in fs])
-        out = xp.reshape(res, batch + (n, spec.out_len)).mT
-    if spec.alpha != 1.0:
-        out = spec.alpha * out
-    if spec.beta != 0.0:
-        out = out + spec.beta * _cast(xp, spec.y, cdt)
-    return _finish(spec, out)
+        out = xp.reshape(res, batch + (n, call.out_len)).mT
+    if call.alpha != 1.0:
+        out = call.alpha * out
+    if call.beta != 0.0:
+        out = out + call.beta * _cast(xp, call.y, cdt)
+    return _finish(call, out)
 
 
 # ---------------------------------------------------------------------------------------------
+# the operation and its algorithms
+
+OPERATION = Operation(
+    "kron_matmul", prepare=_prepare, plan_query=_plan_query, normalise=_normalise,
+    empty=_empty, signature=_signature, grad_algorithm="shuffle", facts=_facts,
+    doc="x @ (F1 ⊗ … ⊗ FN); shapes: x, F1, …, FN")
+OPERATION.register(Algorithm(
+    "sliced", _sliced, costs.predictor("kron_matmul/sliced/cpu"), devices=("cpu",),
+    applies=_kernel_applies, replay=_sliced_replay, autograd=("autograd",),
+    doc="compiled sliced multiply, consecutive factors fused in cache (kronlinalg CPU kernel)"))
+OPERATION.register(Algorithm(
+    "sliced", _sliced, costs.predictor("kron_matmul/sliced/cuda"), devices=("cuda",),
+    applies=_kernel_applies, replay=_sliced_replay, autograd=("autograd",),
+    doc="CUDA sliced multiply: one launch per fused pass (per factor when unfused)"))
+for _kind, _lib in (("cpu", "BLAS"), ("cuda", "cuBLAS (CuPy / torch)")):
+    OPERATION.register(Algorithm(
+        "shuffle", _shuffle, costs.predictor(f"kron_matmul/shuffle/{_kind}"), devices=(_kind,),
+        autograd=("autograd", "transform"),
+        doc=f"reshape–matmul–transpose per factor through the array library's {_lib}"))
+
+
+def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, algorithm="auto"):
+    """``alpha * x @ (F1 ⊗ … ⊗ FN) + beta * y`` (side="right") or
+    ``alpha * (F1 ⊗ … ⊗ FN) @ x + beta * y`` (side="left"), without forming the Kronecker product.
+
+    Parameters
+    ----------
+    x : array
+        side="right": shape ``(..., prod(P_i))``; side="left": ``(..., prod(Q_i), n)`` or
+        ``(prod(Q_i),)``.  Leading dimensions are batch dimensions, as in ``matmul``.
+    factors : sequence of 2-D arrays
+        ``F_i`` of shape ``(P_i, Q_i)``; shapes may differ.
+    alpha, beta : float
+        Scales (Python or 0-d scalars); ``beta`` needs ``y``, which must broadcast to the
+        result's shape.  With ``beta == 0``, ``y`` is not read (BLAS convention).
+    algorithm : {"auto", "sliced", "shuffle"}
+        "sliced" runs the compiled kernel (CPU, or CUDA for CuPy arrays / CUDA torch tensors),
+        "shuffle" the reshape–matmul–transpose algorithm through the array library; "auto"
+        the planner's choice (``kronlinalg.explain("kron_matmul", x.shape, *shapes)``).
+
+    Returns
+    -------
+    array in x's namespace, on x's device, of the promoted dtype of the inputs (float16 and
+    bfloat16 are computed in float32 and returned in their own dtype).  Differentiable for
+    torch tensors (every order: the backward is made of kron_matmul calls).
+    """
+    return OPERATION(x, factors, side=side, alpha=alpha, beta=beta, y=y, algorithm=algorithm)
 
 
 def kron(a, b, /):
@@ -416,10 +479,10 @@ def kron(a, b, /):
     This materialises ``a.shape[0]*b.shape[0] × a.shape[1]*b.shape[1]`` elements: it is the slow
     path, meant for small operands and references.  Use :func:`kron_matmul` to multiply by one.
     """
-    xp = _validation.namespace_of({"a": a, "b": b})
-    _validation.same_device({"a": a, "b": b})
+    xp = validation.namespace_of({"a": a, "b": b})
+    validation.same_device({"a": a, "b": b})
     for name, v in (("a", a), ("b", b)):
-        _validation.float_dtype(name, v)
+        validation.float_dtype(name, v)
     if a.ndim != b.ndim or a.ndim not in (1, 2):
         raise ValueError(
             f"a, b: expected two 2-D arrays (or two 1-D arrays), got shapes "

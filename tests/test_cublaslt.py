@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kronlinalg import _cublaslt
+from kronlinalg.vendor import cublaslt
 
 # (trans_a, trans_b, m, n, k, batch, element offset of A, B, C)
 GEMMS = [(1, 0, 48, 301, 40, 1, 0, 0, 0), (0, 0, 203, 24, 56, 3, 8, 0, 8),
@@ -19,32 +19,32 @@ GEMMS = [(1, 0, 48, 301, 40, 1, 0, 0, 0), (0, 0, 203, 24, 56, 3, 8, 0, 8),
 
 
 def test_alignment_is_the_largest_power_of_two_of_every_matrix():
-    assert _cublaslt._alignment(0x1000, 0) == 256
-    assert _cublaslt._alignment(0x1000 + 16, 4096) == 16
-    assert _cublaslt._alignment(0x1000, 2 * 37) == 2  # the batch's second matrix decides
-    assert _cublaslt._alignment(0x1008, 64) == 8
+    assert cublaslt._alignment(0x1000, 0) == 256
+    assert cublaslt._alignment(0x1000 + 16, 4096) == 16
+    assert cublaslt._alignment(0x1000, 2 * 37) == 2  # the batch's second matrix decides
+    assert cublaslt._alignment(0x1008, 64) == 8
 
 
 def test_signature_tells_apart_what_a_choice_depends_on():
     call = (1, 0, 48, 300, 40, 0x1000, 40, 0, 0x2000, 40, 0, 0x3000, 48, 0, 1)
-    sig = _cublaslt.signature(call, 2, 2)
+    sig = cublaslt.signature(call, 2, 2)
     moved = call[:5] + (0x1002,) + call[6:]  # same shapes, A 2-byte aligned
-    assert _cublaslt.signature(moved, 2, 2) != sig
+    assert cublaslt.signature(moved, 2, 2) != sig
     same = call[:5] + (0x7000,) + call[6:]  # another 256-byte aligned address
-    assert _cublaslt.signature(same, 2, 2) == sig
-    assert _cublaslt.signature(call, 0, 4) != sig
+    assert cublaslt.signature(same, 2, 2) == sig
+    assert cublaslt.signature(call, 0, 4) != sig
 
 
 def test_tuning_off_by_environment(monkeypatch):
     monkeypatch.setenv("KRONLINALG_GEMM_TUNE", "0")
-    assert not _cublaslt.enabled()
+    assert not cublaslt.enabled()
     monkeypatch.setenv("KRONLINALG_GEMM_TUNE", "all")
-    assert _cublaslt.wanted(False)
+    assert cublaslt.wanted(False)
     monkeypatch.delenv("KRONLINALG_GEMM_TUNE")
-    assert _cublaslt.wanted(True) and not _cublaslt.wanted(False)
-    with _cublaslt.tuning():
-        assert _cublaslt.wanted(False)
-    assert not _cublaslt.wanted(False)
+    assert cublaslt.wanted(True) and not cublaslt.wanted(False)
+    with cublaslt.tuning():
+        assert cublaslt.wanted(False)
+    assert not cublaslt.wanted(False)
 
 
 def _cupy_or_skip():
@@ -54,9 +54,9 @@ def _cupy_or_skip():
             pytest.skip("no CUDA device")
     except Exception:
         pytest.skip("no CUDA device")
-    from kronlinalg import _cublas
+    from kronlinalg.vendor import cublas
 
-    if not (_cublas.available() and _cublaslt.enabled()):
+    if not (cublas.available() and cublaslt.enabled()):
         pytest.skip("cuBLASLt not loadable")
     return cupy
 
@@ -120,8 +120,8 @@ def test_every_candidate_computes_the_gemm(rng, dtype):
     for gemm in GEMMS:
         call, refs, out, keep = _operands(cupy, rng, gemm, dtype)
         itemsize = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
-        sig = _cublaslt.signature(call, _CODES[dtype], itemsize)
-        plan = _cublaslt._Plan(sig, dtype == "float64")
+        sig = cublaslt.signature(call, _CODES[dtype], itemsize)
+        plan = cublaslt._Plan(sig, dtype == "float64")
         count = plan.candidates(device)
         assert count > 0, f"{gemm} {dtype}: no cuBLASLt candidate"
         ran = 0
@@ -150,7 +150,7 @@ def test_every_searched_configuration_computes_the_gemm(rng, dtype):
     searched = 0
     for gemm in GEMMS[:3]:
         call, refs, out, keep = _operands(cupy, rng, gemm, dtype)
-        plan = _cublaslt._Plan(_cublaslt.signature(call, _CODES[dtype], itemsize), False)
+        plan = cublaslt._Plan(cublaslt.signature(call, _CODES[dtype], itemsize), False)
         assert plan.candidates(device) > 0
         fresh = plan.neighbours(device, [0])
         assert len(plan.results) == plan.count + len(fresh)
@@ -175,12 +175,12 @@ def test_a_configuration_adopted_from_its_bytes_computes_the_gemm(rng):
     device = cupy.cuda.runtime.getDevice()
     gemm = GEMMS[2]
     call, refs, out, keep = _operands(cupy, rng, gemm, "float16")
-    sig = _cublaslt.signature(call, 2, 2)
-    first = _cublaslt._Plan(sig, False)
+    sig = cublaslt.signature(call, 2, 2)
+    first = cublaslt._Plan(sig, False)
     assert first.candidates(device) > 0
     found = first.neighbours(device, [0])
     raw = bytes((first.results[found[-1]] if found else first.results[0]).algo)
-    plan = _cublaslt._Plan(sig, False)
+    plan = cublaslt._Plan(sig, False)
     assert plan.adopt(device, raw[:-8]) is None
     index = plan.adopt(device, raw)
     assert index is not None
@@ -193,26 +193,26 @@ def test_a_configuration_adopted_from_its_bytes_computes_the_gemm(rng):
 @pytest.mark.gpu
 def test_tuning_records_a_choice_and_keeps_the_result(rng):
     cupy = _cupy_or_skip()
-    from kronlinalg import _cublas
+    from kronlinalg.vendor import cublas
 
     stream = cupy.cuda.get_current_stream().ptr
     device = cupy.cuda.runtime.getDevice()
-    _cublaslt.clear()
+    cublaslt.clear()
     for gemm in GEMMS:
         call, refs, out, keep = _operands(cupy, rng, gemm, "float16")
-        sig = _cublaslt.signature(call, 2, 2)
-        assert not _cublaslt.is_tuned(sig)
-        _cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
+        sig = cublaslt.signature(call, 2, 2)
+        assert not cublaslt.is_tuned(sig)
+        cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
                                      cupy_owned=True, tune=True)
-        assert _cublaslt.is_tuned(sig)
+        assert cublaslt.is_tuned(sig)
         for g, r in zip(_result(cupy, out, gemm, "float16"), refs):
             assert np.abs(g - r).max() / np.abs(r).max() <= _RTOL["float16"], gemm
         out[0].fill(np.nan)  # again through the recorded choice
-        _cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
+        cublas.gemm_strided_batched([call], dtype="float16", device=device, stream=stream,
                                      cupy_owned=True)
         for g, r in zip(_result(cupy, out, gemm, "float16"), refs):
             assert np.abs(g - r).max() / np.abs(r).max() <= _RTOL["float16"], gemm
-    _cublaslt.clear()
+    cublaslt.clear()
 
 
 @pytest.mark.gpu
@@ -223,7 +223,7 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
     cupy = _cupy_or_skip()
     from kronlinalg import structured
 
-    _cublaslt.clear()
+    cublaslt.clear()
     chain = structured.KSChain.random([(1, 48, 40, 3), (2, 20, 24, 3)], rng=rng, xp=cupy,
                                       dtype=cupy.float16)
     m, n = chain.shape
@@ -233,14 +233,14 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
     xn = cupy.asnumpy(x).astype(np.float64)
     ref = xn @ w.T if layout == "batch_first" else w @ xn
     structured.structured_matmul(x, chain, layout=layout, algorithm="dense")
-    assert _cublaslt.summary() == []
+    assert cublaslt.summary() == []
     packed = structured.KSPacked(chain)
     for _ in range(2):  # the tuning call, then the recorded choice
         y = cupy.asnumpy(structured.structured_matmul(x, packed, layout=layout,
                                                       algorithm="dense")).astype(np.float64)
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-2
-        assert len(_cublaslt.summary()) == 1
-    _cublaslt.clear()
+        assert len(cublaslt.summary()) == 1
+    cublaslt.clear()
 
 
 @pytest.mark.parametrize("name, reader, default, cases", [
@@ -267,14 +267,14 @@ def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
         raise RuntimeError("no cuBLASLt here")
 
     monkeypatch.setattr(_cublaslt, "_Plan", broken)
-    _cublaslt.clear()
+    cublaslt.clear()
     sig = ("test", 1)
     with pytest.warns(RuntimeWarning, match="tuning failed"):
-        assert _cublaslt.tune(sig, None, lambda: None, wide=False, device=0, stream=0) is None
-    assert _cublaslt.is_tuned(sig) and _cublaslt.lookup(sig) is None
-    assert _cublaslt.summary() == []
-    _cublaslt.clear()
-    assert not _cublaslt.is_tuned(sig)
+        assert cublaslt.tune(sig, None, lambda: None, wide=False, device=0, stream=0) is None
+    assert cublaslt.is_tuned(sig) and cublaslt.lookup(sig) is None
+    assert cublaslt.summary() == []
+    cublaslt.clear()
+    assert not cublaslt.is_tuned(sig)
 
 
 class _FakePlan:
@@ -329,12 +329,12 @@ def _fake_tuning(monkeypatch, cost, children, default_ms):
     monkeypatch.setattr(_cublaslt, "_Plan", _FakePlan)
     monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
     monkeypatch.setattr(_cublaslt, "_device_times", times)
-    _cublaslt.clear()
+    cublaslt.clear()
 
 
 def _tune_fake(sig):
-    plan = _cublaslt._tune(sig, (), lambda: None, False, 0, 0, 7)
-    return plan, _cublaslt._PLANS[sig]
+    plan = cublaslt._tune(sig, (), lambda: None, False, 0, 0, 7)
+    return plan, cublaslt._PLANS[sig]
 
 
 def test_search_steps_from_the_fastest_to_a_better_neighbour(monkeypatch):
@@ -347,7 +347,7 @@ def test_search_steps_from_the_fastest_to_a_better_neighbour(monkeypatch):
     plan, recorded = _tune_fake(("fake", 1))
     assert recorded.expanded == [[1, 2], [3, 0]]
     assert plan is recorded and plan.choice == 5
-    _cublaslt.clear()
+    cublaslt.clear()
 
 
 def test_search_off_keeps_to_the_heuristic_list(monkeypatch):
@@ -355,7 +355,7 @@ def test_search_off_keeps_to_the_heuristic_list(monkeypatch):
     _fake_tuning(monkeypatch, {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.5}, {1: [3]}, default_ms=1.0)
     plan, recorded = _tune_fake(("fake", 2))
     assert recorded.expanded == [] and plan.choice == 1
-    _cublaslt.clear()
+    cublaslt.clear()
 
 
 def test_search_stops_at_its_budget(monkeypatch):
@@ -363,11 +363,11 @@ def test_search_stops_at_its_budget(monkeypatch):
     monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
     monkeypatch.setenv("KRONLINALG_GEMM_SEARCH_BUDGET", "0")
     clock = iter(range(10**6))
-    monkeypatch.setattr(_cublaslt.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(cublaslt.time, "perf_counter", lambda: float(next(clock)))
     _fake_tuning(monkeypatch, {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.5}, {1: [3]}, default_ms=1.0)
     plan, recorded = _tune_fake(("fake", 3))
     assert plan.choice == 1 and recorded.expanded == [[1, 2]]
-    _cublaslt.clear()
+    cublaslt.clear()
 
 
 def test_a_configuration_within_two_percent_of_the_default_is_not_kept(monkeypatch):
@@ -376,21 +376,21 @@ def test_a_configuration_within_two_percent_of_the_default_is_not_kept(monkeypat
     _fake_tuning(monkeypatch, {0: 0.99, 1: 0.995, 2: 1.1, 3: 0.985}, {0: [3]}, default_ms=1.0)
     plan, recorded = _tune_fake(("fake", 4))
     assert plan is None and recorded.choice is None
-    assert _cublaslt.is_tuned(("fake", 4)) and _cublaslt.lookup(("fake", 4)) is None
-    _cublaslt.clear()
+    assert cublaslt.is_tuned(("fake", 4)) and cublaslt.lookup(("fake", 4)) is None
+    cublaslt.clear()
 
 
 def test_tuned_choices_go_to_the_cache_file_and_come_back(monkeypatch, tmp_path):
     """With KRONLINALG_GEMM_CACHE, a tuning writes its choice (the winner's descriptor, or the
     default); a later process (what it had read forgotten) adopts it without timing anything,
     and tunes again where cuBLASLt turns the cached configuration down."""
-    from kronlinalg import _gemm_cache
+    from kronlinalg.vendor import gemm_cache
 
     monkeypatch.delenv("KRONLINALG_GEMM_SEARCH", raising=False)
     cost = {0: 1.0, 1: 0.97, 2: 0.99, 3: 0.9}
     _fake_tuning(monkeypatch, cost, {1: [3]}, default_ms=1.0)
     monkeypatch.setenv("KRONLINALG_GEMM_CACHE", str(tmp_path / "gemm.json"))
-    _gemm_cache.forget()
+    gemm_cache.forget()
     plan, _ = _tune_fake(("fake", 5))
     assert plan.choice == 3
     cost.update({1: 0.999, 2: 0.999, 3: 0.995})  # within 2 %: the default stays
@@ -399,19 +399,19 @@ def test_tuned_choices_go_to_the_cache_file_and_come_back(monkeypatch, tmp_path)
     def no_timing(*args, **kwargs):
         raise AssertionError("a cached signature is not timed again")
 
-    _cublaslt.clear()
-    _gemm_cache.forget()
+    cublaslt.clear()
+    gemm_cache.forget()
     monkeypatch.setattr(_cublaslt, "_device_times", no_timing)
     plan, recorded = _tune_fake(("fake", 5))
     assert plan is recorded and plan.times == ("cached",)
     assert plan.results[plan.choice].algo == bytes([3]) * 64
     plan, recorded = _tune_fake(("fake", 6))
-    assert plan is None and recorded.choice is None and _cublaslt.is_tuned(("fake", 6))
+    assert plan is None and recorded.choice is None and cublaslt.is_tuned(("fake", 6))
 
-    _cublaslt.clear()
-    _gemm_cache.forget()
+    cublaslt.clear()
+    gemm_cache.forget()
     _FakePlan.reject = True
     with pytest.raises(AssertionError, match="not timed again"):
         _tune_fake(("fake", 5))  # (tune() turns the error into a warning; _tune does not)
-    _cublaslt.clear()
-    _gemm_cache.forget()
+    cublaslt.clear()
+    gemm_cache.forget()

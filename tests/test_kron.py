@@ -602,23 +602,24 @@ def test_float32_precision_switch():
     otherwise and in the IEEE mode)."""
     import sys
 
-    from kronlinalg.planner import _kron, _profiles
+    from kronlinalg.planner.costs import kron
+    from kronlinalg.planner import profiles
 
     kron_mod = sys.modules["kronlinalg.kron"]  # the module (kronlinalg.kron is the function)
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     start = kron_mod.float32_precision()
     assert start in ("tf32x3", "ieee")
     with pytest.raises(ValueError, match="precision"):
         kron_mod.float32_precision("tf32")
     try:
         kron_mod.float32_precision("tf32x3")
-        fast = _kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
-        mixed = _kron._cuda_flops(prof, "float32", [(16, 16), (5, 5)])
+        fast = kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
+        mixed = kron._cuda_flops(prof, "float32", [(16, 16), (5, 5)])
         assert kron_mod.float32_precision("ieee") == "tf32x3"
         assert kron_mod.float32_precision() == "ieee"
-        slow = _kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
+        slow = kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
         assert fast > 1.5 * slow and mixed == slow
-        assert _kron._cuda_flops(prof, "float64", [(16, 16)] * 3) < slow
+        assert kron._cuda_flops(prof, "float64", [(16, 16)] * 3) < slow
     finally:
         kron_mod.float32_precision(start)
     assert kron_mod.float32_precision() == start

@@ -38,7 +38,7 @@ def _need(gxp, dtype):
 
 
 def _kron_cuda():
-    from kronlinalg._ext import kron_cuda
+    kron_cuda = kronlinalg.testing.extension("kron_cuda")
 
     if kron_cuda is None:
         pytest.skip("built without CUDA")

@@ -13,7 +13,12 @@ import pytest
 
 import kronlinalg
 from kronlinalg import planner
-from kronlinalg.planner import _cache, _calibrate, _kron, _plan, _profiles, _registry
+from kronlinalg.planner import profile_cache
+from kronlinalg.planner import calibration
+from kronlinalg.planner.costs import kron
+from kronlinalg.planner import ranking
+from kronlinalg.planner import profiles
+from kronlinalg.planner import registry
 
 from _helpers import assert_close, kron_matmul_ref, random
 
@@ -83,10 +88,10 @@ def test_roofline_picks_the_binding_resource():
 def fresh_planner(tmp_path, monkeypatch):
     """An empty calibration cache and no remembered profiles or plans, before and after."""
     monkeypatch.setenv("KRONLINALG_CACHE_DIR", str(tmp_path / "cache"))
-    _profiles.invalidate()
+    profiles.invalidate()
     planner.clear_cache()
     yield tmp_path / "cache"
-    _profiles.invalidate()
+    profiles.invalidate()
     planner.clear_cache()
 
 
@@ -125,14 +130,14 @@ def test_plan_bad_arguments_name_the_argument(fresh_planner):
 
 def test_plan_left_side_reads_transposed_factors(fresh_planner):
     # (F1 ⊗ F2) @ x with F_i of shape 3×5: x has prod(Q) = 25 rows, the result prod(P) = 9
-    info = _kron.normalise(((25, 7), (3, 5), (3, 5)), {"side": "left"})
+    info = kron.normalise(((25, 7), (3, 5), (3, 5)), {"side": "left"})
     assert info["M"] == 7 and info["factors"] == [(5, 3), (5, 3)]
     assert info["lengths"] == [25, 15, 9]
     assert planner.plan("kron_matmul", (25, 7), (3, 5), (3, 5), side="left")
 
 
 def test_plan_passes_match_the_cpu_kernel(fresh_planner):
-    from kronlinalg._ext import kron_cpu
+    kron_cpu = kronlinalg.testing.extension("kron_cpu")
 
     for m, factors in [(64, [(8, 8)] * 6), (3, [(128, 128)] * 2), (1, [(2, 3), (5, 4), (7, 7)])]:
         x = (m, math.prod(p for p, _ in factors))
@@ -153,14 +158,14 @@ def test_plan_for_a_table_gpu_without_one(fresh_planner):
 
 
 def test_matmul_shapes_follow_array_api(fresh_planner):
-    info = _registry.normalise("matmul", ((5, 1, 3, 4), (7, 4, 6)), {})
+    info = registry.normalise("matmul", ((5, 1, 3, 4), (7, 4, 6)), {})
     assert (info["batch"], info["m"], info["k"], info["n"]) == (35, 3, 4, 6)
-    info = _registry.normalise("matmul", ((4,), (4,)), {})
+    info = registry.normalise("matmul", ((4,), (4,)), {})
     assert (info["m"], info["k"], info["n"]) == (1, 4, 1)
 
 
 def test_register_a_candidate(fresh_planner, monkeypatch):
-    monkeypatch.setitem(_registry._CANDIDATES, "matmul", list(_registry._CANDIDATES["matmul"]))
+    monkeypatch.setitem(registry._CANDIDATES, "matmul", list(registry._CANDIDATES["matmul"]))
     planner.register("matmul", planner.Candidate("oracle", lambda problem, prof: 1e-9,
                                                  devices=("cpu",)))
     choices = planner.plan("matmul", (64, 64), (64, 64))
@@ -205,22 +210,22 @@ def test_repeat_plan_is_a_cache_hit(fresh_planner):
 
 def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("KRONLINALG_CACHE_DIR", str(tmp_path / "kl"))
-    assert _cache.cache_dir() == tmp_path / "kl"
+    assert profile_cache.cache_dir() == tmp_path / "kl"
     monkeypatch.delenv("KRONLINALG_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert _cache.cache_dir() == tmp_path / "xdg" / "kronlinalg"
+    assert profile_cache.cache_dir() == tmp_path / "xdg" / "kronlinalg"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _cache.cache_dir() == tmp_path / "home" / ".cache" / "kronlinalg"
+    assert profile_cache.cache_dir() == tmp_path / "home" / ".cache" / "kronlinalg"
 
 
 def test_cache_ignores_foreign_or_broken_files(fresh_planner):
-    path = _cache.store("dev-a", {"bandwidth": 1.0})
-    assert _cache.load("dev-a")["bandwidth"] == 1.0
+    path = profile_cache.store("dev-a", {"bandwidth": 1.0})
+    assert profile_cache.load("dev-a")["bandwidth"] == 1.0
     path.write_text("{not json")
-    assert _cache.load("dev-a") is None
+    assert profile_cache.load("dev-a") is None
     path.write_text(json.dumps({"schema": -1, "key": "dev-a"}))
-    assert _cache.load("dev-a") is None
+    assert profile_cache.load("dev-a") is None
 
 
 def test_cpu_calibration_writes_and_reloads(fresh_planner, monkeypatch):
@@ -231,32 +236,32 @@ def test_cpu_calibration_writes_and_reloads(fresh_planner, monkeypatch):
     stored = json.loads(path.read_text())
     assert stored["bandwidth"] == pytest.approx(prof.bandwidth)
     # a new process (simulated: forget every profile) reads the file instead of measuring
-    _profiles.invalidate()
+    profiles.invalidate()
     monkeypatch.setattr(_calibrate, "_measure_cpu", lambda quick: pytest.fail("re-measured"))
     again = kronlinalg.calibrate("cpu")
     assert again.bandwidth == pytest.approx(prof.bandwidth)
-    assert _profiles.profile_for("cpu").source == "calibrated"
+    assert profiles.profile_for("cpu").source == "calibrated"
 
 
 def test_stored_coefficients_change_predictions(fresh_planner):
     before = planner.plan("kron_matmul", *KRON_SHAPES, dtype="float32", algorithm="shuffle")
-    _calibrate.store_coefficients("cpu", {"kron_matmul/shuffle/cpu": {"gemm_flop": 1e3}})
+    calibration.store_coefficients("cpu", {"kron_matmul/shuffle/cpu": {"gemm_flop": 1e3}})
     after = planner.plan("kron_matmul", *KRON_SHAPES, dtype="float32", algorithm="shuffle")
     assert after[0].seconds > before[0].seconds
-    assert _profiles.profile_for("cpu").source != "calibrated"  # coefficients are not a calibration
+    assert profiles.profile_for("cpu").source != "calibrated"  # coefficients are not a calibration
 
 
 def test_known_gpus_and_device_names():
     h100 = planner.KNOWN_GPUS["h100-sxm"]
     assert (h100.units, h100.bandwidth, h100.gemm_flops["float64"]) == (132, 2.96e12, 57e12)
-    assert _profiles._table_row("NVIDIA H100 80GB HBM3", (9, 0), 132) is h100
-    assert _profiles._table_row("NVIDIA H100 PCIe", (9, 0), 114).units == 114
-    assert _profiles._table_row("Some Future GPU", (8, 0), 108).name == "NVIDIA A100"
-    assert _profiles._table_row("Some Future GPU", (12, 0), 7) is None
-    assert _profiles.resolve_device("cuda:1") == "cuda:1"
-    assert _profiles.resolve_device(2) == "cuda:2"
-    assert _profiles.resolve_device(np.ones(3)) == "cpu"
-    assert _profiles.resolve_device(None) == "cpu"
+    assert profiles._table_row("NVIDIA H100 80GB HBM3", (9, 0), 132) is h100
+    assert profiles._table_row("NVIDIA H100 PCIe", (9, 0), 114).units == 114
+    assert profiles._table_row("Some Future GPU", (8, 0), 108).name == "NVIDIA A100"
+    assert profiles._table_row("Some Future GPU", (12, 0), 7) is None
+    assert profiles.resolve_device("cuda:1") == "cuda:1"
+    assert profiles.resolve_device(2) == "cuda:2"
+    assert profiles.resolve_device(np.ones(3)) == "cpu"
+    assert profiles.resolve_device(None) == "cpu"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +291,7 @@ def test_auto_is_correct(xp, rng, xshape, fshapes, side, fresh_planner):
 
 def test_auto_follows_the_plan(fresh_planner, monkeypatch):
     seen = []
-    real = _plan.choose
+    real = ranking.choose
 
     def spy(*args, **kwargs):
         seen.append(real(*args, **kwargs))
@@ -303,7 +308,7 @@ def test_auto_follows_the_plan(fresh_planner, monkeypatch):
 
 
 def _probe():
-    from kronlinalg._ext import probe_cuda
+    probe_cuda = kronlinalg.testing.extension("probe_cuda")
 
     if probe_cuda is None:
         pytest.skip("built without CUDA")

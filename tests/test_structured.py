@@ -281,7 +281,7 @@ def test_cuda_dense_slabs_copy(rng, dtype):
     cp = pytest.importorskip("cupy")
     if cp.cuda.runtime.getDeviceCount() == 0:
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     code = {"float32": 0, "float64": 1, "float16": 2}[dtype]
     stream = cp.cuda.get_current_stream().ptr
@@ -387,9 +387,9 @@ def test_block_dense_cost_terms():
     """block_dense's model: d times the kernel's flops, the dense blocks formed once (written
     a·b·c·d², read a·b·c·d), one launch more per factor with d > 1, strided's coefficients
     where it has none of its own; it pays only where a > 1 and d > 1."""
-    from kronlinalg.planner import _profiles
+    from kronlinalg.planner import profiles
 
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     info = structured._normalise(((1000, 2 * 5 * 3), (2, 4, 5, 3)), {"layout": "batch_first"})
     t = structured._block_dense_terms(info, 2, prof, "float16")
     assert t["gemm_flop"] == pytest.approx(2.0 * 1000 * 2 * 4 * 5 * 3 * 3 / prof.flops("float16"))
@@ -426,9 +426,9 @@ def test_strided(xp, rng, layout, algorithm):
     (CUDA with CuPy): strided (batch_first with d > 1 through the planar copies) and block_dense
     (the diagonal blocks formed dense); chains, a > 1, odd sizes, row-strided x, leading batch
     dimensions, non-contiguous values; elsewhere a clear error."""
-    from kronlinalg import _cublas
+    from kronlinalg.vendor import cublas
 
-    runs = xp.is_cuda and _cublas.available()
+    runs = xp.is_cuda and cublas.available()
     if not runs:
         chain = make_chain(xp, rng, [(2, 3, 4, 1)], "float32")
         x, _ = x_for(xp, rng, chain, layout, 5, "float32")
@@ -483,7 +483,7 @@ def test_cuda_planar_copies(rng, dtype):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     tdt = getattr(torch, dtype)
     code = {"float16": 2, "float32": 0, "float64": 1}[dtype]
@@ -536,7 +536,7 @@ def test_torch_autograd_flows_through_the_library(rng):
 
 
 def _poisoned_cpu(pattern, batch, layout, dtype, rng):
-    from kronlinalg._ext import ks_cpu
+    ks_cpu = kronlinalg.testing.extension("structured_cpu")
 
     a, b, c, d = pattern
     v = rng.standard_normal(pattern).astype(dtype)
@@ -564,7 +564,7 @@ def test_cpu_kernel_writes_every_output(rng, layout, dtype):
 
 
 def test_cpu_kernel_rejects_bad_descriptions():
-    from kronlinalg._ext import ks_cpu
+    ks_cpu = kronlinalg.testing.extension("structured_cpu")
 
     x = np.ones((4, 6), dtype=np.float32)
     y = np.empty((4, 6), dtype=np.float32)
@@ -587,7 +587,7 @@ def test_cuda_kernel_writes_every_output(rng, layout, dtype):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     if ks_cuda is None:
         pytest.fail("a CUDA device is present but kronlinalg was built without CUDA")
@@ -775,9 +775,9 @@ def test_cuda_tile_shapes_follow_the_launcher():
 
 
 def test_cuda_cost_model_on_the_h100():
-    from kronlinalg.planner import _profiles
+    from kronlinalg.planner import profiles
 
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     pick = lambda p, dt, lay: min(("kernel", "bmm", "dense"),  # noqa: E731
                                   key=lambda n: _cuda_seconds(n, p, dt, lay, prof))
     # measured on an H100 (benchmarks/structured_compare.py, batch 25088): the kernel wins by
@@ -800,10 +800,10 @@ def test_cuda_cost_model_on_the_h100():
 def test_cuda_coefficients_precedence():
     import dataclasses
 
-    from kronlinalg.planner import _profiles
+    from kronlinalg.planner import profiles
 
     base = "structured_matmul/kernel/cuda"
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     c = structured._coefficients("kernel", "cuda", "float16", "batch_last", prof)
     assert c == {**structured.DEFAULT_COEF[base],
                  **structured.DEFAULT_COEF.get(f"{base}/float16/batch_last", {})}
@@ -815,9 +815,9 @@ def test_cuda_coefficients_precedence():
     assert structured._coefficients("kernel", "cuda", "float32", "batch_last", mine)["flop"] == 7.0
     # the CPU families keep their single key
     assert structured._coefficients("kernel", "cpu", "float32", "batch_first",
-                                    _profiles.profile_for("cpu")) == {
+                                    profiles.profile_for("cpu")) == {
         **structured.DEFAULT_COEF["structured_matmul/kernel/cpu"],
-        **_profiles.profile_for("cpu").coef.get("structured_matmul/kernel/cpu", {})}
+        **profiles.profile_for("cpu").coef.get("structured_matmul/kernel/cpu", {})}
 
 
 @pytest.mark.gpu
@@ -828,7 +828,7 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     for pattern, batch, pad in [((1, 96, 48, 3), 130, 0), ((2, 40, 24, 3), 67, 3),
                                 ((1, 64, 48, 6), 129, 0), ((3, 33, 20, 6), 70, 1),
@@ -885,7 +885,7 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, w
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
@@ -941,7 +941,7 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
@@ -990,7 +990,7 @@ def _half_batch_first_error(rng, pattern, batch, pad, dtype):
     pad // 8 * 8 elements, y rows by pad, y prefilled with NaN) against a float64 reference,
     after checking that y's padding stayed untouched and every output was written."""
     import torch
-    from kronlinalg._ext import ks_cuda
+    ks_cuda = kronlinalg.testing.extension("structured_cuda")
 
     tdt = getattr(torch, dtype)
     a, b, c, d = pattern
@@ -1042,9 +1042,9 @@ def test_cuda_wgmma_tiles_for_every_d(rng, monkeypatch, dtype, wgmma):
 def test_float32_precision_switch(rng):
     """float32_precision: validated, round-trips, and the CUDA cost model follows it (3xTF32 on
     tensor cores is predicted faster than CUDA-core FMAs on a compute-heavy pattern)."""
-    from kronlinalg.planner import _profiles
+    from kronlinalg.planner import profiles
 
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     start = structured.float32_precision()
     assert start in ("tf32x3", "ieee")
     with pytest.raises(ValueError, match="precision"):
@@ -1119,7 +1119,8 @@ def test_tune_makes_the_measured_fastest_what_auto_runs(rng):
 def test_tune_on_cuda_arrays(rng):
     """structured.tune on CUDA arrays (CuPy, torch): every candidate timed, auto runs the
     measured fastest and still computes the product."""
-    from kronlinalg import _cublas, planner
+    from kronlinalg.vendor import cublas
+    from kronlinalg import planner
 
     libs = []
     for name in ("cupy", "torch"):
@@ -1142,7 +1143,7 @@ def test_tune_on_cuda_arrays(rng):
             times = structured.tune(to(x), f, repeats=2)
             # strided (batch_first with d > 1 on planar copies) and block_dense, where CuPy's
             # cuBLAS is there
-            strided = {"strided", "block_dense"} if _cublas.available() else set()
+            strided = {"strided", "block_dense"} if cublas.available() else set()
             assert set(times) == {"kernel", "bmm", "dense"} | strided
             out = structured.structured_matmul(to(x), f)
             got = out.get() if hasattr(out, "get") else out.cpu().numpy()
@@ -1172,12 +1173,12 @@ def test_record_and_tune_reject_bad_input(rng):
 def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
     """Same signature, new values and inputs every call, given as a KSFactor, a KSChain and a
     list: each result matches its own reference (nothing stale from the first call)."""
-    from kronlinalg import _cublas
+    from kronlinalg.vendor import cublas
 
     dtype = kernel_dtype(xp)
     patterns = [(2, 3, 4, 3), (1, 4, 6, 6)]
     if algorithm == "strided":
-        if not (xp.is_cuda and _cublas.available()):
+        if not (xp.is_cuda and cublas.available()):
             pytest.skip("the strided algorithm runs cuBLAS on CUDA arrays")
         if layout == "batch_first":  # batch_first needs d = 1
             patterns = [(2, 3, 4, 1), (1, 8, 6, 1)]

@@ -20,9 +20,9 @@ from test_structured import (CHAINS, LAYOUTS, chain_dense_ref, kernel_dtype, mak
 
 
 def _cublas_runs(xp) -> bool:
-    from kronlinalg import _cublas
+    from kronlinalg.vendor import cublas
 
-    return xp.is_cuda and _cublas.available()
+    return xp.is_cuda and cublas.available()
 
 
 def _algorithms(xp):
@@ -143,9 +143,9 @@ def test_packed_rejects_what_a_chain_rejects(rng):
 def test_packed_cost_terms():
     """Packed: dense without forming K (nor multiplying a chain's factors), strided without
     transposing K, block_dense without forming its blocks; the GEMM terms unchanged."""
-    from kronlinalg.planner import _profiles
+    from kronlinalg.planner import profiles
 
-    prof = _profiles.KNOWN_GPUS["h100-sxm"]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
     shapes = ((2 * 5 * 3, 1000), (2, 4, 5, 3))
     per_call = structured._normalise(shapes, {"layout": "batch_last"})
     packed = structured._normalise(shapes, {"layout": "batch_last", "packed": True})
@@ -248,7 +248,8 @@ def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
     """The measuring itself, on the host with CuPy's timer replaced: each candidate runs (warm-up
     and timed), the fastest by the stand-in's times becomes the plan (marked measured) and what
     auto runs, once per signature; a failing measurement warns and leaves the model's choice."""
-    from kronlinalg import _cublaslt, planner
+    from kronlinalg.vendor import cublaslt
+    from kronlinalg import planner
 
     seen = []
 

@@ -620,7 +620,7 @@ int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
     if (maxc[last] == 0) {
       std::string msg = "kron_matmul_cuda: factor " + std::to_string(last) +
                         " does not fit the GPU's shared memory";
-      return fail(KL_ERR_INVALID, msg.c_str());
+      return fail(KL_ERR_UNSUPPORTED, msg.c_str());
     }
   }
   int greedy = 0;

@@ -19,6 +19,8 @@ DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
 
 cdef _raise(int status):
+    if status == 5:  # KL_ERR_UNSUPPORTED: a problem these kernels do not run (the planner asks)
+        raise NotImplementedError(kl_last_error().decode())
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
 

@@ -19,7 +19,7 @@ from .ranking import Choice, choose, clear_cache, explain, plan, record
 from .profiles import KNOWN_GPUS, DeviceProfile, profile_for
 from .registry import Candidate, Problem, candidates, register, register_op
 from .roofline import roofline
-from .costs import kron as _kron_costs, matmul as _matmul_costs  # noqa: F401  (registration)
+from .costs import matmul as _matmul_costs  # noqa: F401  (registration)
 from .costs.kron import kron_flops
 
 __all__ = ["plan", "explain", "choose", "calibrate", "Candidate", "Choice", "Problem",

@@ -142,6 +142,7 @@ def _plan_uncached(op, shapes, dtype, device, algorithm, options):
     info = _registry.normalise(op, shapes, options)
     profile = _profiles.profile_for(device)
     problem = _registry.Problem(op, shapes, dtype, device, profile.kind, dict(options), info)
+    info.update(_registry.facts(problem))
     cands = [c for c in _registry.candidates(op, profile.kind) if c.applies(problem)]
     if algorithm is not None:
         names = sorted({c.name for c in cands})

@@ -51,6 +51,10 @@ class Candidate:
 class _OpSpec:
     normalise: Callable  # (shapes, options) -> info dict; raises ValueError on bad shapes
     doc: str = ""
+    # (problem) -> dict merged into problem.info: what the kernels decide (tiles, passes) for
+    # this problem, asked of them by the operation that registered it (the planner itself
+    # imports no operation and no extension)
+    facts: Callable | None = None
 
 
 _OPS: dict = {}
@@ -59,14 +63,14 @@ _CANDIDATES: dict = {}  # op -> list of Candidate, in registration order
 _listeners: list = []  # called after any change, so cached plans are dropped
 
 
-def register_op(op: str, normalise: Callable, doc: str = "",
+def register_op(op: str, normalise: Callable, doc: str = "", facts: Callable | None = None,
                 options=None) -> None:
     """Register operation `op`: normalise(shapes, options) -> info dict reads its shapes for the
     planner; options, if given, names the keyword options plan() accepts for it (e.g.
     ("side",)): plan() then refuses any other keyword with a TypeError naming it.  None keeps
     plan() permissive (the operation's normaliser alone judges its options)."""
     _OPTIONS[op] = None if options is None else tuple(options)
-    _OPS[op] = _OpSpec(normalise, doc)
+    _OPS[op] = _OpSpec(normalise, doc, facts)
     _CANDIDATES.setdefault(op, [])
     _changed()
 
@@ -113,6 +117,12 @@ def normalise(op: str, shapes: tuple, options: dict) -> dict:
     if op not in _OPS:
         raise ValueError(f"op: unknown operation {op!r}; known: {sorted(_OPS)}")
     return _OPS[op].normalise(shapes, options)
+
+
+def facts(problem) -> dict:
+    """The kernel facts the operation's registered hook adds to a problem's info ({} if none)."""
+    hook = _OPS[problem.op].facts
+    return hook(problem) if hook is not None else {}
 
 
 def _changed() -> None:

@@ -11,7 +11,8 @@ enum kl_status {
   KL_ERR_INVALID = 1,    /* bad shape/stride/argument reached the kernel layer */
   KL_ERR_NO_DEVICE = 2,  /* CUDA build, but no usable GPU at call time */
   KL_ERR_CUDA = 3,       /* a CUDA runtime call or launch failed */
-  KL_ERR_ALLOC = 4       /* host allocation failed */
+  KL_ERR_ALLOC = 4,      /* host allocation failed */
+  KL_ERR_UNSUPPORTED = 5 /* this kernel cannot run this problem (another algorithm must) */
 };
 
 /* Message for the last non-OK status returned on this thread (never NULL). */

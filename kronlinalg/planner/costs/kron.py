@@ -14,11 +14,10 @@ as xᵀ @ kron(F1ᵀ, …, FNᵀ), so its factors enter transposed and its rows 
 from __future__ import annotations
 
 import math
-import re
 
-from ..registry import Candidate, register, register_op
 
-__all__ = ["normalise", "terms", "coefficients", "kron_flops", "DEFAULT_COEF", "FAMILIES"]
+__all__ = ["normalise", "terms", "coefficients", "kron_flops", "predictor", "DEFAULT_COEF",
+           "FAMILIES"]
 
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
@@ -96,17 +95,12 @@ def _pass_bytes(info, passes, s_e):
     return info["M"] * s_e * (lengths[0] + lengths[-1] + 2.0 * (passes - 1) * mid)
 
 
-def _cpu_passes(factors, M, s_e):
+def _cpu_passes(info, s_e):
     """The CPU kernel's passes, as lists of factor indices (applied last first), as the kernel
-    plans them (kron_cpu.pass_counts: its grouping depends on the row length each pass sees, so
-    sub-problems do not recover it)."""
-    from ..._ext import load
-
-    kron_cpu = load("kron_cpu")
-
-    dt = 0 if s_e == 4 else 1
-    counts = kron_cpu.pass_counts(1, M, [(1, p, q, q, 1) for p, q in factors], dt)
-    groups, end = [], len(factors)
+    plans them: info["cpu_pass_counts"] (factors per pass, a fact the operation asks the kernel
+    for: its grouping depends on the row length each pass sees)."""
+    counts = info.get("cpu_pass_counts") or [1] * len(info["factors"])
+    groups, end = [], len(info["factors"])
     for n in counts:
         groups.append(list(range(end - 1, end - n - 1, -1)))
         end -= n
@@ -133,7 +127,7 @@ def _cpu_sliced(problem, s_e, prof):
     left = cols > 1  # one column: elements contiguous, exactly a right product's layout
     lanes = max(1, 2 * (prof.simd_bytes or 32) // s_e)
     rate = prof.flops(dtype)
-    groups = _cpu_passes(factors, M, s_e)
+    groups = _cpu_passes(info, s_e)
     n_in = lengths[0]
     moved = cached = scalar_in = scalar_out = flops = steps = steps_l2 = 0.0
     for g in groups:
@@ -224,48 +218,23 @@ def _simt_flops(prof, dtype):
     return rate
 
 
-def _cuda_flops(prof, dtype, factors):
+def _cuda_flops(prof, dtype, factors, fp32_mode):
     """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except float32 in the 3xTF32 mode
     (kron.float32_precision) when every P is a multiple of 8 and every Q at least 16 (the
     kernel's rule, kron_cuda.cu pick_kernel): three TF32 products per product, a third of the
     tensor cores' TF32 rate (never below the CUDA-core rate it replaces)."""
     simt = _simt_flops(prof, dtype)
-    if dtype != "float32" or any(p % 8 or q < 16 for p, q in factors):
-        return simt
-    from ...kron import float32_precision
-
-    if float32_precision() != "tf32x3":
+    if dtype != "float32" or any(p % 8 or q < 16 for p, q in factors) or fp32_mode != "tf32x3":
         return simt
     return max(simt, prof.tc_ops.get("tf32", 0.0) * prof.units * prof.clock_hz / 3.0)
 
 
 def _cuda_plan(problem):
-    """(passes, fused) of the compiled CUDA plan.  The fused kernels say how they group the
-    factors (kron_cuda.config); without them (or without a GPU to ask) it is one launch per
-    factor, the unfused kernel."""
-    from ..._ext import load
-
-    kron_cuda = load("kron_cuda")
-
+    """(passes, fused) of the compiled CUDA plan: info["cuda_plan"], which the operation asks
+    the fused kernels for (kron_cuda.config); absent (no CUDA build, or no GPU to ask), one
+    launch per factor, the unfused kernel."""
     info = problem.info
-    n = len(info["factors"])
-    config = getattr(kron_cuda, "config", None)
-    if config is None or not problem.device.startswith("cuda:"):
-        return n, False
-    x = problem.shapes[0]
-    factors = [(1, p, q, q, 1) for p, q in info["factors"]]
-    k_in, k_out = info["lengths"][0], info["lengths"][-1]
-    if info["side"] == "right" or len(x) == 1:  # rows contiguous
-        m1, m2, xd, yd = 1, info["M"], (1, 0, k_in, 1), (1, 0, k_out, 1)
-    else:  # rows of xᵀ: batch × columns, elements `columns` apart
-        m1, m2 = info["M"] // x[-1], x[-1]
-        xd, yd = (1, k_in * m2, 1, m2), (1, k_out * m2, 1, m2)
-    code = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}.get(problem.dtype, 0)
-    try:
-        text = config(m1, m2, factors, xd, yd, code)
-        return int(re.search(r"passes=(\d+)", text).group(1)), True
-    except Exception:  # a plan the extension cannot make (shape beyond its kernels): unfused
-        return n, False
+    return info.get("cuda_plan") or (len(info["factors"]), False)
 
 
 def _cuda_sliced(problem, s_e, prof):
@@ -294,7 +263,8 @@ def _cuda_sliced(problem, s_e, prof):
     return {"mem": dram / prof.bandwidth, "cache": cached / prof.bandwidth,
             "smem": on_chip / (prof.B_sm * cycles) if fused else 0.0,
             "l1": lines / cycles,
-            "flop": info["flops"] / (_cuda_flops(prof, dtype, factors) if fused
+            "flop": info["flops"] / (_cuda_flops(prof, dtype, factors,
+                                                 info.get("fp32_mode", "tf32x3")) if fused
                                      else _simt_flops(prof, dtype)),
             "launches": passes * prof.launch_s, "call": prof.launch_s}, \
         {"passes": passes, "fused": fused}
@@ -347,7 +317,8 @@ def coefficients(family, prof) -> dict:
     return {**DEFAULT_COEF[family], **prof.coef.get(family, {})}
 
 
-def _predictor(family):
+def predictor(family):
+    """The cost function of one candidate family: seconds = Σ coef[term] · term."""
     def predict(problem, prof):
         t, details = terms(family, problem, prof)
         coef = coefficients(family, prof)
@@ -356,44 +327,3 @@ def _predictor(family):
 
     predict.__name__ = "predict_" + family.replace("/", "_")
     return predict
-
-
-def _runner(name):
-    def run(x, factors, /, **options):
-        from ...kron import kron_matmul
-
-        return kron_matmul(x, factors, algorithm=name, **options)
-
-    return run
-
-
-def _kernel_dtype(problem):
-    return problem.dtype in ("float32", "float64", "float16", "bfloat16")
-
-
-def _cuda_built(problem):
-    from ..._ext import load
-
-    kron_cuda = load("kron_cuda")
-
-    return kron_cuda is not None or not problem.device.startswith("cuda:")
-
-
-register_op("kron_matmul", normalise, "x @ (F1 ⊗ … ⊗ FN); shapes: x, F1, …, FN")
-register("kron_matmul", Candidate(
-    "sliced", _predictor("kron_matmul/sliced/cpu"), devices=("cpu",), applies=_kernel_dtype,
-    run=_runner("sliced"), family="kron_matmul/sliced/cpu",
-    doc="compiled sliced multiply, consecutive factors fused in cache (kronlinalg CPU kernel)"))
-register("kron_matmul", Candidate(
-    "shuffle", _predictor("kron_matmul/shuffle/cpu"), devices=("cpu",),
-    run=_runner("shuffle"), family="kron_matmul/shuffle/cpu",
-    doc="reshape–matmul–transpose per factor through the array library's BLAS"))
-register("kron_matmul", Candidate(
-    "sliced", _predictor("kron_matmul/sliced/cuda"), devices=("cuda",),
-    applies=lambda pr: _kernel_dtype(pr) and _cuda_built(pr), run=_runner("sliced"),
-    family="kron_matmul/sliced/cuda",
-    doc="CUDA sliced multiply: one launch per fused pass (per factor when unfused)"))
-register("kron_matmul", Candidate(
-    "shuffle", _predictor("kron_matmul/shuffle/cuda"), devices=("cuda",),
-    run=_runner("shuffle"), family="kron_matmul/shuffle/cuda",
-    doc="reshape–matmul–transpose per factor through cuBLAS (CuPy / torch)"))

@@ -9,7 +9,14 @@ For the right product ``Y = alpha * X @ (F_1 ⊗ … ⊗ F_N)`` (the left produc
   Kronecker product nor a dense identity factor is ever formed: each gradient is one or two
   kron_matmul calls and one contraction over the row and tail axes.
 
-``beta * y`` stays outside the Function, so torch differentiates it (and its broadcasting) itself.
+The backward is itself made of kron_matmul calls (through this same Function when gradients of
+gradients are wanted: ``create_graph=True`` turns grad mode on inside backward), reshapes and
+einsum, so derivatives of every order are exact — the backward of a Kronecker product is a
+Kronecker product.  ``beta * y`` stays outside the Function, so torch differentiates it (and its
+broadcasting) itself.
+
+The module knows kron_matmul only through the ``apply(x, factors, side, alpha)`` callable it is
+given (no import of the operation: the operation imports this).
 """
 
 from __future__ import annotations
@@ -17,38 +24,27 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
-
-
-def _apply(x, factors, side):
-    from .kron import kron_matmul
-
-    return kron_matmul(x, list(factors), side=side, algorithm="sliced")
 
 
 class KronMatmulFunction(torch.autograd.Function):
     """``alpha * x @ kron(factors)`` (side="right") or ``alpha * kron(factors) @ x`` (side="left")."""
 
     @staticmethod
-    def forward(ctx, x, side, alpha, *factors):
-        from .kron import kron_matmul
-
-        ctx.side = side
-        ctx.alpha = alpha
+    def forward(ctx, apply, x, side, alpha, *factors):
+        ctx.apply, ctx.side, ctx.alpha = apply, side, alpha
         ctx.save_for_backward(x, *factors)
-        return kron_matmul(x, list(factors), side=side, alpha=alpha, algorithm="sliced")
+        return apply(x, list(factors), side, alpha)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
         x, *factors = ctx.saved_tensors
-        need_x = ctx.needs_input_grad[0]
-        need_f = ctx.needs_input_grad[3:]
-        gx, gfs = _gradients(x, factors, grad, ctx.side, ctx.alpha, need_x, need_f)
-        return (gx, None, None, *gfs)
+        need_x = ctx.needs_input_grad[1]
+        need_f = ctx.needs_input_grad[4:]
+        gx, gfs = _gradients(ctx.apply, x, factors, grad, ctx.side, ctx.alpha, need_x, need_f)
+        return (None, gx, None, None, *gfs)
 
 
-def _gradients(x, factors, grad, side, alpha, need_x, need_f):
+def _gradients(apply, x, factors, grad, side, alpha, need_x, need_f):
     dt = grad.dtype
     if side == "left":  # Yᵀ = Xᵀ @ kron(Fᵀ): the right product on transposes
         vec = x.ndim == 1
@@ -66,7 +62,7 @@ def _gradients(x, factors, grad, side, alpha, need_x, need_f):
 
     gx = None
     if need_x:
-        gxr = _apply(gr, [f.mT for f in fr], "right")
+        gxr = apply(gr, [f.mT for f in fr], "right", 1.0)
         if alpha != 1.0:
             gxr = gxr * alpha
         if side == "left":
@@ -86,11 +82,11 @@ def _gradients(x, factors, grad, side, alpha, need_x, need_f):
             ql, qi, qg = math.prod(Q[:i]), Q[i], math.prod(Q[i + 1:])
             u = X2.reshape(B * pl * pi, pg)
             if i + 1 < n:
-                u = _apply(u, fr[i + 1:], "right")
+                u = apply(u, fr[i + 1:], "right", 1.0)
             u = u.reshape(B * pl, pi, qg)
             w = G2.reshape(B, ql, qi * qg)
             if i > 0:
-                w = _apply(w, fr[:i], "left")
+                w = apply(w, fr[:i], "left", 1.0)
             w = w.reshape(B * pl, qi, qg)
             g = torch.einsum("npr,nqr->pq", u, w)
             if alpha != 1.0:
@@ -101,12 +97,10 @@ def _gradients(x, factors, grad, side, alpha, need_x, need_f):
     return gx, gfs
 
 
-def kron_matmul_differentiable(spec):
-    """kron_matmul of a validated call (kron._Spec) whose torch inputs require grad."""
-    dt = getattr(torch, spec.result_dtype)
-    x = spec.x.to(dt)
-    fs = [f.to(dt) for f in spec.factors]
-    out = KronMatmulFunction.apply(x, spec.side, float(spec.alpha), *fs)
-    if spec.beta != 0.0:
-        out = out + spec.beta * spec.y.to(dt)
+def differentiable(apply, x, factors, side, alpha, beta, y, dtype):
+    """kron_matmul of torch inputs that require grad: the kernels forward, kron_matmul backward."""
+    dt = getattr(torch, dtype)
+    out = KronMatmulFunction.apply(apply, x.to(dt), side, float(alpha), *(f.to(dt) for f in factors))
+    if beta != 0.0:
+        out = out + beta * y.to(dt)
     return out
