@@ -35,6 +35,14 @@ try:
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         print_blob=True,
     )
+    # deeper local runs: HYPOTHESIS_PROFILE=slow python -m pytest tests/test_properties.py
+    settings.register_profile(
+        "slow",
+        deadline=None,
+        max_examples=2000,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        print_blob=True,
+    )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "kronlinalg"))
 except ImportError:  # hypothesis is a test dependency; tests that need it importorskip
     pass

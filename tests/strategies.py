@@ -20,7 +20,8 @@ import numpy as np
 from _helpers import Backend, to_xp
 
 __all__ = ["LAYOUTS", "layout_view", "layouts_for", "st_layout", "st_dtype", "st_dims",
-           "st_batch", "st_kron_factors", "st_scalar", "st_seed", "random_values"]
+           "st_batch", "st_kron_factors", "st_ks_chain", "st_scalar", "st_seed", "random_values",
+           "exact_values"]
 
 #: every memory layout layout_view() can build
 #: c: C-contiguous; f: Fortran order; gaps: every other element of a larger buffer (positive
@@ -116,6 +117,16 @@ def random_values(rng: np.random.Generator, shape, dtype: str = "float64") -> np
     return a.astype(dtype).astype(np.float64)
 
 
+def exact_values(xp: Backend, arr, host: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values an array made by layout_view(xp, host, ..., dtype) holds (the
+    reference must see the inputs' rounding, not the unrounded host values)."""
+    if dtype == "bfloat16":
+        from _helpers import to_numpy
+
+        return to_numpy(arr).astype(np.float64)
+    return np.asarray(host).astype(dtype).astype(np.float64)
+
+
 # ---------------------------------------------------------------------------------------------
 # hypothesis strategies (imported lazily: the helpers above need no hypothesis)
 
@@ -163,5 +174,29 @@ def st_scalar(zero: bool = True):
     """alpha / beta: the special values BLAS treats apart (0, 1, -1) and arbitrary ones."""
     st = _st()
     special = [1.0, -1.0, 0.5] + ([0.0] if zero else [])
-    return st.one_of(st.sampled_from(special),
-                     st.floats(-4.0, 4.0, allow_nan=False).filter(lambda v: zero or v != 0.0))
+    # magnitudes from 1/8 to 4: no subnormal products, so per-dtype tolerances hold
+    return st.one_of(st.sampled_from(special), st.floats(0.125, 4.0), st.floats(-4.0, -0.125))
+
+
+def _divisors(n: int) -> list:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def st_ks_chain(max_factors: int = 3, max_side: int = 3):
+    """Patterns [(a, b, c, d), ...] of Kronecker-sparse factors whose product is defined (the
+    columns a·c·d of each equal the rows a·b·d of the next)."""
+    st = _st()
+
+    @st.composite
+    def chain(draw):
+        side = st.integers(1, max_side)
+        pats = [(draw(side), draw(side), draw(side), draw(side))]
+        for _ in range(draw(st.integers(0, max_factors - 1))):
+            a, _, c, d = pats[-1]
+            n = a * c * d
+            a2 = draw(st.sampled_from(_divisors(n)))
+            d2 = draw(st.sampled_from(_divisors(n // a2)))
+            pats.append((a2, n // (a2 * d2), draw(side), d2))
+        return pats
+
+    return chain()
