@@ -280,7 +280,7 @@ class _CpuExecutor:
         wa, wb = self.wa, self.wb
         strassen_cpu.run_pass(op.stage, op.mh, op.kh, op.nh, wa.strides[0] // self.item,
                               wb.strides[0] // self.item, [self._ptr(wa, x) for x, _ in op.blocks],
-                              [self._ptr(wb, y) for _, y in op.blocks], self.code)
+                              [self._ptr(wb, y) for _, y in op.blocks], self.code, 1)
 
     def _scratch(self, m, n):
         if self.buf is None or self.buf.size < m * n:
@@ -298,7 +298,7 @@ class _CpuExecutor:
     def _add(self, buf, m, n, targets, alpha, beta, first):
         strassen_cpu.add_targets(m, n, buf.strides[0] // self.item, self.c.strides[0] // self.item,
                                  alpha, beta, first, [(backend.host_address(buf), 0, targets)],
-                                 self.code)
+                                 self.code, 1)
 
     def classical(self, xo, yo, co, m, k, n, alpha, beta, first, what):
         buf = self._scratch(m, n)
@@ -458,6 +458,7 @@ def _cuda_operand(call, v):
     overwrite mode has already refused such operands)."""
     if backend.dtype_name(v.dtype) != call.dtype:
         v = call.xp.astype(v, getattr(call.xp, call.dtype))
+    v = backend.kernel_ready(v)
     if v.shape[-1] > 1 and backend.device_view(v).strides[-1] != 1:
         v = backend.contiguous(v)
     return v
@@ -514,7 +515,6 @@ def _stage_times(a, b, levels, algorithm, repeats):
                               "strassen_cublas" if mode == "cublas" else "strassen")
     rows: dict = {}
     for i, lab in enumerate(labels):
-        lab = "strip" if lab in ("strip", "leaf") and len(pred) > i and pred[i][0] == "strip" else lab
         got = rows.setdefault(lab, [0.0, 0.0, 0])
         got[0] += float(med[i])
         got[1] += pred[i][1] if i < len(pred) else float("nan")
@@ -622,12 +622,13 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
 
 
 def restore_bound(a, b, levels: int) -> float:
-    """The documented bound of overwrite_inputs=True's restoration: each element of a (and of b)
-    comes back within ``levels · 4 · eps · (max|a| + max|b|)``-scaled rounding, i.e.
-    |a' − a| <= 4·levels·eps·max|a| elementwise (per level one add and one subtract of a
-    quadrant of at most 2·max|a| magnitude, each rounding by eps·|sum|)."""
-    item = np.finfo(np.dtype(backend.dtype_name(a.dtype))).eps
-    return 4.0 * max(levels, 1) * item
+    """The documented bound of overwrite_inputs=True's restoration, relative to max|a| (and to
+    max|b| for b): 2^(levels+1)·eps.  At depth d an operand block is a sum of up to 2^d
+    original blocks, so each add-then-subtract there rounds by up to 2^d·eps·max|a|; summed
+    over the depths that is below 2^(levels+1)·eps (measured at N = 1024: 0.8, 2.0, 4.8, 9.6
+    eps for levels 1-4, float32 and float64 alike)."""
+    eps = np.finfo(np.dtype(backend.dtype_name(a.dtype))).eps
+    return float(2.0 ** (max(levels, 1) + 1) * eps)
 
 
 def stage_times(a, b, /, *, levels, algorithm="strassen", repeats=10):

@@ -18,10 +18,11 @@ SIZES = [(64, 64, 64), (97, 131, 75), (300, 500, 123), (128, 40, 256)]
 EPS = {"float32": np.finfo(np.float32).eps, "float64": np.finfo(np.float64).eps}
 
 
-def _ref(a64, b64, c64, alpha, beta):
+def _ref(a64, b64, c64, alpha, beta, dtype="float64"):
     """alpha a b + beta c in extended precision (np.longdouble: float64 results need a
-    reference more accurate than float64's own BLAS, which would score classical at 0)."""
-    ld = np.longdouble
+    reference more accurate than float64's own BLAS, which would score classical at 0);
+    float32 results are checked against float64 (BLAS: fast for the larger sizes)."""
+    ld = np.longdouble if dtype == "float64" else np.float64
     out = ld(alpha) * np.matmul(a64.astype(ld), b64.astype(ld))
     if beta != 0:
         out = out + ld(beta) * c64.astype(ld)
@@ -57,7 +58,7 @@ def test_levels_against_reference(xp, rng, dtype, beta, levels):
         a, a64 = random(xp, rng, (m, k), dtype)
         b, b64 = random(xp, rng, (k, n), dtype)
         c, c64 = random(xp, rng, (m, n), dtype)
-        ref = _ref(a64, b64, c64, 0.7, beta)
+        ref = _ref(a64, b64, c64, 0.7, beta, dtype)
         base = _classical_error(a64, b64, c64, 0.7, beta, dtype, ref)
         out = kronlinalg.strassen_matmul(a, b, c=c if beta else None, alpha=0.7, beta=beta,
                                          levels=levels)
@@ -94,7 +95,7 @@ def test_gpu_algorithms(xp, rng, algorithm):
             a, a64 = random(xp, rng, (m, k), dtype)
             b, b64 = random(xp, rng, (k, n), dtype)
             c, c64 = random(xp, rng, (m, n), dtype)
-            ref = _ref(a64, b64, c64, 0.7, -0.3)
+            ref = _ref(a64, b64, c64, 0.7, -0.3, dtype)
             base = _classical_error(a64, b64, c64, 0.7, -0.3, dtype, ref)
             out = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=-0.3, levels=L,
                                              algorithm=algorithm)
@@ -189,7 +190,7 @@ def test_overwrite_restores_inputs(xp, rng, levels):
         b, b64 = random(xp, rng, (96, 130), dtype)
         c, c64 = random(xp, rng, (160, 130), dtype)
         a0, b0 = to_numpy(a).copy(), to_numpy(b).copy()
-        ref = _ref(a64, b64, c64, 0.7, -0.3)
+        ref = _ref(a64, b64, c64, 0.7, -0.3, dtype)
         base = _classical_error(a64, b64, c64, 0.7, -0.3, dtype, ref)
         out = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=-0.3, levels=levels,
                                          overwrite_inputs=True)

@@ -169,7 +169,7 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
         rate *= tiles / (waves * prof.units)
         rate *= k / (k + 64.0)  # prologue and epilogue of each tile's main loop
     else:
-        rate *= min(m, n, k) / (min(m, n, k) + 48.0)
+        rate *= min(m, n, k) / (min(m, n, k) + 256.0)  # BLAS is slower on small blocks
     return rate
 
 

@@ -1,0 +1,34 @@
+"""Small strassen_matmul calls for compute-sanitizer (memcheck / racecheck): every level 0..4,
+both dtypes, both CUDA algorithms, odd and unaligned shapes, overwrite mode.
+
+    compute-sanitizer --tool memcheck python benchmarks/strassen_sanitize.py
+"""
+
+import sys
+
+import cupy as cp
+import numpy as np
+
+from kronlinalg import strassen
+
+quick = "--quick" in sys.argv  # racecheck: the leaf kernels' shared memory, fewer calls
+rng = cp.random.default_rng(0)
+worst = 0.0
+for dtype in (np.float64, np.float32):
+    for (m, k, n) in ((300, 500, 123), (257, 129, 263)):
+        big_a = rng.standard_normal((m + 1, k + 1)).astype(dtype)
+        big_b = rng.standard_normal((k + 1, n + 1)).astype(dtype)
+        for a, b in ((big_a[:m, :k], big_b[:k, :n]), (big_a[1:, 1:], big_b[1:, 1:])):
+            ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
+            for algo in (("strassen",) if quick else ("strassen", "strassen_cublas")):
+                # every level of our kernels; cuBLAS's leaves (slow under the sanitizer) at one
+                for L in ((2,) if quick or algo == "strassen_cublas" else range(5)):
+                    out = strassen.strassen_matmul(a, b, levels=L, algorithm=algo)
+                    err = np.abs(cp.asnumpy(out) - ref).max() / np.abs(ref).max()
+                    worst = max(worst, err)
+            if not quick:
+                a2, b2 = a.copy(), b.copy()
+                c = cp.ones((m, n), dtype)
+                strassen.strassen_matmul(a2, b2, c=c, beta=0.5, levels=3, overwrite_inputs=True)
+cp.cuda.Device().synchronize()
+print(f"sanitize script done, worst relative error {worst:.2e}")
