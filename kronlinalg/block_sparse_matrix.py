@@ -542,7 +542,7 @@ class BlockSparseMatrix:
         dev = val.device
         return torch.sparse_bsr_tensor(torch.from_numpy(base._row_ptr).to(dev),
                                        torch.from_numpy(base._cols).to(dev), val,
-                                       size=self._shape)
+                                       size=self._shape, check_invariants=False)
 
     # -- products -------------------------------------------------------------------------------
 

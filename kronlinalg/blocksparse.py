@@ -11,7 +11,8 @@
 Algorithms (the planner ranks them; ``algorithm=`` forces one):
 
 - spmm: "blocksparse" (our kernels: C++ on the CPU; on CUDA a warp per block row walks its
-  blocks on tensor cores), "torch_bsr" (torch's BSR matmul, CUDA torch tensors), "dense"
+  blocks on tensor cores), "morton" (CUDA, Morton-order matrices: a CTA per tile row stages
+  each warp tile's blocks and B rows once for all its block rows), "torch_bsr" (torch's BSR matmul, CUDA torch tensors), "dense"
   (the library's GEMM on the densified matrix, kept on the matrix for the next call).
 - spgemm: "blocksparse" (symbolic phase — count, scan, sorted column lists — then numeric) and
   "dense" (densify, GEMM, blockify: blocks that come out all zero are dropped).
@@ -160,7 +161,8 @@ def _plan_spmm(call: SpmmCall):
     A = call.A
     n = 1 if call.vector else int(call.B.shape[1])
     opts = {"block": A.block, "nnzb": A.nnz_blocks, "skew": _cached(A, "skew", lambda: _skew(A)),
-            "lib": _lib(call.B), "beta": int(call.beta != 0.0)}
+            "lib": _lib(call.B), "beta": int(call.beta != 0.0), "order": A.order,
+            "tile": A.tile}
     return (A.shape, (A.shape[1], n)), call.compute, opts
 
 
@@ -177,6 +179,7 @@ def _normalise_spmm(shapes, options) -> dict:
     info = {"m": m, "k": k, "n": n, "block": b, "nnzb": nnzb,
             "density": nnzb / (R * C) if R * C else 0.0, "skew": float(options.get("skew", 1.0)),
             "lib": options.get("lib", "numpy"), "beta": int(options.get("beta", 0)),
+            "order": options.get("order", "row"), "tile": int(options.get("tile", 0)),
             "gpu_tile": 0}
     return info
 
@@ -200,6 +203,64 @@ def _ours_cost(problem, prof):
     return _costs.predict_spmm_ours(problem, prof)
 
 
+def _morton_applies(problem) -> bool:
+    info = problem.info
+    return (problem.kind == "cuda" and info["order"] == "morton" and info["tile"] == 4
+            and _tile_for(problem) > 0)
+
+
+def _morton_cost(problem, prof):
+    problem = dataclasses.replace(problem, info={**problem.info, "gpu_tile": _tile_for(problem)})
+    return _costs.predict_spmm_morton(problem, prof)
+
+
+def _tile_lists(A: BlockSparseMatrix) -> tuple:
+    """(tile_row_ptr, tiles: 3 int64 per non-empty warp tile (first block, end, tile column),
+    by tile row then column) of a Morton-order matrix, for the 2D kernel."""
+    tp, tc = A._tile_ptr, A._tile_coords
+    keep = tp[1:] > tp[:-1]
+    start, end, ti, tj = tp[:-1][keep], tp[1:][keep], tc[keep, 0], tc[keep, 1]
+    order = np.lexsort((tj, ti))
+    R = A.block_grid[0]
+    rows = -(-R // A.tile)
+    trp = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ti, minlength=rows), out=trp[1:])
+    tiles = np.stack([start[order], end[order], tj[order]], axis=1).astype(np.int64).ravel()
+    return trp, tiles, rows
+
+
+def _run_morton(call: SpmmCall):
+    """The 2D kernel over the Morton warp tiles of A (CUDA)."""
+    bs_cuda.device_check()
+    A, xp, cdt = call.A, call.xp, call.compute
+    m, k = A.shape
+    with _backend.cuda_device_scope(call.B):
+        val = _cached(A, ("val", cdt), lambda: _backend.contiguous(
+            _cast(array_api_compat.array_namespace(A.val), A.val, cdt)))
+        B = _cast(xp, call.B, cdt)
+        if call.vector:
+            B = xp.reshape(B, (k, 1))
+        B, ldb = _aligned_rhs(call, B)
+        n = 1 if call.vector else int(call.B.shape[1])
+        trp, tiles, rows = _cached(A, "tiles_host", lambda: _tile_lists(A))
+        out = _backend.empty_like_lib(B, (m, n), cdt)
+        if call.beta != 0.0:
+            c = _cast(xp, call.c, cdt)
+            out[...] = call.beta * (xp.reshape(c, (m, 1)) if call.vector and c.ndim == 1 else c)
+        ptr = _backend.address_getter(B)
+        dtrp = A._index("tile_row_ptr", trp)
+        dtiles = A._index("tiles", tiles) if tiles.size else None
+        rp = A._index("row_ptr", A.host_structure()[0])
+        ptrs = (ptr(rp), ptr(A.col_idx) if A.nnz_blocks else 0, 0,
+                ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
+        tptrs = (ptr(dtrp), ptr(dtiles) if dtiles is not None else 0,
+                 ptr(A.row_idx) if A.nnz_blocks else 0)
+        bs_cuda.spmm2d((m, k, n, A.block), ptrs, (ldb, n), call.alpha, 0.0,
+                       int(call.beta != 0.0), A.tile, rows, tptrs, KERNEL_CODE[cdt],
+                       _backend.cuda_stream(B))
+    return _finish(call, out)
+
+
 def _finish(call, out):
     xp = call.xp
     if call.vector:
@@ -211,12 +272,10 @@ def _run_dense(call: SpmmCall):
     xp, A = call.xp, call.A
     dense = _cached(A, ("dense", call.compute), lambda: _cast(
         array_api_compat.array_namespace(A.val), A.to_dense(), call.compute))
-    if _lib(call.B) == "numpy" and not isinstance(dense, np.ndarray):
-        dense = _backend.to_numpy(dense)
     B = _cast(xp, call.B, call.compute)
-    if _lib(call.B) == "numpy" and type(call.B) is not np.ndarray:  # array-api-strict and the like
-        B = _backend.to_numpy(B)
-        out = dense @ (B[:, None] if call.vector else B)
+    if _lib(call.B) == "other":  # array-api-strict and the like: the product on the host
+        Bh = _backend.to_numpy(B)
+        out = np.asarray(dense) @ (Bh[:, None] if call.vector else Bh)
         out = _backend.from_host(call.B, xp, np.ascontiguousarray(out))
     else:
         out = xp.matmul(dense, xp.reshape(B, (B.shape[0], 1)) if call.vector else B)
@@ -278,15 +337,14 @@ def _run_cpu(call: SpmmCall):
         raise RuntimeError("spmm: kronlinalg was built without its block-sparse CPU kernels")
     A, xp, cdt = call.A, call.xp, call.compute
     m, k = A.shape
-    val = _cached(A, ("host_val", cdt), lambda: np.ascontiguousarray(
-        _backend.to_numpy(A.val).astype(cdt, copy=False)))
-    B = np.ascontiguousarray(_backend.to_numpy(call.B).astype(cdt, copy=False))
+    val = _cached(A, ("host_val", cdt), lambda: _host_as(A.val, cdt))
+    B = _host_as(call.B, cdt)
     if call.vector:
         B = B.reshape(k, 1)
     n = B.shape[1]
     out = np.empty((m, n), dtype=cdt)
     if call.beta != 0.0:
-        c = _backend.to_numpy(call.c).astype(cdt, copy=False)
+        c = _host_as(call.c, cdt)
         out[...] = c.reshape(m, 1) if call.vector and c.ndim == 1 else c
     rp, cols, perm = A.host_structure()
     addr = _backend.host_address
@@ -297,14 +355,23 @@ def _run_cpu(call: SpmmCall):
     return _finish(call, _backend.from_host(call.B, xp, out))
 
 
+def _host_as(a, dtype) -> np.ndarray:
+    """A contiguous host array of dtype (the compute dtype: float32/float64) from a CPU array of
+    any library (bfloat16 tensors are widened by torch first: NumPy has no bfloat16)."""
+    if _backend.is_torch(a) and a.dtype != getattr(__import__("torch"), dtype):
+        a = a.to(getattr(__import__("torch"), dtype))
+    return np.ascontiguousarray(_backend.to_numpy(a).astype(dtype, copy=False))
+
+
 def _aligned_rhs(call, B):
     """B as the CUDA kernel reads it: row-major, rows 16-byte aligned (a padded copy if not)."""
     xp = call.xp
     item = np.dtype(call.compute).itemsize if call.compute != "bfloat16" else 2
     k, n = B.shape
     ptr = _backend.address_getter(B)
-    ok = (B.size == 0 or _row_major(B)) and (n * item) % 16 == 0
-    if ok and B.size and ptr(B) % 16 == 0:
+    size = k * n
+    ok = (size == 0 or _row_major(B)) and (n * item) % 16 == 0
+    if ok and size and ptr(B) % 16 == 0:
         return B, n
     ld = -(-max(n, 1) * item // 16) * 16 // item
     padded = _backend.empty_like_lib(B, (k, ld), call.compute)
@@ -368,6 +435,9 @@ _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices
 _SPMM.register(Algorithm("torch_bsr", _run_torch_bsr, _costs.predict_spmm_torch_bsr,
                          devices=("cuda",), applies=_torch_bsr_applies,
                          doc="torch's sparse BSR matmul (cuSPARSE bsrmm)"))
+_SPMM.register(Algorithm("morton", _run_morton, _morton_cost, devices=("cuda",),
+                         applies=_morton_applies,
+                         doc="2D kernel over Morton warp tiles (B rows staged once per tile)"))
 _SPMM.grad_algorithm = "dense"
 
 
@@ -382,7 +452,7 @@ def spmm(A, B, /, *, alpha=1.0, beta=0.0, c=None, algorithm="auto"):
         k x n or (k,), of A's array library and device.
     alpha, beta : float
         Scales; ``beta`` needs ``c``, which must broadcast to the result (it is not modified).
-    algorithm : {"auto", "blocksparse", "dense", "torch_bsr"}
+    algorithm : {"auto", "blocksparse", "morton", "dense", "torch_bsr"}
         "auto" asks the planner (dense GEMM where that is predicted faster).
 
     Returns
@@ -522,8 +592,8 @@ def _run_spgemm_ours(call: SpgemmCall):
     _, _, bperm = _structure(B, cuda)
     if not cuda:
         addr = _backend.host_address
-        av = np.ascontiguousarray(_backend.to_numpy(A.val).astype(cdt, copy=False))
-        bv = np.ascontiguousarray(_backend.to_numpy(B.val).astype(cdt, copy=False))
+        av = _host_as(A.val, cdt)
+        bv = _host_as(B.val, cdt)
         nnz = int(rp[-1])
         val = np.empty((nnz, b, b), dtype=cdt)
         base[2] = addr(aperm) if aperm is not None else 0

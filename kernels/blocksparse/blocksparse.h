@@ -35,6 +35,15 @@ typedef struct {
   const int64_t *items;
   int64_t nitems;
   int32_t accumulate;
+  /* the 2D (Morton) kernel: tile = q (4), tile_rows = ceil(R / q); tile_row_ptr (tile_rows + 1)
+   * indexes tiles (3 int64 per non-empty warp tile, by tile row then tile column: first block,
+   * end block, tile column); row_idx / col_idx then give each stored block's block row and
+   * column in storage (Morton) order, and val is in storage order (perm unused). */
+  int32_t tile;
+  int64_t tile_rows;
+  const int64_t *tile_row_ptr;
+  const int64_t *tiles;
+  const int64_t *row_idx;
 } kl_bs_spmm_problem;
 
 /* SpGEMM C = A @ B of block-sparse matrices (A R x K blocks, B K x ncols blocks), in three
@@ -60,6 +69,10 @@ int kl_bs_spmm_cpu(const kl_bs_spmm_problem *p, int dtype, int num_threads);
 int kl_bs_spgemm_cpu(const kl_bs_spgemm_problem *p, int phase, int dtype, int num_threads);
 
 int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream);
+/* The 2D kernel over Morton warp tiles (q = 4): a CTA of q warps per tile row stages each
+ * tile's blocks and the B block rows they meet once, and every block row of the tile reuses
+ * them (see the fields above). */
+int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream);
 int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void *stream);
 /* The right-hand-side tile width the CUDA SpMM kernel takes for (dtype, b, n); 0 when no
  * kernel runs that (dtype, b). */

@@ -287,6 +287,98 @@ __global__ void __launch_bounds__(kWarps * 32) spmm_kernel(kl_bs_spmm_problem p,
       }
 }
 
+// The 2D kernel over Morton warp tiles: a CTA of Q = 4 warps owns a tile row (Q block rows) and
+// an RHS tile; for each non-empty warp tile of that row it stages the tile's blocks (one
+// contiguous range of val in Morton order) and the B block rows of the columns present, once,
+// and warp w multiplies the blocks of local row w.  A B block row met by several block rows of
+// the tile is read from L2 once, not once per block row (the 1D kernel's cost).
+template <int MODE, int BM, int NT>
+struct Tile2d {
+  using TL = Tile<MODE, BM, NT>;
+  static constexpr int Q = kWarps;
+  static constexpr int kA = Q * Q * BM * TL::AP;  // elements of the staged blocks
+  static constexpr size_t smem_bytes() {
+    return (size_t(kA) + size_t(Q) * BM * TL::BP) * sizeof(typename TL::T);
+  }
+};
+
+template <int MODE, int BM, int NT>
+__global__ void __launch_bounds__(kWarps * 32) spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+  using TL = Tile<MODE, BM, NT>;
+  using T2 = Tile2d<MODE, BM, NT>;
+  using T = typename TL::T;
+  constexpr int Q = T2::Q, E = TL::kElem16, ACH = BM / E, BCH = NT / E;
+  constexpr int AP = TL::AP, BP = TL::BP;
+  KL_DYNAMIC_SMEM(smem_raw);
+  T *As = reinterpret_cast<T *>(smem_raw);
+  T *Bs = As + T2::kA;
+  const int warp = threadIdx.x >> 5;
+  const int64_t tile_n = blockIdx.x % ntn, ti = blockIdx.x / ntn;
+  const int64_t n0 = tile_n * NT;
+  const T *val = static_cast<const T *>(p.val);
+  const T *B = static_cast<const T *>(p.B);
+  typename TL::Acc acc[TL::MT][NT / 8][TL::NV];
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) acc[i][j][v] = 0;
+
+  for (int64_t tt = p.tile_row_ptr[ti]; tt < p.tile_row_ptr[ti + 1]; ++tt) {
+    const int64_t start = p.tiles[3 * tt], tj = p.tiles[3 * tt + 2];
+    const int nb = int(p.tiles[3 * tt + 1] - start);  // <= Q * Q
+    unsigned present = 0;  // local block columns of the tile that hold a block
+    for (int k = 0; k < nb; ++k) present |= 1u << int(p.col_idx[start + k] - tj * Q);
+    __syncthreads();  // every warp is done with the previous tile's stage
+    for (int c = threadIdx.x; c < nb * BM * ACH; c += blockDim.x) {
+      const int k = c / (BM * ACH), rem = c % (BM * ACH), r = rem / ACH, cc = rem % ACH;
+      cu::cp_async_16(As + k * BM * AP + r * AP + cc * E,
+                      val + (start + k) * BM * BM + r * BM + cc * E, true);
+    }
+    for (int c = threadIdx.x; c < Q * BM * BCH; c += blockDim.x) {
+      const int lj = c / (BM * BCH);
+      if (!((present >> lj) & 1u)) continue;
+      const int rem = c % (BM * BCH), r = rem / BCH, cc = rem % BCH;
+      const int64_t row = (tj * Q + lj) * BM + r, col = n0 + int64_t(cc) * E;
+      int bytes = 0;
+      const T *src = B;
+      if (row < p.k && col < p.n) {
+        bytes = int(p.n - col < E ? p.n - col : int64_t(E)) * int(sizeof(T));
+        src = B + row * p.ldb + col;
+      }
+      cu::cp_async_16_part(Bs + (lj * BM + r) * BP + cc * E, src, bytes);
+    }
+    cu::cp_async_commit();
+    cu::cp_async_wait_all();
+    __syncthreads();
+    for (int k = 0; k < nb; ++k) {
+      if (int(p.row_idx[start + k] - ti * Q) != warp) continue;
+      const int lj = int(p.col_idx[start + k] - tj * Q);
+      tile_mma<MODE, BM, NT>(As + k * BM * AP, Bs + lj * BM * BP, acc);
+    }
+  }
+
+  const int64_t r = ti * Q + warp;
+  T *C = static_cast<T *>(p.C);
+#pragma unroll
+  for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < TL::NV; ++v) {
+        int rr, cc;
+        acc_pos<MODE>(i, j, v, rr, cc);
+        const int64_t row = r * BM + rr, col = n0 + cc;
+        if (row >= p.m || col >= p.n) continue;
+        T *c = C + row * p.ldc + col;
+        const double x = p.alpha * double(acc[i][j][v]);
+        if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
+        else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
+        else *c = from_f<T>(x);
+      }
+}
+
 // -- SpGEMM ------------------------------------------------------------------------------------
 
 __global__ void spgemm_symbolic(kl_bs_spgemm_problem p, int phase, int words) {
@@ -451,6 +543,44 @@ int spmm_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   return p.b == 16 ? spmm_bm<MODE, 16>(p, s) : spmm_bm<MODE, 32>(p, s);
 }
 
+template <int MODE, int BM, int NT>
+int launch_spmm2d(const kl_bs_spmm_problem &p, cudaStream_t stream) {
+  const size_t smem = Tile2d<MODE, BM, NT>::smem_bytes();
+  static bool configured = false;
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(spmm2d_kernel<MODE, BM, NT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spmm2d: shared memory");
+    configured = true;
+  }
+  const int64_t ntn = (p.n + NT - 1) / NT;
+  const int64_t blocks = ntn * p.tile_rows;
+  if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm2d: grid too large");
+  spmm2d_kernel<MODE, BM, NT><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm2d launch");
+}
+
+template <int MODE, int BM>
+int spmm2d_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  switch (tile_n(MODE, BM, p.n)) {
+    case 32: return launch_spmm2d<MODE, BM, 32>(p, s);
+    case 64:
+      if constexpr (!(MODE == kF64 && BM == 32)) return launch_spmm2d<MODE, BM, 64>(p, s);
+      break;
+    case 128:
+      if constexpr ((MODE == kHalf || MODE == kBf16) && BM == 16)
+        return launch_spmm2d<MODE, BM, 128>(p, s);
+      break;
+  }
+  return fail(KL_ERR_INVALID, "blocksparse spmm2d: no kernel for this tile");
+}
+
+template <int MODE>
+int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  return p.b == 16 ? spmm2d_bm<MODE, 16>(p, s) : spmm2d_bm<MODE, 32>(p, s);
+}
+
 template <int MODE, int BM>
 int launch_numeric(const kl_bs_spgemm_problem &p, cudaStream_t stream) {
   using TL = Tile<MODE, BM, BM>;
@@ -514,6 +644,28 @@ extern "C" int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *str
     case kF64: return spmm_mode<kF64>(*p, s);
   }
   return kl::fail(KL_ERR_INVALID, "blocksparse spmm (CUDA): unknown dtype");
+}
+
+extern "C" int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream) {
+  using namespace kl::bs;
+  if (!p || (p->b != 16 && p->b != 32) || p->tile != kWarps || p->m < 0 || p->k < 0 ||
+      p->n < 0 || p->tile_rows < 0 || !p->tile_row_ptr)
+    return kl::fail(KL_ERR_INVALID,
+                    "blocksparse spmm2d (CUDA): invalid problem (b 16 or 32, Morton tiles of 4)");
+  if (p->m == 0 || p->n == 0 || p->tile_rows == 0) return KL_OK;
+  const size_t item = dtype == 1 ? 8 : dtype == 0 ? 4 : 2;
+  if ((reinterpret_cast<uintptr_t>(p->B) | reinterpret_cast<uintptr_t>(p->val)) % 16 != 0 ||
+      (p->ldb * item) % 16 != 0)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spmm2d (CUDA): B and val must be 16-byte aligned");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (mode_of(dtype)) {
+    case kHalf: return spmm2d_mode<kHalf>(*p, s);
+    case kBf16: return spmm2d_mode<kBf16>(*p, s);
+    case kTf32x3: return spmm2d_mode<kTf32x3>(*p, s);
+    case kIeee: return spmm2d_mode<kIeee>(*p, s);
+    case kF64: return spmm2d_mode<kF64>(*p, s);
+  }
+  return kl::fail(KL_ERR_INVALID, "blocksparse spmm2d (CUDA): unknown dtype");
 }
 
 extern "C" int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype,

@@ -2,9 +2,10 @@
 """Thin wrapper of the CUDA block-sparse kernels: pointers, sizes and the stream in; status out."""
 from libc.stdint cimport uintptr_t
 
-from .blocksparse_abi cimport (fill_spgemm, fill_spmm, kl_bs_cuda_device_check,
+from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_cuda_device_check,
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
-                               kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n, kl_bs_spmm_problem,
+                               kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
+                               kl_bs_spmm_problem,
                                kl_last_error)
 
 
@@ -22,6 +23,19 @@ def spmm(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, long long
     cdef int status
     with nogil:
         status = kl_bs_spmm_cuda(&c, dtype, <void *> stream)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+
+
+def spmm2d(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, int accumulate,
+           int tile, long long tile_rows, tuple tile_ptrs, int dtype, uintptr_t stream):
+    """Enqueue the 2D (Morton warp tile) kernel: tile_ptrs = (tile_row_ptr, tiles, row_idx)."""
+    cdef kl_bs_spmm_problem c
+    fill_spmm(&c, dims, ptrs, lds, alpha, beta, 0, accumulate)
+    fill_tiles(&c, tile, tile_rows, tile_ptrs)
+    cdef int status
+    with nogil:
+        status = kl_bs_spmm2d_cuda(&c, dtype, <void *> stream)
     if status != 0:
         raise RuntimeError(kl_last_error().decode())
 

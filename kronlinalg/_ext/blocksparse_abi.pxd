@@ -17,6 +17,11 @@ cdef extern from "blocksparse.h" nogil:
         const int64_t *items
         int64_t nitems
         int32_t accumulate
+        int32_t tile
+        int64_t tile_rows
+        const int64_t *tile_row_ptr
+        const int64_t *tiles
+        const int64_t *row_idx
 
     ctypedef struct kl_bs_spgemm_problem:
         int64_t R, ncols
@@ -39,6 +44,7 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_spmm_cpu(const kl_bs_spmm_problem *p, int dtype, int num_threads)
     int kl_bs_spgemm_cpu(const kl_bs_spgemm_problem *p, int phase, int dtype, int num_threads)
     int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream)
+    int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream)
     int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void *stream)
     int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n)
     int kl_bs_float32_mode(int mode)
@@ -62,6 +68,20 @@ cdef inline void fill_spmm(kl_bs_spmm_problem *c, tuple dims, tuple ptrs, tuple 
     c.beta = beta
     c.nitems = nitems
     c.accumulate = accumulate
+    c.tile = 0
+    c.tile_rows = 0
+    c.tile_row_ptr = NULL
+    c.tiles = NULL
+    c.row_idx = NULL
+
+
+cdef inline void fill_tiles(kl_bs_spmm_problem *c, int tile, int64_t tile_rows, tuple ptrs):
+    # ptrs: (tile_row_ptr, tiles, row_idx); col_idx (fill_spmm) is then in storage order
+    c.tile = tile
+    c.tile_rows = tile_rows
+    c.tile_row_ptr = <const int64_t *> <uintptr_t> ptrs[0]
+    c.tiles = <const int64_t *> <uintptr_t> ptrs[1]
+    c.row_idx = <const int64_t *> <uintptr_t> ptrs[2]
 
 
 cdef inline void fill_spgemm(kl_bs_spgemm_problem *c, tuple dims, tuple ptrs):

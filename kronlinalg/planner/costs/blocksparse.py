@@ -11,6 +11,8 @@ array library.  Terms:
   stages its B rows (b x tile) from L2; tensor cores at a fraction of peak (mma.sync from
   shared memory: ~45 % for FP16, 3 products for 3xTF32, DMMA ~60 %).
 - ours, CPU: the vectorised loop reaches about a quarter of the BLAS rate per flop.
+- ours 2D (Morton warp tiles): the L2 term divided by the reuse of a staged B row (blocks per
+  distinct block column of a tile), plus a barrier per warp tile.
 - torch BSR (cuSPARSE bsrmm): the same traffic at a lower efficiency (the 2026-11-26
   anchors: 0.51 ms at N = 16384, FP16, density 0.05, 256 columns).
 - dense: the library's GEMM on m x k x n (roofline), plus densifying A once.
@@ -23,9 +25,11 @@ import math
 from ...common.dtypes import ITEMSIZE
 from ..roofline import roofline
 
-__all__ = ["predict_spmm_ours", "predict_spmm_dense", "predict_spmm_torch_bsr",
+__all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense", "predict_spmm_torch_bsr",
            "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate"]
 
+_HOST_OURS = 20e-6  # the Python side of a CUDA spmm call (work list, pointers, launch)
+_HOST_DENSE = 5e-6  # torch.mm / cupy.matmul on the kept dense matrix
 _L2_FACTOR = 3.0  # L2 bandwidth over DRAM bandwidth (H100: ~7-9 TB/s against 2.96)
 _EFF = {"float16": 0.45, "bfloat16": 0.45, "float32": 0.5, "float64": 0.6}
 
@@ -52,17 +56,17 @@ def predict_spmm_ours(problem, prof):
     b, n, nnzb = i["block"], i["n"], i["nnzb"]
     flops = 2.0 * nnzb * b * b * n
     if problem.kind == "cuda":
-        tile = max(1, i["gpu_tile"])
+        tile = i["gpu_tile"] or min(n, 64)
         tiles = math.ceil(n / tile)
         dram = nnzb * b * b * s * tiles + (i["k"] + i["m"] * (1 + i["beta"])) * n * s
         l2 = nnzb * b * tile * tiles * s
         t_tc = flops / tc_rate(prof, problem.dtype)
         t_mem = dram / prof.bandwidth
         t_l2 = l2 / (_L2_FACTOR * prof.bandwidth)
-        seconds = max(t_tc, t_mem, t_l2) * _imbalance(i) + prof.launch_s
+        seconds = max(t_tc, t_mem, t_l2) * _imbalance(i) + prof.launch_s + _HOST_OURS
         return seconds, {"flops": flops, "bytes": dram,
                          "terms": {"tensor cores": t_tc, "dram": t_mem, "l2": t_l2,
-                                   "launch": prof.launch_s}}
+                                   "launch": prof.launch_s + _HOST_OURS}}
     rate = prof.flops(problem.dtype) * 0.25
     nbytes = nnzb * b * b * s + (i["k"] + 2 * i["m"]) * n * s
     seconds = roofline(flops, nbytes, rate, prof.bandwidth, prof.launch_s) * _imbalance(i)
@@ -70,10 +74,33 @@ def predict_spmm_ours(problem, prof):
                      "terms": {"flop": flops / rate, "mem": nbytes / prof.bandwidth}}
 
 
+def predict_spmm_morton(problem, prof):
+    """The 2D kernel: B rows staged once per warp tile (q x q blocks) instead of once per block,
+    so the L2 term shrinks by the blocks per distinct column of a tile; each tile costs a
+    CTA barrier and an unpipelined load (~1.5 us of latency, spread over the CTAs an SM runs)."""
+    i = problem.info
+    q, d = max(1, i["tile"]), i["density"]
+    cols = q * (1.0 - (1.0 - d) ** q)  # distinct block columns of a tile
+    reuse = max(1.0, q * q * d / cols) if cols > 0 else 1.0
+    seconds, details = predict_spmm_ours(problem, prof)
+    terms = dict(details["terms"])
+    if problem.kind != "cuda":
+        return seconds, details
+    terms["l2"] = terms["l2"] / reuse
+    R = math.ceil(i["m"] / i["block"])
+    tiles = (R / q) * math.ceil(i["k"] / (i["block"] * q)) * (1.0 - (1.0 - d) ** (q * q))
+    tiles *= math.ceil(i["n"] / max(1, i["gpu_tile"]))
+    terms["tile barriers"] = tiles * 0.7e-6 / (prof.units * 7)
+    seconds = (max(terms["tensor cores"], terms["dram"], terms["l2"]) * _imbalance(i)
+               + terms["tile barriers"] + terms["launch"])
+    return seconds, {**details, "terms": terms, "reuse": reuse}
+
+
 def predict_spmm_torch_bsr(problem, prof):
     seconds, details = predict_spmm_ours(problem, prof)
-    # bsrmm re-reads B per block without tensor-core tiles: ~4x our time, more in FP32
-    factor = 4.0 if problem.dtype != "float32" else 3.0
+    # bsrmm re-reads B per block without our tiles: the anchors put it at ~10x our model in
+    # FP16, ~4x in FP32/FP64
+    factor = 10.0 if problem.dtype in ("float16", "bfloat16") else 4.0
     return seconds * factor, details
 
 
@@ -83,7 +110,9 @@ def predict_spmm_dense(problem, prof):
     m, k, n = i["m"], i["k"], i["n"]
     flops = 2.0 * m * k * n
     nbytes = (m * k + k * n + m * n * (1 + i["beta"])) * s
-    seconds = roofline(flops, nbytes, prof.flops(problem.dtype), prof.bandwidth, prof.launch_s)
+    host = _HOST_DENSE if problem.kind == "cuda" else 0.0
+    seconds = roofline(flops, nbytes, prof.flops(problem.dtype), prof.bandwidth,
+                       prof.launch_s + host)
     return seconds, {"flops": flops, "bytes": nbytes,
                      "terms": {"flop": flops / prof.flops(problem.dtype),
                                "mem": nbytes / prof.bandwidth}}

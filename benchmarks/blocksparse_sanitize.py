@@ -1,0 +1,73 @@
+"""Small spmm / spgemm calls over every CUDA kernel instantiation, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck python benchmarks/blocksparse_sanitize.py
+
+Dtypes FP16/BF16/FP32 (3xTF32, IEEE)/FP64, b = 16 and 32, RHS tiles 32/64/128, row and Morton
+order, shapes not divisible by b, empty rows, a heavy row cut into pieces (atomics), beta, the
+three SpGEMM phases.  Exits non-zero on a wrong answer."""
+
+import numpy as np
+import torch
+
+from kronlinalg import BlockSparseMatrix, spgemm, spmm
+from kronlinalg.blocksparse import float32_precision
+
+rng = np.random.default_rng(0)
+bad = 0
+
+
+def pattern(m, n, b, d):
+    R, C = -(-m // b), -(-n // b)
+    mask = rng.random((R, C)) < d
+    mask[R // 2] = False
+    a = np.kron(mask, np.ones((b, b))) * rng.standard_normal((R * b, C * b))
+    return a[:m, :n]
+
+
+def check(got, ref, tol, what):
+    global bad
+    got = got.double().cpu().numpy()
+    err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    if not err <= tol:
+        bad += 1
+        print("WRONG", what, err)
+
+
+TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    for b in (16, 32):
+        for (m, k, n) in ((70, 90, 5), (100, 64, 40), (64, 130, 130)):
+            a = pattern(m, k, b, 0.4)
+            for order in ("row", "morton"):
+                A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt), block=b,
+                                                 order=order)
+                ae = A.to_dense().double().cpu().numpy()
+                x = torch.randn((k, n), device="cuda").to(dt)
+                xe = x.double().cpu().numpy()
+                modes = ("tf32x3", "ieee") if dt == torch.float32 else (None,)
+                for mode in modes:
+                    if mode:
+                        float32_precision(mode)
+                    check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], (dt, b, m, k, n))
+                    c = torch.randn((m, n), device="cuda").to(dt)
+                    check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),
+                          ae @ xe + 0.5 * c.double().cpu().numpy(), TOL[dt], ("beta", dt, b))
+                float32_precision("tf32x3")
+        # a heavy row (80 blocks against a mean of ~4): cut into pieces added atomically
+        h = pattern(4 * b, 80 * b - 3, b, 0.02)
+        h[:b, :] = rng.standard_normal((b, h.shape[1]))
+        A = BlockSparseMatrix.from_dense(torch.from_numpy(h).to("cuda", dt), block=b)
+        x = torch.randn((h.shape[1], 3), device="cuda").to(dt)
+        check(spmm(A, x, algorithm="blocksparse"),
+              A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy(), TOL[dt],
+              ("heavy", dt, b))
+        bb = pattern(90, 50, b, 0.5)
+        A = BlockSparseMatrix.from_dense(torch.from_numpy(pattern(70, 90, b, 0.4)).to("cuda", dt),
+                                         block=b, order="morton")
+        B = BlockSparseMatrix.from_dense(torch.from_numpy(bb).to("cuda", dt), block=b)
+        C = spgemm(A, B, algorithm="blocksparse")
+        check(C.to_dense(), A.to_dense().double().cpu().numpy() @ B.to_dense().double().cpu().numpy(),
+              TOL[dt], ("spgemm", dt, b))
+torch.cuda.synchronize()
+print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")
+raise SystemExit(1 if bad else 0)
