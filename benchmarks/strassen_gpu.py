@@ -125,7 +125,7 @@ def main():
     print("\n| dtype | N | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
           "predicted ms | max err / cuBLAS err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    cases = [(np.float64, 4096), (np.float64, 8192), (np.float32, 16384), (np.float64, 16384)]
+    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 16384), (np.float32, 16384)]
     for dtype, n in cases:
         if left() < 40:
             break

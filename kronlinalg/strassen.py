@@ -402,6 +402,8 @@ class _CudaExecutor:
     def prepare_core(self, mc, kc, nc):
         if not self.copy:
             return
+        if self.hook:
+            self.hook("copies")
         wa, wb = self._buffer("a", (mc, kc)), self._buffer("b", (kc, nc))
         wa[...] = self.a[:mc, :kc]
         wb[...] = self.b[:kc, :nc]
@@ -513,11 +515,15 @@ def _stage_times(a, b, levels, algorithm, repeats):
                            {**costs.normalise(shapes, opts), **_facts_for(dtype)})
     pred = costs.launch_times(prob, planner.profile_for(a), levels,
                               "strassen_cublas" if mode == "cublas" else "strassen")
+    prof = planner.profile_for(a)
+    mc, kc, nc = costs.core_sizes(*(prob.info[x] for x in "mkn"), levels)
+    copies = 2.0 * (mc * kc + kc * nc) * (8 if dtype == "float64" else 4) / prof.bandwidth
+    pred_iter = iter(pred)
     rows: dict = {}
     for i, lab in enumerate(labels):
         got = rows.setdefault(lab, [0.0, 0.0, 0])
         got[0] += float(med[i])
-        got[1] += pred[i][1] if i < len(pred) else float("nan")
+        got[1] += copies if lab == "copies" else next(pred_iter, ("", float("nan")))[1]
         got[2] += 1
     return [(lab, v[0], v[1], v[2]) for lab, v in rows.items()]
 
