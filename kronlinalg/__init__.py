@@ -28,3 +28,8 @@ __all__ += ["BlockSparseMatrix", "spmm", "spgemm"]
 from .strassen import strassen_matmul
 
 __all__ += ["strassen_matmul"]
+
+from .batched import batched_matmul  # noqa: E402
+from .matmul import matmul  # noqa: E402
+
+__all__ += ["batched_matmul", "matmul"]

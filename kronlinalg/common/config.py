@@ -52,6 +52,9 @@ KNOBS: dict = {k.name: k for k in (
          "'ffma': spmm/spgemm's CUDA float32 runs IEEE CUDA-core FMAs by default", "both"),
     Knob("KRONLINALG_KS_FP32", str, "",
          "'ffma': structured_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default", "both"),
+    Knob("KRONLINALG_BATCHED_FP32", str, "",
+         "'ffma': batched_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default (not 3xTF32)",
+         "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---
     Knob("KRONLINALG_KRON_NATURAL", int, 1,
          "0 turns off kron's natural-order tensor-core kernel", "c++"),

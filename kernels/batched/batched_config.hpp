@@ -1,0 +1,54 @@
+// The CUDA kernel configuration for one problem: which tile, how many warps, how many products a
+// block holds.  Pure host code, shared by the CUDA launcher and kl_batched_cuda_config (built into
+// the CPU library too, so the cost model can ask it on a machine without a GPU).
+#ifndef KRONLINALG_BATCHED_CONFIG_HPP
+#define KRONLINALG_BATCHED_CONFIG_HPP
+
+#include <cstdint>
+
+#include "batched.h"
+
+namespace kl {
+namespace batched {
+
+// The kernel instances (batched_cuda_kernels.cuh instantiates one per mma kind):
+//   kT16  16 x 16 tiles, one warp per product, four products per block (orders <= 16)
+//   kS32  32 x 32, 1D: two warps split the rows, two products per block (orders <= 32)
+//   kS32G 32 x 32, 2D: a 2 x 2 warp grid, one product per block
+//   kM64  64 x 64 tiles, 1D: four warps split the rows (larger orders: tile by tile)
+//   kM64G 64 x 64, 2D: 2 x 2 warp grid
+enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4 };
+enum Mma { kFfma = 0, kDmma = 1, kHmma = 2, kTf32x3 = 3 };
+
+inline int mma_kind(int dtype, int fp32_mode) {
+  if (dtype == KL_BATCHED_F64) return kDmma;
+  if (dtype == KL_BATCHED_F16 || dtype == KL_BATCHED_BF16) return kHmma;
+  return fp32_mode == KL_BATCHED_FP32_IEEE ? kFfma : kTf32x3;
+}
+
+inline int pick_shape(int64_t m, int64_t n, int algo) {
+  const int64_t order = m > n ? m : n;
+  if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
+  if (order <= 16) return kT16;
+  if (order <= 32) return kS32;
+  return kM64;
+}
+
+inline kl_batched_config describe(int shape, int mma) {
+  kl_batched_config c{};
+  c.tile_k = 32;
+  c.mma = mma;
+  switch (shape) {
+    case kT16: c.tile_m = c.tile_n = 16; c.warps = 1; c.items_per_block = 4; c.dims = 1; break;
+    case kS32: c.tile_m = c.tile_n = 32; c.warps = 2; c.items_per_block = 2; c.dims = 1; break;
+    case kS32G: c.tile_m = c.tile_n = 32; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
+    case kM64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 1; break;
+    default: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
+  }
+  return c;
+}
+
+}  // namespace batched
+}  // namespace kl
+
+#endif

@@ -1,0 +1,4 @@
+// The CPU kernel compiled for one instruction set; batched_cpu.cpp picks the best one at run time.
+#define KL_ISA avx2
+#define KL_VEC_BYTES 32
+#include "batched_cpu_impl.hpp"

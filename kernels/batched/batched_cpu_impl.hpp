@@ -1,0 +1,383 @@
+// The CPU batched-matmul kernel, written once and compiled once per instruction set
+// (batched_cpu_avx512.cpp, batched_cpu_avx2.cpp, batched_cpu_generic.cpp define KL_ISA and
+// KL_VEC_BYTES before including it).
+//
+// Small products are where NumPy loses: its matmul makes one BLAS call per matrix of a stack,
+// whose overhead dwarfs a 16 x 16 product.  Here one call runs the whole stack: OpenMP over
+// products, each product packed into two panels (A in row blocks of MR, k-major; B k-major with
+// its columns padded to the vector width) and multiplied by a register-blocked micro-kernel of
+// MR rows x NV vectors whose accumulators never leave registers.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "batched.h"
+#include "cpu_threads.hpp"
+
+namespace kl {
+namespace KL_ISA {
+
+template <class T>
+struct V {
+  static constexpr int width = KL_VEC_BYTES / int(sizeof(T));
+  typedef T native __attribute__((vector_size(KL_VEC_BYTES)));
+};
+
+constexpr int MR = 4;  // rows of the micro-kernel: 4 x 2 vectors = 8 accumulators
+
+struct Operands {
+  int64_t m, n, k;
+  const void *a;
+  int64_t a_rs, a_cs;
+  const void *b;
+  int64_t b_rs, b_cs;
+  const void *c;
+  int64_t c_rs, c_cs;
+  void *d;
+  int64_t d_rs, d_cs;
+};
+
+// Per-thread panels, grown as needed and kept for the thread's next products.
+template <class T>
+struct Panels {
+  std::vector<T> ap, bp;
+};
+
+// acc[r][v] over kk of A[r][kk] * B[kk][v-th vector of this column block]; rows < R valid.
+template <class T, int NV, int R>
+static inline void micro(const T *__restrict ap, const T *__restrict bp, int64_t k, int64_t ldb,
+                         typename V<T>::native (&acc)[MR][NV]) {
+  typedef typename V<T>::native N;
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = N{};
+  for (int64_t kk = 0; kk < k; ++kk) {
+    N bv[NV];
+    std::memcpy(bv, bp + kk * ldb, sizeof(bv));
+    const T *a = ap + kk * MR;
+    for (int r = 0; r < R; ++r) {
+      const T s = a[r];
+      for (int v = 0; v < NV; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+}
+
+template <class T, int NV>
+static void product(const Operands &o, T alpha, T beta, Panels<T> &pan) {
+  typedef typename V<T>::native N;
+  constexpr int W = V<T>::width;
+  constexpr int NB = NV * W;  // columns per block
+  const int64_t m = o.m, n = o.n, k = o.k;
+  const T *A = static_cast<const T *>(o.a);
+  const T *B = static_cast<const T *>(o.b);
+  const T *C = static_cast<const T *>(o.c);
+  T *D = static_cast<T *>(o.d);
+  const int64_t nblk = (n + NB - 1) / NB, ldb = nblk * NB;
+  const int64_t mblk = (m + MR - 1) / MR;
+  if (int64_t(pan.bp.size()) < k * ldb) pan.bp.resize(size_t(k * ldb));
+  if (int64_t(pan.ap.size()) < mblk * MR * k) pan.ap.resize(size_t(mblk * MR * k));
+  T *bp = pan.bp.data(), *ap = pan.ap.data();
+  // B: k-major rows of ldb columns (zero past n); A: row blocks of MR, k-major, zero past m
+  for (int64_t kk = 0; kk < k; ++kk) {
+    T *row = bp + kk * ldb;
+    const T *src = B + kk * o.b_rs;
+    if (o.b_cs == 1) {
+      std::memcpy(row, src, size_t(n) * sizeof(T));
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] = src[j * o.b_cs];
+    }
+    for (int64_t j = n; j < ldb; ++j) row[j] = T(0);
+  }
+  for (int64_t ib = 0; ib < mblk; ++ib) {
+    T *blk = ap + ib * MR * k;
+    for (int r = 0; r < MR; ++r) {
+      const int64_t i = ib * MR + r;
+      if (i < m) {
+        const T *src = A + i * o.a_rs;
+        for (int64_t kk = 0; kk < k; ++kk) blk[kk * MR + r] = src[kk * o.a_cs];
+      } else {
+        for (int64_t kk = 0; kk < k; ++kk) blk[kk * MR + r] = T(0);
+      }
+    }
+  }
+  alignas(64) T tile[MR][NB];
+  for (int64_t ib = 0; ib < mblk; ++ib) {
+    const int rows = int(std::min<int64_t>(MR, m - ib * MR));
+    for (int64_t jb = 0; jb < nblk; ++jb) {
+      N acc[MR][NV];
+      const T *b0 = bp + jb * NB;
+      const T *a0 = ap + ib * MR * k;
+      switch (rows) {
+        case 4: micro<T, NV, 4>(a0, b0, k, ldb, acc); break;
+        case 3: micro<T, NV, 3>(a0, b0, k, ldb, acc); break;
+        case 2: micro<T, NV, 2>(a0, b0, k, ldb, acc); break;
+        default: micro<T, NV, 1>(a0, b0, k, ldb, acc); break;
+      }
+      const int cols = int(std::min<int64_t>(NB, n - jb * NB));
+      for (int r = 0; r < rows; ++r) std::memcpy(tile[r], acc[r], sizeof(acc[r]));
+      for (int r = 0; r < rows; ++r) {
+        const int64_t i = ib * MR + r;
+        T *drow = D + i * o.d_rs + jb * NB * o.d_cs;
+        if (beta != T(0)) {
+          const T *crow = C + i * o.c_rs + jb * NB * o.c_cs;
+          for (int j = 0; j < cols; ++j)
+            drow[j * o.d_cs] = alpha * tile[r][j] + beta * crow[j * o.c_cs];
+        } else if (o.d_cs == 1) {
+          for (int j = 0; j < cols; ++j) drow[j] = alpha * tile[r][j];
+        } else {
+          for (int j = 0; j < cols; ++j) drow[j * o.d_cs] = alpha * tile[r][j];
+        }
+      }
+    }
+  }
+}
+
+// The direct path (B's rows contiguous, the common layout): no packing.  B's full column blocks
+// are read in place with unaligned vector loads, A's elements broadcast from where they are;
+// only a tail of fewer than NB columns is copied (zero-padded) into the thread's panel.
+template <class T, int NV, int R>
+__attribute__((always_inline)) static inline void micro_direct(
+    const T *__restrict A, int64_t a_cs, const T *__restrict B, int64_t ldb, int64_t k,
+    typename V<T>::native (&acc)[8][NV], int64_t a_rs) {
+  typedef typename V<T>::native N;
+  N c[R][NV];  // local: the accumulators stay in registers
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = N{};
+  const T *ar[R];
+  for (int r = 0; r < R; ++r) ar[r] = A + r * a_rs;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    N bv[NV];
+    std::memcpy(bv, B + kk * ldb, sizeof(bv));
+    const int64_t ak = kk * a_cs;
+    for (int r = 0; r < R; ++r) {
+      const T s = ar[r][ak];
+      for (int v = 0; v < NV; ++v) c[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = c[r][v];
+}
+
+// Rows per micro-tile for NV vectors of columns: about 12 accumulators with 32 vector registers
+// (AVX-512), 8-9 with 16.
+template <int NV>
+constexpr int rows_for() {
+  return KL_VEC_BYTES == 64 ? (NV == 1 ? 8 : NV == 2 ? 6 : NV == 3 ? 5 : 4)
+                            : (NV == 1 ? 8 : NV == 2 ? 4 : NV == 3 ? 3 : 2);
+}
+
+// D[:, j0 : j0 + cols] from NV vectors of columns of B (rows ldb apart; cols <= NV * W).
+template <class T, int NV>
+static void column_block(const Operands &o, const T *Bb, int64_t ldb, int64_t j0, int cols,
+                         T alpha, T beta) {
+  typedef typename V<T>::native N;
+  constexpr int W = V<T>::width, NB = NV * W, MRD = rows_for<NV>();
+  const T *A = static_cast<const T *>(o.a);
+  const T *C = static_cast<const T *>(o.c);
+  T *D = static_cast<T *>(o.d);
+  alignas(64) T tile[8][NB];
+  N acc[8][NV];
+  for (int64_t i0 = 0; i0 < o.m; i0 += MRD) {
+    const int rows = int(std::min<int64_t>(MRD, o.m - i0));
+    const T *Ai = A + i0 * o.a_rs;
+    switch (rows) {
+#define KL_ROWS(R) \
+  case R: if constexpr (R <= MRD) micro_direct<T, NV, R>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs); break;
+      KL_ROWS(8) KL_ROWS(7) KL_ROWS(6) KL_ROWS(5) KL_ROWS(4) KL_ROWS(3) KL_ROWS(2)
+#undef KL_ROWS
+      default: micro_direct<T, NV, 1>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs); break;
+    }
+    T *Dj = D + i0 * o.d_rs + j0 * o.d_cs;
+    if (cols == NB && o.d_cs == 1 && beta == T(0)) {  // straight from the registers
+      for (int r = 0; r < rows; ++r) {
+        N out[NV];
+        for (int v = 0; v < NV; ++v) out[v] = acc[r][v] * alpha;
+        std::memcpy(Dj + r * o.d_rs, out, sizeof(out));
+      }
+      continue;
+    }
+    for (int r = 0; r < rows; ++r) std::memcpy(tile[r], acc[r], sizeof(acc[r]));
+    const T *Cj = C ? C + i0 * o.c_rs + j0 * o.c_cs : nullptr;
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < cols; ++j) {
+        T v = alpha * tile[r][j];
+        if (beta != T(0)) v += beta * Cj[r * o.c_rs + j * o.c_cs];
+        Dj[r * o.d_rs + j * o.d_cs] = v;
+      }
+  }
+}
+
+template <class T>
+static void column_block_n(int nv, const Operands &o, const T *Bb, int64_t ldb, int64_t j0,
+                           int cols, T alpha, T beta) {
+  switch (nv) {
+    case 1: column_block<T, 1>(o, Bb, ldb, j0, cols, alpha, beta); break;
+    case 2: column_block<T, 2>(o, Bb, ldb, j0, cols, alpha, beta); break;
+    case 3: column_block<T, 3>(o, Bb, ldb, j0, cols, alpha, beta); break;
+    default: column_block<T, 4>(o, Bb, ldb, j0, cols, alpha, beta); break;
+  }
+}
+
+template <class T>
+static void product_direct(const Operands &o, T alpha, T beta, Panels<T> &pan) {
+  constexpr int W = V<T>::width;
+  const T *B = static_cast<const T *>(o.b);
+  const int64_t n = o.n, k = o.k;
+  int64_t j = 0;
+  for (; n - j >= 4 * W; j += 4 * W) column_block<T, 4>(o, B + j, o.b_rs, j, 4 * W, alpha, beta);
+  const int64_t rest = n - j;
+  if (rest == 0) return;
+  const int full = int(rest / W), tail = int(rest % W);
+  if (tail == 0) {
+    column_block_n<T>(full, o, B + j, o.b_rs, j, int(rest), alpha, beta);
+    return;
+  }
+  // the last columns, zero-padded to whole vectors, in the thread's panel
+  const int nb = (full + 1) * W;
+  if (int64_t(pan.bp.size()) < k * nb) pan.bp.resize(size_t(k * nb));
+  T *tp = pan.bp.data();
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const T *src = B + kk * o.b_rs + j;
+    T *dst = tp + kk * nb;
+    for (int64_t c = 0; c < rest; ++c) dst[c] = src[c];
+    for (int64_t c = rest; c < nb; ++c) dst[c] = T(0);
+  }
+  column_block_n<T>(full + 1, o, tp, nb, j, int(rest), alpha, beta);
+}
+
+// Tiny square products (m = n = k <= 4): sizes known at compile time, fully unrolled, no
+// packing and no column blocks (the per-product overhead is what NumPy loses to at these sizes).
+template <class T, int S>
+static void tiny(const Operands &o, T alpha, T beta) {
+  const T *A = static_cast<const T *>(o.a);
+  const T *B = static_cast<const T *>(o.b);
+  const T *C = static_cast<const T *>(o.c);
+  T *D = static_cast<T *>(o.d);
+  T b[S][S], acc[S][S];
+  for (int kk = 0; kk < S; ++kk)
+    for (int j = 0; j < S; ++j) b[kk][j] = B[kk * o.b_rs + j * o.b_cs];
+  for (int i = 0; i < S; ++i) {
+    for (int j = 0; j < S; ++j) acc[i][j] = T(0);
+    for (int kk = 0; kk < S; ++kk) {
+      const T a = A[i * o.a_rs + kk * o.a_cs];
+      for (int j = 0; j < S; ++j) acc[i][j] += a * b[kk][j];
+    }
+  }
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < S; ++j) {
+      T v = alpha * acc[i][j];
+      if (beta != T(0)) v += beta * C[i * o.c_rs + j * o.c_cs];
+      D[i * o.d_rs + j * o.d_cs] = v;
+    }
+}
+
+template <class T>
+static bool run_tiny(const Operands &o, T alpha, T beta) {
+  if (o.m != o.n || o.n != o.k) return false;
+  switch (o.m) {
+    case 1: tiny<T, 1>(o, alpha, beta); return true;
+    case 2: tiny<T, 2>(o, alpha, beta); return true;
+    case 3: tiny<T, 3>(o, alpha, beta); return true;
+    case 4: tiny<T, 4>(o, alpha, beta); return true;
+    default: return false;
+  }
+}
+
+template <class T>
+static void run_one(const Operands &o, T alpha, T beta, Panels<T> &pan) {
+  if (o.m == 0 || o.n == 0) return;
+  if (o.k == 0) {  // no product term: D = beta * C (BLAS: C not read when beta == 0)
+    T *D = static_cast<T *>(o.d);
+    const T *C = static_cast<const T *>(o.c);
+    for (int64_t i = 0; i < o.m; ++i)
+      for (int64_t j = 0; j < o.n; ++j)
+        D[i * o.d_rs + j * o.d_cs] = beta != T(0) ? beta * C[i * o.c_rs + j * o.c_cs] : T(0);
+    return;
+  }
+  if (o.m <= 4 && run_tiny<T>(o, alpha, beta)) return;
+  if (o.b_cs == 1) {
+    product_direct<T>(o, alpha, beta, pan);
+  } else if (o.n <= V<T>::width) {
+    product<T, 1>(o, alpha, beta, pan);
+  } else {
+    product<T, 2>(o, alpha, beta, pan);
+  }
+}
+
+template <class T>
+static int run_uniform(const kl_batched_problem *p, int num_threads) {
+  int64_t count = 1;
+  for (int d = 0; d < p->ndim; ++d) count *= p->shape[d];
+  if (count == 0) return KL_OK;
+  const double flops = 2.0 * double(count) * double(p->m) * double(p->n) * double(p->k);
+  const int threads = int(std::min<int64_t>(cpu_threads(num_threads, flops), count));
+  const T alpha = T(p->alpha), beta = T(p->beta);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    Panels<T> pan;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t rem = i, oa = 0, ob = 0, oc = 0, od = 0;
+      if (p->ndim == 1) {  // the common stack: no divisions
+        oa = i * p->a_bs[0];
+        ob = i * p->b_bs[0];
+        oc = i * p->c_bs[0];
+        od = i * p->d_bs[0];
+        rem = 0;
+      }
+      for (int d = rem ? p->ndim - 1 : -1; d >= 0; --d) {
+        const int64_t idx = rem % p->shape[d];
+        rem /= p->shape[d];
+        oa += idx * p->a_bs[d];
+        ob += idx * p->b_bs[d];
+        oc += idx * p->c_bs[d];
+        od += idx * p->d_bs[d];
+      }
+      Operands o{p->m, p->n, p->k,
+                 static_cast<const T *>(p->a) + oa, p->a_rs, p->a_cs,
+                 static_cast<const T *>(p->b) + ob, p->b_rs, p->b_cs,
+                 p->c ? static_cast<const T *>(p->c) + oc : nullptr, p->c_rs, p->c_cs,
+                 static_cast<T *>(p->d) + od, p->d_rs, p->d_cs};
+      run_one<T>(o, alpha, beta, pan);
+    }
+  }
+  return KL_OK;
+}
+
+template <class T>
+static int run_var(const kl_batched_entry *t, int64_t count, double alpha_, double beta_,
+                   int num_threads) {
+  double flops = 0;
+  for (int64_t i = 0; i < count; ++i) flops += 2.0 * double(t[i].m) * double(t[i].n) * double(t[i].k);
+  const int threads = int(std::min<int64_t>(cpu_threads(num_threads, flops), std::max<int64_t>(count, 1)));
+  const T alpha = T(alpha_), beta = T(beta_);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    Panels<T> pan;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < count; ++i) {
+      const kl_batched_entry &e = t[i];
+      Operands o{e.m, e.n, e.k,
+                 reinterpret_cast<const T *>(e.a), e.a_rs, e.a_cs,
+                 reinterpret_cast<const T *>(e.b), e.b_rs, e.b_cs,
+                 reinterpret_cast<const T *>(e.c), e.c_rs, e.c_cs,
+                 reinterpret_cast<T *>(e.d), e.d_rs, e.d_cs};
+      run_one<T>(o, alpha, beta, pan);
+    }
+  }
+  return KL_OK;
+}
+
+int batched_entry(const kl_batched_problem *p, int dtype, int num_threads) {
+  if (dtype == KL_BATCHED_F64) return run_uniform<double>(p, num_threads);
+  return run_uniform<float>(p, num_threads);
+}
+
+int batched_var_entry(const kl_batched_entry *t, int64_t count, double alpha, double beta,
+                      int dtype, int num_threads) {
+  if (dtype == KL_BATCHED_F64) return run_var<double>(t, count, alpha, beta, num_threads);
+  return run_var<float>(t, count, alpha, beta, num_threads);
+}
+
+}  // namespace KL_ISA
+}  // namespace kl

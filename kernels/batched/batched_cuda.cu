@@ -1,0 +1,95 @@
+// The CUDA entry points of batched.h: validation, the configuration (batched_config.hpp), the
+// float32 mode, and the launch on the caller's stream.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "batched.h"
+#include "batched_config.hpp"
+#include "batched_cuda_kernels.cuh"
+#include "cuda_device.hpp"
+#include "fp32_mode.hpp"
+
+namespace kl {
+namespace batched {
+namespace {
+
+Fp32Mode g_fp32("KRONLINALG_BATCHED_FP32");
+
+int cuda_fail(cudaError_t e, const char *what) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "batched_matmul: %s: %s", what, cudaGetErrorString(e));
+  return fail(KL_ERR_CUDA, buf);
+}
+
+int check_device() {
+  DeviceInfo d;
+  const cudaError_t e = query_device(&d);
+  if (e != cudaSuccess) return fail(KL_ERR_NO_DEVICE, "batched_matmul: no usable CUDA device");
+  if (d.cc_major < 8)
+    return fail(KL_ERR_NO_DEVICE,
+                "batched_matmul: the CUDA kernels need compute capability 8.0 or newer");
+  return KL_OK;
+}
+
+int launch(int shape, int dtype, int mma, const Args &args, cudaStream_t stream) {
+  cudaError_t e;
+  switch (dtype) {
+    case KL_BATCHED_F64: e = launch_f64(shape, args, stream); break;
+    case KL_BATCHED_F32: e = launch_f32(shape, mma, args, stream); break;
+    case KL_BATCHED_F16: e = launch_f16(shape, false, args, stream); break;
+    case KL_BATCHED_BF16: e = launch_f16(shape, true, args, stream); break;
+    default: return fail(KL_ERR_INVALID, "batched_matmul_cuda: unknown dtype code");
+  }
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
+}
+
+}  // namespace
+}  // namespace batched
+}  // namespace kl
+
+extern "C" int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, int algo,
+                                      void *stream) {
+  using namespace kl;
+  using namespace kl::batched;
+  if (!p || p->m < 0 || p->n < 0 || p->k < 0 || p->ndim < 0 || p->ndim > KL_BATCHED_MAX_DIMS ||
+      algo < 0 || algo > 2 || !p->d || (p->k > 0 && (!p->a || !p->b)) ||
+      (p->beta != 0.0 && !p->c))
+    return fail(KL_ERR_INVALID, "batched_matmul_cuda: invalid problem description");
+  int64_t count = 1;
+  for (int d = 0; d < p->ndim; ++d) {
+    if (p->shape[d] < 0) return fail(KL_ERR_INVALID, "batched_matmul_cuda: negative batch size");
+    count *= p->shape[d];
+  }
+  if (count == 0 || p->m == 0 || p->n == 0) return KL_OK;
+  if (const int s = check_device()) return s;
+  const int mma = mma_kind(dtype, g_fp32.get());
+  Args args{*p, count, nullptr, 0};
+  return launch(pick_shape(p->m, p->n, algo), dtype, mma, args, static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int64_t max_order,
+                                          double alpha, double beta, int dtype, int algo,
+                                          void *stream) {
+  using namespace kl;
+  using namespace kl::batched;
+  if (count < 0 || (count > 0 && !table) || algo < 0 || algo > 2)
+    return fail(KL_ERR_INVALID, "batched_matmul_cuda_var: invalid problem table");
+  if (count == 0) return KL_OK;
+  if (const int s = check_device()) return s;
+  if (max_order <= 0) max_order = KL_BATCHED_MAX_ORDER;
+  const int shape = pick_shape(max_order, max_order, algo);
+  const kl_batched_config cfg = describe(shape, 0);
+  Args args{};
+  args.p.alpha = alpha;
+  args.p.beta = beta;
+  args.count = count;
+  args.table = static_cast<const kl_batched_entry *>(table);
+  args.tm_max = (max_order + cfg.tile_m - 1) / cfg.tile_m;
+  return launch(shape, dtype, mma_kind(dtype, g_fp32.get()), args,
+                static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int kl_batched_float32_mode(int mode) { return kl::batched::g_fp32.set(mode); }
+
+extern "C" int kl_batched_cuda_device_check(void) { return kl::batched::check_device(); }

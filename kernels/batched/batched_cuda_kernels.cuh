@@ -1,0 +1,444 @@
+// The batched small-GEMM kernels: KAMI's communication-avoiding GEMM inside a thread block.
+//
+// A work item is one tile (BM x BN) of one product: a group of P = WGM x WGN warps computes it,
+// and a block holds G groups (several products per block for the tiniest orders).  The warps are
+// KAMI's processors and shared memory their network:
+//  - 1D (WGN = 1): warp i owns the rows of A_i and C_i; B's k-panels (BK wide) are broadcast to
+//    every warp through shared memory; only B is shared.  A passes through shared memory only as a
+//    coalescing buffer that warp i alone reads.
+//  - 2D (WGM = WGN = 2): warp (i, j) owns C_ij; A's row panel i and B's column panel j are
+//    exchanged through shared memory.
+// Products run on tensor cores through mma.sync: FP64 m8n8k4 (DMMA), FP16/BF16 m16n8k16 with
+// float32 accumulators, float32 as 3xTF32 m16n8k8 (x = hi + lo, three products, float32
+// accumulation: an error near float32's own) or IEEE FMAs on CUDA cores.
+//
+// Data movement: each k-panel of A and B is staged by the whole group with 16-byte loads where
+// the operand's rows are contiguous and aligned (element loads in the order the operand is
+// contiguous otherwise: transposed operands are read coalesced, never copied), zero-filled past
+// the problem's edges, so the MMA loops never branch on sizes.  The epilogue stages alpha * C
+// through shared memory and writes D with 16-byte stores (coalesced), reading beta * C likewise.
+// Shared-memory pitches are chosen so that the fragment loads are free of bank conflicts.
+//
+// Uniform batches: items are (product, tile) pairs of one grid; a product's operands are found
+// by splitting its index over the batch dimensions (broadcast = stride 0).  Variable batches: a
+// group takes a product from the device-side table (kl_batched_entry) and walks its tiles.
+#ifndef KRONLINALG_BATCHED_CUDA_KERNELS_CUH
+#define KRONLINALG_BATCHED_CUDA_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "batched.h"
+#include "batched_config.hpp"
+#include "cuda_ptx.cuh"
+
+namespace kl {
+namespace batched {
+
+// What a launch passes to the kernel (by value).
+struct Args {
+  kl_batched_problem p;               // uniform form (sizes, strides, pointers, alpha, beta)
+  int64_t count;                      // products
+  const kl_batched_entry *table;      // variable form (nullptr: uniform)
+  int64_t tm_max;                     // variable form: row tiles of the largest product
+};
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <class T>
+__device__ __forceinline__ float to_f(T x) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  else return float(x);
+}
+template <class T, class A>
+__device__ __forceinline__ T from_acc(A x) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(float(x));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(float(x));
+  else return T(x);
+}
+template <class A, class T>
+__device__ __forceinline__ A to_acc(T x) {
+  if constexpr (std::is_same_v<T, double>) return x;
+  else return A(to_f(x));
+}
+
+__device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(c[0]), "+d"(c[1])
+               : "d"(a), "d"(b));
+}
+
+template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WGM = WGM_, WGN = WGN_, G = G_;
+  static constexpr int P = WGM * WGN, GT = 32 * P, THREADS = GT * G;
+  static constexpr int WM = BM / WGM, WN = BN / WGN;
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  static constexpr int MM = MMA == kDmma ? 8 : 16;  // rows of one MMA (FFMA: 8 lanes x TM)
+  static constexpr int KS = MMA == kDmma ? 4 : MMA == kHmma ? 16 : MMA == kTf32x3 ? 8 : 4;
+  static constexpr int MI = WM / MM, NI = WN / 8;
+  // pitches (elements): fragment loads conflict-free (DMMA: ≡ 4 mod 16 doubles; TF32: A ≡ 4,
+  // B ≡ 8 mod 32 floats; HMMA: A ≡ 8 mod 64 halves for 32-bit loads, B rows in distinct
+  // 16-byte bank groups for ldmatrix), every row start 16-byte aligned
+  static constexpr int PA = MMA == kHmma ? BK + 8 : BK + 4;
+  static constexpr int PB = MMA == kDmma ? BN + 4 : BN + 8;
+  static constexpr int PC = BN + (sizeof(Acc) == 8 ? 2 : 4);
+  static constexpr int STAGE = (BM * PA + BK * PB) * int(sizeof(T));
+  static constexpr int CBYTES = BM * PC * int(sizeof(Acc));
+  static constexpr int GROUP_BYTES = ((STAGE > CBYTES ? STAGE : CBYTES) + 15) / 16 * 16;
+  static constexpr int SMEM = G * GROUP_BYTES;
+  // registers: small tiles are bandwidth-bound (occupancy first: 80 a thread), 64 x 64 tiles
+  // hold 32 accumulators a lane (up to 128)
+  static constexpr int MIN_BLOCKS = BM >= 64 ? 4 : 6;
+  static_assert(WM % MM == 0 && WN % 8 == 0 && BK % KS == 0, "tile shape");
+};
+
+template <int P, int G>
+__device__ __forceinline__ void group_sync(int grp) {
+  if constexpr (P == 1) {
+    __syncwarp();
+  } else if constexpr (G == 1) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(grp + 1), "r"(P * 32) : "memory");
+  }
+}
+
+// dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C.
+template <class T, int R, int C, int GT, int DP>
+__device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict src, int64_t rs,
+                                          int64_t cs, int rv, int cv, int gtid) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  if (cs == 1 && cv % VEC == 0 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    constexpr int CV = C / VEC;
+#pragma unroll 4
+    for (int i = gtid; i < R * CV; i += GT) {
+      const int r = i / CV, c = (i - r * CV) * VEC;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < rv && c < cv) v = __ldg(reinterpret_cast<const uint4 *>(src + r * rs + c));
+      *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
+    }
+  } else if (rs == 1) {  // contiguous down the columns (a transposed operand): r fastest
+#pragma unroll 4
+    for (int i = gtid; i < R * C; i += GT) {
+      const int c = i / R, r = i - c * R;
+      dst[r * DP + c] = (r < rv && c < cv) ? src[r + c * cs] : T(0.0f);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = gtid; i < R * C; i += GT) {
+      const int r = i / C, c = i - r * C;
+      dst[r * DP + c] = (r < rv && c < cv) ? src[r * rs + c * cs] : T(0.0f);
+    }
+  }
+}
+
+// One tile of one product: D = alpha * A @ B + beta * C on rows < mv, columns < nv of the tile.
+// A, B, C, D point at the tile's first element (row 0 of A's tile, column 0 of B's).
+template <class T, int MMA, class K>
+__device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid, const T *A,
+                                         int64_t a_rs, int64_t a_cs, const T *B, int64_t b_rs,
+                                         int64_t b_cs, const T *C, int64_t c_rs, int64_t c_cs,
+                                         T *D, int64_t d_rs, int64_t d_cs, int mv, int nv,
+                                         int64_t kdim, typename K::Acc alpha,
+                                         typename K::Acc beta) {
+  using Acc = typename K::Acc;
+  T *As = reinterpret_cast<T *>(smem);
+  T *Bs = As + K::BM * K::PA;
+  Acc *Cs = reinterpret_cast<Acc *>(smem);
+  const int lane = gtid & 31, warp = gtid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wr0 = (warp / K::WGN) * K::WM, wc0 = (warp % K::WGN) * K::WN;
+  const bool active = wr0 < mv && wc0 < nv;  // warps past a small product's edge idle
+  const int mi_n = active ? min(K::MI, (mv - wr0 + K::MM - 1) / K::MM) : 0;
+  const int ni_n = active ? min(K::NI, (nv - wc0 + 7) / 8) : 0;
+
+  constexpr int NACC = MMA == kDmma ? 2 : 4;
+  constexpr int FM = MMA == kFfma ? K::WM / 8 : K::MI;  // FFMA: rows per lane
+  constexpr int FN = MMA == kFfma ? K::WN / 4 : K::NI;  // FFMA: columns per lane
+  Acc acc[FM][FN][MMA == kFfma ? 1 : NACC];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+#pragma unroll
+      for (int e = 0; e < (MMA == kFfma ? 1 : NACC); ++e) acc[i][j][e] = Acc(0);
+
+  for (int64_t k0 = 0; k0 < kdim; k0 += K::BK) {
+    const int kv = int(kdim - k0 < K::BK ? kdim - k0 : K::BK);
+    const int kc = (kv + K::KS - 1) / K::KS * K::KS;
+    group_sync<K::P, K::G>(grp);  // the previous panel (or tile) is no longer read
+    load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, A + k0 * a_cs, a_rs, a_cs, mv, kv, gtid);
+    load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, B + k0 * b_rs, b_rs, b_cs, kv, nv, gtid);
+    group_sync<K::P, K::G>(grp);
+    if (!active) continue;
+    if constexpr (MMA == kDmma) {
+      for (int kk = 0; kk < kc; kk += 4) {
+        double a[K::MI], b[K::NI];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi) a[mi] = As[(wr0 + mi * 8 + g) * K::PA + kk + t];
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni) b[ni] = Bs[(kk + t) * K::PB + wc0 + ni * 8 + g];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni)
+            if (mi < mi_n && ni < ni_n) dmma_884(acc[mi][ni], a[mi], b[ni]);
+      }
+    } else if constexpr (MMA == kHmma) {
+      for (int kk = 0; kk < kc; kk += 16) {
+        uint32_t a[K::MI][4], b[K::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi) {
+          const T *r0 = As + (wr0 + mi * 16 + g) * K::PA + kk + 2 * t;
+          const T *r1 = r0 + 8 * K::PA;
+          a[mi][0] = *reinterpret_cast<const uint32_t *>(r0);
+          a[mi][1] = *reinterpret_cast<const uint32_t *>(r1);
+          a[mi][2] = *reinterpret_cast<const uint32_t *>(r0 + 8);
+          a[mi][3] = *reinterpret_cast<const uint32_t *>(r1 + 8);
+        }
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni)
+          kl::cu::ldsm_x2_trans(b[ni][0], b[ni][1], Bs + (kk + (lane & 15)) * K::PB + wc0 + ni * 8);
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni)
+            if (mi < mi_n && ni < ni_n)
+              kl::cu::mma_16816<std::is_same_v<T, __nv_bfloat16>>(acc[mi][ni], a[mi], b[ni][0],
+                                                                  b[ni][1]);
+      }
+    } else if constexpr (MMA == kTf32x3) {
+      for (int kk = 0; kk < kc; kk += 8) {
+        uint32_t ah[K::MI][4], al[K::MI][4], bh[K::NI][2], bl[K::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi) {
+          const float *r0 = reinterpret_cast<const float *>(As) + (wr0 + mi * 16 + g) * K::PA + kk + t;
+          const float *r1 = r0 + 8 * K::PA;
+          const float x[4] = {r0[0], r1[0], r0[4], r1[4]};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) kl::cu::split_tf32(__float_as_uint(x[e]), ah[mi][e], al[mi][e]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni) {
+          const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
+          kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
+          kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni)
+            if (mi < mi_n && ni < ni_n) {  // small terms first
+              kl::cu::mma_tf32(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
+              kl::cu::mma_tf32(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
+              kl::cu::mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+            }
+      }
+    } else {  // IEEE float32 FMAs: lane (g, t) owns rows wr0 + g + 8i, columns wc0 + t + 4j
+      const float *Af = reinterpret_cast<const float *>(As);
+      const float *Bf = reinterpret_cast<const float *>(Bs);
+      for (int kk = 0; kk < kv; ++kk) {
+        float a[FM], b[FN];
+#pragma unroll
+        for (int i = 0; i < FM; ++i) a[i] = Af[(wr0 + g + 8 * i) * K::PA + kk];
+#pragma unroll
+        for (int j = 0; j < FN; ++j) b[j] = Bf[kk * K::PB + wc0 + t + 4 * j];
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+          for (int j = 0; j < FN; ++j) acc[i][j][0] = fmaf(a[i], b[j], acc[i][j][0]);
+      }
+    }
+  }
+
+  group_sync<K::P, K::G>(grp);  // every warp is done with the panels: Cs reuses their space
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        if constexpr (MMA == kFfma) {
+          Cs[(wr0 + g + 8 * i) * K::PC + wc0 + t + 4 * j] = acc[i][j][0];
+        } else if constexpr (MMA == kDmma) {
+          Acc *c = Cs + (wr0 + i * 8 + g) * K::PC + wc0 + j * 8 + 2 * t;
+          c[0] = acc[i][j][0];
+          c[1] = acc[i][j][1];
+        } else {
+          Acc *c = Cs + (wr0 + i * 16 + g) * K::PC + wc0 + j * 8 + 2 * t;
+          c[0] = acc[i][j][0];
+          c[1] = acc[i][j][1];
+          c[8 * K::PC] = acc[i][j][2];
+          c[8 * K::PC + 1] = acc[i][j][3];
+        }
+      }
+  }
+  group_sync<K::P, K::G>(grp);
+
+  // epilogue: D = alpha * Cs + beta * C over the tile's valid part, coalesced
+  constexpr int VEC = 16 / int(sizeof(T));
+  const bool zero_beta = beta == Acc(0);
+  if (d_cs == 1 && nv % VEC == 0 && d_rs % VEC == 0 && (reinterpret_cast<uintptr_t>(D) & 15) == 0) {
+    constexpr int CV = K::BN / VEC;
+    for (int i = gtid; i < K::BM * CV; i += K::GT) {
+      const int r = i / CV, c = (i - r * CV) * VEC;
+      if (r >= mv || c >= nv) continue;
+      union {
+        uint4 u;
+        T e[VEC];
+      } out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        Acc v = alpha * Cs[r * K::PC + c + j];
+        if (!zero_beta) v += beta * to_acc<Acc>(C[r * c_rs + (c + j) * c_cs]);
+        out.e[j] = from_acc<T>(v);
+      }
+      *reinterpret_cast<uint4 *>(D + r * d_rs + c) = out.u;
+    }
+  } else {
+    const bool rows_fast = d_rs == 1 && d_cs != 1;
+    for (int i = gtid; i < K::BM * K::BN; i += K::GT) {
+      int r, c;
+      if (rows_fast) {
+        c = i / K::BM;
+        r = i - c * K::BM;
+      } else {
+        r = i / K::BN;
+        c = i - r * K::BN;
+      }
+      if (r >= mv || c >= nv) continue;
+      Acc v = alpha * Cs[r * K::PC + c];
+      if (!zero_beta) v += beta * to_acc<Acc>(C[r * c_rs + c * c_cs]);
+      D[r * d_rs + c * d_cs] = from_acc<T>(v);
+    }
+  }
+}
+
+template <class T, int MMA, class K, bool VAR>
+__global__ void __launch_bounds__(K::THREADS, K::MIN_BLOCKS) batched_kernel(const Args args) {
+  KL_DYNAMIC_SMEM(smem_raw);
+  const int grp = int(threadIdx.x) / K::GT, gtid = int(threadIdx.x) - grp * K::GT;
+  unsigned char *smem = smem_raw + grp * K::GROUP_BYTES;
+  const kl_batched_problem &p = args.p;
+  const typename K::Acc alpha = typename K::Acc(p.alpha), beta = typename K::Acc(p.beta);
+  if constexpr (!VAR) {
+    const int64_t tn_count = (p.n + K::BN - 1) / K::BN;
+    const int64_t per = (p.m + K::BM - 1) / K::BM * tn_count;
+    const int64_t items = args.count * per;
+    for (int64_t it = int64_t(blockIdx.x) * K::G + grp; it < items;
+         it += int64_t(gridDim.x) * K::G) {
+      const int64_t pi = it / per, tile = it - pi * per;
+      const int64_t tm = tile / tn_count, tn = tile - tm * tn_count;
+      int64_t rem = pi, oa = 0, ob = 0, oc = 0, od = 0;
+#pragma unroll
+      for (int j = 0; j < KL_BATCHED_MAX_DIMS; ++j) {  // static indices: the arrays stay params
+        const int d = KL_BATCHED_MAX_DIMS - 1 - j;
+        if (d < p.ndim) {
+          const int64_t idx = rem % p.shape[d];
+          rem /= p.shape[d];
+          oa += idx * p.a_bs[d];
+          ob += idx * p.b_bs[d];
+          oc += idx * p.c_bs[d];
+          od += idx * p.d_bs[d];
+        }
+      }
+      const int64_t r0 = tm * K::BM, c0 = tn * K::BN;
+      const T *C = p.c ? static_cast<const T *>(p.c) + oc + r0 * p.c_rs + c0 * p.c_cs : nullptr;
+      run_tile<T, MMA, K>(smem, grp, gtid, static_cast<const T *>(p.a) + oa + r0 * p.a_rs,
+                          p.a_rs, p.a_cs, static_cast<const T *>(p.b) + ob + c0 * p.b_cs, p.b_rs,
+                          p.b_cs, C, p.c_rs, p.c_cs,
+                          static_cast<T *>(p.d) + od + r0 * p.d_rs + c0 * p.d_cs, p.d_rs,
+                          p.d_cs, int(min64(K::BM, p.m - r0)),
+                          int(min64(K::BN, p.n - c0)), p.k, alpha, beta);
+    }
+  } else {
+    // one item = one row of tiles of one product (a large product spreads over tm_max groups)
+    const int64_t items = args.count * args.tm_max;
+    for (int64_t it = int64_t(blockIdx.x) * K::G + grp; it < items;
+         it += int64_t(gridDim.x) * K::G) {
+      const int64_t pi = it / args.tm_max, tm = it - pi * args.tm_max;
+      // the row is read field by field where used (a copy of all 15 words would spill)
+      const kl_batched_entry &e = args.table[pi];
+      if (e.m <= 0 || e.n <= 0 || tm * K::BM >= e.m) continue;
+      const int64_t tn_count = (e.n + K::BN - 1) / K::BN;
+      // the last row item also takes any rows past tm_max tiles (a product larger than the
+      // caller's max_order is slower, never wrong)
+      const int64_t tm_end = tm == args.tm_max - 1 ? (e.m + K::BM - 1) / K::BM : tm + 1;
+      for (int64_t tr = tm; tr < tm_end; ++tr)
+        for (int64_t tn = 0; tn < tn_count; ++tn) {
+          const int64_t r0 = tr * K::BM, c0 = tn * K::BN;
+          const T *C = e.c ? reinterpret_cast<const T *>(e.c) + r0 * e.c_rs + c0 * e.c_cs : nullptr;
+          run_tile<T, MMA, K>(smem, grp, gtid, reinterpret_cast<const T *>(e.a) + r0 * e.a_rs,
+                              e.a_rs, e.a_cs, reinterpret_cast<const T *>(e.b) + c0 * e.b_cs,
+                              e.b_rs, e.b_cs, C, e.c_rs, e.c_cs,
+                              reinterpret_cast<T *>(e.d) + r0 * e.d_rs + c0 * e.d_cs, e.d_rs,
+                              e.d_cs, int(min64(K::BM, e.m - r0)), int(min64(K::BN, e.n - c0)),
+                              e.k, alpha, beta);
+        }
+    }
+  }
+}
+
+template <class T, int MMA, class K>
+cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
+  const int64_t blocks = (items + K::G - 1) / K::G;
+  const unsigned grid = unsigned(blocks < 0x7fffffff ? blocks : 0x7fffffff);
+  if (grid == 0) return cudaSuccess;
+  if (args.table)
+    batched_kernel<T, MMA, K, true><<<grid, K::THREADS, K::SMEM, stream>>>(args);
+  else
+    batched_kernel<T, MMA, K, false><<<grid, K::THREADS, K::SMEM, stream>>>(args);
+  return cudaGetLastError();
+}
+
+// The five shapes of batched_config.hpp for one element type and MMA kind.
+template <class T, int MMA>
+cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
+  int64_t items = 0;
+  auto count_items = [&](int bm, int bn) {
+    if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
+    return args.count * ((args.p.m + bm - 1) / bm) * ((args.p.n + bn - 1) / bn);
+  };
+  switch (shape) {
+    case kT16: {
+      using K = Cfg<MMA, 16, 16, 16, 1, 1, 4, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kS32: {
+      using K = Cfg<MMA, 32, 32, 32, 2, 1, 2, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kS32G: {
+      using K = Cfg<MMA, 32, 32, 32, 2, 2, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kM64: {
+      using K = Cfg<MMA, 32, 64, 64, 4, 1, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    default: {
+      using K = Cfg<MMA, 32, 64, 64, 2, 2, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+  }
+}
+
+// per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
+cudaError_t launch_f64(int shape, const Args &args, cudaStream_t stream);
+cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
+cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
+
+}  // namespace batched
+}  // namespace kl
+
+#endif

@@ -1,0 +1,380 @@
+"""batched_matmul and matmul: float64 references, every backend, dtype and layout, bad input,
+variable sizes, properties, and matmul against numpy.matmul's semantics."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kronlinalg
+from kronlinalg import batched_matmul, matmul
+from _helpers import assert_close, random, to_numpy, to_xp
+
+# float16 / bfloat16: the output's own rounding plus float32 accumulation over k terms
+UNIT = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24,
+        "float64": 2.0 ** -53}
+ORDERS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
+
+
+def _ref(a, b, alpha=1.0, beta=0.0, c=None):
+    out = alpha * np.matmul(a, b)
+    if beta != 0.0:
+        out = out + beta * c
+    return out
+
+
+def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg=""):
+    """Elementwise bound for half types (the issue's: output rounding + k·2⁻²⁴ relative to
+    |alpha|·|a|@|b|), relative Frobenius error otherwise (3xTF32 float32 within 2x IEEE's)."""
+    if dtype in ("float16", "bfloat16"):
+        got = to_numpy(out).astype(np.float64)
+        assert got.shape == ref.shape, msg
+        k = a.shape[-1]
+        mag = abs(alpha) * np.matmul(np.abs(a), np.abs(b))
+        bound = UNIT[dtype] * np.abs(ref) + (k + 2) * 2.0 ** -24 * mag + 1e-30
+        assert np.all(np.abs(got - ref) <= bound), (
+            f"{msg}max excess {np.max(np.abs(got - ref) - bound):.3e}")
+        return
+    rtol = {"float32": 2e-6 * max(1.0, np.sqrt(a.shape[-1]) / 4), "float64": 1e-12}[dtype]
+    assert_close(out, ref, xp, dtype, rtol, msg=msg)
+
+
+def _poison(xp):
+    """GPU: fill the caching allocator's free memory with NaN so an unwritten output shows."""
+    if not xp.is_cuda:
+        return
+    junk = xp.module.full((1 << 22,), float("nan"), dtype=xp.module.float32)
+    if xp.is_torch:
+        junk = junk.to(xp.device)
+    del junk
+
+
+# ---------------------------------------------------------------------------------------------
+# stacks
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_orders_every_dtype(xp, rng, order):
+    for dtype in xp.dtypes:
+        m, k, n = order, max(1, order - 1 + order % 3), order + (order % 2)
+        a, an = random(xp, rng, (3, m, k), dtype)
+        b, bn = random(xp, rng, (3, k, n), dtype)
+        _poison(xp)
+        out = batched_matmul(a, b)
+        _check(out, _ref(an, bn), xp, dtype, an, bn, msg=f"{dtype} {m}x{k}x{n}: ")
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "library", "blocked", "kami1d", "kami2d"])
+def test_algorithms_alpha_beta(xp, rng, algorithm):
+    cuda_algo = algorithm.startswith("kami")
+    if algorithm == "blocked" and xp.is_cuda or cuda_algo and not xp.is_cuda:
+        with pytest.raises(ValueError, match="algorithm"):
+            a, _ = random(xp, rng, (2, 3, 3), "float64")
+            batched_matmul(a, a, algorithm=algorithm)
+        return
+    for dtype in xp.dtypes:
+        for (m, k, n) in ((7, 5, 9), (16, 16, 16), (33, 20, 40), (70, 64, 65)):
+            a, an = random(xp, rng, (4, m, k), dtype)
+            b, bn = random(xp, rng, (4, k, n), dtype)
+            c, cn = random(xp, rng, (4, m, n), dtype)
+            out = batched_matmul(a, b, c=c, alpha=-0.75, beta=1.5, algorithm=algorithm)
+            _check(out, _ref(an, bn, -0.75, 1.5, cn), xp, dtype, an, bn, -0.75,
+                   msg=f"{algorithm} {dtype} {m}x{k}x{n}: ")
+            # beta == 0: c is not read (BLAS convention), even when it holds NaN
+            nanc = xp.full((4, m, n), float("nan"), dtype=xp.dtype(dtype), device=xp.device)
+            out = batched_matmul(a, b, c=nanc, alpha=2.0, beta=0.0, algorithm=algorithm)
+            _check(out, _ref(an, bn, 2.0), xp, dtype, an, bn, 2.0)
+
+
+def test_broadcasting_and_broadcast_c(xp, rng):
+    for dtype in xp.dtypes:
+        a, an = random(xp, rng, (4, 1, 6, 5), dtype)
+        b, bn = random(xp, rng, (3, 5, 7), dtype)
+        c, cn = random(xp, rng, (1, 7), dtype)
+        out = batched_matmul(a, b, c=c, beta=0.5)
+        _check(out, _ref(an, bn, 1.0, 0.5, cn), xp, dtype, an, bn)
+        b2, bn2 = random(xp, rng, (5, 7), dtype)
+        out = batched_matmul(a, b2)
+        _check(out, _ref(an, bn2), xp, dtype, an, bn2)
+        assert tuple(out.shape) == (4, 1, 6, 7)
+
+
+def test_transposed_and_strided(xp, rng):
+    for dtype in xp.dtypes:
+        a, an = random(xp, rng, (5, 9, 33), dtype)
+        b, bn = random(xp, rng, (5, 17, 9), dtype)
+        # a.mT: 33 x 9 column-major matrices; b[:, ::2, :].mT: strided and transposed
+        at, bt = a.mT, b[:, ::2, :].mT
+        out = batched_matmul(at, bt)
+        _check(out, _ref(np.swapaxes(an, -1, -2), np.swapaxes(bn[:, ::2, :], -1, -2)), xp,
+               dtype, np.swapaxes(an, -1, -2), np.swapaxes(bn[:, ::2, :], -1, -2))
+        # every other matrix of the stack, every other column of b
+        a2, a2n = random(xp, rng, (6, 16, 16), dtype)
+        b2, b2n = random(xp, rng, (6, 16, 32), dtype)
+        out = batched_matmul(a2[::2, ...], b2[::2, :, ::2])
+        _check(out, _ref(a2n[::2], b2n[::2, :, ::2]), xp, dtype, a2n[::2], b2n[::2, :, ::2])
+
+
+def test_layouts_from_strategies(xp, rng):
+    strategies = pytest.importorskip("strategies")
+    vals_a = strategies.random_values(rng, (3, 12, 10))
+    vals_b = strategies.random_values(rng, (3, 10, 11))
+    for layout in strategies.layouts_for(xp):
+        a = strategies.layout_view(xp, vals_a, layout)
+        b = strategies.layout_view(xp, vals_b, layout)
+        out = batched_matmul(a, b)
+        assert_close(out, vals_a @ vals_b, xp, "float64", 1e-12, msg=f"{layout}: ")
+
+
+def test_empty_batches(xp, rng):
+    for dtype in xp.dtypes:
+        a, _ = random(xp, rng, (0, 4, 3), dtype)
+        b, _ = random(xp, rng, (0, 3, 5), dtype)
+        out = batched_matmul(a, b)
+        assert tuple(out.shape) == (0, 4, 5)
+        a, _ = random(xp, rng, (2, 0, 3), dtype)
+        b, _ = random(xp, rng, (2, 3, 5), dtype)
+        assert tuple(batched_matmul(a, b).shape) == (2, 0, 5)
+        # k == 0: the product term is zero; beta * c remains
+        a, an = random(xp, rng, (2, 4, 0), dtype)
+        b, bn = random(xp, rng, (2, 0, 5), dtype)
+        c, cn = random(xp, rng, (2, 4, 5), dtype)
+        out = batched_matmul(a, b, c=c, beta=2.0)
+        np.testing.assert_allclose(to_numpy(out).astype(np.float64), 2.0 * cn, rtol=1e-2)
+
+
+def test_inputs_not_modified(xp, rng):
+    a, an = random(xp, rng, (3, 8, 8), "float64")
+    b, bn = random(xp, rng, (3, 8, 8), "float64")
+    c, cn = random(xp, rng, (3, 8, 8), "float64")
+    batched_matmul(a, b, c=c, beta=1.0, alpha=3.0)
+    for v, vn in ((a, an), (b, bn), (c, cn)):
+        np.testing.assert_array_equal(to_numpy(v), vn)
+
+
+# ---------------------------------------------------------------------------------------------
+# variable sizes
+
+
+def _var_sizes(rng, count, top=40):
+    sizes = [tuple(int(v) for v in rng.integers(1, top, 3)) for _ in range(count)]
+    sizes[1] = (0, 5, 3)  # empty products among the others
+    sizes[2] = (4, 6, 0)
+    sizes[3] = (3, 0, 2)
+    return sizes
+
+
+def test_variable_list(xp, rng):
+    for dtype in xp.dtypes:
+        sizes = _var_sizes(rng, 12)
+        sizes[4] = (65, 70, 129)  # tiles past one block
+        pairs = [(random(xp, rng, (m, k), dtype), random(xp, rng, (k, n), dtype))
+                 for m, n, k in sizes]
+        cs = [random(xp, rng, (m, n), dtype) for m, n, _ in sizes]
+        outs = batched_matmul([p[0][0] for p in pairs], [p[1][0] for p in pairs],
+                              c=[c[0] for c in cs], alpha=0.5, beta=-1.0)
+        assert isinstance(outs, list) and len(outs) == len(sizes)
+        for (pa, pb), (_, cn), out in zip(pairs, cs, outs):
+            ref = _ref(pa[1], pb[1], 0.5, -1.0, cn)
+            assert tuple(out.shape) == ref.shape
+            if ref.size:
+                _check(out, ref, xp, dtype, pa[1], pb[1], 0.5)
+    assert batched_matmul([], []) == []
+
+
+def test_variable_packed(xp, rng):
+    for dtype in xp.dtypes:
+        sizes = _var_sizes(rng, 10)
+        m, n, k = (np.array(v) for v in zip(*sizes))
+        a, an = random(xp, rng, (int((m * k).sum()),), dtype)
+        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
+        table = np.array(sizes, dtype=np.int64)
+        for where in ("host", "device"):
+            tab = table if where == "host" or not xp.is_cuda else to_xp(xp, table)
+            if where == "device" and not xp.is_cuda:
+                tab = to_xp(xp, table)
+            out = batched_matmul(a, b, sizes=tab, alpha=2.0)
+            got = to_numpy(out).astype(np.float64)
+            ao = bo = do = 0
+            for mm, nn, kk in sizes:
+                ref = 2.0 * an[ao:ao + mm * kk].reshape(mm, kk) @ bn[bo:bo + kk * nn].reshape(kk, nn)
+                if ref.size:
+                    tol = 1e-10 if dtype == "float64" else 3e-2 if dtype in ("float16", "bfloat16") else 1e-4
+                    np.testing.assert_allclose(got[do:do + mm * nn].reshape(mm, nn), ref,
+                                               rtol=tol, atol=tol * max(1, np.abs(ref).max()))
+                ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
+            assert got.shape == (do,)
+
+
+def test_variable_packed_offsets(xp, rng):
+    a, an = random(xp, rng, (200,), "float64")
+    b, bn = random(xp, rng, (200,), "float64")
+    table = np.array([[3, 4, 5, 10, 0, 2], [2, 2, 2, 0, 100, 30]], dtype=np.int64)
+    out = batched_matmul(a, b, sizes=table, out_size=40)
+    got = to_numpy(out)
+    np.testing.assert_allclose(got[2:14].reshape(3, 4),
+                               an[10:25].reshape(3, 5) @ bn[0:20].reshape(5, 4), rtol=1e-12)
+    np.testing.assert_allclose(got[30:34].reshape(2, 2),
+                               an[0:4].reshape(2, 2) @ bn[100:104].reshape(2, 2), rtol=1e-12)
+    assert np.all(got[:2] == 0) and np.all(got[14:30] == 0)  # gaps read as zero
+    with pytest.raises(ValueError, match="^a: "):
+        batched_matmul(a, b, sizes=np.array([[20, 20, 20]]))
+    with pytest.raises(ValueError, match="^out_size: "):
+        batched_matmul(a, b, sizes=table, out_size=10)
+    with pytest.raises(ValueError, match="^sizes: "):
+        batched_matmul(a, b, sizes=np.array([[2, 2]]))
+    with pytest.raises(TypeError, match="^sizes: "):
+        batched_matmul(a, b, sizes=np.array([[2.0, 2.0, 2.0]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: errors name the argument
+
+
+def test_bad_input(xp, rng):
+    a, _ = random(xp, rng, (2, 3, 4), "float64")
+    b, _ = random(xp, rng, (2, 5, 6), "float64")
+    with pytest.raises(ValueError, match="^b: "):
+        batched_matmul(a, b)
+    with pytest.raises(ValueError, match="^a: "):
+        batched_matmul(a[0, 0, ...], a)
+    with pytest.raises(ValueError, match="^c: "):
+        batched_matmul(a, a.mT, beta=1.0)
+    with pytest.raises(ValueError, match="^c: "):
+        batched_matmul(a, a.mT, c=a, beta=1.0)
+    with pytest.raises(TypeError, match="^alpha: "):
+        batched_matmul(a, a.mT, alpha="2")
+    with pytest.raises(ValueError, match="^algorithm: "):
+        batched_matmul(a, a.mT, algorithm="fastest")
+    ints = xp.asarray(np.ones((2, 3, 3), dtype=np.int32))
+    with pytest.raises(TypeError, match="^a: "):
+        batched_matmul(ints, a.mT)
+    with pytest.raises(ValueError, match="^b"):
+        batched_matmul([a[0, ...]], [a[0, ...], a[1, ...]])
+    with pytest.raises(ValueError, match=r"^b\[0\]: "):
+        batched_matmul([a[0, ...]], [a[0, ...]])
+    with pytest.raises(TypeError, match="^b: "):
+        batched_matmul([a[0, ...]], a)
+    bb, _ = random(xp, rng, (3, 4, 6), "float64")
+    with pytest.raises(ValueError, match="^b: "):
+        batched_matmul(a, bb)
+
+
+# ---------------------------------------------------------------------------------------------
+# properties
+
+
+def test_property_stacks():
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.given(st.integers(0, 3), st.integers(0, 3), st.integers(0, 40), st.integers(0, 40),
+               st.integers(0, 40), st.floats(-2, 2), st.floats(-2, 2), st.integers(0, 2**31),
+               st.booleans(), st.booleans())
+    def check(ba, bb, m, k, n, alpha, beta, seed, ta, tb):
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((ba, 1, k, m) if ta else (ba, 1, m, k))
+        b = rng.standard_normal((bb, n, k) if tb else (bb, k, n))
+        a, b = (np.swapaxes(a, -1, -2) if ta else a), (np.swapaxes(b, -1, -2) if tb else b)
+        c = rng.standard_normal((1, n))
+        out = batched_matmul(a, b, c=c, alpha=alpha, beta=beta)
+        ref = alpha * np.matmul(a, b) + beta * c
+        assert out.shape == ref.shape
+        np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-10 * max(1, k))
+
+    check()
+
+
+def test_property_variable_list():
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20), st.integers(0, 20)),
+                        max_size=8), st.integers(0, 2**31))
+    def check(sizes, seed):
+        rng = np.random.default_rng(seed)
+        a = [rng.standard_normal((m, k)) for m, n, k in sizes]
+        b = [rng.standard_normal((k, n)) for m, n, k in sizes]
+        outs = batched_matmul(a, b)
+        for x, y, o in zip(a, b, outs):
+            np.testing.assert_allclose(o, x @ y, rtol=1e-10, atol=1e-10)
+
+    check()
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul: numpy.matmul's semantics, routed
+
+
+_SHAPES = [(3,), (1, 3), (4, 3), (2, 4, 3), (1, 4, 3), (2, 1, 4, 3), (0, 4, 3), (4, 0)]
+
+
+def test_matmul_semantics_exhaustive(rng):
+    """Every pair of a small shape set: the same result, shape, dtype and error class as
+    numpy.matmul (ValueError for shapes that do not match)."""
+    shapes_b = [(3,), (3, 5), (3, 1), (2, 3, 5), (1, 3, 5), (3, 3, 5), (2, 1, 3, 5), (0, 3, 5),
+                (0,), (3, 0)]
+    for sa, sb in itertools.product(_SHAPES, shapes_b):
+        for dt in ("float64", "float32", "int64"):
+            a = (rng.standard_normal(sa) * 4).astype(dt)
+            b = (rng.standard_normal(sb) * 4).astype(dt)
+            try:
+                ref = np.matmul(a, b)
+            except ValueError:
+                with pytest.raises(ValueError):
+                    matmul(a, b)
+                continue
+            out = matmul(a, b)
+            assert out.shape == ref.shape and out.dtype == ref.dtype, (sa, sb, dt)
+            np.testing.assert_allclose(out, ref, rtol=1e-5 if dt == "float32" else 1e-12)
+
+
+def test_matmul_backends(xp, rng):
+    for dtype in xp.dtypes:
+        for sa, sb in (((5,), (5,)), ((5,), (5, 3)), ((4, 5), (5,)), ((7, 8, 8), (7, 8, 8)),
+                       ((300, 16, 16), (16, 16)), ((2, 1, 6, 5), (3, 5, 4))):
+            a, an = random(xp, rng, sa, dtype)
+            b, bn = random(xp, rng, sb, dtype)
+            out = matmul(a, b)
+            ref = np.matmul(an, bn)
+            if dtype in ("float16", "bfloat16"):
+                np.testing.assert_allclose(to_numpy(out).astype(np.float64), ref, rtol=3e-2,
+                                           atol=3e-2 * np.sqrt(sa[-1]))
+            else:
+                assert_close(out, ref, xp, dtype, 1e-5 if dtype == "float32" else 1e-12)
+    with pytest.raises(ValueError, match="^a: "):
+        matmul(xp.asarray(np.float64(1.0)), xp.asarray(np.ones(3)))
+
+
+def test_matmul_routing_margin():
+    """The planner routes matmul to batched_matmul only where it predicts a gain beyond 5 %;
+    never beyond order 256, never for one matrix."""
+    for shapes in (((10000, 16, 16), (10000, 16, 16)), ((64, 32, 32), (64, 32, 32))):
+        plan = kronlinalg.plan("matmul", *shapes, dtype="float32", device="h100-sxm")
+        best = plan[0]
+        lib = next(ch for ch in plan if ch.name == "library")
+        if best.name == "batched":
+            assert best.seconds * 1.0 <= lib.seconds
+            assert best.details["margin"] == pytest.approx(1.05)
+    plan = kronlinalg.plan("matmul", (4, 512, 512), (4, 512, 512), dtype="float64",
+                           device="h100-sxm")
+    assert [ch.name for ch in plan] == ["library"]
+    plan = kronlinalg.plan("matmul", (16, 16), (16, 16), dtype="float64", device="cpu")
+    assert [ch.name for ch in plan] == ["library"]
+
+
+def test_plan_and_explain():
+    plan = kronlinalg.plan("batched_matmul", (10000, 16, 16), (10000, 16, 16),
+                           dtype="float64", device="h100-sxm")
+    names = {ch.name for ch in plan}
+    assert {"library", "kami1d", "kami2d"} <= names
+    k1 = next(ch for ch in plan if ch.name == "kami1d")
+    assert k1.details["tile"] == "16x16" and k1.details["per_block"] == 4
+    assert k1.details["mma"] == "dmma-m8n8k4"
+    text = kronlinalg.explain("batched_matmul", (1000, 3), dtype="float16",
+                              device="h100-sxm", max_order=256, file=None)
+    assert "kami1d" in text
+    cpu = kronlinalg.plan("batched_matmul", (5000, 8, 8), (5000, 8, 8), dtype="float64")
+    assert cpu[0].name == "blocked"
