@@ -474,7 +474,8 @@ def _replay(call, algo):
         addr = backend.address_getter(call.a)
 
         def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-            if c is not None or beta != 0 or rest or type(alpha) not in (float, int):
+            if (c is not None or beta != 0 or type(alpha) not in (float, int)
+                    or any(v is not None for v in rest.values())):
                 return None
             with backend.cuda_device_scope(a):
                 o = backend.empty_like_lib(a, out_shape, call.result)
@@ -488,7 +489,8 @@ def _replay(call, algo):
         haddr = backend.host_address
 
         def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-            if c is not None or beta != 0 or rest or type(alpha) not in (float, int):
+            if (c is not None or beta != 0 or type(alpha) not in (float, int)
+                    or any(v is not None for v in rest.values())):
                 return None
             o = np.empty(out_shape, dtype=call.result)
             batched_cpu.matmul(m, n, k, shape, (haddr(a),) + strides[0], (haddr(b),) + strides[1],
@@ -666,9 +668,28 @@ BATCHED = Operation(
     empty=_empty, signature=_signature, grad_algorithm="library", facts=_facts,
     doc="alpha·a@b + beta·c over stacks of small products; shapes: a, b (or (count, 3) for "
         "variable sizes, options max_order, elements, flops)")
+def _replay_library(call):
+    """The library's matmul, and (plain stacks of one dtype) a replayer that calls it directly."""
+    out = _library(call)
+    if (call.form != "stack" or call.c is not None or call.squeeze
+            or backend.dtype_name(call.a.dtype) != call.result
+            or backend.dtype_name(call.b.dtype) != call.result or call.result != _compute(call)):
+        return out, None
+    matmul = call.xp.matmul
+
+    def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
+        if (c is not None or beta != 0 or type(alpha) not in (float, int)
+                or any(v is not None for v in rest.values())):
+            return None
+        r = matmul(a, b)
+        return r if alpha == 1 else alpha * r
+
+    return out, replayer
+
+
 BATCHED.register(Algorithm(
     "library", _library, costs.predict_library, devices=("cpu", "cuda"),
-    autograd=("autograd", "transform"),
+    autograd=("autograd", "transform"), replay=_replay_library,
     doc="the array library's matmul on the stack (a loop for variable sizes), then alpha, beta"))
 BATCHED.register(Algorithm(
     "blocked", _run_cpu, costs.predict_blocked, devices=("cpu",), applies=_applies_cpu,

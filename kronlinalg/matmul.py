@@ -20,6 +20,7 @@ from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .batched import batched_matmul, float32_precision
 from .common import backend, validation
+from .common.signatures import arrays_signature
 from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .planner.costs import batched as costs
 
@@ -120,21 +121,43 @@ def _applies(kind):
     return applies
 
 
+def _signature(arrays, options, algorithm):
+    if len(arrays) != 2 or options:
+        return None
+    sig = arrays_signature(arrays, host=True)
+    return None if sig is None else (algorithm,) + sig
+
+
+def _replay_library(call):
+    matmul = call.xp.matmul
+    return matmul(call.a, call.b), (lambda a, b, /: matmul(a, b))
+
+
+def _replay_batched(algorithm):
+    def replay(call):
+        out = _batched(algorithm)(call)
+        if call.squeeze:
+            return out, None
+        return out, (lambda a, b, /: batched_matmul(a, b, algorithm=algorithm))
+
+    return replay
+
+
 MATMUL = Operation(
     "matmul", prepare=_prepare, plan_query=_plan_query, normalise=_normalise, empty=_empty,
-    grad_algorithm="library", facts=_facts,
+    grad_algorithm="library", facts=_facts, signature=_signature,
     doc="a @ b with array-API semantics; shapes: a, b")
 MATMUL.register(Algorithm(
     "library", _library, costs.predict_library, devices=("cpu", "cuda"),
-    autograd=("autograd", "transform"),
+    autograd=("autograd", "transform"), replay=_replay_library,
     doc="the array library's matmul (BLAS on CPU, cuBLAS on CUDA)"))
 MATMUL.register(Algorithm(
     "batched", _batched("blocked"), costs.predict_matmul_batched(costs.predict_blocked),
-    devices=("cpu",), applies=_applies("cpu"),
+    devices=("cpu",), applies=_applies("cpu"), replay=_replay_batched("blocked"),
     doc="batched_matmul's CPU kernel for stacks of small products (5 % margin)"))
 MATMUL.register(Algorithm(
     "batched", _batched("kami1d"), costs.predict_matmul_batched(costs.predict_kami(1)),
-    devices=("cuda",), applies=_applies("cuda"),
+    devices=("cuda",), applies=_applies("cuda"), replay=_replay_batched("kami1d"),
     doc="batched_matmul's KAMI 1D kernel for stacks of small products (5 % margin)"))
 
 

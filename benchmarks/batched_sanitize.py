@@ -1,0 +1,46 @@
+"""Small batched_matmul calls for compute-sanitizer (memcheck): every dtype and kernel shape,
+odd sizes, transposed / strided / broadcast operands, beta != 0, variable sizes (lists, packed
+with a device table whose rows leave the buffers).
+
+    compute-sanitizer --tool memcheck python benchmarks/batched_sanitize.py
+"""
+
+import sys
+
+import numpy as np
+import torch
+
+import kronlinalg
+
+worst = {}
+dev = "cuda"
+for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+    for algo in ("kami1d", "kami2d"):
+        for (m, k, n) in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (17, 33, 31), (65, 40, 70)):
+            a = torch.randn(3, m, k, device=dev).to(dtype)
+            b = torch.randn(3, k, n, device=dev).to(dtype)
+            c = torch.randn(1, n, device=dev).to(dtype)
+            for x, y in ((a, b), (a.mT.contiguous().mT, b[:, :, :].mT.contiguous().mT)):
+                out = kronlinalg.batched_matmul(x, y, c=c, beta=0.5, alpha=2.0, algorithm=algo)
+                ref = 2.0 * (x.double() @ y.double()) + 0.5 * c.double()
+                err = float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                key = str(dtype)
+                worst[key] = max(worst.get(key, 0.0), err)
+        # variable sizes: a list with empty products, and a packed buffer with a device table
+        sizes = [(3, 4, 5), (0, 2, 2), (7, 0, 3), (9, 9, 0), (33, 17, 65)]
+        xs = [torch.randn(m, k, device=dev).to(dtype) for m, n, k in sizes]
+        ys = [torch.randn(k, n, device=dev).to(dtype) for m, n, k in sizes]
+        outs = kronlinalg.batched_matmul(xs, ys, algorithm=algo)
+        for x, y, o in zip(xs, ys, outs):
+            if o.numel():
+                ref = x.double() @ y.double()
+                e = float((o.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                worst[str(dtype)] = max(worst[str(dtype)], e)
+        tab = torch.tensor([[3, 4, 5], [2, 2, 2], [50, 50, 50]], device=dev)  # row 3 too large
+        abuf = torch.randn(40, device=dev).to(dtype)
+        bbuf = torch.randn(40, device=dev).to(dtype)
+        kronlinalg.batched_matmul(abuf, bbuf, sizes=tab, out_size=20, algorithm=algo)
+torch.cuda.synchronize()
+print("worst relative error by dtype:", worst)
+bad = {k: v for k, v in worst.items() if v > (1e-12 if "64" in k else 1e-5 if "32" in k else 2e-2)}
+sys.exit(1 if bad else 0)
