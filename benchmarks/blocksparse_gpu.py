@@ -93,7 +93,8 @@ def spmm_section(res, budget):
             csr = None
             if cp is not None and dname != "fp16":
                 tc = dense.to_sparse_csr()
-                csr = cpsp.csr_matrix((cp.asarray(tc.values()), cp.asarray(tc.col_indices().to(torch.int32)),
+                csr = cpsp.csr_matrix((cp.asarray(tc.values()),
+                                       cp.asarray(tc.col_indices().to(torch.int32)),
                                        cp.asarray(tc.crow_indices().to(torch.int32))),
                                       shape=tuple(dense.shape))
                 del tc
@@ -103,6 +104,7 @@ def spmm_section(res, budget):
                        "nnzb": A.nnz_blocks}
                 row["ours_ms"] = cuda_time(lambda: spmm(A, X, algorithm="blocksparse"))
                 row["ours_morton_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="blocksparse"))
+                row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"))
                 if dname == "fp32":
                     prev = float32_precision("ieee")
                     row["ours_ieee_ms"] = cuda_time(lambda: spmm(A, X, algorithm="blocksparse"))
@@ -114,10 +116,16 @@ def spmm_section(res, budget):
                     row["cusparse_csr_ms"] = cuda_time(lambda: csr @ Xc)
                 row["auto"] = kronlinalg.plan(
                     "spmm", (16384, 16384), (16384, n), dtype=str(dt).split(".")[-1],
-                    device=X, block=16, nnzb=A.nnz_blocks, skew=1.0, lib="torch", beta=0)[0].name
+                    device=X, block=16, nnzb=A.nnz_blocks, skew=1.0, lib="torch", beta=0,
+                    order="row", tile=0)[0].name
                 ref = dense.double() @ X.double()
                 row["err_ours"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
                 row["err_morton"] = rel(spmm(Am, X, algorithm="blocksparse"), ref)
+                row["err_2d"] = rel(spmm(Am, X, algorithm="morton"), ref)
+                row["auto_morton"] = kronlinalg.plan(
+                    "spmm", (16384, 16384), (16384, n), dtype=str(dt).split(".")[-1],
+                    device=X, block=16, nnzb=A.nnz_blocks, skew=1.0, lib="torch", beta=0,
+                    order="morton", tile=4)[0].name
                 row["err_dense"] = rel(dense @ X, ref)
                 row["x_torch_bsr"] = row["torch_bsr_ms"] / row["ours_ms"]
                 row["x_dense"] = row["dense_ms"] / row["ours_ms"]
@@ -219,9 +227,10 @@ def main():
     res["spgemm"] = spgemm_section(args.budget)
     save()
     print(f"\n{res['device']}, {res['date']}; ms, median of >= 10 (CUDA events)\n")
-    print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_morton_ms",
-                              "ours_ieee_ms", "dense_ms", "torch_bsr_ms", "cusparse_csr_ms",
-                              "x_torch_bsr", "x_dense", "x_cusparse", "auto", "err_ours"]))
+    print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_2d_ms",
+                              "ours_morton_ms", "ours_ieee_ms", "dense_ms", "torch_bsr_ms", "cusparse_csr_ms",
+                              "x_torch_bsr", "x_dense", "x_cusparse", "auto", "auto_morton",
+                              "err_ours", "err_2d"]))
     print()
     print(table(res["auto_4096"], ["dtype", "density", "auto_ms", "ours_ms", "dense_ms",
                                    "auto_over_dense"]))

@@ -36,7 +36,7 @@ def check(got, ref, tol, what):
 TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
     for b in (16, 32):
-        for (m, k, n) in ((70, 90, 5), (100, 64, 40), (64, 130, 130)):
+        for (m, k, n) in ((70, 90, 5), (64, 130, 130)):
             a = pattern(m, k, b, 0.4)
             for order in ("row", "morton"):
                 A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt), block=b,
@@ -49,6 +49,8 @@ for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
                     if mode:
                         float32_precision(mode)
                     check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], (dt, b, m, k, n))
+                    if order == "morton":
+                        check(spmm(A, x, algorithm="morton"), ae @ xe, TOL[dt], ("2d", dt, b, m))
                     c = torch.randn((m, n), device="cuda").to(dt)
                     check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),
                           ae @ xe + 0.5 * c.double().cpu().numpy(), TOL[dt], ("beta", dt, b))
@@ -68,6 +70,7 @@ for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         C = spgemm(A, B, algorithm="blocksparse")
         check(C.to_dense(), A.to_dense().double().cpu().numpy() @ B.to_dense().double().cpu().numpy(),
               TOL[dt], ("spgemm", dt, b))
+        print("done", dt, b, flush=True)
 torch.cuda.synchronize()
 print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")
 raise SystemExit(1 if bad else 0)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import array_api_compat
@@ -21,6 +22,7 @@ from .common import backend as _backend, validation as _validation
 __all__ = ["BlockSparseMatrix", "BLOCK_SIZES", "morton_keys"]
 
 BLOCK_SIZES = (8, 16, 32, 64)
+_SERIAL = itertools.count()  # a matrix's identity for the operations' caches (never reused)
 ORDERS = ("row", "morton")
 
 
@@ -184,6 +186,7 @@ class BlockSparseMatrix:
         self._tile_ptr = self._tile_coords = None
         self._dev = {}  # device copies of index arrays, by name
         self._cache = {}  # derived data the operations keep (work lists, dense form)
+        self._serial = next(_SERIAL)
 
     @classmethod
     def _from_coords(cls, val, rows, cols, shape, b, order="row", tile=4):
@@ -230,6 +233,7 @@ class BlockSparseMatrix:
         self._tile = tile
         self._dev = {}
         self._cache = {}
+        self._serial = next(_SERIAL)
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -348,6 +352,7 @@ class BlockSparseMatrix:
         out.__dict__.update(self.__dict__)
         out._val = xp.astype(self._val, dtype)
         out._cache = {}
+        out._serial = next(_SERIAL)
         return out
 
     def to_dense(self):

@@ -107,6 +107,21 @@ def test_spmm_alpha_beta_and_vector(xp, rng, algorithm):
                  dtype)
 
 
+@pytest.mark.parametrize("algorithm", ["blocksparse", "dense", "auto"])
+def test_spmm_repeated_calls(xp, rng, algorithm):
+    """Repeated calls (the per-signature fast path) see the new values, alpha, and the matrix
+    actually passed (two matrices of one shape never share a cached launch)."""
+    dtype = xp.dtypes[-1]
+    mats = [bsm_on(xp, block_pattern(rng, 80, 64, 16, 0.4)[0], 16, dtype) for _ in range(2)]
+    for it in range(3):
+        for A, ae in mats:
+            x = to_xp(xp, rng.standard_normal((64, 32)), dtype)
+            alpha = [1.0, -2.0, 3][it]
+            assert_close(spmm(A, x, alpha=alpha, algorithm=algorithm),
+                         alpha * ae @ to_numpy(x).astype(np.float64), xp, dtype,
+                         msg=f"call {it}: ")
+
+
 def test_spmm_degenerate(xp, rng):
     dtype = xp.dtypes[-1]
     # no stored block at all
@@ -185,6 +200,11 @@ def test_spgemm(xp, rng, order, m, k, n, b, d):
     bb, _ = block_pattern(rng, k, n, b, d)
     A, ae = bsm_on(xp, a, b, dtype, order)
     B, be = bsm_on(xp, bb, b, dtype, order)
+    if xp.is_cuda and b not in (16, 32):  # the CUDA kernels take b = 16 and 32
+        with pytest.raises(ValueError, match="algorithm"):
+            spgemm(A, B, algorithm="blocksparse")
+        check_matrix(A @ B, ae @ be, dtype)
+        return
     C = spgemm(A, B, algorithm="blocksparse")
     assert C.order == "row" and C.shape == (m, n)
     check_matrix(C, ae @ be, dtype)
