@@ -54,6 +54,16 @@ def timed(fn, reps=12, inner=None):
     return statistics.median(times)
 
 
+def brief(row):
+    """One short line per case (the full rows go to the JSON file)."""
+    keys = ("torch_bmm_us", "pad_bmm_us", "bucket_bmm_us", "auto_us", "kami1d_us", "kami2d_us",
+            "auto_err", "kami1d_err")
+    parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), float)]
+    errs = [f"{k}={row[k][:80]}" for k in row if k.endswith("_error")]
+    print(row["case"], row.get("dtype"), row.get("n", row.get("orders")), row.get("k", ""),
+          " ".join(parts + errs), flush=True)
+
+
 def rel_err(out, ref):
     out = out.double()
     return float(torch.linalg.norm(out - ref) / max(torch.linalg.norm(ref), 1e-300))
@@ -89,7 +99,7 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
     row["bmm_TBps"] = nbytes / t_bmm / 1e12
     row["speedup_auto"] = t_bmm / (row.get("auto_us", math.inf) * 1e-6)
     rows.append(row)
-    print(json.dumps(row), flush=True)
+    brief(row)
     del a, b
     torch.cuda.empty_cache()
 
@@ -162,7 +172,7 @@ def variable_case(dtype, count, rows, lo=8, hi=256):
     base = min(row.get("pad_bmm_us", math.inf), row.get("bucket_bmm_us", math.inf))
     row["speedup_vs_best_baseline"] = base / best if best < math.inf else None
     rows.append(row)
-    print(json.dumps(row), flush=True)
+    brief(row)
 
 
 def fp32_error(rows):
@@ -219,27 +229,42 @@ if __name__ == "__main__":
     rows: list = []
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
     dtypes = ("float64", "float32", "float16", "bfloat16")
-    orders = (16, 32, 64) if args.quick else (16, 32, 64, 128, 256)
+
+    def save():  # after every case: a run cut short still leaves its rows
+        with open(args.out, "w") as fh:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+
     for dtype in dtypes:
-        for n in orders:
+        for n in (16, 32, 64):
             uniform_case(dtype, 10_000, n, n, n, rows, "batch 1e4")
+        save()
     for dtype in dtypes:
         for n in (16, 32, 64):
             uniform_case(dtype, 1_000, n, n, n, rows, "batch 1e3")
-    for dtype in ("float64", "float32", "float16"):
-        for k in (16, 32):
-            uniform_case(dtype, 10_000, 128, 128, k, rows, "low rank")
+    save()
     try:
         fp32_error(rows)
     except Exception as exc:  # noqa: BLE001
         print("fp32 error case failed:", exc, file=sys.stderr)
+    for dtype in ("float64", "float32", "float16"):
+        for k in (16, 32):
+            uniform_case(dtype, 10_000, 128, 128, k, rows, "low rank")
+    save()
     for dtype in dtypes:
         try:
             variable_case(dtype, 10_000 if not args.quick else 2_000, rows)
         except Exception as exc:  # noqa: BLE001
             print("variable case failed:", dtype, exc, file=sys.stderr)
+        save()
+    if not args.quick:
+        for dtype in dtypes:
+            for n in (128, 256):
+                uniform_case(dtype, 10_000, n, n, n, rows, "batch 1e4")
+            save()
     md = table(rows)
     print(md)
     with open(args.out, "w") as fh:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows, "table": md}, fh,
                   indent=1)
+    with open(args.out.rsplit(".", 1)[0] + ".md", "w") as fh:
+        fh.write(md + "\n")

@@ -12,11 +12,16 @@ import torch
 
 import kronlinalg
 
+quick = "--quick" in sys.argv  # two dtypes, three shapes (memcheck is slow)
 worst = {}
 dev = "cuda"
-for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+dtypes = (torch.float64, torch.float16) if quick else (torch.float64, torch.float32,
+                                                        torch.float16, torch.bfloat16)
+shapes = ((5, 7, 3), (17, 33, 31), (65, 40, 70)) if quick else (
+    (1, 1, 1), (5, 7, 3), (16, 16, 16), (17, 33, 31), (65, 40, 70))
+for dtype in dtypes:
     for algo in ("kami1d", "kami2d"):
-        for (m, k, n) in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (17, 33, 31), (65, 40, 70)):
+        for (m, k, n) in shapes:
             a = torch.randn(3, m, k, device=dev).to(dtype)
             b = torch.randn(3, k, n, device=dev).to(dtype)
             c = torch.randn(1, n, device=dev).to(dtype)

@@ -304,13 +304,20 @@ static void run_one(const Operands &o, T alpha, T beta, Panels<T> &pan) {
   }
 }
 
+// Threads for a batch: the project's rule (kernels/common/cpu_threads.hpp: parallel from 1e8
+// flops).  A lower threshold (1e7) doubled small stacks on an idle 2-core machine, and made
+// them 10-100x slower on a busy one: a woken OpenMP thread waits for a time slice (~4-8 ms).
+inline int batch_threads(int num_threads, double flops, int64_t count) {
+  return int(std::max<int64_t>(1, std::min<int64_t>(cpu_threads(num_threads, flops), count)));
+}
+
 template <class T>
 static int run_uniform(const kl_batched_problem *p, int num_threads) {
   int64_t count = 1;
   for (int d = 0; d < p->ndim; ++d) count *= p->shape[d];
   if (count == 0) return KL_OK;
   const double flops = 2.0 * double(count) * double(p->m) * double(p->n) * double(p->k);
-  const int threads = int(std::min<int64_t>(cpu_threads(num_threads, flops), count));
+  const int threads = batch_threads(num_threads, flops, count);
   const T alpha = T(p->alpha), beta = T(p->beta);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
@@ -349,7 +356,7 @@ static int run_var(const kl_batched_entry *t, int64_t count, double alpha_, doub
                    int num_threads) {
   double flops = 0;
   for (int64_t i = 0; i < count; ++i) flops += 2.0 * double(t[i].m) * double(t[i].n) * double(t[i].k);
-  const int threads = int(std::min<int64_t>(cpu_threads(num_threads, flops), std::max<int64_t>(count, 1)));
+  const int threads = batch_threads(num_threads, flops, count);
   const T alpha = T(alpha_), beta = T(beta_);
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {

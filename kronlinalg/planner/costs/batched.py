@@ -33,10 +33,18 @@ MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, c
 # Fitted constants (the CPU ones on the development machine, 2 cores of a Xeon with AVX-512; the
 # CUDA ones from the H100 run of benchmarks/batched_gpu.py, see docs/batched_matmul.md).
 COEF = {
-    "cpu_numpy_per_matrix_s": 0.9e-6,  # NumPy's matmul: one gemm call per matrix of a stack
+    # CPU, as ratios to the profile's per-core GEMM rate (gemm_flops / units), so they carry to
+    # another machine: NumPy's matmul makes one BLAS call per matrix of a stack, at an
+    # efficiency of n / (n + 12) of a large GEMM's (fit on orders 2..128) plus ~60 ns a call;
+    # our micro-kernel runs 1.35x (float64) / 1.1x (float32) that per-core rate at n / (n + 6),
+    # ~15 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
+    "cpu_numpy_per_matrix_s": 60e-9,
+    "cpu_numpy_half_order": 12.0,
+    "cpu_blocked_ratio": {"float64": 1.35, "float32": 1.1},
+    "cpu_blocked_half_order": 6.0,
+    "cpu_blocked_per_product_s": 15e-9,
+    "cpu_thread_min_flops": 1.0e8,
     "cpu_call_s": 4.0e-6,  # our CPU path: validation, casts, one kernel call
-    "cpu_blocked_flops_per_core": 12.0e9,  # the micro-kernel's rate on small products
-    "cpu_blocked_per_product_s": 60e-9,  # packing and loop overhead per product
     "cuda_call_s": 9.0e-6,  # our CUDA path on the host (validation, plan, launch)
     "cuda_library_call_s": 19.0e-6,  # torch.bmm / cupy.matmul at batch 10³ (launch-bound)
     "kami_bw_fraction": 0.80,  # fraction of the copy bandwidth the kernels' loads reach
@@ -111,12 +119,21 @@ def predict_library(problem, prof):
     seconds, details = _library_roofline(problem, prof)
     info = problem.info
     if problem.kind == "cpu":
-        # one BLAS call per matrix of the stack, each with its own overhead
+        # one BLAS call per matrix of the stack, each at a small matrix's efficiency, on one
+        # core unless the matrices are large enough for BLAS's threads
+        order = max(1, min(info["m"], info["n"], info["k"]))
+        per_core = prof.flops(problem.dtype) / max(1, prof.units)
+        rate = per_core * order / (order + COEF["cpu_numpy_half_order"])
+        if info["m"] * info["n"] * info["k"] >= 128 ** 3:
+            rate *= max(1, prof.units)
+        flop = info["flops"] / rate
         per = info["batch"] * COEF["cpu_numpy_per_matrix_s"]
         if info.get("variable"):
             per += info["batch"] * COEF["cpu_call_s"]  # a Python-level loop over the problems
-        details["terms"]["per-matrix"] = per
-        return seconds + per, details
+        mem = details["terms"]["mem"]
+        seconds = max(flop, mem) + per + prof.launch_s
+        details["terms"] = {"flop": flop, "per-matrix": per, "mem": mem, "call": prof.launch_s}
+        return seconds, details
     dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
     frac = _fraction(LIBRARY_BW_FRACTION.get(dt, LIBRARY_BW_FRACTION["float32"]), info["order"])
     nbytes = _bytes(info, problem.dtype, problem.options)
@@ -140,14 +157,17 @@ def predict_library(problem, prof):
 
 def predict_blocked(problem, prof):
     info = problem.info
-    cores = max(1, prof.units) if info["flops"] >= 1e8 else 1  # kernels/common/cpu_threads.hpp
-    rate = COEF["cpu_blocked_flops_per_core"] * cores * (2.0 if problem.dtype != "float64" else 1.0)
+    cores = max(1, prof.units) if info["flops"] >= COEF["cpu_thread_min_flops"] else 1
+    order = max(1, min(info["m"], info["n"], info["k"]))
+    ratio = COEF["cpu_blocked_ratio"].get(problem.dtype, 1.0)
+    per_core = prof.flops(problem.dtype) / max(1, prof.units)
+    rate = per_core * ratio * order / (order + COEF["cpu_blocked_half_order"]) * cores
     flop = info["flops"] / rate
     per = info["batch"] * COEF["cpu_blocked_per_product_s"] / cores
     nbytes = _bytes(info, problem.dtype, problem.options)
     mem = nbytes / prof.bandwidth
     seconds = max(flop + per, mem) + COEF["cpu_call_s"]
-    return seconds, {"flops": info["flops"], "bytes": nbytes,
+    return seconds, {"flops": info["flops"], "bytes": nbytes, "threads": cores,
                      "terms": {"flop": flop, "per-product": per, "mem": mem,
                                "call": COEF["cpu_call_s"]}}
 
