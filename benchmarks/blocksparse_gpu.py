@@ -228,7 +228,8 @@ def main():
     save()
     print(f"\n{res['device']}, {res['date']}; ms, median of >= 10 (CUDA events)\n")
     print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_2d_ms",
-                              "ours_morton_ms", "ours_ieee_ms", "dense_ms", "torch_bsr_ms", "cusparse_csr_ms",
+                              "ours_morton_ms", "ours_ieee_ms", "dense_ms", "torch_bsr_ms",
+                              "cusparse_csr_ms",
                               "x_torch_bsr", "x_dense", "x_cusparse", "auto", "auto_morton",
                               "err_ours", "err_2d"]))
     print()

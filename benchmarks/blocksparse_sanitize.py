@@ -68,8 +68,8 @@ for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
                                          block=b, order="morton")
         B = BlockSparseMatrix.from_dense(torch.from_numpy(bb).to("cuda", dt), block=b)
         C = spgemm(A, B, algorithm="blocksparse")
-        check(C.to_dense(), A.to_dense().double().cpu().numpy() @ B.to_dense().double().cpu().numpy(),
-              TOL[dt], ("spgemm", dt, b))
+        ref = A.to_dense().double().cpu().numpy() @ B.to_dense().double().cpu().numpy()
+        check(C.to_dense(), ref, TOL[dt], ("spgemm", dt, b))
         print("done", dt, b, flush=True)
 torch.cuda.synchronize()
 print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")

@@ -327,6 +327,38 @@ class BlockSparseMatrix:
     def row_counts(self) -> np.ndarray:
         return np.diff(self._row_ptr)
 
+    def work_items(self, min_piece: int = 32) -> tuple:
+        """(items, has split rows): 3 int64 per item (row, first block, end block in row order)
+        covering every block row, rows heavier than max(min_piece, 4 x mean) cut into pieces
+        of that many blocks, whose row is then stored as -(row + 1): the CUDA SpMM work list."""
+        rp = self._row_ptr
+        counts = np.diff(rp)
+        R = counts.size
+        piece = max(min_piece, 4 * int(np.ceil(counts.mean()))) if R else 1
+        pieces = np.maximum(1, -(-counts // piece))
+        rows = np.repeat(np.arange(R, dtype=np.int64), pieces)
+        j = np.arange(rows.size, dtype=np.int64) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        start = rp[rows] + j * piece
+        end = np.minimum(start + piece, rp[rows + 1])
+        split = np.repeat(pieces > 1, pieces)
+        enc = np.where(split, -rows - 1, rows)
+        return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
+
+    def tile_lists(self) -> tuple:
+        """(tile_row_ptr, tiles, tile rows) of a Morton-order matrix: tiles holds 3 int64 per
+        non-empty warp tile (first block, end block, tile column), by tile row then column."""
+        if self._order != "morton":
+            raise ValueError("order: tile lists exist in Morton order only")
+        tp, tc = self._tile_ptr, self._tile_coords
+        keep = tp[1:] > tp[:-1]
+        start, end, ti, tj = tp[:-1][keep], tp[1:][keep], tc[keep, 0], tc[keep, 1]
+        order = np.lexsort((tj, ti))
+        rows = -(-self.block_grid[0] // self._tile)
+        trp = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ti, minlength=rows), out=trp[1:])
+        tiles = np.stack([start[order], end[order], tj[order]], axis=1).astype(np.int64).ravel()
+        return trp, tiles, rows
+
     def __repr__(self):
         return (f"BlockSparseMatrix(shape={self._shape}, block={self._b}, "
                 f"nnz_blocks={self.nnz_blocks}, dtype={_backend.dtype_name(self.dtype)}, "

@@ -12,7 +12,8 @@ Algorithms (the planner ranks them; ``algorithm=`` forces one):
 
 - spmm: "blocksparse" (our kernels: C++ on the CPU; on CUDA a warp per block row walks its
   blocks on tensor cores), "morton" (CUDA, Morton-order matrices: a CTA per tile row stages
-  each warp tile's blocks and B rows once for all its block rows), "torch_bsr" (torch's BSR matmul, CUDA torch tensors), "dense"
+  each warp tile's blocks and B rows once for all its block rows), "torch_bsr" (torch's BSR
+  matmul, CUDA torch tensors), "dense"
   (the library's GEMM on the densified matrix, kept on the matrix for the next call).
 - spgemm: "blocksparse" (symbolic phase — count, scan, sorted column lists — then numeric) and
   "dense" (densify, GEMM, blockify: blocks that come out all zero are dropped).
@@ -21,7 +22,6 @@ Algorithms (the planner ranks them; ``algorithm=`` forces one):
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import array_api_compat
@@ -214,34 +214,14 @@ def _morton_cost(problem, prof):
     return _costs.predict_spmm_morton(problem, prof)
 
 
-def _tile_lists(A: BlockSparseMatrix) -> tuple:
-    """(tile_row_ptr, tiles: 3 int64 per non-empty warp tile (first block, end, tile column),
-    by tile row then column) of a Morton-order matrix, for the 2D kernel."""
-    tp, tc = A._tile_ptr, A._tile_coords
-    keep = tp[1:] > tp[:-1]
-    start, end, ti, tj = tp[:-1][keep], tp[1:][keep], tc[keep, 0], tc[keep, 1]
-    order = np.lexsort((tj, ti))
-    R = A.block_grid[0]
-    rows = -(-R // A.tile)
-    trp = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ti, minlength=rows), out=trp[1:])
-    tiles = np.stack([start[order], end[order], tj[order]], axis=1).astype(np.int64).ravel()
-    return trp, tiles, rows
-
-
 def _run_morton(call: SpmmCall):
     """The 2D kernel over the Morton warp tiles of A (CUDA)."""
     bs_cuda.device_check()
     A, xp, cdt = call.A, call.xp, call.compute
     m, k = A.shape
     with _backend.cuda_device_scope(call.B):
-        val = _cached(A, ("val", cdt), lambda: _device_val(A, cdt))
-        B = _cast(xp, call.B, cdt)
-        if call.vector:
-            B = xp.reshape(B, (k, 1))
-        B, ldb = _aligned_rhs(call, B)
-        n = 1 if call.vector else int(call.B.shape[1])
-        trp, tiles, rows = _cached(A, "tiles_host", lambda: _tile_lists(A))
+        val, B, ldb, n = _cuda_operands(call)
+        trp, tiles, rows = _cached(A, "tiles_host", A.tile_lists)
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0:
             c = _cast(xp, call.c, cdt)
@@ -306,23 +286,6 @@ def _torch_bsr_applies(problem) -> bool:
             and info["k"] % info["block"] == 0)
 
 
-def _work_items(A: BlockSparseMatrix) -> tuple:
-    """(items: 3 int64 per item, has split rows): every block row, heavy ones cut in pieces."""
-    rp = A.host_structure()[0]
-    counts = np.diff(rp)
-    R = counts.size
-    piece = max(_SPLIT_MIN, 4 * int(math.ceil(counts.mean()))) if R else 1
-    pieces = np.maximum(1, -(-counts // piece))
-    rows = np.repeat(np.arange(R, dtype=np.int64), pieces)
-    first = np.repeat(np.cumsum(pieces) - pieces, pieces)
-    j = np.arange(rows.size, dtype=np.int64) - first
-    start = rp[rows] + j * piece
-    end = np.minimum(start + piece, rp[rows + 1])
-    split = np.repeat(pieces > 1, pieces)
-    enc = np.where(split, -rows - 1, rows)
-    return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
-
-
 def _device_index(A: BlockSparseMatrix, name, host):
     return A._index(name, host)
 
@@ -378,6 +341,17 @@ def _aligned_rhs(call, B):
     return padded, ld
 
 
+def _cuda_operands(call):
+    """(A's blocks, B as the kernels read it, its leading dimension, n) of a CUDA call."""
+    A, xp, cdt = call.A, call.xp, call.compute
+    val = _cached(A, ("val", cdt), lambda: _device_val(A, cdt))
+    B = _cast(xp, call.B, cdt)
+    if call.vector:
+        B = xp.reshape(B, (A.shape[1], 1))
+    B, ldb = _aligned_rhs(call, B)
+    return val, B, ldb, 1 if call.vector else int(call.B.shape[1])
+
+
 def _device_val(M: BlockSparseMatrix, cdt):
     """M's blocks in cdt, contiguous and 16-byte aligned (the kernels' cp.async loads)."""
     val = _backend.contiguous(_cast(array_api_compat.array_namespace(M.val), M.val, cdt))
@@ -400,13 +374,8 @@ def _run_cuda(call: SpmmCall):
     A, xp, cdt = call.A, call.xp, call.compute
     m, k = A.shape
     with _backend.cuda_device_scope(call.B):
-        val = _cached(A, ("val", cdt), lambda: _device_val(A, cdt))
-        B = _cast(xp, call.B, cdt)
-        if call.vector:
-            B = xp.reshape(B, (k, 1))
-        B, ldb = _aligned_rhs(call, B)
-        n = 1 if call.vector else int(call.B.shape[1])
-        items, split = _cached(A, "items_host", lambda: _work_items(A))
+        val, B, ldb, n = _cuda_operands(call)
+        items, split = _cached(A, "items_host", lambda: A.work_items(_SPLIT_MIN))
         items_dev = _device_index(A, "items", items)
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0 or split:
@@ -520,7 +489,7 @@ _SPMM = Operation("spmm", prepare=_prepare_spmm, plan_query=_plan_spmm,
                   doc="alpha * A @ B + beta * c, A block-sparse; shapes: A, B")
 _SPMM.register(Algorithm("blocksparse", _run_ours, _ours_cost, devices=("cpu", "cuda"),
                          applies=_ours_applies, replay=_replay_ours,
-                         doc="our kernels (C++ on the CPU; CUDA: a warp per block row, tensor cores)"))
+                         doc="our kernels (C++ on the CPU; CUDA: a warp per block row)"))
 _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices=("cpu", "cuda"),
                          autograd=("autograd",), replay=_replay_dense,
                          doc="the library's GEMM on the densified matrix"))

@@ -255,7 +255,8 @@ def test_morton_order(rng, shape, b, tile):
     for t, (ti, tj) in enumerate(tc):
         seg = slice(tp[t], tp[t + 1])
         assert np.all(rows[seg] // tile == ti) and np.all(cols[seg] // tile == tj)
-        assert (tp[t + 1] - tp[t]) == mask[ti * tile:(ti + 1) * tile, tj * tile:(tj + 1) * tile].sum()
+        block = mask[ti * tile:(ti + 1) * tile, tj * tile:(tj + 1) * tile]
+        assert tp[t + 1] - tp[t] == block.sum()
     assert np.array_equal(A.to_dense(), a)
     assert np.array_equal(A.with_order("row").to_dense(), a)
     assert np.array_equal(A.T.to_dense(), a.T)

@@ -1,6 +1,7 @@
 """spmm / spgemm on the CPU: our kernels against scipy.sparse BSR @ dense (the issue's CPU
 criterion: >= 3x at density <= 0.1 on 2 cores) and the dense BLAS product.  Small cases: N =
-2048, 16 x 16 blocks, random block patterns.  The GPU comparison is benchmarks/blocksparse_gpu.py."""
+2048, 16 x 16 blocks, random block patterns.  The GPU comparison is
+benchmarks/blocksparse_gpu.py."""
 
 from __future__ import annotations
 
