@@ -41,6 +41,7 @@ import sys
 import time
 
 import numpy as np
+from kronlinalg.planner.costs import structured as costs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "data", "cases.json")
@@ -259,18 +260,18 @@ def run_gpu(args, ks):
 
                 f = structured.KSFactor(p, vals)
                 # the paper's bmm keeps its weights in batched layout: permute them once here
-                kb = ops.contiguous(structured._bmm_weights(ops.xp, vals, p, layout))
-                bmm = lambda: structured._bmm_apply(ops.xp, x, kb, p, layout)  # noqa: E731
+                kb = ops.contiguous(structured.bmm_weights(ops.xp, vals, p, layout))
+                bmm = lambda: structured.bmm_apply(ops.xp, x, kb, p, layout)  # noqa: E731
                 t = {"kernel": ops.time(timeit, kernel), "bmm": ops.time(timeit, bmm)}
                 # ours too: cuBLAS strided-batched GEMMs on views (batch_last, or d = 1), K
                 # transposed per call, through the public call's cached fast path
-                lds = structured._strided_lds(p, {"B": B, "layout": layout})
-                if structured._strided_fits(p, layout, B, *lds):
+                lds = costs.strided_lds(p, {"B": B, "layout": layout})
+                if costs.strided_fits(p, layout, B, *lds):
                     t["strided"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                         x, f, layout=layout, algorithm="strided"))
                 # and block_dense (a, d > 1): the diagonal blocks formed dense per call, one GEMM
-                block_dense = structured._block_dense_pays(p) and structured._strided_fits(
-                    structured._dense_slabs(p), layout, B, *lds)
+                block_dense = costs.block_dense_pays(p) and costs.strided_fits(
+                    costs.dense_slabs(p), layout, B, *lds)
                 if block_dense:
                     t["block_dense"] = ops.time(timeit, lambda: kronlinalg.structured_matmul(
                         x, f, layout=layout, algorithm="block_dense"))

@@ -14,7 +14,7 @@ benchmarks/planner_quality.py), and the other half is reported:
   it was left out because it loses by more than 5 %), per dtype and layout;
 - prediction error: the median absolute percentage error (MAPE) of each candidate family.
 
-The predictions go through the planner's own predictors (kronlinalg.structured._predictor) with
+The predictions go through the planner's own predictors (kronlinalg.costs.predictor) with
 the fitted coefficients stored in the profile's ``coef``, on the GPU's table row of the device
 profiles (what an install that never calibrated plans with), or that row updated by a
 calibration file (--profile).  The benchmark times dense with the dense matrix built
@@ -38,6 +38,7 @@ import statistics
 import sys
 
 import numpy as np
+from kronlinalg.planner.costs import structured as costs
 
 NAMES = ("kernel", "strided", "block_dense", "bmm", "dense")
 OURS = ("kernel", "strided", "block_dense")

@@ -16,10 +16,10 @@ __version__ = "0.1.0"
 __all__ = ["kron", "kron_matmul", "namespace", "__version__"]
 __all__ += ["plan", "explain", "calibrate"]
 
-from . import structured
+from . import ks, structured, testing
 from .structured import structured_matmul
 
-__all__ += ["structured", "structured_matmul"]
+__all__ += ["ks", "structured", "structured_matmul"]
 
 from .blocksparse import BlockSparseMatrix, spgemm, spmm  # noqa: E402
 

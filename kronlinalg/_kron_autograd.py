@@ -31,7 +31,7 @@ class KronMatmulFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, apply, x, side, alpha, *factors):
-        ctx.apply, ctx.side, ctx.alpha = apply, side, alpha
+        ctx.kron_apply, ctx.side, ctx.alpha = apply, side, alpha
         ctx.save_for_backward(x, *factors)
         return apply(x, list(factors), side, alpha)
 
@@ -40,7 +40,7 @@ class KronMatmulFunction(torch.autograd.Function):
         x, *factors = ctx.saved_tensors
         need_x = ctx.needs_input_grad[1]
         need_f = ctx.needs_input_grad[4:]
-        gx, gfs = _gradients(ctx.apply, x, factors, grad, ctx.side, ctx.alpha, need_x, need_f)
+        gx, gfs = _gradients(ctx.kron_apply, x, factors, grad, ctx.side, ctx.alpha, need_x, need_f)
         return (None, gx, None, None, *gfs)
 
 

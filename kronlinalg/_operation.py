@@ -85,20 +85,25 @@ class Operation:
     it (passes, tiles, whether a problem fits), asked of the C entry points.
     grad_algorithm: the algorithm that runs when gradients are wanted and the picked one
     cannot compute them.
+    options: the keyword options plan() accepts for this operation (others: TypeError).
+    measure(call, arrays) -> algorithm name or None: for "auto", an operation may time its
+    candidates on the caller's arrays (and record them with the planner) instead of trusting
+    the model; None leaves the choice to the planner.
     """
 
     def __init__(self, name, *, prepare, plan_query, normalise, empty, doc="", signature=None,
-                 grad_algorithm=None, facts=None):
+                 grad_algorithm=None, facts=None, measure=None, options=None):
         self.name = name
         self.prepare = prepare
         self.plan_query = plan_query
         self.empty = empty
         self.signature = signature
         self.grad_algorithm = grad_algorithm
+        self.measure = measure
         self.algorithms: dict = {}  # (name, device kind) -> Algorithm
         self.names: tuple = ("auto",)
         self._fast = signatures.SignatureCache()
-        planner.register_op(name, normalise, doc, facts=facts)
+        planner.register_op(name, normalise, doc, facts=facts, options=options)
 
     def register(self, algorithm: Algorithm) -> Algorithm:
         """Add an algorithm for its device kinds (and tell the planner of it)."""
@@ -137,7 +142,10 @@ class Operation:
         if call.empty:
             return self.empty(call)
         call.grad = backend.grad_mode(call.arrays)
-        algo = self.pick(call, algorithm)
+        measured = (self.measure(call, arrays) if algorithm == "auto" and call.grad is None
+                    and self.measure is not None else None)
+        algo = (self.algorithms[(measured, backend.kind(call.lead))] if measured
+                else self.pick(call, algorithm))
         if call.grad is not None and call.grad not in algo.autograd:
             algo = self.algorithms[(self.grad_algorithm, backend.kind(call.lead))]
         if key is not None and algo.replay is not None and call.grad is None:
@@ -155,6 +163,10 @@ class Operation:
         name = planner.plan(self.name, *shapes, dtype=dtype, device=call.lead,
                             algorithm=forced, **options)[0].name
         return self.algorithms[(name, backend.kind(call.lead))]
+
+    def cached_signatures(self) -> tuple:
+        """The signatures the fast path replays now (for tests and diagnostics)."""
+        return self._fast.keys()
 
     def clear(self) -> None:
         """Forget the fast path's replays (planner.clear_cache() does it for every operation)."""

@@ -128,7 +128,8 @@ def _signature(arrays, options, algorithm):
         return None
     x, factors = arrays
     if (type(factors) not in (list, tuple) or options.get("y") is not None
-            or options.get("beta", 0.0) != 0 or type(options.get("alpha", 1.0)) not in (float, int)):
+            or validation.plain_scalar(options.get("beta", 0.0)) != 0.0
+            or validation.plain_scalar(options.get("alpha", 1.0)) is None):
         return None
     sig = arrays_signature([x, *factors], host=True)
     return None if sig is None else (options.get("side", "right"), algorithm) + sig
@@ -149,7 +150,9 @@ def _facts(problem) -> dict:
             return {}
         return {"cpu_pass_counts": list(kron_cpu.pass_counts(1, info["M"], factors,
                                                               0 if code != 1 else 1))}
-    out = {"fp32_mode": float32_precision(), "cuda_built": kron_cuda is not None}
+    # (a table profile plans for a GPU that is not here: as if the build had the kernels)
+    out = {"fp32_mode": float32_precision(),
+           "cuda_built": kron_cuda is not None or not problem.device.startswith("cuda:")}
     if kron_cuda is None or not problem.device.startswith("cuda:"):
         return out  # no GPU to ask (a table profile): one launch per factor, unfused
     x = problem.shapes[0]
@@ -428,7 +431,7 @@ def _shuffle(call: _KronCall):
 
 OPERATION = Operation(
     "kron_matmul", prepare=_prepare, plan_query=_plan_query, normalise=_normalise,
-    empty=_empty, signature=_signature, grad_algorithm="shuffle", facts=_facts,
+    empty=_empty, signature=_signature, grad_algorithm="shuffle", facts=_facts, options=("side",),
     doc="x @ (F1 ⊗ … ⊗ FN); shapes: x, F1, …, FN")
 OPERATION.register(Algorithm(
     "sliced", _sliced, costs.predictor("kron_matmul/sliced/cpu"), devices=("cpu",),

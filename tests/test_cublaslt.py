@@ -250,7 +250,7 @@ def test_packed_dense_runs_a_tuned_gemm(rng, layout):
 ])
 def test_search_settings_follow_the_environment(monkeypatch, name, reader, default, cases):
     """Unset or unreadable: the default; else the value (a budget never below 0)."""
-    read, fallback = getattr(_cublaslt, reader), getattr(_cublaslt, default)
+    read, fallback = getattr(cublaslt, reader), getattr(cublaslt, default)
     monkeypatch.delenv(name, raising=False)
     assert read() == fallback
     for text, value in cases:
@@ -266,7 +266,7 @@ def test_a_tuning_that_cannot_run_keeps_the_default(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no cuBLASLt here")
 
-    monkeypatch.setattr(_cublaslt, "_Plan", broken)
+    monkeypatch.setattr(cublaslt, "_Plan", broken)
     cublaslt.clear()
     sig = ("test", 1)
     with pytest.warns(RuntimeWarning, match="tuning failed"):
@@ -321,14 +321,14 @@ class _FakePlan:
 def _fake_tuning(monkeypatch, cost, children, default_ms):
     _FakePlan.cost, _FakePlan.children, _FakePlan.reject = cost, children, False
     monkeypatch.delenv("KRONLINALG_GEMM_CACHE", raising=False)
-    monkeypatch.setattr(_cublaslt, "_scope", lambda device: "fake device")
+    monkeypatch.setattr(cublaslt, "_scope", lambda device: "fake device")
 
     def times(runs, spin, rounds, screen=False):
         return [default_ms if not hasattr(fn, "args") else cost[fn.args[0]] for fn in runs]
 
-    monkeypatch.setattr(_cublaslt, "_Plan", _FakePlan)
-    monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
-    monkeypatch.setattr(_cublaslt, "_device_times", times)
+    monkeypatch.setattr(cublaslt, "_Plan", _FakePlan)
+    monkeypatch.setattr(cublaslt, "_spin_kernel", lambda: None)
+    monkeypatch.setattr(cublaslt, "_device_times", times)
     cublaslt.clear()
 
 
@@ -401,7 +401,7 @@ def test_tuned_choices_go_to_the_cache_file_and_come_back(monkeypatch, tmp_path)
 
     cublaslt.clear()
     gemm_cache.forget()
-    monkeypatch.setattr(_cublaslt, "_device_times", no_timing)
+    monkeypatch.setattr(cublaslt, "_device_times", no_timing)
     plan, recorded = _tune_fake(("fake", 5))
     assert plan is recorded and plan.times == ("cached",)
     assert plan.results[plan.choice].algo == bytes([3]) * 64

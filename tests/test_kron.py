@@ -585,7 +585,7 @@ def test_repeated_numpy_calls_take_fresh_operands(rng, side, dtype):
         err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
         assert err <= (1e-5 if dtype == "float32" else 1e-12), err
         assert out.dtype == dtype
-    assert any(key[1] == "sliced" and key[0] == side for key in kron_mod._FAST)
+    assert any(key[1] == "sliced" and key[0] == side for key in kron_mod.OPERATION.cached_signatures())
     with pytest.raises(ValueError, match="y"):  # beta without y: still refused
         kronlinalg.kron_matmul(x, fs, side=side, beta=1.0, algorithm="sliced")
     with pytest.raises(TypeError, match="alpha"):
@@ -613,13 +613,13 @@ def test_float32_precision_switch():
         kron_mod.float32_precision("tf32")
     try:
         kron_mod.float32_precision("tf32x3")
-        fast = kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
-        mixed = kron._cuda_flops(prof, "float32", [(16, 16), (5, 5)])
+        fast = kron.cuda_flops(prof, "float32", [(16, 16)] * 3, kron_mod.float32_precision())
+        mixed = kron.cuda_flops(prof, "float32", [(16, 16), (5, 5)], kron_mod.float32_precision())
         assert kron_mod.float32_precision("ieee") == "tf32x3"
         assert kron_mod.float32_precision() == "ieee"
-        slow = kron._cuda_flops(prof, "float32", [(16, 16)] * 3)
+        slow = kron.cuda_flops(prof, "float32", [(16, 16)] * 3, kron_mod.float32_precision())
         assert fast > 1.5 * slow and mixed == slow
-        assert kron._cuda_flops(prof, "float64", [(16, 16)] * 3) < slow
+        assert kron.cuda_flops(prof, "float64", [(16, 16)] * 3, kron_mod.float32_precision()) < slow
     finally:
         kron_mod.float32_precision(start)
     assert kron_mod.float32_precision() == start

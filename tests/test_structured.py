@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import kronlinalg
+from kronlinalg.planner.costs import structured as costs
+from kronlinalg import structured_cublas
 from kronlinalg import structured
 from kronlinalg.structured import KSChain, KSFactor, structured_matmul
 from _helpers import RTOL, assert_close, dtype_name, random, to_numpy, to_xp
@@ -152,7 +154,7 @@ def test_single_factor(xp, rng, pattern, layout, algorithm, dtype):
     batch = int(rng.integers(1, 40))
     x, x64 = x_for(xp, rng, chain, layout, batch, dtype)
     if xp.is_cuda and dtype == "float64" and algorithm == "kernel":
-        with pytest.raises(ValueError, match="algorithm: the CUDA kernel computes float32"):
+        with pytest.raises(ValueError, match="algorithm: .kernel. does not run structured_matmul"):
             structured_matmul(x, chain[0], layout=layout, algorithm=algorithm)
         return
     y = structured_matmul(x, chain[0], layout=layout, algorithm=algorithm)
@@ -311,18 +313,18 @@ def _planar_split_ref(x, a, n, d):
 @pytest.mark.parametrize("pattern", PATTERNS + [(5, 3, 4, 2), (2, 6, 5, 7)],
                          ids=lambda p: "x".join(map(str, p)))
 def test_strided_gemm_indexing(rng, pattern, layout):
-    """The strided algorithm's GEMM batches (structured._strided_calls), run by a NumPy model of
+    """The strided algorithm's GEMM batches (structured_cublas.strided_calls), run by a NumPy model of
     cuBLAS on padded rows: every output written once with the right value, nothing outside x,
     K or y touched.  batch_first with d > 1 multiplies planar copies of x and y (modelled by
     transposes here; the copies themselves are checked on the GPU)."""
     a, b, c, d = pattern
-    assert structured._strided_fits(pattern, layout, 9, 64, 64)
+    assert costs.strided_fits(pattern, layout, 9, 64, 64)
     batch, pad, item = 9, 3, 8
     n, m = a * c * d, a * b * d
     v = rng.standard_normal(pattern)
     kt = np.ascontiguousarray(v.transpose(0, 3, 1, 2))  # (a, d, b, c)
     first = layout == "batch_first"
-    planar = structured._planar(pattern, layout)
+    planar = costs.planar(pattern, layout)
     assert planar == (first and d > 1)
     x = rng.standard_normal((batch, n + pad) if first else (n, batch + pad))
     y = np.full((batch, m + pad) if first else (m, batch + pad), np.nan)
@@ -332,7 +334,7 @@ def test_strided_gemm_indexing(rng, pattern, layout):
         yg = np.full((a, d, batch, b), np.nan)
     else:
         xg, yg = x, y
-    calls = structured._strided_calls(pattern, layout, batch, X, x.shape[1], K, Y, y.shape[1],
+    calls = structured_cublas.strided_calls(pattern, layout, batch, X, x.shape[1], K, Y, y.shape[1],
                                       item)
     flat_y = yg.reshape(-1)
     _emulate_gemm_strided_batched(calls, {X: (xg.reshape(-1), item), K: (kt.reshape(-1), item),
@@ -359,21 +361,21 @@ def _dense_slabs_ref(v):
 @pytest.mark.parametrize("pattern", PATTERNS + [(5, 3, 4, 2), (2, 6, 5, 7)],
                          ids=lambda p: "x".join(map(str, p)))
 def test_block_dense_gemm_indexing(rng, pattern, layout):
-    """block_dense's GEMM batches (structured._strided_calls of structured._dense_slabs), run by
+    """block_dense's GEMM batches (structured_cublas.strided_calls of costs.dense_slabs), run by
     a NumPy model of cuBLAS on padded rows of x and y in place, on the factor's dense diagonal
     blocks: every output right, nothing outside x, K or y touched."""
     a, b, c, d = pattern
-    gemm = structured._dense_slabs(pattern)
+    gemm = costs.dense_slabs(pattern)
     assert gemm == (a, b * d, c * d, 1)
     batch, pad, item = 9, 3, 8
-    assert structured._strided_fits(gemm, layout, batch, 64, 64)
+    assert costs.strided_fits(gemm, layout, batch, 64, 64)
     n, m = a * c * d, a * b * d
     v = rng.standard_normal(pattern)
     first = layout == "batch_first"
     x = rng.standard_normal((batch, n + pad) if first else (n, batch + pad))
     y = np.full((batch, m + pad) if first else (m, batch + pad), np.nan)
     X, K, Y = 1 << 40, 2 << 40, 3 << 40
-    calls = structured._strided_calls(gemm, layout, batch, X, x.shape[1], K, Y, y.shape[1], item)
+    calls = structured_cublas.strided_calls(gemm, layout, batch, X, x.shape[1], K, Y, y.shape[1], item)
     _emulate_gemm_strided_batched(calls, {X: (x.reshape(-1), item),
                                           K: (_dense_slabs_ref(v).reshape(-1), item),
                                           Y: (y.reshape(-1), item)})
@@ -390,33 +392,33 @@ def test_block_dense_cost_terms():
     from kronlinalg.planner import profiles
 
     prof = profiles.KNOWN_GPUS["h100-sxm"]
-    info = structured._normalise(((1000, 2 * 5 * 3), (2, 4, 5, 3)), {"layout": "batch_first"})
-    t = structured._block_dense_terms(info, 2, prof, "float16")
+    info = costs.normalise(((1000, 2 * 5 * 3), (2, 4, 5, 3)), {"layout": "batch_first"})
+    t = costs.FAMILIES["block_dense"](info, 2, prof, "float16")
     assert t["gemm_flop"] == pytest.approx(2.0 * 1000 * 2 * 4 * 5 * 3 * 3 / prof.flops("float16"))
     assert t["densify"] == pytest.approx(2 * 4 * 5 * 3 * 4 * 2 / prof.bandwidth)
     assert t["calls"] == pytest.approx(2 * prof.launch_s)
     # a dtype without fitted block_dense entries: strided's, plus its own densify
-    coef = structured._coefficients("block_dense", "cuda", "float64", "batch_first", prof)
-    strided = structured._coefficients("strided", "cuda", "float64", "batch_first", prof)
+    coef = costs.coefficients("block_dense", "cuda", "float64", "batch_first", prof)
+    strided = costs.coefficients("strided", "cuda", "float64", "batch_first", prof)
     assert coef == {**strided, "densify": 1.0}
-    assert structured._block_dense_pays((2, 3, 4, 5))
-    assert not structured._block_dense_pays((1, 3, 4, 5))  # dense's own GEMM
-    assert not structured._block_dense_pays((2, 3, 4, 1))  # strided's GEMMs
+    assert costs.block_dense_pays((2, 3, 4, 5))
+    assert not costs.block_dense_pays((1, 3, 4, 5))  # dense's own GEMM
+    assert not costs.block_dense_pays((2, 3, 4, 1))  # strided's GEMMs
 
 
 def test_strided_planner_gate():
     """Where the strided candidate applies: any layout and d within cuBLAS's 32-bit sizes (batch_first
     with d > 1 on planar copies); where it pays: all but batch_first with a = d = 1 and
     batch_last with d = 1 (bmm's GEMMs read those in place too)."""
-    assert structured._strided_fits((2, 3, 4, 5), "batch_last", 100, 100, 100)
-    assert structured._strided_fits((2, 3, 4, 1), "batch_first", 100, 8, 6)
-    assert structured._strided_fits((2, 3, 4, 5), "batch_first", 100, 40, 30)
-    assert not structured._strided_fits((1, 3, 4, 64), "batch_last", 2**26, 2**26, 2**26)
-    assert not structured._strided_fits((1, 3, 2**31, 2), "batch_first", 100, 2**32, 6)
-    assert structured._strided_pays((1, 3, 4, 5), "batch_first")
-    assert structured._strided_pays((2, 3, 4, 1), "batch_first")
-    assert not structured._strided_pays((1, 3, 4, 1), "batch_first")
-    assert not structured._strided_pays((2, 3, 4, 1), "batch_last")
+    assert costs.strided_fits((2, 3, 4, 5), "batch_last", 100, 100, 100)
+    assert costs.strided_fits((2, 3, 4, 1), "batch_first", 100, 8, 6)
+    assert costs.strided_fits((2, 3, 4, 5), "batch_first", 100, 40, 30)
+    assert not costs.strided_fits((1, 3, 4, 64), "batch_last", 2**26, 2**26, 2**26)
+    assert not costs.strided_fits((1, 3, 2**31, 2), "batch_first", 100, 2**32, 6)
+    assert costs.strided_pays((1, 3, 4, 5), "batch_first")
+    assert costs.strided_pays((2, 3, 4, 1), "batch_first")
+    assert not costs.strided_pays((1, 3, 4, 1), "batch_first")
+    assert not costs.strided_pays((2, 3, 4, 1), "batch_last")
 
 
 @pytest.mark.parametrize("algorithm", ("strided", "block_dense"))
@@ -432,7 +434,7 @@ def test_strided(xp, rng, layout, algorithm):
     if not runs:
         chain = make_chain(xp, rng, [(2, 3, 4, 1)], "float32")
         x, _ = x_for(xp, rng, chain, layout, 5, "float32")
-        with pytest.raises(ValueError, match=f"algorithm: '{algorithm}' runs cuBLAS"):
+        with pytest.raises(ValueError, match=f"algorithm: '{algorithm}' does not run structured_matmul"):
             structured_matmul(x, chain, layout=layout, algorithm=algorithm)
         return
     cases = [[p] for p in PATTERNS + [(5, 3, 4, 2), (2, 40, 24, 3), (1, 16, 48, 8)]]
@@ -722,41 +724,42 @@ def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088, without=()):
 
     a, b, c, d = pattern
     x = (batch, a * c * d) if layout == "batch_first" else (a * c * d, batch)
-    info = structured._normalise((x, pattern), {"layout": layout})
+    info = costs.normalise((x, pattern), {"layout": layout})
+    info["fp32_mode"] = structured.float32_precision()  # (the operation's fact)
     problem = Problem("structured_matmul", (x, pattern), dtype, "h100-sxm", "cuda",
                       {"layout": layout}, info)
-    seconds, detail = structured._predictor(name, "cuda")(problem, prof)
+    seconds, detail = costs.predictor(name, "cuda")(problem, prof)
     return seconds - sum(v for k, v in detail["terms"].items() if k in without)
 
 
 def test_cuda_tile_shapes_follow_the_launcher():
     # kernels/structured/ks_cuda_launch.cuh pick_tj / pick_tk and ks_cuda.cu's shapes
-    assert [structured._cuda_tj(d) for d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)] == \
+    assert [costs._cuda_tj(d) for d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)] == \
         [1, 2, 4, 4, 8, 8, 4, 16, 8, 16, 16]
     # c % 8 != 0: the older kernels
-    assert structured._cuda_tile((1, 48, 44, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
-    assert structured._cuda_tile((1, 16, 44, 4), 4) == (256, 16, 4, 4)
-    assert structured._cuda_tile((1, 512, 44, 1), 4) == (128, 128, 8, 1)
-    assert structured._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)
+    assert costs._cuda_tile((1, 48, 44, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
+    assert costs._cuda_tile((1, 16, 44, 4), 4) == (256, 16, 4, 4)
+    assert costs._cuda_tile((1, 512, 44, 1), 4) == (128, 128, 8, 1)
+    assert costs._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)
     # the pipelined kernel (launch_pipe in ks_cuda_launch.cuh)
-    assert structured._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
-    assert structured._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
-    assert structured._cuda_tile((1, 64, 64, 6), 2) == (64, 32, 16, 6)
-    assert structured._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 32, 3)
-    assert structured._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
-    assert structured._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
-    assert structured._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
-    assert structured._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 64, 1)
-    assert structured._cuda_tile((1, 512, 48, 1), 4) == (128, 64, 16, 1)
-    assert structured._cuda_tile((1, 640, 320, 1), 4) == (128, 128, 16, 1)  # b·c > 384·512
-    assert structured._cuda_tile((1, 96, 320, 1), 4) == (128, 64, 16, 1)  # float32, small slab
-    assert structured._cuda_tile((1, 64, 320, 1), 4) == (256, 64, 16, 1)  # b <= 64 batch_first
-    assert structured._cuda_tile((1, 64, 320, 1), 4, first=False) == (128, 64, 16, 1)
-    assert structured._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
-    assert structured._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 64, 1)
+    assert costs._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
+    assert costs._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
+    assert costs._cuda_tile((1, 64, 64, 6), 2) == (64, 32, 16, 6)
+    assert costs._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 32, 3)
+    assert costs._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
+    assert costs._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
+    assert costs._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
+    assert costs._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 64, 1)
+    assert costs._cuda_tile((1, 512, 48, 1), 4) == (128, 64, 16, 1)
+    assert costs._cuda_tile((1, 640, 320, 1), 4) == (128, 128, 16, 1)  # b·c > 384·512
+    assert costs._cuda_tile((1, 96, 320, 1), 4) == (128, 64, 16, 1)  # float32, small slab
+    assert costs._cuda_tile((1, 64, 320, 1), 4) == (256, 64, 16, 1)  # b <= 64 batch_first
+    assert costs._cuda_tile((1, 64, 320, 1), 4, first=False) == (128, 64, 16, 1)
+    assert costs._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
+    assert costs._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 64, 1)
     # the half types' wide shapes (launch_pipe_wide) where they pay and still give 132 SMs two
     # tiles
-    wide = lambda p, B, first=True: structured._cuda_tile(p, 2, B, 132, first)  # noqa: E731
+    wide = lambda p, B, first=True: costs._cuda_tile(p, 2, B, 132, first)  # noqa: E731
     assert wide((1, 64, 64, 8), 25088) == (64, 64, 16, 8)
     assert wide((1, 64, 64, 8), 8000) == (64, 32, 16, 8)  # 125 wide tiles: the narrow shape
     assert wide((1, 64, 64, 24), 8000) == (64, 64, 16, 8)  # three j tiles each
@@ -771,7 +774,7 @@ def test_cuda_tile_shapes_follow_the_launcher():
     assert wide((1, 64, 64, 12), 25088) == (64, 64, 16, 4)  # b·c < 128²
     assert wide((1, 512, 512, 4), 25088) == (64, 64, 16, 4)  # d = 4, d = 1: never
     assert wide((1, 768, 768, 1), 25088) == (128, 128, 64, 1)
-    assert structured._cuda_tile((1, 64, 64, 8), 4, 25088, 132) == (64, 32, 8, 8)  # float32
+    assert costs._cuda_tile((1, 64, 64, 8), 4, 25088, 132) == (64, 32, 8, 8)  # float32
 
 
 def test_cuda_cost_model_on_the_h100():
@@ -804,19 +807,19 @@ def test_cuda_coefficients_precedence():
 
     base = "structured_matmul/kernel/cuda"
     prof = profiles.KNOWN_GPUS["h100-sxm"]
-    c = structured._coefficients("kernel", "cuda", "float16", "batch_last", prof)
-    assert c == {**structured.DEFAULT_COEF[base],
-                 **structured.DEFAULT_COEF.get(f"{base}/float16/batch_last", {})}
+    c = costs.coefficients("kernel", "cuda", "float16", "batch_last", prof)
+    assert c == {**costs.DEFAULT_COEF[base],
+                 **costs.DEFAULT_COEF.get(f"{base}/float16/batch_last", {})}
     # a profile's stored coefficients override the built-in ones, the specific key last
     mine = dataclasses.replace(prof, coef={base: {"flop": 7.0, "tiles": 3.0},
                                            f"{base}/float16": {"flop": 5.0}})
-    c = structured._coefficients("kernel", "cuda", "float16", "batch_last", mine)
+    c = costs.coefficients("kernel", "cuda", "float16", "batch_last", mine)
     assert c["flop"] == 5.0 and c["tiles"] == 3.0
-    assert structured._coefficients("kernel", "cuda", "float32", "batch_last", mine)["flop"] == 7.0
+    assert costs.coefficients("kernel", "cuda", "float32", "batch_last", mine)["flop"] == 7.0
     # the CPU families keep their single key
-    assert structured._coefficients("kernel", "cpu", "float32", "batch_first",
+    assert costs.coefficients("kernel", "cpu", "float32", "batch_first",
                                     profiles.profile_for("cpu")) == {
-        **structured.DEFAULT_COEF["structured_matmul/kernel/cpu"],
+        **costs.DEFAULT_COEF["structured_matmul/kernel/cpu"],
         **profiles.profile_for("cpu").coef.get("structured_matmul/kernel/cpu", {})}
 
 
@@ -955,13 +958,13 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
         if not _kt_mode(monkeypatch, kt, d):
             continue
         first = layout == 0
-        tn, tk, _, tj = structured._cuda_tile(pattern, 2, 1 << 30, sms, first)
-        if structured._cuda_wide_pays(pattern, first):
-            assert (tn, tk) != structured._cuda_tile(pattern, 2)[:2], pattern  # wider
+        tn, tk, _, tj = costs._cuda_tile(pattern, 2, 1 << 30, sms, first)
+        if costs._cuda_wide_pays(pattern, first):
+            assert (tn, tk) != costs._cuda_tile(pattern, 2)[:2], pattern  # wider
         # the least batch that gives 2 tiles per SM, plus a partial batch tile
         per_tile = a * -(-d // tj) * -(-b // tk)
         batch = -(-2 * sms // per_tile) * tn + tn // 2 + 1
-        assert structured._cuda_tile(pattern, 2, batch, sms, first)[:2] == (tn, tk)
+        assert costs._cuda_tile(pattern, 2, batch, sms, first)[:2] == (tn, tk)
         n, m = a * c * d, a * b * d
         v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
         ld_b = -(-batch // 8) * 8 + pad

@@ -10,7 +10,11 @@ without their per-call weight work.
 from __future__ import annotations
 
 import numpy as np
+from kronlinalg.planner.costs import structured as costs
 import pytest
+
+import kronlinalg
+from kronlinalg.vendor import cublaslt
 
 from kronlinalg import structured
 from kronlinalg.structured import KSChain, KSFactor, KSPacked, structured_matmul
@@ -147,30 +151,30 @@ def test_packed_cost_terms():
 
     prof = profiles.KNOWN_GPUS["h100-sxm"]
     shapes = ((2 * 5 * 3, 1000), (2, 4, 5, 3))
-    per_call = structured._normalise(shapes, {"layout": "batch_last"})
-    packed = structured._normalise(shapes, {"layout": "batch_last", "packed": True})
+    per_call = costs.normalise(shapes, {"layout": "batch_last"})
+    packed = costs.normalise(shapes, {"layout": "batch_last", "packed": True})
     assert not per_call["packed"] and packed["packed"]
-    for terms, gone in ((structured._dense_terms, ("build", "build_calls")),
-                        (structured._block_dense_terms, ("densify",))):
+    for terms, gone in ((costs.FAMILIES["dense"], ("build", "build_calls")),
+                        (costs.FAMILIES["block_dense"], ("densify",))):
         t0, t1 = terms(per_call, 2, prof, "float16"), terms(packed, 2, prof, "float16")
         assert all(t0[k] > 0 and t1[k] == 0 for k in gone)
         assert t1["gemm_flop"] == t0["gemm_flop"] and t1["gemm_mem"] == t0["gemm_mem"]
-    b0 = structured._block_dense_terms(per_call, 2, prof, "float16")
-    b1 = structured._block_dense_terms(packed, 2, prof, "float16")
+    b0 = costs.FAMILIES["block_dense"](per_call, 2, prof, "float16")
+    b1 = costs.FAMILIES["block_dense"](packed, 2, prof, "float16")
     assert b1["calls"] == pytest.approx(b0["calls"] - prof.launch_s)
-    s0 = structured._strided_terms(per_call, 2, prof, "float16")
-    s1 = structured._strided_terms(packed, 2, prof, "float16")
+    s0 = costs.FAMILIES["strided"](per_call, 2, prof, "float16")
+    s1 = costs.FAMILIES["strided"](packed, 2, prof, "float16")
     assert s1["calls"] == pytest.approx(s0["calls"] - prof.launch_s)
     assert s0["gemm_mem"] - s1["gemm_mem"] == pytest.approx(2 * 2 * 4 * 5 * 3 * 2 / prof.bandwidth)
     # a chain: the product of the factors' dense forms is no per-call flop either
     chain = ((1000, 16), (1, 16, 4, 4), (4, 4, 4, 1))
-    d0 = structured._dense_terms(structured._normalise(chain, {}), 4, prof, "float32")
-    d1 = structured._dense_terms(structured._normalise(chain, {"packed": True}), 4, prof,
+    d0 = costs.FAMILIES["dense"](costs.normalise(chain, {}), 4, prof, "float32")
+    d1 = costs.FAMILIES["dense"](costs.normalise(chain, {"packed": True}), 4, prof,
                                  "float32")
     assert d1["gemm_flop"] == pytest.approx(2.0 * 1000 * 64 * 16 / prof.flops("float32"))
     assert d0["gemm_flop"] > d1["gemm_flop"]
     with pytest.raises(TypeError, match="packed"):
-        structured._normalise(shapes, {"layout": "batch_last", "packed": "yes"})
+        costs.normalise(shapes, {"layout": "batch_last", "packed": "yes"})
 
 
 def test_packed_calls_plan_as_packed(rng, monkeypatch):
@@ -210,7 +214,7 @@ def _packed_plan(x_shape, pattern, dtype, device, layout="batch_first"):
 
 
 def _measured(x, pattern, layout) -> bool:
-    dtype = structured._backend.dtype_name(x.dtype)
+    dtype = kronlinalg.common.backend.dtype_name(x.dtype)
     return bool(_packed_plan(x.shape, pattern, dtype, x, layout)[0].details.get("measured"))
 
 
@@ -236,8 +240,8 @@ def test_measured_choice_only_where_it_pays(xp, rng, layout, monkeypatch):
                 ref = reference(x64, chain, layout)
                 y = structured_matmul(x, packed, layout=layout)
                 assert_close(y, ref, xp, dtype, rtol_for(dtype, chain), msg=f"{pats} {call}")
-            expect = (want and xp.is_cuda and structured._backend._cupy() is not None
-                      and structured._cublaslt.enabled())
+            expect = (want and xp.is_cuda and kronlinalg.common.backend.cupy_module() is not None
+                      and cublaslt.enabled())
             assert _measured(x, pats[0], layout) == expect, (pats, tune_env, xp.name)
             structured_matmul(x, chain, layout=layout)  # (unpacked: the model, never measured)
     finally:
@@ -260,9 +264,9 @@ def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
         return [3.0, 1.0, 2.0, 4.0][:len(runs)]  # ms: the second candidate wins
 
     monkeypatch.setattr(structured, "_cupy_times", lambda x: True)
-    monkeypatch.setattr(_cublaslt, "enabled", lambda: True)
-    monkeypatch.setattr(_cublaslt, "_spin_kernel", lambda: None)
-    monkeypatch.setattr(_cublaslt, "_device_times", fake_times)
+    monkeypatch.setattr(cublaslt, "enabled", lambda: True)
+    monkeypatch.setattr(cublaslt, "_spin_kernel", lambda: None)
+    monkeypatch.setattr(cublaslt, "_device_times", fake_times)
     backend = _numpy_backend()
     planner.clear_cache()
     try:
@@ -286,7 +290,7 @@ def test_measured_choice_flow_on_a_stand_in(rng, monkeypatch):
         def broken(*args, **kwargs):
             raise RuntimeError("no timer")
 
-        monkeypatch.setattr(_cublaslt, "_device_times", broken)
+        monkeypatch.setattr(cublaslt, "_device_times", broken)
         fresh = make_chain(backend, rng, [(1, 9, 4, 1)], "float64")
         x = rng.standard_normal((3, 4))
         with pytest.warns(RuntimeWarning, match="cost model chooses"):

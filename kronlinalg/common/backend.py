@@ -301,3 +301,13 @@ def _functorch_wrapped(torch, a) -> bool:
         return torch._C._functorch.is_functorch_wrapped_tensor(a)
     except AttributeError:  # a torch without functorch
         return False
+
+
+def cast(xp, a, dtype_name_: str):
+    """a in dtype `dtype_name_` (a itself when it already is)."""
+    return a if dtype_name(a.dtype) == dtype_name_ else xp.astype(a, getattr(xp, dtype_name_))
+
+
+def cupy_module():
+    """CuPy if the caller has imported it (never imports it: arrays decide the library)."""
+    return _cupy()

@@ -67,6 +67,9 @@ class SignatureCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def keys(self) -> tuple:
+        return tuple(self._entries)
+
 
 def arrays_signature(arrays, host: bool):
     """Tuple of the arrays' keys, all CUDA arrays (_backend.cuda_array_key) or, with host=True,

@@ -135,3 +135,20 @@ def plain_scalar(value):
     if t is int and -(1 << 1023) < value < (1 << 1023):
         return float(value)
     return None
+
+
+def pattern(name: str, pattern) -> tuple:
+    """(a, b, c, d) as four positive Python ints; ValueError/TypeError naming `name`."""
+    if isinstance(pattern, (str, bytes)) or not hasattr(pattern, "__len__") or len(pattern) != 4:
+        raise ValueError(f"{name}: expected a pattern (a, b, c, d) of four positive integers, "
+                         f"got {pattern!r}")
+    out = []
+    for v in pattern:
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{name}: pattern entries must be integers, got {pattern!r}") from None
+        if v < 1:
+            raise ValueError(f"{name}: pattern entries must be positive, got {tuple(pattern)}")
+        out.append(v)
+    return tuple(out)

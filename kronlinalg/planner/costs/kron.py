@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 
 
-__all__ = ["normalise", "terms", "coefficients", "kron_flops", "predictor", "DEFAULT_COEF",
+__all__ = ["normalise", "terms", "coefficients", "kron_flops", "predictor", "cuda_flops", "DEFAULT_COEF",
            "FAMILIES"]
 
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
+from . import load_coefficients
 
 
 def normalise(shapes, options) -> dict:
@@ -218,7 +219,7 @@ def _simt_flops(prof, dtype):
     return rate
 
 
-def _cuda_flops(prof, dtype, factors, fp32_mode):
+def cuda_flops(prof, dtype, factors, fp32_mode):
     """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except float32 in the 3xTF32 mode
     (kron.float32_precision) when every P is a multiple of 8 and every Q at least 16 (the
     kernel's rule, kron_cuda.cu pick_kernel): three TF32 products per product, a third of the
@@ -263,7 +264,7 @@ def _cuda_sliced(problem, s_e, prof):
     return {"mem": dram / prof.bandwidth, "cache": cached / prof.bandwidth,
             "smem": on_chip / (prof.B_sm * cycles) if fused else 0.0,
             "l1": lines / cycles,
-            "flop": info["flops"] / (_cuda_flops(prof, dtype, factors,
+            "flop": info["flops"] / (cuda_flops(prof, dtype, factors,
                                                  info.get("fp32_mode", "tf32x3")) if fused
                                      else _simt_flops(prof, dtype)),
             "launches": passes * prof.launch_s, "call": prof.launch_s}, \
@@ -285,27 +286,8 @@ FAMILIES = {
     "kron_matmul/shuffle/cuda": _cuda_shuffle,
 }
 
-# Defaults.  CPU: fitted by `benchmarks/planner_quality.py --device cpu --tune` (tuning grid
-# seed 1, 96 shapes) on a 2-core Ice Lake Xeon, otherwise idle, with the per-signature fast
-# path in place: reported grid seed 2, 64 shapes not fitted on, pick within 10 % of the fastest
-# on 93.8 %, MAPE 21 % (sliced) and 22 % (shuffle).
-# CUDA: fitted by `benchmarks/planner_quality.py --device gpu --tune --budget 0.1` on the H100
-# (tuning grid seed 1, 96 shapes; table profile): reported grid seed 2, 64 shapes not fitted on,
-# pick within 10 % of the fastest on 98.4 %.  Zero terms are ones the fit found no signal for on
-# that grid (host-bound shapes dominate it; the launches/call terms carry the host overhead).
-DEFAULT_COEF = {
-    "kron_matmul/sliced/cpu": {"mem": 0.651, "cache": 0.417, "scalar_in": 9.85, "scalar_out": 0.182,
-                               "steps": 0.279, "steps_l2": 0.323, "flop": 0.323,
-                               "factors": 0.719, "call": 15.7},
-    "kron_matmul/shuffle/cpu": {"gemm_mem": 1.00, "gemm_cache": 0.161, "gemm_flop": 0.187,
-                                "transpose": 1.27, "transpose_cache": 1.60, "calls": 3.09,
-                                "call": 14.8},
-    "kron_matmul/sliced/cuda": {"mem": 2.25, "cache": 1.32, "smem": 0.587, "l1": 0.0,
-                                "flop": 0.0, "launches": 7.84, "call": 12.9},
-    "kron_matmul/shuffle/cuda": {"gemm_mem": 0.0, "gemm_cache": 0.0, "gemm_flop": 1.66,
-                                 "transpose": 3.39, "transpose_cache": 0.155, "launches": 8.31,
-                                 "call": 14.9},
-}
+# Coefficients: data, kron.json beside this file (how they were fitted: its "_comment").
+DEFAULT_COEF = load_coefficients(__file__)
 
 
 def terms(family, problem, prof):

@@ -1,0 +1,455 @@
+"""structured_matmul's cost model: the normaliser, the physical terms of each candidate family
+and their fitted coefficients (structured.json beside this file).
+
+Every predictor is a sum of terms in seconds at the device's nominal rates, each weighted by a
+coefficient (how far that kernel sits from the rate).  What the CUDA kernel decides for a
+pattern (its tile shape, whether it runs the pipelined tensor-core form) reaches these terms as
+facts in the problem's info (``info["cuda_tiles"]``), asked of the kernel's launcher by the
+operation (kronlinalg.structured); where no fact is given (no CUDA build), the tile rules below
+stand in.  Pure shape predicates shared with the cuBLAS algorithms (planar copies, 32-bit
+GEMM sizes, where strided/block_dense pay) live here too: one statement of each.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...common import validation
+from ...common.dtypes import ITEMSIZE as _ITEMSIZE
+from . import load_coefficients
+
+__all__ = ["normalise", "predictor", "DEFAULT_COEF", "LAYOUTS", "INT_MAX", "strided_fits",
+           "planar", "dense_slabs", "strided_pays", "block_dense_pays", "strided_all_fit",
+           "strided_lds", "strided_applies", "block_dense_applies", "coefficients", "FAMILIES"]
+
+LAYOUTS = ("batch_first", "batch_last")
+INT_MAX = 2**31 - 1  # cuBLAS's 32-bit sizes and leading dimensions
+_pattern = validation.pattern
+
+
+def normalise(shapes, options) -> dict:
+    """Sizes of a structured_matmul problem from (x.shape, pattern of K1, …, pattern of KL)."""
+    layout = options.get("layout", "batch_first")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    if len(shapes) < 2:
+        raise ValueError("shapes: expected x's shape followed by at least one pattern (a, b, c, d)")
+    x, patterns = tuple(shapes[0]), [_pattern(f"shapes[{t + 1}]", p)
+                                    for t, p in enumerate(shapes[1:])]
+    for t in range(len(patterns) - 1):
+        (a, _, c, d), (a2, b2, _, d2) = patterns[t], patterns[t + 1]
+        if a * c * d != a2 * b2 * d2:
+            raise ValueError(f"shapes: pattern {t} has {a * c * d} columns but pattern {t + 1} "
+                             f"has {a2 * b2 * d2} rows")
+    a, _, c, d = patterns[-1]
+    if not x:
+        raise ValueError("shapes: x must have at least one dimension")
+    if layout == "batch_first":
+        if x[-1] != a * c * d:
+            raise ValueError(f"shapes: x's last dimension must be {a * c * d}, got {x}")
+        rows = math.prod(x[:-1])
+    else:
+        if x[0] != a * c * d:
+            raise ValueError(f"shapes: x's first dimension must be {a * c * d}, got {x}")
+        rows = math.prod(x[1:])
+    flops = sum(2.0 * rows * math.prod(p) for p in patterns)
+    packed = options.get("packed", False)
+    if not isinstance(packed, bool):
+        raise TypeError(f"packed: expected a bool, got {type(packed).__name__}")
+    return {"B": rows, "patterns": patterns, "layout": layout, "flops": flops, "packed": packed}
+
+
+def _io_elems(B, p):
+    a, b, c, d = p
+    return B * a * d * (b + c) + a * b * c * d  # X in, Y out, K once
+
+
+def _permutes(B, p, layout):
+    """Elements the bmm algorithm copies to bring the (i, j) blocks together and back."""
+    a, b, c, d = p
+    if a * d == 1:
+        return 0.0
+    moved = 0.0
+    if layout == "batch_first":
+        trivial = B == 1 or d == 1 and a == 1
+        moved = 0.0 if trivial else 2.0 * B * a * d * (b + c)
+    elif d > 1:
+        moved = 2.0 * B * a * d * (b + c)
+    return moved
+
+
+def _kernel_terms(info, s_e, prof, dtype):
+    if prof.kind != "cpu":
+        return _kernel_cuda_terms(info, s_e, prof, dtype)
+    B, layout = info["B"], info["layout"]
+    mem = sum(_io_elems(B, p) for p in info["patterns"]) * s_e / prof.bandwidth
+    rate = prof.flops(dtype)
+    flop = sum(2.0 * B * math.prod(p) * _waste(p, layout, prof.kind) for p in info["patterns"])
+    return {"mem": mem, "flop": flop / rate, "calls": len(info["patterns"]) * prof.launch_s}
+
+
+def _waste(p, layout, kind) -> float:
+    """Work the CPU kernel's vector lanes do on padding, as a factor >= 1 (the CUDA kernel's
+    tiles are counted in _kernel_cuda_terms)."""
+    a, b, c, d = p
+    if kind == "cpu":
+        lanes = 16
+        if layout == "batch_first":
+            return math.ceil(b * d / lanes) * lanes / (b * d)
+        return 1.0
+    tn, tk, tl, tj = _cuda_tile(p, 4)
+    return (math.ceil(d / tj) * tj / d * math.ceil(b / tk) * tk / b
+            * math.ceil(c / tl) * tl / c)
+
+
+# The CUDA kernel's tile shapes as kernels/structured/ks_cuda.cu and ks_cuda_launch.cuh pick them
+# (pick_tj, pick_tk and the instantiated shapes): TJ -> ((TK, TN), ...) for float32 (an l chunk
+# TL of 8 when TJ < 4, else 4), TJ -> (TK, TN) for the half types (TL = 16).
+_CUDA_F32_TILES = {1: ((32, 512), (128, 128)), 2: ((64, 128),), 4: ((16, 256), (64, 64)),
+                   8: ((32, 64),), 16: ((16, 64),)}
+_CUDA_HALF_TILES = {1: (64, 128), 2: (32, 128), 4: (16, 128), 8: (16, 64), 16: (16, 32)}
+
+
+def _cuda_tj(d) -> int:
+    if d in (1, 2, 4, 8, 16):
+        return d
+    for t in (16, 8, 4):
+        if d % t == 0:
+            return t
+    return 4 if d < 4 else (8 if d < 8 else 16)
+
+
+# The pipelined tensor-core kernel (ks_cuda_pipe.cuh, launch_pipe; float32 as 3xTF32), taken
+# when c % 8 == 0 (and rows 16-byte aligned, which the model assumes): d -> (TN, TK, TL, TJ) with
+# the half types' l chunk (float32: 16 for d = 1, else 8); d = 2, 3, 4, 6 whole, else TJ the
+# largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least, l
+# chunks of 64 (float32 on small slabs, batch_last or b > 64: 128 x 64).
+_CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 32, 3), 6: (64, 32, 16, 6),
+                    8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
+
+
+# Its wide shapes for the half types (launch_pipe_wide: 16 warps, or 12 for d = 6, one block per
+# SM): d (spans) or TJ (runs) -> (TN, TK), with the narrow shape's TL and TJ, where they pay on an
+# H100 (runs of 8 j batch_first, or b·c >= 128², runs of 4 j with b·c >= 128², the spans d = 2, 6
+# batch_first with b·c >= 2·128²) and still give every SM two tiles.
+_CUDA_PIPE_WIDE = {2: (128, 128), 6: (64, 64), 8: (64, 64), 4: (128, 64)}
+
+
+def _cuda_wide_pays(p, first) -> bool:
+    b, c, d = p[1], p[2], p[3]
+    if d % 8 == 0:
+        return first or b * c >= 128 * 128
+    if d % 4 == 0 and d != 4:
+        return b * c >= 128 * 128
+    return d in (2, 6) and first and b * c >= 2 * 128 * 128
+
+
+def _cuda_pipelined(p, s_e, fp32_mode="tf32x3") -> bool:
+    return p[2] % 8 == 0 and (s_e == 2 or fp32_mode == "tf32x3")
+
+
+def _cuda_tile(p, s_e, B=0, units=0, first=True, fp32_mode="tf32x3") -> tuple:
+    """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile, for
+    a batch of B (batch_first or not) on a device of `units` SMs (B = 0: the 8-warp shapes)."""
+    b, d = p[1], p[3]
+    if _cuda_pipelined(p, s_e, fp32_mode) and s_e == 2 and B > 0 and _cuda_wide_pays(p, first):
+        tn, tk, tl, tj = _cuda_tile(p, s_e, fp32_mode=fp32_mode)
+        wide = _CUDA_PIPE_WIDE[d if d in (2, 6) else tj]
+        blocks = p[0] * math.ceil(d / tj) * math.ceil(B / wide[0]) * math.ceil(b / wide[1])
+        if blocks >= 2 * units:
+            return (*wide, tl, tj)
+    if _cuda_pipelined(p, s_e, fp32_mode):
+        if d == 1 and s_e == 4 and b * p[2] <= 384 * 512 and (not first or b > 64):
+            tn, tk, tl, tj = 128, 64, 16, 1  # (4-warp tiles)
+        elif d == 1:
+            tn, tk, tl, tj = (256, 64, 64, 1) if -b % 64 < -b % 128 else (128, 128, 64, 1)
+        elif d in (2, 3, 6):
+            tn, tk, tl, tj = _CUDA_PIPE_TILES[d]
+        else:
+            tn, tk, tl, tj = _CUDA_PIPE_TILES[next(t for t in (8, 4, 2, 1) if d % t == 0)]
+            if tj == 2:  # d % 4 == 2 beyond 2 and 6: runs of two j
+                tn, tk, tl = 128, 64, 32
+        if s_e == 4:  # float32: l chunks of 16 (d = 1) or 8
+            tl = 16 if d == 1 else 8
+        return tn, tk, tl, tj
+    tj = _cuda_tj(d)
+    if s_e == 2:
+        tk, tn = _CUDA_HALF_TILES[tj]
+        return tn, tk, 16, tj
+    shapes = _CUDA_F32_TILES[tj]  # least padding of b plus 8/TK for re-reading X (pick_tk)
+    tk, tn = min(shapes, key=lambda s: math.ceil(b / s[0]) * s[0] / b + 8.0 / s[0])
+    return tn, tk, (8 if tj < 4 else 4), tj
+
+
+def _kernel_cuda_terms(info, s_e, prof, dtype):
+    """The one-pass CUDA kernel, per factor: DRAM traffic (X and Y once, K once); the flops of
+    the padded tiles at the CUDA-core FMA peak (float32) or at a quarter of the GEMM rate (half
+    types: mma.sync fed from shared memory); the same flops again where the loads cannot be
+    16-byte vectors (d % 4 != 0 and the like: element-by-element gathers); per tile, its
+    pipeline fill and epilogue (the flops of a 16-deep l chunk of the tile); L2 → SM traffic
+    (X re-read once per k tile, K once per batch tile; runs shorter than a 32-byte sector cost a
+    sector); launches."""
+    B, first = info["B"], info["layout"] == "batch_first"
+    mode = info.get("fp32_mode", "tf32x3")
+    facts = info.get("cuda_tiles") or {}  # pattern -> (TN, TK, TL, TJ, pipelined), the launcher's
+    half = s_e == 2
+    simt = prof.units * 128 * 2.0 * prof.clock_hz  # CUDA-core FMA peak
+    # float32 on the pipelined kernel: three TF32 products per product (a third of the tensor
+    # cores' TF32 rate, never below the CUDA-core peak it replaces)
+    tf32x3 = max(simt, prof.tc_ops.get("tf32", 0.0) * prof.units * prof.clock_hz / 3.0)
+    vec = 16 // s_e
+    t = dict.fromkeys(("mem", "flop", "unaligned", "tiles", "l2", "interleaved", "calls"), 0.0)
+    for p in info["patterns"]:
+        a, b, c, d = p
+        if p in facts:
+            tn, tk, tl, tj, pipelined = facts[p]
+        else:
+            tn, tk, tl, tj = _cuda_tile(p, s_e, B, prof.units, first, mode)
+            pipelined = _cuda_pipelined(p, s_e, mode)
+        nn, nk, nl, nj = (math.ceil(B / tn), math.ceil(b / tk), math.ceil(c / tl),
+                          math.ceil(d / tj))
+        tiles = a * nj * nn * nk
+        chunk = 2.0 * tn * tk * tj * tl  # flops of one l chunk of one tile
+        rate = (prof.flops(dtype) / 4.0 if half
+                else tf32x3 if pipelined else simt)
+        t["mem"] += _io_elems(B, p) * s_e / prof.bandwidth
+        t["flop"] += tiles * nl * chunk / rate
+        # narrow loads: runs of fewer than 4 j outside the whole-d spans (the pipelined kernel),
+        # not 16-byte vectors (the others)
+        narrow = (tj < 4 and d not in (1, 2, 3, 6)) if pipelined else not (
+            tj == d or (d % tj == 0 and tj % vec == 0))
+        if narrow:
+            t["unaligned"] += tiles * nl * chunk / rate
+        # (per tile: its fill and epilogue, which scale with the output tile, not with TL)
+        t["tiles"] += tiles * 2.0 * tn * tk * tj * 16 / rate
+        sector = max(1.0, 32.0 / (tj * s_e)) if nj > 1 else 1.0
+        x_reads = B * a * c * d * nk * (sector if first else 1.0)
+        t["l2"] += (x_reads + a * b * c * d * nn * sector) * s_e / prof.bandwidth
+        # a margin where the kernel's times are least predictable, the half types' batch_first X
+        # with d > 1 (transposed on its way to the per-j tiles, against a dense GEMM that runs
+        # d× the flops at the tensor cores' rate): the product's X and Y moved once more at the
+        # DRAM rate, left out of the fit and added on top (benchmarks/structured_fit.py, FIXED)
+        if half and first and d > 1:
+            t["interleaved"] += B * a * d * (b + c) * s_e / prof.bandwidth
+    t["calls"] = len(info["patterns"]) * prof.launch_s
+    return t
+
+
+# A library GEMM's fixed cost per output tile (its pipeline fill and epilogue, which a shallow
+# reduction does not amortise): priced as a 128 x 128 tile's flops over a reduction of 64.
+_GEMM_TILE_FLOPS = 2.0 * 128 * 128 * 64
+
+
+def _gemm_tiles(rows, cols) -> int:
+    return math.ceil(rows / 128) * math.ceil(cols / 128)
+
+
+def _bmm_terms(info, s_e, prof, dtype):
+    """Batched GEMM (bytes, flops at the GEMM rate), the permutes' copies, launches.  On CUDA
+    the batch_first permutes are transposes at stride d (X's (B, c, d) → (d, B, c) and back):
+    every element read or written at stride d moves a part of a 32-byte sector ("transpose")."""
+    B, layout = info["B"], info["layout"]
+    io = sum(_io_elems(B, p) for p in info["patterns"])
+    perm = sum(_permutes(B, p, layout) for p in info["patterns"])
+    calls = sum(1 if p[0] * p[3] == 1 else 3 for p in info["patterns"])
+    tiles = sum(p[0] * p[3] * _gemm_tiles(B, p[1]) for p in info["patterns"])
+    t = {"gemm_mem": io * s_e / prof.bandwidth, "gemm_flop": info["flops"] / prof.flops(dtype),
+         "gemm_tiles": tiles * _GEMM_TILE_FLOPS / prof.flops(dtype),
+         "permute": perm * s_e / prof.bandwidth, "calls": calls * prof.launch_s}
+    if prof.kind != "cpu":
+        strided = sum(_permutes(B, p, layout) * min(p[3] * s_e, 32)
+                      for p in info["patterns"] if layout == "batch_first" and p[3] > 1)
+        t["transpose"] = strided / prof.bandwidth
+        # batch_last with a == 1: X's permute is a strided view that a library's batched GEMM
+        # may take without a copy (torch does): its copy gets a coefficient of its own
+        view = sum(B * p[3] * p[2] for p in info["patterns"]
+                   if layout == "batch_last" and p[0] == 1 and p[3] > 1)
+        t["permute"] -= view * s_e / prof.bandwidth
+        t["permute_view"] = view * s_e / prof.bandwidth
+    return t
+
+
+def _dense_terms(info, s_e, prof, dtype):
+    B, pats = info["B"], info["patterns"]
+    M = pats[0][0] * pats[0][1] * pats[0][3]
+    N = pats[-1][0] * pats[-1][2] * pats[-1][3]
+    sizes = [p[0] * p[1] * p[3] for p in pats] + [N]  # rows of each factor, then N
+    # forming K: a factor with a·d > 1 is its values times the support mask (written, read, and
+    # written again by the reshape), ~3 library calls; one with a = d = 1 is a view of its
+    # values; a chain adds a matmul (~3 calls' host time) per extra factor
+    # (packed: K formed once, before the call)
+    masked = [t for t, p in enumerate(pats) if p[0] * p[3] > 1 and not info["packed"]]
+    chained = range(1, 1 if info["packed"] else len(pats))
+    build = sum(sizes[t] * sizes[t + 1] for t in masked)
+    build += sum(M * sizes[t + 1] for t in chained)
+    chain = sum(2.0 * M * sizes[t] * sizes[t + 1] for t in chained)
+    return {"gemm_mem": (B * (M + N) + M * N) * s_e / prof.bandwidth,
+            "gemm_flop": (2.0 * B * M * N + chain) / prof.flops(dtype),
+            "gemm_tiles": _gemm_tiles(B, M) * _GEMM_TILE_FLOPS / prof.flops(dtype),
+            "build": 3.0 * build * s_e / prof.bandwidth,
+            "calls": (2 + 3 * len(pats)) * prof.launch_s,
+            "build_calls": (3 * len(masked) + 3 * len(chained)) * prof.launch_s}
+
+
+def _strided_loops(p, layout) -> int:
+    """cuBLAS calls of one factor (_strided_calls): one per value of the smaller of a and d
+    (batch_last with d > 1), else one."""
+    return min(p[0], p[3]) if layout == "batch_last" and p[3] > 1 else 1
+
+
+def _strided_terms(info, s_e, prof, dtype):
+    """cuBLAS strided-batched GEMMs: x and y once, K transposed (read, written, read), the
+    GEMMs' flops and per-tile cost as for bmm, the transposing copy and the GEMM calls; where
+    x and y go through planar copies (batch_first, d > 1), each read and written once more and
+    two launches ("planar").  Packed: K transposed once, before the call."""
+    B, pats, layout = info["B"], info["patterns"], info["layout"]
+    per_call = not info["packed"]
+    elems = sum(_io_elems(B, p) + (2 * math.prod(p) if p[3] > 1 and per_call else 0)
+                for p in pats)
+    tiles = sum(p[0] * p[3] * _gemm_tiles(B, p[1]) for p in pats)
+    planars = [p for p in pats if planar(p, layout)]
+    calls = (sum(_strided_loops(p, layout) + (p[3] > 1 and per_call) for p in pats)
+             + 2 * len(planars))
+    moved = sum(_permutes(B, p, layout) for p in planars)  # the same copies as bmm's
+    return {"gemm_mem": elems * s_e / prof.bandwidth,
+            "gemm_flop": info["flops"] / prof.flops(dtype),
+            "gemm_tiles": tiles * _GEMM_TILE_FLOPS / prof.flops(dtype),
+            "planar": moved * s_e / prof.bandwidth,
+            "calls": calls * prof.launch_s}
+
+
+def _block_dense_terms(info, s_e, prof, dtype):
+    """Each factor's diagonal blocks formed dense (read K, write a·b·c·d² elements, one launch
+    where d > 1), then one strided-batched GEMM of the pattern _dense_slabs: x and y once, the
+    dense blocks read, d times the flops, its per-tile cost as for bmm.  Packed: the blocks
+    formed once, before the call."""
+    B, pats = info["B"], info["patterns"]
+    dense = [dense_slabs(p) for p in pats]
+    flops = sum(2.0 * B * math.prod(p) for p in dense)
+    formed = sum(math.prod(p) * (1 + p[3]) for p in pats if p[3] > 1 and not info["packed"])
+    return {"gemm_mem": sum(_io_elems(B, p) for p in dense) * s_e / prof.bandwidth,
+            "gemm_flop": flops / prof.flops(dtype),
+            "gemm_tiles": sum(p[0] * _gemm_tiles(B, p[1]) for p in dense) * _GEMM_TILE_FLOPS
+            / prof.flops(dtype),
+            "densify": formed * s_e / prof.bandwidth,
+            "calls": sum(1 + (p[3] > 1 and not info["packed"]) for p in pats) * prof.launch_s}
+
+
+FAMILIES = {"kernel": _kernel_terms, "strided": _strided_terms, "block_dense": _block_dense_terms,
+             "bmm": _bmm_terms,
+             "dense": _dense_terms}
+
+# ---------------------------------------------------------------------------------------------
+# shape predicates shared with the cuBLAS algorithms (kronlinalg/structured_cublas.py)
+
+
+def strided_fits(pattern, layout, rows, ldx, ldy) -> bool:
+    """Whether one factor's blocks are strided-batched GEMMs of 32-bit sizes: batch_last (block
+    (i, j) of x is rows i·c·d + j + l·d, each contiguous along the batch), batch_first with d = 1
+    (blocks are column ranges of x's rows), or batch_first with d > 1 on planar copies of x and
+    y ((a·d, B, c) and (a·d, B, b), see _planar)."""
+    a, b, c, d = pattern
+    if layout == "batch_last":
+        lead = d * max(ldx, ldy)
+    else:
+        lead = max(ldx, ldy) if d == 1 else max(b, c)
+    return max(rows, b, c, lead, a * d) <= INT_MAX
+
+
+def planar(pattern, layout) -> bool:
+    """Whether the strided algorithm copies x and y to planar order for this factor: batch_first
+    with d > 1, where a row of x holds the blocks interleaved as (i, l, j) and no GEMM can read
+    block (i, j) in place.  One launch copies x to (a, d, B, c), the GEMMs read that, and one
+    launch copies their (a, d, B, b) result into y's rows."""
+    return layout == "batch_first" and pattern[3] > 1
+
+
+def dense_slabs(pattern) -> tuple:
+    """The pattern of a factor's a diagonal blocks formed dense ("block_dense"): (a, b·d, c·d, 1),
+    whose rows and columns are the factor's own (k·d + j, l·d + j')."""
+    a, b, c, d = pattern
+    return (a, b * d, c * d, 1)
+
+
+def strided_pays(p, layout) -> bool:
+    """A factor where the strided GEMMs save bmm's permutes: batch_last with d > 1, batch_first
+    with d = 1 < a (elsewhere bmm's batched matmul already reads views: the same GEMMs), and
+    batch_first with d > 1, whose planar copies are one launch each way where bmm's permutes
+    are a library's strided copies."""
+    return p[3] > 1 if layout == "batch_last" else p[3] > 1 or p[0] > 1
+
+
+def strided_all_fit(patterns, layout, rows) -> bool:
+    """Every factor's strided GEMMs of 32-bit sizes (contiguous x and y)."""
+    info = {"B": rows, "layout": layout}
+    return all(strided_fits(p, layout, rows, *strided_lds(p, info)) for p in patterns)
+
+
+def strided_applies(info) -> bool:
+    """The shapes the strided algorithm runs and pays on: every factor's GEMMs of 32-bit sizes,
+    some factor where it saves bmm's permutes (the build and device are the operation's to
+    check)."""
+    return (strided_all_fit(info["patterns"], info["layout"], info["B"])
+            and any(strided_pays(p, info["layout"]) for p in info["patterns"]))
+
+
+def block_dense_pays(p) -> bool:
+    """A factor whose dense diagonal blocks are a GEMM of fewer flops than dense's: a > 1 (for
+    a = 1 the block is the dense matrix, dense's own GEMM) and d > 1 (d = 1: strided's GEMMs)."""
+    return p[0] > 1 and p[3] > 1
+
+
+def block_dense_applies(info) -> bool:
+    """Some factor where block_dense pays, every dense block product a GEMM of 32-bit sizes."""
+    return (any(block_dense_pays(p) for p in info["patterns"])
+            and all(strided_fits(dense_slabs(p), info["layout"], info["B"], *strided_lds(p, info))
+                    for p in info["patterns"]))
+
+
+def strided_lds(p, info) -> tuple:
+    """x's and y's row strides for one factor of a contiguous problem."""
+    a, b, c, d = p
+    return (info["B"],) * 2 if info["layout"] == "batch_last" else (a * c * d, a * b * d)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# coefficients (data) and the predictors
+
+DEFAULT_COEF = load_coefficients(__file__)
+
+
+def _coef_keys(name, kind, dtype, layout) -> tuple:
+    """Coefficient keys of one candidate, the general first: family, family/dtype,
+    family/dtype/layout."""
+    base = f"structured_matmul/{name}/{kind}"
+    return (base, f"{base}/{dtype}", f"{base}/{dtype}/{layout}")
+
+
+def coefficients(name, kind, dtype, layout, prof) -> dict:
+    """The coefficients in force: DEFAULT_COEF's keys from general to specific, then the
+    profile's fitted ones (prof.coef, kronlinalg.planner store_coefficients) in the same order,
+    so that anything a device's profile stores overrides the built-in numbers."""
+    keys = _coef_keys(name, kind, dtype, layout)
+    if name == "block_dense":  # (strided's GEMMs: its coefficients first)
+        keys = _coef_keys("strided", kind, dtype, layout) + keys
+    coef = {}
+    for source in (DEFAULT_COEF, prof.coef):
+        for k in keys:
+            coef.update(source.get(k, {}))
+    return coef
+
+
+def predictor(name, kind):
+    family = f"structured_matmul/{name}/{kind}"
+
+    def predict(problem, prof):
+        t = FAMILIES[name](problem.info, _ITEMSIZE.get(problem.dtype, 4), prof, problem.dtype)
+        coef = coefficients(name, kind, problem.dtype, problem.info["layout"], prof)
+        weighted = {k: coef.get(k, 1.0) * v for k, v in t.items()}
+        return sum(weighted.values()), {"terms": {k: v for k, v in weighted.items() if v}}
+
+    predict.__name__ = "predict_" + family.replace("/", "_")
+    return predict
+
+
