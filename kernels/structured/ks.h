@@ -48,6 +48,21 @@ int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads);
  * x, y and values are device pointers. */
 int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
 
+/* The tile kl_ks_matmul_cuda would launch for *p (its pattern, batch, layout, leading dimensions
+ * and pointers' alignment; the pointers may be null) with `dtype`, in the current float32 mode
+ * (kl_ks_float32_mode): the same dispatch, run in a probe mode that launches, allocates and
+ * synchronises nothing.  out = {TN, TK, TL, TJ, kind}: batch rows, outputs k, inputs l per
+ * chunk and j of one tile, and the kernel, KL_KS_TILE_*.  units > 0: a device of that many SMs
+ * without wgmma (no GPU needed); units < 0: -units SMs on an sm_90 (wgmma shapes where the build
+ * has sm_90a code); units == 0: the current device (its SMs and compute capability). */
+enum kl_ks_tile_kind {
+  KL_KS_TILE_SIMPLE = 0,   /* one-stage kernels: float32 CUDA-core FFMA, half-type mma.sync */
+  KL_KS_TILE_PIPE = 1,     /* the pipelined tensor-core kernel (float32 as 3xTF32), wide or not */
+  KL_KS_TILE_NATURAL = 2,  /* the natural-layout kernel (half types batch_first, d = 2, 3) */
+  KL_KS_TILE_WGMMA = 3     /* the pipelined kernel's warpgroup-MMA shapes (sm_90) */
+};
+int kl_ks_cuda_tile(const kl_ks_problem *p, int dtype, int units, int64_t out[5]);
+
 /* The values (p->a..d, p->values, contiguous) copied to out as (a, d, b, c) contiguous, enqueued
  * on `stream` (the "strided" algorithm's GEMM operand). */
 int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream);

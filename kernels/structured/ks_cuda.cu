@@ -8,6 +8,9 @@
 
 namespace kl {
 namespace ks {
+
+thread_local TileProbe *g_tile_probe = nullptr;
+
 namespace {
 
 // float32 goes to the pipelined tensor-core kernel as 3xTF32 (ks_cuda_pipe.cuh) where its
@@ -23,6 +26,7 @@ static_assert(Fp32Mode::kTf32x3 == KL_KS_FP32_TF32X3 && Fp32Mode::kIeee == KL_KS
 // traffic per flop).  TL per shape as measured on an H100 (TL = 8 spills on the TJ = 8 shape).
 template <int TN, int TK, int TJ, int TL, int NT>
 int launch_f32_shape(const kl_ks_problem *p, cudaStream_t s) {
+  if (probed(TN, TK, TL, TJ, KL_KS_TILE_SIMPLE)) return KL_OK;
   const Params q = make_params(p, TN, TK, TJ);
   const int smem = F32Shape<TN, TK, TJ, TL, NT>::smem_bytes();
   return p->layout == KL_KS_BATCH_FIRST
@@ -53,6 +57,16 @@ int launch_f32(const kl_ks_problem *p, cudaStream_t s) {
   return fail(KL_ERR_INVALID, "ks_matmul_cuda: no tile shape for this pattern");
 }
 
+// The launch of a checked problem by element type (kl_ks_matmul_cuda, kl_ks_cuda_tile's probe).
+int dispatch(const kl_ks_problem *p, int dtype, cudaStream_t s) {
+  switch (dtype) {
+    case KL_KS_FLOAT32: return launch_f32(p, s);
+    case KL_KS_FLOAT16: return launch_f16(p, s);
+    case KL_KS_BFLOAT16: return launch_bf16(p, s);
+    default: return fail(KL_ERR_INVALID, "ks_matmul_cuda: unsupported dtype (float32, float16, bfloat16)");
+  }
+}
+
 }  // namespace
 }  // namespace ks
 }  // namespace kl
@@ -73,13 +87,42 @@ extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream
     return fail(KL_ERR_INVALID, "ks_matmul_cuda: the values must be C-contiguous (a, b, c, d)");
   if (p->b * p->c * p->d >= (int64_t(1) << 31))
     return fail(KL_ERR_INVALID, "ks_matmul_cuda: b·c·d >= 2^31 (one slab of the factor) is not supported");
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case KL_KS_FLOAT32: return ks::launch_f32(p, s);
-    case KL_KS_FLOAT16: return ks::launch_f16(p, s);
-    case KL_KS_BFLOAT16: return ks::launch_bf16(p, s);
-    default: return fail(KL_ERR_INVALID, "ks_matmul_cuda: unsupported dtype (float32, float16, bfloat16)");
+  return ks::dispatch(p, dtype, static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int kl_ks_cuda_tile(const kl_ks_problem *p, int dtype, int units, int64_t out[5]) {
+  using namespace kl;
+  if (!p || !out || p->a < 1 || p->b < 1 || p->c < 1 || p->d < 1 || p->batch < 0)
+    return fail(KL_ERR_INVALID, "ks_cuda_tile: invalid problem description");
+  if (p->layout != KL_KS_BATCH_FIRST && p->layout != KL_KS_BATCH_LAST)
+    return fail(KL_ERR_INVALID, "ks_cuda_tile: layout must be KL_KS_BATCH_FIRST or KL_KS_BATCH_LAST");
+  const int64_t rows_in = p->a * p->c * p->d, rows_out = p->a * p->b * p->d;
+  const bool first = p->layout == KL_KS_BATCH_FIRST;
+  if (p->batch > 1 && (p->x_ld < (first ? rows_in : p->batch) || p->y_ld < (first ? rows_out : p->batch)))
+    return fail(KL_ERR_INVALID, "ks_cuda_tile: leading dimension of x or y shorter than a row");
+  if (p->vs[3] != 1 || p->vs[2] != p->d || p->vs[1] != p->c * p->d || p->vs[0] != p->b * p->c * p->d)
+    return fail(KL_ERR_INVALID, "ks_cuda_tile: the values must be C-contiguous (a, b, c, d)");
+  if (p->b * p->c * p->d >= (int64_t(1) << 31))
+    return fail(KL_ERR_INVALID, "ks_cuda_tile: b·c·d >= 2^31 (one slab of the factor) is not supported");
+  ks::TileProbe probe;
+  if (units == 0) {  // the current device, as a launch would see it
+    DeviceInfo dev;
+    const cudaError_t e = query_device(&dev);
+    if (e != cudaSuccess) return ks::cuda_fail(e, "tile probe: no current device");
+    probe.units = dev.sms;
+    probe.wgmma = dev.cc_major == 9 && dev.cc_minor == 0;
+  } else {  // a device of |units| SMs, an sm_90 (wgmma) where units < 0
+    probe.units = units < 0 ? -units : units;
+    probe.wgmma = units < 0;
   }
+  ks::TileProbe *const outer = ks::g_tile_probe;
+  ks::g_tile_probe = &probe;
+  const int rc = ks::dispatch(p, dtype, nullptr);
+  ks::g_tile_probe = outer;
+  if (rc != KL_OK) return rc;
+  if (!probe.hit) return fail(KL_ERR_INVALID, "ks_cuda_tile: no tile shape for this pattern");
+  for (int t = 0; t < 5; ++t) out[t] = probe.out[t];
+  return KL_OK;
 }
 
 namespace {

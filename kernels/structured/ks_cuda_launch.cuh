@@ -19,6 +19,28 @@
 namespace kl {
 namespace ks {
 
+// Probing (kl_ks_cuda_tile): the dispatch below runs unchanged with a probe set on the calling
+// thread; every shape launcher, where it has fixed its tile and before it allocates or launches
+// anything, records (TN, TK, TL, TJ, kind: ks.h's KL_KS_TILE_*) in it and returns KL_OK.
+// fills_device counts the probe's SMs and wgmma_runs_here takes the probe's answer, so a probe
+// needs no GPU.  Without a probe (every launch) the cost is one thread-local pointer test.
+struct TileProbe {
+  int units = 0;       // SMs that fills_device counts
+  bool wgmma = false;  // whether wgmma_runs_here says yes (only where the build has sm_90a code)
+  bool hit = false;
+  int64_t out[5] = {0, 0, 0, 0, 0};  // TN, TK, TL, TJ, kind
+};
+extern thread_local TileProbe *g_tile_probe;  // (ks_cuda.cu)
+
+// True (the tile recorded) when probing: the caller then returns KL_OK without launching.
+inline bool probed(int tn, int tk, int tl, int tj, int kind) {
+  TileProbe *const pr = g_tile_probe;
+  if (!pr) return false;
+  pr->out[0] = tn, pr->out[1] = tk, pr->out[2] = tl, pr->out[3] = tj, pr->out[4] = kind;
+  pr->hit = true;
+  return true;
+}
+
 // TJ: the j run a block covers.  d itself when it is a power of two up to 16, else the largest
 // of 16, 8, 4 dividing d (no padded j), else the next power of two (padding < half the tile).
 inline int pick_tj(int64_t d) {
@@ -180,6 +202,7 @@ inline bool transposed_values_pay(const kl_ks_problem *p, bool half) {
 template <class T, bool BF, bool DJ, bool SPAN, int TJ, int BN, int BK, int TL, int NT = kThreads,
           bool WG = false>
 int launch_pipe_shape(const kl_ks_problem *p, cudaStream_t s) {
+  if (probed(BN, BK, TL, TJ, WG ? KL_KS_TILE_WGMMA : KL_KS_TILE_PIPE)) return KL_OK;
   Params q = make_params(p, BN, BK, TJ);
   constexpr int smem = PipeShape<TJ, BN, BK, TL, BF, NT, int(sizeof(T)), WG>::smem_bytes();
   if constexpr (WG) {
@@ -233,7 +256,8 @@ inline bool wide_pays(const kl_ks_problem *p) {
 
 inline bool fills_device(const kl_ks_problem *p, int BN, int BK, int TJ) {
   DeviceInfo dev;
-  if (query_device(&dev) != cudaSuccess) return false;
+  if (const TileProbe *pr = g_tile_probe) dev.sms = pr->units;
+  else if (query_device(&dev) != cudaSuccess) return false;
   const int64_t blocks =
       p->a * ((p->d + TJ - 1) / TJ) * ((p->batch + BN - 1) / BN) * ((p->b + BK - 1) / BK);
   return blocks >= 2 * int64_t(dev.sms);
@@ -273,6 +297,7 @@ bool launch_pipe_wide(const kl_ks_problem *p, cudaStream_t s, int *rc) {
 // wherever a shape exists (d = 1, 2, 4, 6) (read per call, for tests and comparisons).
 inline bool wgmma_runs_here() {
 #if defined(KL_WGMMA_BUILT)
+  if (const TileProbe *pr = g_tile_probe) return pr->wgmma;
   DeviceInfo dev;
   return query_device(&dev) == cudaSuccess && dev.cc_major == 9 && dev.cc_minor == 0;
 #else
@@ -322,6 +347,7 @@ inline bool natural_wanted(const kl_ks_problem *p) {
 template <class T, int D, int MI, int NI, int WN, int WK, int TL, int NS, int MINB>
 int launch_natural_shape(const kl_ks_problem *p, cudaStream_t s) {
   typedef NaturalShape<D, MI, NI, WN, WK, TL, NS> S;
+  if (probed(S::BN, S::BK, TL, D, KL_KS_TILE_NATURAL)) return KL_OK;
   const Params q = make_params(p, S::BN, S::BK, D);
   return launch_checked(q, ks_natural<T, D, MI, NI, WN, WK, TL, NS, MINB>, S::smem_bytes(), s,
                         S::NT);
@@ -394,6 +420,7 @@ int launch_half(const kl_ks_problem *p, cudaStream_t s) {
   const bool bf = p->layout == KL_KS_BATCH_FIRST;
 #define KL_KS_HALF(TJ_, TK_, TN_)                                                   \
   if (tj == TJ_) {                                                                   \
+    if (probed(TN_, TK_, MmaShape<TN_, TK_, TJ_>::TL, TJ_, KL_KS_TILE_SIMPLE)) return KL_OK; \
     const Params q = make_params(p, TN_, TK_, TJ_);                                  \
     const int smem = MmaShape<TN_, TK_, TJ_>::smem_bytes();                          \
     return bf ? launch_checked(q, ks_mma<T, TN_, TK_, TJ_, true>, smem, s)           \

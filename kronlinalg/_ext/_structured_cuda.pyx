@@ -2,8 +2,8 @@
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
 from libc.stdint cimport int64_t, uintptr_t
 
-from .structured_abi cimport (fill_problem, kl_ks_dense_slabs_cuda, kl_ks_float32_mode,
-                      kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
+from .structured_abi cimport (fill_problem, kl_ks_cuda_tile, kl_ks_dense_slabs_cuda,
+                      kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
                       kl_ks_transpose_values_cuda, kl_last_error)
 
 
@@ -64,3 +64,26 @@ def float32_mode(int mode=-1):
     """The kernel's float32 mode (0: 3xTF32 tensor cores, 1: CUDA-core FMAs); sets it when
     mode is 0 or 1; returns the previous one."""
     return kl_ks_float32_mode(mode)
+
+
+def tile(pattern, int64_t batch, int layout, int dtype, int units):
+    """(TN, TK, TL, TJ, kind): the tile `matmul` would launch for one factor of `pattern` on
+    `batch` rows (layout 0 batch_first, 1 batch_last; dtype 0 float32, 2 float16, 3 bfloat16;
+    x and y contiguous, aligned), asked of the launcher itself (ks.h kl_ks_cuda_tile: no launch,
+    no GPU) in the current float32 mode.  kind: 0 the one-stage kernels (float32 FFMA, half-type
+    mma.sync), 1 the pipelined tensor-core kernel (float32 as 3xTF32), 2 the natural-layout
+    kernel, 3 the wgmma shapes.  units > 0: a device of that many SMs without wgmma; units < 0:
+    -units SMs of an sm_90 (wgmma where built); 0: the current device."""
+    a, b, c, d = pattern
+    first = layout == 0
+    cdef int64_t x_ld = a * c * d if first else batch
+    cdef int64_t y_ld = a * b * d if first else batch
+    cdef kl_ks_problem p
+    fill_problem(&p, pattern, batch, layout, (0, b * c * d, c * d, d, 1), (0, x_ld), (0, y_ld))
+    cdef int64_t out[5]
+    cdef int status
+    with nogil:
+        status = kl_ks_cuda_tile(&p, dtype, units, out)
+    if status != 0:
+        raise RuntimeError(kl_last_error().decode())
+    return (out[0], out[1], out[2], out[3], out[4])

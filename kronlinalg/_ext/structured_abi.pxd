@@ -20,6 +20,7 @@ cdef extern from "ks.h" nogil:
     int kl_ks_planar_cuda(int split, int64_t batch, int64_t a, int64_t n, int64_t d,
                           const void *src, void *dst, int64_t ld, int dtype, void *stream)
     int kl_ks_float32_mode(int mode)
+    int kl_ks_cuda_tile(const kl_ks_problem *p, int dtype, int units, int64_t *out)
     const char *kl_last_error()
 
 
