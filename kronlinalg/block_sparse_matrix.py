@@ -106,7 +106,9 @@ class BlockSparseMatrix:
       storage positions of the blocks in row order.
 
     Build one with :meth:`from_dense`, :meth:`from_scipy`, :meth:`from_cupyx`,
-    :meth:`from_torch` or the constructor (``row`` order, sorted columns required).
+    :meth:`from_torch` or the constructor (``row`` order, sorted columns required).  The
+    operations keep derived forms on the matrix (work lists, casts, the dense form for the
+    "dense" algorithm): treat ``val`` as read-only, or build a new matrix after changing it.
     """
 
     __array_priority__ = 100  # numpy defers ndarray @ BlockSparseMatrix to __rmatmul__
