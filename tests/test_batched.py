@@ -378,3 +378,31 @@ def test_plan_and_explain():
     assert "kami1d" in text
     cpu = kronlinalg.plan("batched_matmul", (5000, 8, 8), (5000, 8, 8), dtype="float64")
     assert cpu[0].name == "blocked"
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA kernels' indexing, on the CPU
+
+
+def test_cuda_kernels_emulated(tmp_path):
+    """kernels/batched/batched_cuda_emulate.cpp runs the CUDA kernels with one thread per CUDA
+    thread (warp-collective instructions from the PTX fragment layouts) against float64
+    references: every dtype, MMA kind and kernel shape; odd sizes, transposed operands, beta,
+    a row-broadcast C, variable sizes with empty products; nothing written past the outputs."""
+    import os
+    import shutil
+    import subprocess
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
+    cuda_inc = next((p for p in ("/usr/local/cuda/include", "/usr/include")
+                     if os.path.exists(os.path.join(p, "cuda_fp16.h"))), None)
+    if shutil.which("g++") is None or cuda_inc is None:
+        pytest.skip("needs g++ and the CUDA headers")
+    exe = tmp_path / "batched_emulate"
+    src = os.path.join(root, "batched")
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-DKL_BATCHED_EMULATE",
+                    f"-I{cuda_inc}", f"-I{src}", f"-I{root}/include", f"-I{root}/common",
+                    os.path.join(src, "batched_cuda_emulate.cpp"), "-o", str(exe)], check=True)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "0 failures" in res.stdout

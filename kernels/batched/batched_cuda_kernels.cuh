@@ -34,7 +34,9 @@
 
 #include "batched.h"
 #include "batched_config.hpp"
+#ifndef KL_BATCHED_EMULATE  // batched_cuda_emulate.cpp supplies these on the CPU
 #include "cuda_ptx.cuh"
+#endif
 
 namespace kl {
 namespace batched {
@@ -67,11 +69,13 @@ __device__ __forceinline__ A to_acc(T x) {
   else return A(to_f(x));
 }
 
+#ifndef KL_BATCHED_EMULATE
 __device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
   asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
                : "+d"(c[0]), "+d"(c[1])
                : "d"(a), "d"(b));
 }
+#endif
 
 template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T>
 struct Cfg {
@@ -105,7 +109,11 @@ __device__ __forceinline__ void group_sync(int grp) {
   } else if constexpr (G == 1) {
     __syncthreads();
   } else {
+#ifdef KL_BATCHED_EMULATE
+    emu_named_barrier(grp + 1, P * 32);
+#else
     asm volatile("bar.sync %0, %1;\n" ::"r"(grp + 1), "r"(P * 32) : "memory");
+#endif
   }
 }
 
@@ -389,11 +397,20 @@ cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
   const int64_t blocks = (items + K::G - 1) / K::G;
   const unsigned grid = unsigned(blocks < 0x7fffffff ? blocks : 0x7fffffff);
   if (grid == 0) return cudaSuccess;
+#ifdef KL_BATCHED_EMULATE
+  (void)stream;
+  if (args.table)
+    emu_launch(grid, K::THREADS, K::SMEM, [args] { batched_kernel<T, MMA, K, true>(args); });
+  else
+    emu_launch(grid, K::THREADS, K::SMEM, [args] { batched_kernel<T, MMA, K, false>(args); });
+  return cudaSuccess;
+#else
   if (args.table)
     batched_kernel<T, MMA, K, true><<<grid, K::THREADS, K::SMEM, stream>>>(args);
   else
     batched_kernel<T, MMA, K, false><<<grid, K::THREADS, K::SMEM, stream>>>(args);
   return cudaGetLastError();
+#endif
 }
 
 // The five shapes of batched_config.hpp for one element type and MMA kind.

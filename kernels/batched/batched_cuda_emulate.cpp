@@ -1,0 +1,352 @@
+// Runs the CUDA kernels of batched_cuda_kernels.cuh on the CPU, one std::thread per CUDA thread,
+// to check their indexing (work items, tile loaders, shared-memory layouts, mma fragments, the
+// epilogue, named barriers, the variable-size table) on machines without a GPU.  Not part of the
+// build; tests/test_batched.py compiles and runs it when g++ and the CUDA headers are present:
+//
+//   g++ -std=c++20 -O1 -pthread -DKL_BATCHED_EMULATE -I/usr/local/cuda/include -I. \
+//       -I../include -I../common batched_cuda_emulate.cpp -o /tmp/batched_emulate && \
+//       /tmp/batched_emulate
+//
+// The warp-collective instructions follow the PTX ISA's fragment layouts, lane (g, t) =
+// (lane / 4, lane % 4):
+//   mma m8n8k4 f64:  A[g][t]; B[t][g]; C[g][2t], C[g][2t+1]
+//   mma m16n8k16:    A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];
+//                    B[2t..2t+1][g], B[2t+8..2t+9][g]; C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+//   mma m16n8k8 tf32: A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C as above
+//   ldmatrix .x2 .trans: lanes 0-7 / 8-15 address the rows of matrices 0 / 1; lane (g, t) gets
+//                    M[2t][g], M[2t+1][g] of each (the lower index in the low half)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#undef __global__
+#undef __device__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+struct Dim {
+  unsigned x = 0, y = 0, z = 0;
+};
+thread_local Dim threadIdx, blockIdx;
+static Dim gridDim;
+
+alignas(16) static unsigned char g_smem[100 * 1024];
+#define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
+
+static std::unique_ptr<std::barrier<>> g_block;
+static std::unique_ptr<std::barrier<>> g_warp[32];
+static std::map<int, std::unique_ptr<std::barrier<>>> g_named[8];  // per group id: one barrier
+static std::mutex g_named_mu;
+
+inline void __syncthreads() { g_block->arrive_and_wait(); }
+inline void __syncwarp() { g_warp[threadIdx.x / 32]->arrive_and_wait(); }
+inline void emu_named_barrier(int id, int count) {
+  // every group's named barrier: groups are the P*32 consecutive threads of id - 1
+  std::barrier<> *b;
+  {
+    std::lock_guard<std::mutex> lock(g_named_mu);
+    auto &slot = g_named[0][id];
+    if (!slot) slot = std::make_unique<std::barrier<>>(count);
+    b = slot.get();
+  }
+  b->arrive_and_wait();
+}
+template <class T>
+inline T __ldg(const T *p) {
+  return *p;
+}
+inline int min(int a, int b) { return a < b ? a : b; }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <class F>
+void emu_launch(unsigned grid, int threads, int smem, F fn) {
+  if (smem > int(sizeof g_smem)) {
+    std::fprintf(stderr, "shared memory %d > emulator's %zu\n", smem, sizeof g_smem);
+    std::abort();
+  }
+  gridDim.x = grid;
+  for (unsigned b = 0; b < grid; ++b) {
+    std::memset(g_smem, 0xff, sizeof g_smem);  // poison: NaN-like bytes in every stage
+    g_block = std::make_unique<std::barrier<>>(threads);
+    for (int w = 0; w < threads / 32; ++w) g_warp[w] = std::make_unique<std::barrier<>>(32);
+    g_named[0].clear();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t, b] {
+        threadIdx.x = unsigned(t);
+        blockIdx.x = b;
+        fn();
+      });
+    for (auto &t : ts) t.join();
+  }
+}
+
+// ---- warp-collective instructions -----------------------------------------------------------
+
+static thread_local int dummy_tl;
+static double xa[32][32], xb[32][32];
+static uint32_t ua[32][32][4], ub[32][32][2];
+static const void *lp[32][32];
+
+inline void warp_sync() { g_warp[threadIdx.x / 32]->arrive_and_wait(); }
+
+namespace kl {
+namespace batched {
+inline void dmma_884(double (&c)[2], double a, double b) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  xa[w][lane] = a;
+  xb[w][lane] = b;
+  warp_sync();
+  for (int j = 0; j < 2; ++j) {
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += xa[w][g * 4 + k] * xb[w][(2 * t + j) * 4 + k];
+    c[j] += s;
+  }
+  warp_sync();
+}
+}  // namespace batched
+
+namespace cu {
+template <class H>
+static float half_at(uint32_t r, int hi) {
+  H h;
+  uint16_t bits = uint16_t(hi ? r >> 16 : r & 0xffff);
+  std::memcpy(&h, &bits, 2);
+  if constexpr (std::is_same_v<H, __half>) return __half2float(h);
+  else return __bfloat162float(h);
+}
+
+template <bool BF16>
+inline void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using H = std::conditional_t<BF16, __nv_bfloat16, __half>;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  std::memcpy(ua[w][lane], a, sizeof(a));
+  ub[w][lane][0] = b0;
+  ub[w][lane][1] = b1;
+  warp_sync();
+  auto A = [&](int r, int k) {  // A[r][k] from the lane that holds it
+    const int gg = r % 8, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), kk = k % 8;
+    return half_at<H>(ua[w][gg * 4 + kk / 2][reg], kk % 2);
+  };
+  auto B = [&](int k, int n) {
+    const int reg = k >= 8 ? 1 : 0, kk = k % 8;
+    return half_at<H>(ub[w][n * 4 + kk / 2][reg], kk % 2);
+  };
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int e = 0; e < 4; ++e) {
+    float s = c[e];
+    for (int k = 0; k < 16; ++k) s += A(rows[e], k) * B(k, cols[e]);
+    c[e] = s;
+  }
+  warp_sync();
+}
+
+inline float tf32_value(uint32_t u) { return __uint_as_float(u & 0xffffe000u); }
+inline void split_tf32(uint32_t x, uint32_t &hi, uint32_t &lo) {
+  auto rna = [](float f) {  // cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+    return u & 0xffffe000u;
+  };
+  hi = rna(__uint_as_float(x));
+  lo = rna(__uint_as_float(x) - __uint_as_float(hi));
+}
+inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  std::memcpy(ua[w][lane], a, sizeof(a));
+  ub[w][lane][0] = b0;
+  ub[w][lane][1] = b1;
+  warp_sync();
+  auto A = [&](int r, int k) {
+    const int reg = (r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0);
+    return tf32_value(ua[w][(r % 8) * 4 + k % 4][reg]);
+  };
+  auto B = [&](int k, int n) { return tf32_value(ub[w][n * 4 + k % 4][k >= 4 ? 1 : 0]); };
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int e = 0; e < 4; ++e) {
+    float s = c[e];
+    for (int k = 0; k < 8; ++k) s += A(rows[e], k) * B(k, cols[e]);
+    c[e] = s;
+  }
+  warp_sync();
+}
+
+inline void ldsm_x2_trans(uint32_t &r0, uint32_t &r1, const void *p) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  lp[w][lane] = p;
+  warp_sync();
+  auto at = [&](int m, int row, int col) {  // 16-bit element (row, col) of matrix m
+    uint16_t v;
+    std::memcpy(&v, static_cast<const unsigned char *>(lp[w][m * 8 + row]) + 2 * col, 2);
+    return uint32_t(v);
+  };
+  r0 = at(0, 2 * t, g) | (at(0, 2 * t + 1, g) << 16);
+  r1 = at(1, 2 * t, g) | (at(1, 2 * t + 1, g) << 16);
+  warp_sync();
+}
+}  // namespace cu
+}  // namespace kl
+
+#include "batched_cuda_kernels.cuh"
+
+// ---- the checks -----------------------------------------------------------------------------
+
+using namespace kl::batched;
+
+template <class T>
+static double to_d(T x) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  else return double(x);
+}
+template <class T>
+static T from_d(double x) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(float(x));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(float(x));
+  else return T(x);
+}
+
+static int failures = 0;
+
+// A stack of `count` products with the given layouts (trans_a: A stored k-major; trans_b: B
+// stored n-major columns), alpha, beta and C broadcast along rows when c_row.
+template <class T, int MMA>
+static void check_uniform(const char *name, int shape, int64_t count, int64_t m, int64_t n,
+                          int64_t k, bool trans_a, bool trans_b, double beta, bool c_row,
+                          double tol) {
+  std::mt19937 rng(unsigned(m * 131 + n * 7 + k + shape));
+  std::normal_distribution<double> nd;
+  std::vector<T> A(size_t(count * m * k) + 8), B(size_t(count * k * n) + 8),
+      C(size_t(count * m * n) + 8), D(size_t(count * m * n) + 8, from_d<T>(12345.0));
+  for (auto &x : A) x = from_d<T>(nd(rng));
+  for (auto &x : B) x = from_d<T>(nd(rng));
+  for (auto &x : C) x = from_d<T>(nd(rng));
+  kl_batched_problem p{};
+  p.m = m, p.n = n, p.k = k, p.ndim = 1, p.shape[0] = count;
+  p.a = A.data(), p.a_bs[0] = m * k;
+  p.a_rs = trans_a ? 1 : k, p.a_cs = trans_a ? m : 1;
+  p.b = B.data(), p.b_bs[0] = k * n;
+  p.b_rs = trans_b ? 1 : n, p.b_cs = trans_b ? k : 1;
+  p.c = C.data(), p.c_bs[0] = c_row ? 0 : m * n, p.c_rs = c_row ? 0 : n, p.c_cs = 1;
+  p.d = D.data(), p.d_bs[0] = m * n, p.d_rs = n, p.d_cs = 1;
+  p.alpha = -1.5, p.beta = beta;
+  Args args{p, count, nullptr, 0};
+  launch_shape<T, MMA>(shape, args, nullptr);
+  double worst = 0, scale = 0;
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk)
+          s += to_d(A[b * m * k + i * p.a_rs + kk * p.a_cs]) *
+               to_d(B[b * k * n + kk * p.b_rs + j * p.b_cs]);
+        double ref = -1.5 * s;
+        if (beta != 0) ref += beta * to_d(C[b * p.c_bs[0] + i * p.c_rs + j]);
+        const double got = to_d(D[b * m * n + i * n + j]);
+        worst = std::max(worst, std::fabs(got - ref));
+        scale = std::max(scale, std::fabs(ref));
+      }
+  const bool untouched = to_d(D[count * m * n]) == to_d(from_d<T>(12345.0));
+  const double rel = worst / std::max(scale, 1e-30);
+  const bool ok = rel <= tol && untouched;
+  failures += !ok;
+  std::printf("%-5s %s shape %d  %ldx %ldx%ldx%ld  ta=%d tb=%d beta=%g  rel err %.2e%s\n",
+              ok ? "ok" : "FAIL", name, shape, long(count), long(m), long(k), long(n), trans_a,
+              trans_b, beta, rel, untouched ? "" : "  WROTE PAST THE END");
+}
+
+template <class T, int MMA>
+static void check_variable(const char *name, int shape, double tol) {
+  const int64_t sizes[][3] = {{3, 4, 5}, {0, 2, 2}, {7, 0, 3}, {9, 9, 0}, {33, 17, 65},
+                              {70, 66, 20}, {16, 16, 16}};
+  const int count = 7;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> nd;
+  std::vector<std::vector<T>> A(count), B(count), D(count);
+  std::vector<kl_batched_entry> table(count);
+  for (int i = 0; i < count; ++i) {
+    const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+    A[i].resize(size_t(m * k) + 1);
+    B[i].resize(size_t(k * n) + 1);
+    D[i].assign(size_t(m * n) + 1, from_d<T>(777.0));
+    for (auto &x : A[i]) x = from_d<T>(nd(rng));
+    for (auto &x : B[i]) x = from_d<T>(nd(rng));
+    table[i] = {m, n, k, int64_t(intptr_t(A[i].data())), k, 1, int64_t(intptr_t(B[i].data())),
+                n, 1, 0, 0, 0, int64_t(intptr_t(D[i].data())), n, 1};
+  }
+  Args args{};
+  args.p.alpha = 1.0;
+  args.count = count;
+  args.table = table.data();
+  const kl_batched_config cfg = describe(shape, 0);
+  args.tm_max = (64 + cfg.tile_m - 1) / cfg.tile_m;  // max_order 64 < 70: the last row item
+  launch_shape<T, MMA>(shape, args, nullptr);
+  double worst = 0;
+  bool untouched = true;
+  for (int i = 0; i < count; ++i) {
+    const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+    double scale = 1e-30, err = 0;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk) s += to_d(A[i][r * k + kk]) * to_d(B[i][kk * n + c]);
+        err = std::max(err, std::fabs(to_d(D[i][r * n + c]) - s));
+        scale = std::max(scale, std::fabs(s));
+      }
+    if (m * n) worst = std::max(worst, k ? err / scale : err);
+    untouched &= to_d(D[i][m * n]) == to_d(from_d<T>(777.0));
+  }
+  const bool ok = worst <= tol && untouched;
+  failures += !ok;
+  std::printf("%-5s %s shape %d  variable (7 products, empty ones)  rel err %.2e%s\n",
+              ok ? "ok" : "FAIL", name, shape, worst, untouched ? "" : "  WROTE PAST THE END");
+}
+
+template <class T, int MMA>
+static void suite(const char *name, double tol) {
+  for (int shape : {kT16, kS32, kS32G, kM64, kM64G}) {
+    const kl_batched_config cfg = describe(shape, 0);
+    const int64_t t = cfg.tile_m;
+    check_uniform<T, MMA>(name, shape, 5, t, t, t, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, shape, 3, t - 3, t + 5, 2 * t + 3, true, false, 0.5, true, tol);
+    check_uniform<T, MMA>(name, shape, 2, 2 * t + 1, t - 1, 7, false, true, 1.0, false, tol);
+    check_uniform<T, MMA>(name, shape, 2, 1, 1, 1, true, true, 0.0, false, tol);
+    check_variable<T, MMA>(name, shape, tol);
+  }
+}
+
+int main() {
+  suite<double, kDmma>("f64  dmma", 1e-13);
+  suite<float, kTf32x3>("f32  3xtf32", 2e-6);
+  suite<float, kFfma>("f32  ffma", 2e-6);
+  suite<__half, kHmma>("f16  hmma", 4e-3);
+  suite<__nv_bfloat16, kHmma>("bf16 hmma", 2e-2);
+  std::printf("%d failures\n", failures);
+  return failures ? 1 : 0;
+}
