@@ -21,7 +21,6 @@ Algorithms (the planner ranks them; ``algorithm=`` forces one):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import array_api_compat
@@ -190,28 +189,21 @@ def _tile_for(problem) -> int:
     return bs_cuda.tile_n(KERNEL_CODE[problem.dtype], problem.info["block"], problem.info["n"])
 
 
+def _spmm_facts(problem) -> dict:
+    """What the kernels say: the RHS tile the CUDA SpMM kernel takes here (0: none runs)."""
+    return {"gpu_tile": _tile_for(problem) if problem.kind == "cuda" else 0}
+
+
 def _ours_applies(problem) -> bool:
     if problem.kind == "cpu":
         return bs_cpu is not None
-    return _tile_for(problem) > 0
-
-
-def _ours_cost(problem, prof):
-    if problem.kind == "cuda":  # the kernel's tile, asked of the kernel
-        problem = dataclasses.replace(problem, info={**problem.info,
-                                                     "gpu_tile": _tile_for(problem)})
-    return _costs.predict_spmm_ours(problem, prof)
+    return problem.info["gpu_tile"] > 0
 
 
 def _morton_applies(problem) -> bool:
     info = problem.info
     return (problem.kind == "cuda" and info["order"] == "morton" and info["tile"] == 4
-            and _tile_for(problem) > 0)
-
-
-def _morton_cost(problem, prof):
-    problem = dataclasses.replace(problem, info={**problem.info, "gpu_tile": _tile_for(problem)})
-    return _costs.predict_spmm_morton(problem, prof)
+            and info["gpu_tile"] > 0)
 
 
 def _run_morton(call: SpmmCall):
@@ -486,8 +478,11 @@ def _replay_dense(call):
 
 _SPMM = Operation("spmm", prepare=_prepare_spmm, plan_query=_plan_spmm,
                   normalise=_normalise_spmm, empty=_spmm_empty, signature=_spmm_signature,
+                  facts=_spmm_facts,
+                  options=("block", "nnzb", "skew", "lib", "beta", "order", "tile"),
                   doc="alpha * A @ B + beta * c, A block-sparse; shapes: A, B")
-_SPMM.register(Algorithm("blocksparse", _run_ours, _ours_cost, devices=("cpu", "cuda"),
+_SPMM.register(Algorithm("blocksparse", _run_ours, _costs.predict_spmm_ours,
+                         devices=("cpu", "cuda"),
                          applies=_ours_applies, replay=_replay_ours,
                          doc="our kernels (C++ on the CPU; CUDA: a warp per block row)"))
 _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices=("cpu", "cuda"),
@@ -496,7 +491,7 @@ _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices
 _SPMM.register(Algorithm("torch_bsr", _run_torch_bsr, _costs.predict_spmm_torch_bsr,
                          devices=("cuda",), applies=_torch_bsr_applies,
                          doc="torch's sparse BSR matmul (cuSPARSE bsrmm)"))
-_SPMM.register(Algorithm("morton", _run_morton, _morton_cost, devices=("cuda",),
+_SPMM.register(Algorithm("morton", _run_morton, _costs.predict_spmm_morton, devices=("cuda",),
                          applies=_morton_applies,
                          doc="2D kernel over Morton warp tiles (B rows staged once per tile)"))
 _SPMM.grad_algorithm = "dense"
@@ -710,6 +705,7 @@ def _run_spgemm_dense(call: SpgemmCall):
 
 _SPGEMM = Operation("spgemm", prepare=_prepare_spgemm, plan_query=_plan_spgemm,
                     normalise=_normalise_spgemm, empty=_spgemm_empty,
+                    options=("block", "nnz_a", "nnz_b", "lib"),
                     doc="A @ B of two block-sparse matrices; shapes: A, B")
 _SPGEMM.register(Algorithm("blocksparse", _run_spgemm_ours, _costs.predict_spgemm_ours,
                            devices=("cpu", "cuda"), applies=_spgemm_ours_applies,
