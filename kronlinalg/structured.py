@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import array_api_compat
 import numpy as np
 
-from . import structured_cublas as cublas_algos
+from . import planner, structured_cublas as cublas_algos
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .common import backend, dtypes, precision, validation
@@ -135,10 +135,31 @@ def _signature(arrays, options, algorithm):
 
 def _facts(problem) -> dict:
     """What the build and the kernels say about a problem: whether the kernels and cuBLAS
-    algorithms exist here, and the float32 mode the CUDA kernel runs."""
-    return {"fp32_mode": float32_precision(), "kernel_built":
-            (ks_cuda if problem.kind == "cuda" else ks_cpu) is not None,
-            "cublas": cublas_algos.available(problem.kind == "cuda", problem.dtype)}
+    algorithms exist here, the float32 mode the CUDA kernel runs, and the tile the CUDA
+    launcher picks for each factor (kl_ks_cuda_tile: its own dispatch, probed, no launch)."""
+    info = problem.info
+    out = {"fp32_mode": float32_precision(),
+           "kernel_built": (ks_cuda if problem.kind == "cuda" else ks_cpu) is not None,
+           "cublas": cublas_algos.available(problem.kind == "cuda", problem.dtype)}
+    code = _TILE_DTYPE.get(problem.dtype)
+    if problem.kind != "cuda" or ks_cuda is None or code is None:
+        return out
+    prof = planner.profile_for(problem.device)
+    # sm_90: wgmma shapes where the build has them (a negative count says so)
+    units = -prof.units if tuple(prof.cc or ()) == (9, 0) else prof.units
+    layout = 0 if info["layout"] == "batch_first" else 1
+    tiles = {}
+    for p in info["patterns"]:
+        try:
+            tn, tk, tl, tj, kind = ks_cuda.tile(p, info["B"], layout, code, units)
+        except RuntimeError:  # a problem the kernel does not take: the estimate stands
+            continue
+        tiles[p] = (tn, tk, tl, tj, kind != 0)
+    out["cuda_tiles"] = tiles
+    return out
+
+
+_TILE_DTYPE = {"float32": 0, "float16": 2, "bfloat16": 3}
 
 
 _float32_precision = precision.Float32Precision(ks_cuda, "KRONLINALG_KS_FP32")

@@ -732,51 +732,6 @@ def _cuda_seconds(name, pattern, dtype, layout, prof, batch=25088, without=()):
     return seconds - sum(v for k, v in detail["terms"].items() if k in without)
 
 
-def test_cuda_tile_shapes_follow_the_launcher():
-    # kernels/structured/ks_cuda_launch.cuh pick_tj / pick_tk and ks_cuda.cu's shapes
-    assert [costs._cuda_tj(d) for d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)] == \
-        [1, 2, 4, 4, 8, 8, 4, 16, 8, 16, 16]
-    # c % 8 != 0: the older kernels
-    assert costs._cuda_tile((1, 48, 44, 4), 4) == (64, 64, 4, 4)  # 1.33 + 8/64 < 1 + 8/16
-    assert costs._cuda_tile((1, 16, 44, 4), 4) == (256, 16, 4, 4)
-    assert costs._cuda_tile((1, 512, 44, 1), 4) == (128, 128, 8, 1)
-    assert costs._cuda_tile((1, 64, 60, 32), 2) == (32, 16, 16, 16)
-    # the pipelined kernel (launch_pipe in ks_cuda_launch.cuh)
-    assert costs._cuda_tile((1, 64, 64, 32), 2) == (64, 32, 16, 8)
-    assert costs._cuda_tile((1, 64, 64, 12), 2) == (64, 64, 16, 4)
-    assert costs._cuda_tile((1, 64, 64, 6), 2) == (64, 32, 16, 6)
-    assert costs._cuda_tile((1, 64, 64, 3), 2) == (64, 64, 32, 3)
-    assert costs._cuda_tile((1, 64, 64, 2), 2) == (128, 64, 32, 2)
-    assert costs._cuda_tile((1, 64, 64, 10), 2) == (128, 64, 32, 2)
-    assert costs._cuda_tile((1, 64, 64, 5), 2) == (128, 128, 16, 1)
-    assert costs._cuda_tile((1, 192, 64, 1), 2) == (256, 64, 64, 1)
-    assert costs._cuda_tile((1, 512, 48, 1), 4) == (128, 64, 16, 1)
-    assert costs._cuda_tile((1, 640, 320, 1), 4) == (128, 128, 16, 1)  # b·c > 384·512
-    assert costs._cuda_tile((1, 96, 320, 1), 4) == (128, 64, 16, 1)  # float32, small slab
-    assert costs._cuda_tile((1, 64, 320, 1), 4) == (256, 64, 16, 1)  # b <= 64 batch_first
-    assert costs._cuda_tile((1, 64, 320, 1), 4, first=False) == (128, 64, 16, 1)
-    assert costs._cuda_tile((1, 64, 64, 6), 4) == (64, 32, 8, 6)
-    assert costs._cuda_tile((1, 384, 64, 1), 2) == (128, 128, 64, 1)
-    # the half types' wide shapes (launch_pipe_wide) where they pay and still give 132 SMs two
-    # tiles
-    wide = lambda p, B, first=True: costs._cuda_tile(p, 2, B, 132, first)  # noqa: E731
-    assert wide((1, 64, 64, 8), 25088) == (64, 64, 16, 8)
-    assert wide((1, 64, 64, 8), 8000) == (64, 32, 16, 8)  # 125 wide tiles: the narrow shape
-    assert wide((1, 64, 64, 24), 8000) == (64, 64, 16, 8)  # three j tiles each
-    assert wide((1, 64, 64, 8), 25088, False) == (64, 32, 16, 8)  # b·c < 128²
-    assert wide((1, 128, 128, 8), 25088, False) == (64, 64, 16, 8)
-    assert wide((1, 256, 256, 6), 25088) == (64, 64, 16, 6)
-    assert wide((1, 256, 256, 6), 25088, False) == (64, 32, 16, 6)  # spans: batch_first only
-    assert wide((1, 128, 64, 6), 25088) == (64, 32, 16, 6)  # b·c < 2·128²
-    assert wide((1, 256, 256, 3), 25088) == (64, 64, 32, 3)  # d = 3: never (l chunks of 32)
-    assert wide((1, 256, 256, 2), 25088) == (128, 128, 32, 2)
-    assert wide((1, 128, 128, 12), 25088, False) == (128, 64, 16, 4)
-    assert wide((1, 64, 64, 12), 25088) == (64, 64, 16, 4)  # b·c < 128²
-    assert wide((1, 512, 512, 4), 25088) == (64, 64, 16, 4)  # d = 4, d = 1: never
-    assert wide((1, 768, 768, 1), 25088) == (128, 128, 64, 1)
-    assert costs._cuda_tile((1, 64, 64, 8), 4, 25088, 132) == (64, 32, 8, 8)  # float32
-
-
 def test_cuda_cost_model_on_the_h100():
     from kronlinalg.planner import profiles
 
@@ -958,13 +913,12 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
         if not _kt_mode(monkeypatch, kt, d):
             continue
         first = layout == 0
-        tn, tk, _, tj = costs._cuda_tile(pattern, 2, 1 << 30, sms, first)
-        if costs._cuda_wide_pays(pattern, first):
-            assert (tn, tk) != costs._cuda_tile(pattern, 2)[:2], pattern  # wider
+        # the launcher's own tile for a batch that fills the device (kl_ks_cuda_tile)
+        tn, tk, _, tj, _ = ks_cuda.tile(pattern, 1 << 30, layout, 2, sms)
         # the least batch that gives 2 tiles per SM, plus a partial batch tile
         per_tile = a * -(-d // tj) * -(-b // tk)
         batch = -(-2 * sms // per_tile) * tn + tn // 2 + 1
-        assert costs._cuda_tile(pattern, 2, batch, sms, first)[:2] == (tn, tk)
+        assert tuple(ks_cuda.tile(pattern, batch, layout, 2, sms)[:2]) == (tn, tk)
         n, m = a * c * d, a * b * d
         v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
         ld_b = -(-batch // 8) * 8 + pad

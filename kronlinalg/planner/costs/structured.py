@@ -92,93 +92,20 @@ def _waste(p, layout, kind) -> float:
     """Work the CPU kernel's vector lanes do on padding, as a factor >= 1 (the CUDA kernel's
     tiles are counted in _kernel_cuda_terms)."""
     a, b, c, d = p
-    if kind == "cpu":
+    if layout == "batch_first":
         lanes = 16
-        if layout == "batch_first":
-            return math.ceil(b * d / lanes) * lanes / (b * d)
-        return 1.0
-    tn, tk, tl, tj = _cuda_tile(p, 4)
-    return (math.ceil(d / tj) * tj / d * math.ceil(b / tk) * tk / b
-            * math.ceil(c / tl) * tl / c)
+        return math.ceil(b * d / lanes) * lanes / (b * d)
+    return 1.0
 
 
-# The CUDA kernel's tile shapes as kernels/structured/ks_cuda.cu and ks_cuda_launch.cuh pick them
-# (pick_tj, pick_tk and the instantiated shapes): TJ -> ((TK, TN), ...) for float32 (an l chunk
-# TL of 8 when TJ < 4, else 4), TJ -> (TK, TN) for the half types (TL = 16).
-_CUDA_F32_TILES = {1: ((32, 512), (128, 128)), 2: ((64, 128),), 4: ((16, 256), (64, 64)),
-                   8: ((32, 64),), 16: ((16, 64),)}
-_CUDA_HALF_TILES = {1: (64, 128), 2: (32, 128), 4: (16, 128), 8: (16, 64), 16: (16, 32)}
-
-
-def _cuda_tj(d) -> int:
-    if d in (1, 2, 4, 8, 16):
-        return d
-    for t in (16, 8, 4):
-        if d % t == 0:
-            return t
-    return 4 if d < 4 else (8 if d < 8 else 16)
-
-
-# The pipelined tensor-core kernel (ks_cuda_pipe.cuh, launch_pipe; float32 as 3xTF32), taken
-# when c % 8 == 0 (and rows 16-byte aligned, which the model assumes): d -> (TN, TK, TL, TJ) with
-# the half types' l chunk (float32: 16 for d = 1, else 8); d = 2, 3, 4, 6 whole, else TJ the
-# largest of 8, 4, 2, 1 dividing d; for d = 1 the k tile of 128 or 64 that pads b least, l
-# chunks of 64 (float32 on small slabs, batch_last or b > 64: 128 x 64).
-_CUDA_PIPE_TILES = {2: (128, 64, 32, 2), 3: (64, 64, 32, 3), 6: (64, 32, 16, 6),
-                    8: (64, 32, 16, 8), 4: (64, 64, 16, 4), 1: (128, 128, 16, 1)}
-
-
-# Its wide shapes for the half types (launch_pipe_wide: 16 warps, or 12 for d = 6, one block per
-# SM): d (spans) or TJ (runs) -> (TN, TK), with the narrow shape's TL and TJ, where they pay on an
-# H100 (runs of 8 j batch_first, or b·c >= 128², runs of 4 j with b·c >= 128², the spans d = 2, 6
-# batch_first with b·c >= 2·128²) and still give every SM two tiles.
-_CUDA_PIPE_WIDE = {2: (128, 128), 6: (64, 64), 8: (64, 64), 4: (128, 64)}
-
-
-def _cuda_wide_pays(p, first) -> bool:
-    b, c, d = p[1], p[2], p[3]
-    if d % 8 == 0:
-        return first or b * c >= 128 * 128
-    if d % 4 == 0 and d != 4:
-        return b * c >= 128 * 128
-    return d in (2, 6) and first and b * c >= 2 * 128 * 128
-
-
-def _cuda_pipelined(p, s_e, fp32_mode="tf32x3") -> bool:
-    return p[2] % 8 == 0 and (s_e == 2 or fp32_mode == "tf32x3")
-
-
-def _cuda_tile(p, s_e, B=0, units=0, first=True, fp32_mode="tf32x3") -> tuple:
-    """(TN, TK, TL, TJ): batch rows, outputs k, inputs l per chunk and j of one CUDA tile, for
-    a batch of B (batch_first or not) on a device of `units` SMs (B = 0: the 8-warp shapes)."""
-    b, d = p[1], p[3]
-    if _cuda_pipelined(p, s_e, fp32_mode) and s_e == 2 and B > 0 and _cuda_wide_pays(p, first):
-        tn, tk, tl, tj = _cuda_tile(p, s_e, fp32_mode=fp32_mode)
-        wide = _CUDA_PIPE_WIDE[d if d in (2, 6) else tj]
-        blocks = p[0] * math.ceil(d / tj) * math.ceil(B / wide[0]) * math.ceil(b / wide[1])
-        if blocks >= 2 * units:
-            return (*wide, tl, tj)
-    if _cuda_pipelined(p, s_e, fp32_mode):
-        if d == 1 and s_e == 4 and b * p[2] <= 384 * 512 and (not first or b > 64):
-            tn, tk, tl, tj = 128, 64, 16, 1  # (4-warp tiles)
-        elif d == 1:
-            tn, tk, tl, tj = (256, 64, 64, 1) if -b % 64 < -b % 128 else (128, 128, 64, 1)
-        elif d in (2, 3, 6):
-            tn, tk, tl, tj = _CUDA_PIPE_TILES[d]
-        else:
-            tn, tk, tl, tj = _CUDA_PIPE_TILES[next(t for t in (8, 4, 2, 1) if d % t == 0)]
-            if tj == 2:  # d % 4 == 2 beyond 2 and 6: runs of two j
-                tn, tk, tl = 128, 64, 32
-        if s_e == 4:  # float32: l chunks of 16 (d = 1) or 8
-            tl = 16 if d == 1 else 8
-        return tn, tk, tl, tj
-    tj = _cuda_tj(d)
-    if s_e == 2:
-        tk, tn = _CUDA_HALF_TILES[tj]
-        return tn, tk, 16, tj
-    shapes = _CUDA_F32_TILES[tj]  # least padding of b plus 8/TK for re-reading X (pick_tk)
-    tk, tn = min(shapes, key=lambda s: math.ceil(b / s[0]) * s[0] / b + 8.0 / s[0])
-    return tn, tk, (8 if tj < 4 else 4), tj
+def _cuda_tile_estimate(p, s_e, fp32_mode) -> tuple:
+    """(TN, TK, TL, TJ, pipelined) where the launcher cannot be asked (a build without the CUDA
+    kernels planning for a GPU): a typical tile, not a copy of the launcher's rules, which
+    info["cuda_tiles"] carries whenever the extension is built (kl_ks_cuda_tile)."""
+    d = p[3]
+    pipelined = p[2] % 8 == 0 and (s_e == 2 or fp32_mode == "tf32x3")
+    tj = next(t for t in (8, 4, 2, 1) if d % t == 0) if d < 8 or d % 8 == 0 else 8
+    return (128, 64, 16 if pipelined else 8, tj, pipelined)
 
 
 def _kernel_cuda_terms(info, s_e, prof, dtype):
@@ -191,7 +118,8 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
     sector); launches."""
     B, first = info["B"], info["layout"] == "batch_first"
     mode = info.get("fp32_mode", "tf32x3")
-    facts = info.get("cuda_tiles") or {}  # pattern -> (TN, TK, TL, TJ, pipelined), the launcher's
+    # pattern -> (TN, TK, TL, TJ, pipelined): the launcher's own choice (the operation asks it)
+    facts = info.get("cuda_tiles") or {}
     half = s_e == 2
     simt = prof.units * 128 * 2.0 * prof.clock_hz  # CUDA-core FMA peak
     # float32 on the pipelined kernel: three TF32 products per product (a third of the tensor
@@ -201,11 +129,7 @@ def _kernel_cuda_terms(info, s_e, prof, dtype):
     t = dict.fromkeys(("mem", "flop", "unaligned", "tiles", "l2", "interleaved", "calls"), 0.0)
     for p in info["patterns"]:
         a, b, c, d = p
-        if p in facts:
-            tn, tk, tl, tj, pipelined = facts[p]
-        else:
-            tn, tk, tl, tj = _cuda_tile(p, s_e, B, prof.units, first, mode)
-            pipelined = _cuda_pipelined(p, s_e, mode)
+        tn, tk, tl, tj, pipelined = facts.get(p) or _cuda_tile_estimate(p, s_e, mode)
         nn, nk, nl, nj = (math.ceil(B / tn), math.ceil(b / tk), math.ceil(c / tl),
                           math.ceil(d / tj))
         tiles = a * nj * nn * nk
