@@ -319,6 +319,30 @@ def test_torch_conversions(rng):
     assert np.array_equal(BlockSparseMatrix.from_torch(t.to_sparse_csr()).to_dense().numpy(), a)
 
 
+@pytest.mark.gpu
+def test_device_conversions(xp, rng):
+    """Dense arrays, cupyx CSR/COO and torch BSR/COO on the device, both ways, exactly."""
+    if not xp.is_cuda:
+        pytest.skip("device conversions")
+    a, _ = block_pattern(rng, 64, 80, 16, 0.5)
+    A = BlockSparseMatrix.from_dense(to_xp(xp, a, "float64"))
+    assert str(A.device) == str(xp.device)
+    assert np.array_equal(to_numpy(A.to_dense()), a)
+    if xp.name == "cupy":
+        cpsp = pytest.importorskip("cupyx.scipy.sparse")
+        dev = to_xp(xp, a, "float64")
+        for s in (cpsp.csr_matrix(dev), cpsp.coo_matrix(dev)):
+            B = BlockSparseMatrix.from_cupyx(s)
+            assert np.array_equal(to_numpy(B.to_dense()), a)
+            assert type(B.val) is type(dev)
+    else:
+        t = to_xp(xp, a, "float64")
+        for s in (A.to_torch_bsr(), t.to_sparse_coo()):
+            B = BlockSparseMatrix.from_torch(s)
+            assert B.val.is_cuda and np.array_equal(to_numpy(B.to_dense()), a)
+        assert np.array_equal(to_numpy(A.to_torch_bsr().to_dense()), a)
+
+
 def test_constructor_and_padding(rng):
     val = rng.standard_normal((3, 8, 8))
     A = BlockSparseMatrix(val, np.array([0, 2, 2, 3]), np.array([0, 2, 1]), shape=(20, 20))
