@@ -23,7 +23,7 @@ CODES = {"float16": 2, "bfloat16": 14}  # cudaDataType
 
 
 def _config(plan, index):
-    from kronlinalg import _cublaslt as lt
+    from kronlinalg.vendor import cublaslt as lt
 
     return {name: lt._config(plan.results[index].algo, attr)
             for name, attr in (("id", lt._ID), ("tile", lt._TILE), ("custom", lt._CUSTOM),

@@ -147,9 +147,9 @@ def _measure_cpu(quick: bool) -> dict:
 def _measure_gpu(dev: str, quick: bool) -> dict:
     import cupy
 
-    from .._ext import load
+    from ..common.probes import gpu_probes
 
-    probe_cuda = load("probe_cuda")
+    probe_cuda = gpu_probes()
 
     index = int(dev.split(":")[1])
     with cupy.cuda.Device(index):
