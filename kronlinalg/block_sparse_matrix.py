@@ -585,12 +585,13 @@ class BlockSparseMatrix:
 
     # -- products -------------------------------------------------------------------------------
 
-    def __matmul__(self, other):
-        from . import blocksparse as _ops
+    # spmm and spgemm, set by kronlinalg/blocksparse.py (the operations import this module)
+    _spmm = _spgemm = None
 
+    def __matmul__(self, other):
         if isinstance(other, BlockSparseMatrix):
-            return _ops.spgemm(self, other)
-        return _ops.spmm(self, other)
+            return self._spgemm(self, other)
+        return self._spmm(self, other)
 
 
 def _zero_padding(val, m, n, b, rows, cols):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
-from .block_sparse_matrix import BlockSparseMatrix, _lib as _array_lib
+from .block_sparse_matrix import BlockSparseMatrix, _host, _lib
 from .common import backend as _backend, precision as _precision, validation as _validation
 from .common.dtypes import KERNEL_CODE
 from .planner.costs import blocksparse as _costs
@@ -47,11 +47,6 @@ def float32_precision(precision=None) -> str:
     return _float32_precision(precision)
 
 
-def _lib(a) -> str:
-    """numpy, cupy, torch, or other (array-api-strict and the like: run through NumPy)."""
-    return _array_lib(a)
-
-
 def _check_operand_library(name, val, a) -> None:
     """A's blocks and a dense operand come from one library (blocks of a NumPy-converted
     library, e.g. array-api-strict, meet that library's arrays on the host)."""
@@ -64,12 +59,7 @@ def _check_operand_library(name, val, a) -> None:
 def _promote(names) -> str:
     """The result dtype of real floating operands (float16 with bfloat16: float32)."""
     kinds = set(names)
-    if len(kinds) == 1:
-        return names[0]
-    for wide in ("float64", "float32"):
-        if wide in kinds:
-            return wide
-    return "float32"
+    return names[0] if len(kinds) == 1 else "float64" if "float64" in kinds else "float32"
 
 
 def _cast(xp, a, name):
@@ -278,10 +268,6 @@ def _torch_bsr_applies(problem) -> bool:
             and info["k"] % info["block"] == 0)
 
 
-def _device_index(A: BlockSparseMatrix, name, host):
-    return A._index(name, host)
-
-
 def _run_ours(call: SpmmCall):
     return _run_cuda(call) if _backend.on_cuda(call.B) else _run_cpu(call)
 
@@ -368,7 +354,7 @@ def _run_cuda(call: SpmmCall):
     with _backend.cuda_device_scope(call.B):
         val, B, ldb, n = _cuda_operands(call)
         items, split = _cached(A, "items_host", lambda: A.work_items(_SPLIT_MIN))
-        items_dev = _device_index(A, "items", items)
+        items_dev = A._index("items", items)
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0 or split:
             if call.beta != 0.0:
@@ -379,9 +365,9 @@ def _run_cuda(call: SpmmCall):
                 out[...] = 0
         rp, cols, perm = A.host_structure()
         ptr = _backend.address_getter(B)
-        dev_rp = _device_index(A, "row_ptr", rp)
-        dev_cols = _device_index(A, "cols_row_order", cols)
-        dev_perm = _device_index(A, "row_perm", perm) if perm is not None else None
+        dev_rp = A._index("row_ptr", rp)
+        dev_cols = A._index("cols_row_order", cols)
+        dev_perm = A._index("row_perm", perm) if perm is not None else None
         ptrs = (ptr(dev_rp), ptr(dev_cols), ptr(dev_perm) if dev_perm is not None else 0,
                 ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), ptr(items_dev))
         accumulate = int(call.beta != 0.0 or split)
@@ -548,10 +534,6 @@ def _prepare_spgemm(A, B, /) -> SpgemmCall:
     return SpgemmCall(xp, A.val, (A.val, B.val), False, A, B, result, compute)
 
 
-def _spgemm_empty(call):  # never: an empty product still has a (zero-block) result
-    return None
-
-
 def _plan_spgemm(call: SpgemmCall):
     A, B = call.A, call.B
     return (A.shape, B.shape), call.compute, {
@@ -600,10 +582,9 @@ def _structure(M: BlockSparseMatrix, cuda: bool):
 def _symbolic(call: SpgemmCall):
     A, B = call.A, call.B
     cuda = _backend.on_cuda(A.val)
-    R = A.block_grid[0]
-    C = B.block_grid[1]
-    arp, acol, aperm = _structure(A, cuda)
-    brp, bcol, bperm = _structure(B, cuda)
+    R, C = A.block_grid[0], B.block_grid[1]
+    arp, acol, _ = _structure(A, cuda)
+    brp, bcol, _ = _structure(B, cuda)
     if not cuda:
         addr = _backend.host_address
         counts = np.empty(R, dtype=np.int64)
@@ -641,8 +622,7 @@ def _run_spgemm_ours(call: SpgemmCall):
     cuda = _backend.on_cuda(A.val)
     rp, col, base = _symbolic(call)
     b = A.block
-    R = A.block_grid[0]
-    C = B.block_grid[1]
+    R, C = A.block_grid[0], B.block_grid[1]
     m, n = A.shape[0], B.shape[1]
     _, _, aperm = _structure(A, cuda)
     _, _, bperm = _structure(B, cuda)
@@ -680,18 +660,10 @@ def _run_spgemm_ours(call: SpgemmCall):
             base[12] = ptr(val) if nnz else 0
             bs_cuda.spgemm((R, C, b, nnz), tuple(base), 2, KERNEL_CODE[cdt],
                            _backend.cuda_stream(A.val))
-        hrp = _to_host(rp)
+        hrp = _host(rp)
         rows = np.repeat(np.arange(R, dtype=np.int64), np.diff(hrp))
-        out = BlockSparseMatrix._from_coords(val, rows, _to_host(col), (m, n), b)
+        out = BlockSparseMatrix._from_coords(val, rows, _host(col), (m, n), b)
     return out if cdt == call.result else out.astype(getattr(call.xp, call.result))
-
-
-def _to_host(a) -> np.ndarray:
-    if _backend.is_cupy(a):
-        return a.get()
-    if _backend.is_torch(a):
-        return a.cpu().numpy()
-    return np.asarray(a)
 
 
 def _run_spgemm_dense(call: SpgemmCall):
@@ -704,7 +676,7 @@ def _run_spgemm_dense(call: SpgemmCall):
 
 
 _SPGEMM = Operation("spgemm", prepare=_prepare_spgemm, plan_query=_plan_spgemm,
-                    normalise=_normalise_spgemm, empty=_spgemm_empty,
+                    normalise=_normalise_spgemm, empty=lambda call: None,  # never empty
                     options=("block", "nnz_a", "nnz_b", "lib"),
                     doc="A @ B of two block-sparse matrices; shapes: A, B")
 _SPGEMM.register(Algorithm("blocksparse", _run_spgemm_ours, _costs.predict_spgemm_ours,
@@ -721,3 +693,6 @@ def spgemm(A, B, /, *, algorithm="auto"):
     order).  "blocksparse" stores exactly the symbolic product's blocks (a block whose
     products cancel is kept, as zeros); "dense" keeps the blocks with a nonzero entry."""
     return _SPGEMM(A, B, algorithm=algorithm)
+
+
+BlockSparseMatrix._spmm, BlockSparseMatrix._spgemm = staticmethod(spmm), staticmethod(spgemm)
