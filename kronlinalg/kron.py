@@ -305,12 +305,11 @@ def _run_cpu(call: _KronCall):
 
 
 def _cpu_replayer(packed, out_shape, cdt, code):
-    addr = backend.host_address
+    launch, empty = kron_cpu.launch_arrays, np.empty
 
     def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
-        out = np.empty(out_shape, dtype=cdt)
-        kron_cpu.launch(packed, [addr(f) for f in factors], addr(x), addr(out), float(alpha),
-                        0.0, code)
+        out = empty(out_shape, dtype=cdt)
+        launch(packed, factors, x, out, float(alpha), 0.0, code)
         return out
 
     return replay

@@ -1,0 +1,125 @@
+"""Host time per call of a repeated signature (the per-signature fast path), auto against the
+forced algorithm it picks, and against the array library's own reshape-matmul-transpose:
+kron_matmul and structured_matmul on tiny problems (host-bound: the kernels run for a few µs).
+
+    python benchmarks/host_time.py [--device cpu|cuda] [--out DIR]
+
+Each row: the median over 7 rounds of the mean of back-to-back calls (CUDA: no synchronisation
+inside a round, a synchronisation after it: what a caller's loop sees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def per_call_us(fn, sync, n=2000, rounds=7):
+    for _ in range(50):
+        fn()
+    sync()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        out.append((time.perf_counter() - t0) / n * 1e6)
+    return float(np.median(out))
+
+
+def shuffle(xp, x, fs):
+    """What NumPy/CuPy users write: reshape-matmul-transpose per factor (GPyTorch's way)."""
+    m = x.shape[0]
+    cur = x
+    for f in reversed(fs):
+        p, q = f.shape
+        s = cur.shape[1] // p
+        t = cur.reshape(m * s, p) @ f
+        cur = t.reshape(m, s, q).transpose(0, 2, 1).reshape(m, q * s)
+    return cur
+
+
+def cases(lib, device):
+    import kronlinalg
+    from kronlinalg.structured import KSChain
+
+    rng = np.random.default_rng(0)
+    if lib == "numpy":
+        xp, conv, sync = np, np.asarray, lambda: None
+    elif lib == "cupy":
+        import cupy as xp
+        conv, sync = xp.asarray, xp.cuda.get_current_stream().synchronize
+    else:
+        import torch as xp
+        conv = lambda a: xp.as_tensor(a, device="cuda")  # noqa: E731
+        sync = xp.cuda.synchronize
+    rows = []
+    for name, m, shapes in (("1x5^4", 1, [(5, 5)] * 4), ("8x8^3", 8, [(8, 8)] * 3),
+                            ("8x16^2", 8, [(16, 16)] * 2)):
+        for dt in ("float32", "float64"):
+            x = conv(rng.standard_normal((m, int(np.prod([p for p, _ in shapes])))).astype(dt))
+            fs = [conv(rng.standard_normal(s).astype(dt)) for s in shapes]
+            auto = kronlinalg.plan("kron_matmul", tuple(x.shape), *shapes, dtype=dt,
+                                   device=x)[0].name
+            row = {"op": "kron_matmul", "case": name, "dtype": dt, "lib": lib, "auto_picks": auto}
+            row["auto_us"] = per_call_us(lambda: kronlinalg.kron_matmul(x, fs), sync)
+            row["forced_us"] = per_call_us(
+                lambda: kronlinalg.kron_matmul(x, fs, algorithm=auto), sync)
+            row["sliced_us"] = per_call_us(
+                lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"), sync)
+            if lib != "torch":
+                row["library_shuffle_us"] = per_call_us(lambda: shuffle(xp, x, fs), sync)
+            rows.append(row)
+    if lib != "numpy":
+        chain = KSChain.random([(2, 16, 16, 4)], rng=1, xp=xp if lib == "cupy" else None,
+                               dtype="float32")
+        if lib == "torch":
+            chain = KSChain([type(chain[0])(f.pattern, conv(np.asarray(f.values)))
+                             for f in chain])
+        x = conv(rng.standard_normal((64, 128)).astype("float32"))
+        auto = kronlinalg.plan("structured_matmul", tuple(x.shape), *chain.patterns,
+                               dtype="float32", device=x)[0].name
+        row = {"op": "structured_matmul", "case": "64x(2,16,16,4)", "dtype": "float32",
+               "lib": lib, "auto_picks": auto}
+        row["auto_us"] = per_call_us(lambda: kronlinalg.structured_matmul(x, chain), sync)
+        row["forced_us"] = per_call_us(
+            lambda: kronlinalg.structured_matmul(x, chain, algorithm=auto), sync)
+        row["kernel_us"] = per_call_us(
+            lambda: kronlinalg.structured_matmul(x, chain, algorithm="kernel"), sync)
+        rows.append(row)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    libs = ["numpy"] if args.device == "cpu" else ["cupy", "torch"]
+    rows = []
+    for lib in libs:
+        try:
+            rows += cases(lib, args.device)
+        except ImportError as exc:
+            print(f"{lib}: skipped ({exc})")
+    keys = ["op", "case", "dtype", "lib", "auto_picks", "auto_us", "forced_us", "sliced_us",
+            "kernel_us", "library_shuffle_us"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[k]:.1f}" if isinstance(r.get(k), float)
+                                       else str(r.get(k, "")) for k in keys) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(f"{args.out}/host_time_{args.device}.json", "w") as fh:
+            json.dump(rows, fh, indent=1)
+        with open(f"{args.out}/host_time_{args.device}.md", "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
