@@ -161,8 +161,11 @@ def normalise(shapes, options) -> dict:
 
 def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
     """flop/s of `count` GEMMs m x k x n launched together: the profile's large-GEMM rate, cut by
-    wave quantisation (GPU: output tiles over SMs) and by short inner dimensions."""
+    wave quantisation (GPU: output tiles over SMs) and by short inner dimensions (fraction < 1:
+    the leaf kernel, whose rate falls faster with k)."""
     rate = prof.flops(dtype) * fraction
+    if fraction < 1.0:
+        rate *= k / (k + LEAF_K0)
     if kind == "cuda":
         tiles = count * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
         waves = math.ceil(tiles / prof.units)
@@ -176,7 +179,10 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
 # The CUDA leaf kernel's rate relative to the profile's vendor GEMM rate, measured on an H100
 # SXM (2026-11-26, benchmarks/data/strassen_h100_2026-11-26.json: the per-stage table's leaf
 # launches and the FP32 cases): DMMA m8n8k4 FP64 23-26 TFLOP/s, FFMA FP32 ~0.83 of cuBLAS.
-LEAF_FRACTION = {"float64": 0.46, "float32": 0.83}
+# Its rate also falls with the leaf's k faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on
+# the leaves of 2048..8192 of that run).
+LEAF_FRACTION = {"float64": 0.475, "float32": 0.85}
+LEAF_K0 = 256.0
 
 
 def _leaf_fraction(problem, name):
