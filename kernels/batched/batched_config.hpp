@@ -36,7 +36,7 @@ inline int pick_shape(int64_t m, int64_t n, int algo) {
 
 inline kl_batched_config describe(int shape, int mma) {
   kl_batched_config c{};
-  c.tile_k = 32;
+  c.tile_k = 16;
   c.mma = mma;
   switch (shape) {
     case kT16: c.tile_m = c.tile_n = 16; c.warps = 1; c.items_per_block = 4; c.dims = 1; break;

@@ -35,6 +35,7 @@
 #include "batched.h"
 #include "batched_config.hpp"
 #ifndef KL_BATCHED_EMULATE  // batched_cuda_emulate.cpp supplies these on the CPU
+#include "cuda_device.hpp"
 #include "cuda_ptx.cuh"
 #endif
 
@@ -94,11 +95,14 @@ struct Cfg {
   static constexpr int PC = BN + (sizeof(Acc) == 8 ? 2 : 4);
   static constexpr int STAGE = (BM * PA + BK * PB) * int(sizeof(T));
   static constexpr int CBYTES = BM * PC * int(sizeof(Acc));
-  static constexpr int GROUP_BYTES = ((STAGE > CBYTES ? STAGE : CBYTES) + 15) / 16 * 16;
+  // two buffers a group: one k-panel is computed while the next streams in (cp.async); the
+  // epilogue's C tile reuses the buffer just computed
+  static constexpr int BUF = ((STAGE > CBYTES ? STAGE : CBYTES) + 15) / 16 * 16;
+  static constexpr int GROUP_BYTES = 2 * BUF;
   static constexpr int SMEM = G * GROUP_BYTES;
-  // registers: small tiles are bandwidth-bound (occupancy first: 80 a thread), 64 x 64 tiles
-  // hold 32 accumulators a lane (up to 128)
-  static constexpr int MIN_BLOCKS = BM >= 64 ? 4 : 6;
+  // registers: up to 128 a thread (the current and the next tile's descriptors, 32
+  // accumulators a lane for 64 x 64 tiles); shared memory allows 3-6 blocks an SM anyway
+  static constexpr int MIN_BLOCKS = sizeof(T) == 8 && BM >= 64 ? 3 : 4;  // 64 x 64 FP64: 3 fit
   static_assert(WM % MM == 0 && WN % 8 == 0 && BK % KS == 0, "tile shape");
 };
 
@@ -117,19 +121,22 @@ __device__ __forceinline__ void group_sync(int grp) {
   }
 }
 
-// dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C.
+// dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C.  Rows
+// of 16-byte aligned contiguous elements go by cp.async (asynchronous: the caller commits and
+// waits); other layouts by element loads in the order the operand is contiguous.
 template <class T, int R, int C, int GT, int DP>
 __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict src, int64_t rs,
                                           int64_t cs, int rv, int cv, int gtid) {
   constexpr int VEC = 16 / int(sizeof(T));
   if (cs == 1 && cv % VEC == 0 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
     constexpr int CV = C / VEC;
-#pragma unroll 4
+#pragma unroll 1  // asynchronous copies: nothing to gain from unrolling, registers to lose
     for (int i = gtid; i < R * CV; i += GT) {
       const int r = i / CV, c = (i - r * CV) * VEC;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r < rv && c < cv) v = __ldg(reinterpret_cast<const uint4 *>(src + r * rs + c));
-      *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
+      if (r < rv && c < cv)
+        kl::cu::cp_async_16(dst + r * DP + c, src + r * rs + c, true);
+      else
+        *reinterpret_cast<uint4 *>(dst + r * DP + c) = make_uint4(0, 0, 0, 0);
     }
   } else if (rs == 1) {  // contiguous down the columns (a transposed operand): r fastest
 #pragma unroll 4
@@ -146,21 +153,46 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
   }
 }
 
+// One tile of one product as a group's loop sees it: A and B at the tile's first row / column,
+// C and D at its first element, the valid rows (mv) and columns (nv), the product's k.
+template <class T>
+struct Tile {
+  const T *A;
+  int64_t a_rs, a_cs;
+  const T *B;
+  int64_t b_rs, b_cs;
+  const T *C;
+  int64_t c_rs, c_cs;
+  T *D;
+  int64_t d_rs, d_cs;
+  int mv, nv;
+  int64_t k;
+};
+
+// Requests k-panel [k0, k0 + BK) of tile t into a buffer (As then Bs).
+template <class T, class K>
+__device__ __forceinline__ void issue_panel(unsigned char *buf, const Tile<T> &t, int64_t k0,
+                                            int gtid) {
+  T *As = reinterpret_cast<T *>(buf);
+  T *Bs = As + K::BM * K::PA;
+  const int kv = int(t.k - k0 < K::BK ? t.k - k0 : K::BK);
+  load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, t.A + k0 * t.a_cs, t.a_rs, t.a_cs, t.mv, kv, gtid);
+  load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, t.B + k0 * t.b_rs, t.b_rs, t.b_cs, kv, t.nv, gtid);
+}
+
 // One tile of one product: D = alpha * A @ B + beta * C on rows < mv, columns < nv of the tile.
-// A, B, C, D point at the tile's first element (row 0 of A's tile, column 0 of B's).
+// The pipeline: on entry, panel 0 of t (if t.k > 0) is already requested into buffer `cur`;
+// each step requests the next panel, of this tile or of the next tile `nx`, into the other
+// buffer before computing this one; on exit the next tile's panel 0 is requested into `cur`.
 template <class T, int MMA, class K>
-__device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid, const T *A,
-                                         int64_t a_rs, int64_t a_cs, const T *B, int64_t b_rs,
-                                         int64_t b_cs, const T *C, int64_t c_rs, int64_t c_cs,
-                                         T *D, int64_t d_rs, int64_t d_cs, int mv, int nv,
-                                         int64_t kdim, typename K::Acc alpha,
+__device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid, const Tile<T> &tl,
+                                         const Tile<T> &nx, bool has_next, int &cur,
+                                         typename K::Acc alpha,
                                          typename K::Acc beta) {
   using Acc = typename K::Acc;
-  T *As = reinterpret_cast<T *>(smem);
-  T *Bs = As + K::BM * K::PA;
-  Acc *Cs = reinterpret_cast<Acc *>(smem);
+  const int mv = tl.mv, nv = tl.nv;
   const int lane = gtid & 31, warp = gtid >> 5;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2, t4 = lane & 3;
   const int wr0 = (warp / K::WGN) * K::WM, wc0 = (warp % K::WGN) * K::WN;
   const bool active = wr0 < mv && wc0 < nv;  // warps past a small product's edge idle
   const int mi_n = active ? min(K::MI, (mv - wr0 + K::MM - 1) / K::MM) : 0;
@@ -177,14 +209,29 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
       for (int e = 0; e < (MMA == kFfma ? 1 : NACC); ++e) acc[i][j][e] = Acc(0);
 
-  for (int64_t k0 = 0; k0 < kdim; k0 += K::BK) {
-    const int kv = int(kdim - k0 < K::BK ? kdim - k0 : K::BK);
-    const int kc = (kv + K::KS - 1) / K::KS * K::KS;
-    group_sync<K::P, K::G>(grp);  // the previous panel (or tile) is no longer read
-    load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, A + k0 * a_cs, a_rs, a_cs, mv, kv, gtid);
-    load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, B + k0 * b_rs, b_rs, b_cs, kv, nv, gtid);
+  if (tl.k == 0) {  // no panels: only the next tile's first one to request
     group_sync<K::P, K::G>(grp);
+    if (has_next && nx.k > 0) issue_panel<T, K>(smem + cur * K::BUF, nx, 0, gtid);
+    kl::cu::cp_async_commit();
+    cur ^= 1;
+  }
+  for (int64_t k0 = 0; k0 < tl.k; k0 += K::BK) {
+    const int kv = int(tl.k - k0 < K::BK ? tl.k - k0 : K::BK);
+    const int kc = (kv + K::KS - 1) / K::KS * K::KS;
+    group_sync<K::P, K::G>(grp);  // the other buffer is no longer read (compute or epilogue)
+    unsigned char *other = smem + (cur ^ 1) * K::BUF;
+    if (k0 + K::BK < tl.k)
+      issue_panel<T, K>(other, tl, k0 + K::BK, gtid);
+    else if (has_next && nx.k > 0)
+      issue_panel<T, K>(other, nx, 0, gtid);
+    kl::cu::cp_async_commit();
+    kl::cu::cp_async_wait<1>();  // this panel's copies (all but the newest group) have landed
+    group_sync<K::P, K::G>(grp);
+    const T *As = reinterpret_cast<const T *>(smem + cur * K::BUF);
+    const T *Bs = As + K::BM * K::PA;
+    cur ^= 1;
     if (!active) continue;
+    const int t = t4;
     if constexpr (MMA == kDmma) {
       for (int kk = 0; kk < kc; kk += 4) {
         double a[K::MI], b[K::NI];
@@ -265,7 +312,9 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
     }
   }
 
-  group_sync<K::P, K::G>(grp);  // every warp is done with the panels: Cs reuses their space
+  group_sync<K::P, K::G>(grp);  // every warp is done with the panel: Cs reuses its buffer
+  Acc *Cs = reinterpret_cast<Acc *>(smem + (cur ^ 1) * K::BUF);
+  const int t = t4;
   if (active) {
 #pragma unroll
     for (int i = 0; i < FM; ++i)
@@ -291,6 +340,9 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
   // epilogue: D = alpha * Cs + beta * C over the tile's valid part, coalesced
   constexpr int VEC = 16 / int(sizeof(T));
   const bool zero_beta = beta == Acc(0);
+  const T *C = tl.C;
+  T *D = tl.D;
+  const int64_t c_rs = tl.c_rs, c_cs = tl.c_cs, d_rs = tl.d_rs, d_cs = tl.d_cs;
   if (d_cs == 1 && nv % VEC == 0 && d_rs % VEC == 0 && (reinterpret_cast<uintptr_t>(D) & 15) == 0) {
     constexpr int CV = K::BN / VEC;
     for (int i = gtid; i < K::BM * CV; i += K::GT) {
@@ -327,90 +379,170 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
   }
 }
 
+// A group's work in a uniform batch: items (product, tile) it, it + stride, ...
+template <class T, class K>
+struct UniformCursor {
+  const Args &args;
+  int64_t it, stride, items, per, tn_count;
+  __device__ UniformCursor(const Args &a, int64_t first, int64_t step) : args(a), it(first), stride(step) {
+    tn_count = (a.p.n + K::BN - 1) / K::BN;
+    per = (a.p.m + K::BM - 1) / K::BM * tn_count;
+    items = a.count * per;
+  }
+  __device__ bool valid() const { return it < items; }
+  __device__ bool next() {
+    it += stride;
+    return it < items;
+  }
+  __device__ void tile(Tile<T> &t) const {
+    const kl_batched_problem &p = args.p;
+    const int64_t pi = it / per, rest = it - pi * per;
+    const int64_t tm = rest / tn_count, tn = rest - tm * tn_count;
+    int64_t rem = pi, oa = 0, ob = 0, oc = 0, od = 0;
+#pragma unroll
+    for (int j = 0; j < KL_BATCHED_MAX_DIMS; ++j) {  // static indices: the arrays stay params
+      const int d = KL_BATCHED_MAX_DIMS - 1 - j;
+      if (d < p.ndim) {
+        const int64_t idx = rem % p.shape[d];
+        rem /= p.shape[d];
+        oa += idx * p.a_bs[d];
+        ob += idx * p.b_bs[d];
+        oc += idx * p.c_bs[d];
+        od += idx * p.d_bs[d];
+      }
+    }
+    const int64_t r0 = tm * K::BM, c0 = tn * K::BN;
+    t.A = static_cast<const T *>(p.a) + oa + r0 * p.a_rs;
+    t.a_rs = p.a_rs, t.a_cs = p.a_cs;
+    t.B = static_cast<const T *>(p.b) + ob + c0 * p.b_cs;
+    t.b_rs = p.b_rs, t.b_cs = p.b_cs;
+    t.C = p.c ? static_cast<const T *>(p.c) + oc + r0 * p.c_rs + c0 * p.c_cs : nullptr;
+    t.c_rs = p.c_rs, t.c_cs = p.c_cs;
+    t.D = static_cast<T *>(p.d) + od + r0 * p.d_rs + c0 * p.d_cs;
+    t.d_rs = p.d_rs, t.d_cs = p.d_cs;
+    t.mv = int(min64(K::BM, p.m - r0));
+    t.nv = int(min64(K::BN, p.n - c0));
+    t.k = p.k;
+  }
+};
+
+// A group's work in a variable batch: items are rows of tiles (product pi, tile row tm) of the
+// device-side table; the last row item of a product also takes rows past tm_max tiles (a
+// product larger than the caller's max_order is slower, never wrong).  The table row is read
+// field by field where used (a copy of all 15 words would spill).
+template <class T, class K>
+struct VariableCursor {
+  const Args &args;
+  int64_t it, stride, items, tr, tm_end, tn, tn_count;
+  const kl_batched_entry *e;
+  __device__ VariableCursor(const Args &a, int64_t first, int64_t step) : args(a), stride(step) {
+    items = a.count * a.tm_max;
+    seek(first);
+  }
+  __device__ bool seek(int64_t from) {
+    for (it = from; it < items; it += stride) {
+      const int64_t pi = it / args.tm_max, tm = it - pi * args.tm_max;
+      e = args.table + pi;
+      const int64_t m = e->m, n = e->n;
+      if (m <= 0 || n <= 0 || tm * K::BM >= m) continue;
+      tn_count = (n + K::BN - 1) / K::BN;
+      tm_end = tm == args.tm_max - 1 ? (m + K::BM - 1) / K::BM : tm + 1;
+      tr = tm;
+      tn = 0;
+      return true;
+    }
+    return false;
+  }
+  __device__ bool valid() const { return it < items; }
+  __device__ bool next() {
+    if (++tn < tn_count) return true;
+    tn = 0;
+    if (++tr < tm_end) return true;
+    return seek(it + stride);
+  }
+  __device__ void tile(Tile<T> &t) const {
+    const int64_t r0 = tr * K::BM, c0 = tn * K::BN;
+    t.a_rs = e->a_rs, t.a_cs = e->a_cs;
+    t.A = reinterpret_cast<const T *>(e->a) + r0 * t.a_rs;
+    t.b_rs = e->b_rs, t.b_cs = e->b_cs;
+    t.B = reinterpret_cast<const T *>(e->b) + c0 * t.b_cs;
+    t.c_rs = e->c_rs, t.c_cs = e->c_cs;
+    t.C = e->c ? reinterpret_cast<const T *>(e->c) + r0 * t.c_rs + c0 * t.c_cs : nullptr;
+    t.d_rs = e->d_rs, t.d_cs = e->d_cs;
+    t.D = reinterpret_cast<T *>(e->d) + r0 * t.d_rs + c0 * t.d_cs;
+    t.mv = int(min64(K::BM, e->m - r0));
+    t.nv = int(min64(K::BN, e->n - c0));
+    t.k = e->k;
+  }
+};
+
+// Persistent blocks: each group walks its items (grid-stride), computing one tile while the
+// next tile's first k-panel streams into its other buffer.
 template <class T, int MMA, class K, bool VAR>
 __global__ void __launch_bounds__(K::THREADS, K::MIN_BLOCKS) batched_kernel(const Args args) {
   KL_DYNAMIC_SMEM(smem_raw);
   const int grp = int(threadIdx.x) / K::GT, gtid = int(threadIdx.x) - grp * K::GT;
   unsigned char *smem = smem_raw + grp * K::GROUP_BYTES;
-  const kl_batched_problem &p = args.p;
-  const typename K::Acc alpha = typename K::Acc(p.alpha), beta = typename K::Acc(p.beta);
-  if constexpr (!VAR) {
-    const int64_t tn_count = (p.n + K::BN - 1) / K::BN;
-    const int64_t per = (p.m + K::BM - 1) / K::BM * tn_count;
-    const int64_t items = args.count * per;
-    for (int64_t it = int64_t(blockIdx.x) * K::G + grp; it < items;
-         it += int64_t(gridDim.x) * K::G) {
-      const int64_t pi = it / per, tile = it - pi * per;
-      const int64_t tm = tile / tn_count, tn = tile - tm * tn_count;
-      int64_t rem = pi, oa = 0, ob = 0, oc = 0, od = 0;
-#pragma unroll
-      for (int j = 0; j < KL_BATCHED_MAX_DIMS; ++j) {  // static indices: the arrays stay params
-        const int d = KL_BATCHED_MAX_DIMS - 1 - j;
-        if (d < p.ndim) {
-          const int64_t idx = rem % p.shape[d];
-          rem /= p.shape[d];
-          oa += idx * p.a_bs[d];
-          ob += idx * p.b_bs[d];
-          oc += idx * p.c_bs[d];
-          od += idx * p.d_bs[d];
-        }
-      }
-      const int64_t r0 = tm * K::BM, c0 = tn * K::BN;
-      const T *C = p.c ? static_cast<const T *>(p.c) + oc + r0 * p.c_rs + c0 * p.c_cs : nullptr;
-      run_tile<T, MMA, K>(smem, grp, gtid, static_cast<const T *>(p.a) + oa + r0 * p.a_rs,
-                          p.a_rs, p.a_cs, static_cast<const T *>(p.b) + ob + c0 * p.b_cs, p.b_rs,
-                          p.b_cs, C, p.c_rs, p.c_cs,
-                          static_cast<T *>(p.d) + od + r0 * p.d_rs + c0 * p.d_cs, p.d_rs,
-                          p.d_cs, int(min64(K::BM, p.m - r0)),
-                          int(min64(K::BN, p.n - c0)), p.k, alpha, beta);
-    }
-  } else {
-    // one item = one row of tiles of one product (a large product spreads over tm_max groups)
-    const int64_t items = args.count * args.tm_max;
-    for (int64_t it = int64_t(blockIdx.x) * K::G + grp; it < items;
-         it += int64_t(gridDim.x) * K::G) {
-      const int64_t pi = it / args.tm_max, tm = it - pi * args.tm_max;
-      // the row is read field by field where used (a copy of all 15 words would spill)
-      const kl_batched_entry &e = args.table[pi];
-      if (e.m <= 0 || e.n <= 0 || tm * K::BM >= e.m) continue;
-      const int64_t tn_count = (e.n + K::BN - 1) / K::BN;
-      // the last row item also takes any rows past tm_max tiles (a product larger than the
-      // caller's max_order is slower, never wrong)
-      const int64_t tm_end = tm == args.tm_max - 1 ? (e.m + K::BM - 1) / K::BM : tm + 1;
-      for (int64_t tr = tm; tr < tm_end; ++tr)
-        for (int64_t tn = 0; tn < tn_count; ++tn) {
-          const int64_t r0 = tr * K::BM, c0 = tn * K::BN;
-          const T *C = e.c ? reinterpret_cast<const T *>(e.c) + r0 * e.c_rs + c0 * e.c_cs : nullptr;
-          run_tile<T, MMA, K>(smem, grp, gtid, reinterpret_cast<const T *>(e.a) + r0 * e.a_rs,
-                              e.a_rs, e.a_cs, reinterpret_cast<const T *>(e.b) + c0 * e.b_cs,
-                              e.b_rs, e.b_cs, C, e.c_rs, e.c_cs,
-                              reinterpret_cast<T *>(e.d) + r0 * e.d_rs + c0 * e.d_cs, e.d_rs,
-                              e.d_cs, int(min64(K::BM, e.m - r0)), int(min64(K::BN, e.n - c0)),
-                              e.k, alpha, beta);
-        }
-    }
+  const typename K::Acc alpha = typename K::Acc(args.p.alpha);
+  const typename K::Acc beta = typename K::Acc(args.p.beta);
+  using Cursor = std::conditional_t<VAR, VariableCursor<T, K>, UniformCursor<T, K>>;
+  Cursor cur_item(args, int64_t(blockIdx.x) * K::G + grp, int64_t(gridDim.x) * K::G);
+  if (!cur_item.valid()) return;
+  Tile<T> t, nx{};
+  cur_item.tile(t);
+  int cur = 0;
+  if (t.k > 0) issue_panel<T, K>(smem, t, 0, gtid);
+  kl::cu::cp_async_commit();
+  for (;;) {
+    const bool more = cur_item.next();
+    if (more) cur_item.tile(nx);
+    run_tile<T, MMA, K>(smem, grp, gtid, t, nx, more, cur, alpha, beta);
+    if (!more) break;
+    t = nx;
   }
+  kl::cu::cp_async_wait<0>();
+}
+
+template <class T, int MMA, class K, bool VAR>
+cudaError_t launch_kernel(const Args &args, int64_t items, cudaStream_t stream) {
+  const int64_t blocks = (items + K::G - 1) / K::G;
+  int64_t grid = blocks;
+#ifdef KL_BATCHED_EMULATE
+  (void)stream;
+  if (grid > 3) grid = (grid + 1) / 2;  // persistent: some blocks take several items
+  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { batched_kernel<T, MMA, K, VAR>(args); });
+  return cudaSuccess;
+#else
+  static int resident = -1;  // blocks an SM holds (per kernel; the first launch asks)
+  static int sms = 0;
+  if (resident < 0) {
+    cudaError_t e = cudaSuccess;
+    if (K::SMEM > 48 * 1024)
+      e = cudaFuncSetAttribute(batched_kernel<T, MMA, K, VAR>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM);
+    int per_sm = 0;
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, batched_kernel<T, MMA, K, VAR>,
+                                                        K::THREADS, K::SMEM);
+    DeviceInfo d;
+    if (e == cudaSuccess) e = query_device(&d);
+    if (e != cudaSuccess) return e;
+    sms = d.sms;
+    resident = per_sm > 0 ? per_sm : 1;
+  }
+  const int64_t cap = int64_t(resident) * sms;
+  if (cap > 0 && grid > cap) grid = cap;
+  if (grid > 0x7fffffff) grid = 0x7fffffff;
+  batched_kernel<T, MMA, K, VAR><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
+  return cudaGetLastError();
+#endif
 }
 
 template <class T, int MMA, class K>
 cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
-  const int64_t blocks = (items + K::G - 1) / K::G;
-  const unsigned grid = unsigned(blocks < 0x7fffffff ? blocks : 0x7fffffff);
-  if (grid == 0) return cudaSuccess;
-#ifdef KL_BATCHED_EMULATE
-  (void)stream;
-  if (args.table)
-    emu_launch(grid, K::THREADS, K::SMEM, [args] { batched_kernel<T, MMA, K, true>(args); });
-  else
-    emu_launch(grid, K::THREADS, K::SMEM, [args] { batched_kernel<T, MMA, K, false>(args); });
-  return cudaSuccess;
-#else
-  if (args.table)
-    batched_kernel<T, MMA, K, true><<<grid, K::THREADS, K::SMEM, stream>>>(args);
-  else
-    batched_kernel<T, MMA, K, false><<<grid, K::THREADS, K::SMEM, stream>>>(args);
-  return cudaGetLastError();
-#endif
+  if (items <= 0) return cudaSuccess;
+  if (args.table) return launch_kernel<T, MMA, K, true>(args, items, stream);
+  return launch_kernel<T, MMA, K, false>(args, items, stream);
 }
 
 // The five shapes of batched_config.hpp for one element type and MMA kind.
@@ -428,22 +560,22 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
       return launch_one<T, MMA, K>(args, items, stream);
     }
     case kS32: {
-      using K = Cfg<MMA, 32, 32, 32, 2, 1, 2, T>;
+      using K = Cfg<MMA, 16, 32, 32, 2, 1, 2, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
     case kS32G: {
-      using K = Cfg<MMA, 32, 32, 32, 2, 2, 1, T>;
+      using K = Cfg<MMA, 16, 32, 32, 2, 2, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
     case kM64: {
-      using K = Cfg<MMA, 32, 64, 64, 4, 1, 1, T>;
+      using K = Cfg<MMA, 16, 64, 64, 4, 1, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
     default: {
-      using K = Cfg<MMA, 32, 64, 64, 2, 2, 1, T>;
+      using K = Cfg<MMA, 16, 64, 64, 2, 2, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }

@@ -179,10 +179,12 @@ _MMA_RATE_KIND = {"dmma-m8n8k4": "fp64", "hmma-m16n8k16": "fp16", "3xtf32-m16n8k
 
 
 def _smem_bytes(cfg, s_e):
+    """Shared memory of one block: two buffers a group, each a k-panel of A and B or the C tile
+    (kernels/batched/batched_cuda_kernels.cuh, Cfg::SMEM)."""
     acc = 8 if s_e == 8 else 4
     bm, bn, bk = cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]
     stage = (bm * (bk + 8) + bk * (bn + 8)) * s_e
-    return cfg["items_per_block"] * max(stage, bm * (bn + 4) * acc)
+    return cfg["items_per_block"] * 2 * max(stage, bm * (bn + 4) * acc)
 
 
 def _smem_per_sm(prof):
