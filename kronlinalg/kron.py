@@ -244,6 +244,27 @@ def _rows(call: _KronCall, xv, ov):
     return m1, m2, (xv.ptr, xr1, xr2, xes), (ov.ptr, or1, or2, oes)
 
 
+def _result_like_x(call: _KronCall, x, empty):
+    """The result array, laid out like x: a left product of a row-major x (rows of xᵀ strided)
+    writes its rows of the result contiguously — a (…, n, K') buffer seen as (…, K', n) — so
+    the kernel's stores are vector stores (a tall x of few columns: 5x faster on the CPU).
+    x: the NumPy view of x (CPU) or the CUDA array."""
+    transposed = (call.side == "left" and x.ndim >= 2 and x.shape[-1] > 1 and _row_major(x))
+    return _allocate(empty, call.out_shape, transposed)
+
+
+def _allocate(empty, shape, transposed):
+    if transposed:
+        return empty(shape[:-2] + (shape[-1], shape[-2])).mT
+    return empty(shape)
+
+
+def _row_major(x) -> bool:
+    """Whether x's last axis has the smallest stride (NumPy, CuPy: bytes; torch: elements)."""
+    strides = x.stride() if backend.is_torch(x) else x.strides
+    return abs(strides[-1]) <= abs(strides[-2])
+
+
 def _cast(xp, a, dtype_name):
     return a if backend.dtype_name(a.dtype) == dtype_name else xp.astype(a, getattr(xp, dtype_name))
 
@@ -284,7 +305,7 @@ def _run_cpu(call: _KronCall):
     xp, cdt = call.xp, call.compute_dtype
     xn = backend.to_numpy(_cast(xp, call.x, cdt))
     fn = [backend.to_numpy(_cast(xp, f, cdt)) for f in call.factors]
-    out = np.empty(call.out_shape, dtype=cdt)
+    out = _result_like_x(call, xn, lambda shape: np.empty(shape, dtype=cdt))
     if call.beta != 0.0:
         out[...] = backend.to_numpy(_cast(xp, call.y, cdt))
     ov = backend.host_view(out)
@@ -300,15 +321,22 @@ def _run_cpu(call: _KronCall):
     if (call.beta == 0.0 and cdt == call.result_dtype and xn is call.x
             and all(a is b for a, b in zip(fn, call.factors))):
         packed = kron_cpu.pack(m1, m2, [d[1:] for d in descs], xd[1:], od[1:])
-        replayer = _cpu_replayer(packed, call.out_shape, cdt, code)
+        replayer = _cpu_replayer(packed, call.out_shape, _is_transposed(out), cdt, code)
     return _finish(call, backend.from_host(call.x, xp, out)), replayer
 
 
-def _cpu_replayer(packed, out_shape, cdt, code):
-    launch, empty = kron_cpu.launch_arrays, np.empty
+def _is_transposed(out) -> bool:
+    return out.ndim >= 2 and out.shape[-1] > 1 and not _row_major(out)
+
+
+def _cpu_replayer(packed, out_shape, transposed, cdt, code):
+    launch = kron_cpu.launch_arrays
+
+    def empty(shape):
+        return np.empty(shape, dtype=cdt)
 
     def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
-        out = empty(out_shape, dtype=cdt)
+        out = _allocate(empty, out_shape, transposed)
         launch(packed, factors, x, out, float(alpha), 0.0, code)
         return out
 
@@ -333,7 +361,7 @@ def _run_cuda(call: _KronCall):
     key = (cdt, call.side, call.out_shape) + tuple(backend.cuda_array_key(a, allow_grad=True)
                                                    for a in [x, *fs])
     with backend.cuda_device_scope(x):
-        out = backend.empty_like_lib(x, call.out_shape, cdt)
+        out = _result_like_x(call, x, lambda shape: backend.empty_like_lib(x, shape, cdt))
         if call.beta != 0.0:
             out[...] = call.y
         entry = kron_cuda.layout(key)
@@ -354,17 +382,18 @@ def _run_cuda(call: _KronCall):
     replayer = None
     if (not contig and call.beta == 0.0 and cdt == call.result_dtype and x is call.x
             and all(a is b for a, b in zip(fs, call.factors))):
-        replayer = _cuda_replayer(key, call.out_shape, cdt)
+        replayer = _cuda_replayer(key, call.out_shape, _is_transposed(out), cdt)
     return (out if cdt == call.result_dtype else _finish(call, out)), replayer
 
 
-def _cuda_replayer(layout_key, out_shape, cdt):
+def _cuda_replayer(layout_key, out_shape, transposed, cdt):
     def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
         entry = kron_cuda.layout(layout_key)
         if entry is None:  # kron_cuda.tune() dropped the packed layouts: the full path
             return None
         with backend.cuda_device_scope(x):
-            out = backend.empty_like_lib(x, out_shape, cdt)
+            out = _allocate(lambda shape: backend.empty_like_lib(x, shape, cdt), out_shape,
+                            transposed)
             _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt)
         return out
 

@@ -623,3 +623,19 @@ def test_float32_precision_switch():
     finally:
         kron_mod.float32_precision(start)
     assert kron_mod.float32_precision() == start
+
+
+def test_left_product_of_a_tall_row_major_x(xp, rng):
+    """The Gaussian-process shape K @ V (x of many rows, few columns, row-major): the result is
+    laid out like x, right for every algorithm, and auto does not take the slow path."""
+    fs = [xp.asarray(rng.standard_normal((4, 4)), dtype=xp.float64) for _ in range(3)]
+    x64 = rng.standard_normal((64, 3))
+    x = xp.asarray(x64, dtype=xp.float64)
+    ref = kron_matmul_ref(x64, [to_numpy(f) for f in fs], "left")
+    for alg in ("auto", "sliced", "shuffle"):
+        out = kronlinalg.kron_matmul(x, fs, side="left", algorithm=alg)
+        assert_close(out, ref, xp, "float64")
+        out = kronlinalg.kron_matmul(x, fs, side="left", algorithm=alg)  # the replay
+        assert_close(out, ref, xp, "float64")
+    assert kronlinalg.plan("kron_matmul", (65536, 8), *[(16, 16)] * 4, side="left",
+                           device="cpu")[0].name == "sliced"

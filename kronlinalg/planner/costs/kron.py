@@ -119,8 +119,10 @@ def _cpu_sliced(problem, s_e, prof):
 
     Lanes run along the axis whose outputs are contiguous when it is long enough, else along the
     longest axis (its TileMap); idle lanes still compute.  Gathers and scatters are vector moves
-    or register transposes when lanes are contiguous, element by element otherwise (left
-    products with fewer columns than lanes)."""
+    or register transposes when lanes are contiguous, element by element otherwise.  A left
+    product's result is laid out like x (kron.py: x row-major gives a result whose rows of xᵀ
+    are contiguous), so its outputs are a right product's; only the first pass gathers x's
+    columns element by element."""
     info, dtype = problem.info, problem.dtype
     M, factors, lengths = info["M"], info["factors"], info["lengths"]
     x = problem.shapes[0]
@@ -131,25 +133,22 @@ def _cpu_sliced(problem, s_e, prof):
     groups = _cpu_passes(info, s_e)
     n_in = lengths[0]
     moved = cached = scalar_in = scalar_out = flops = steps = steps_l2 = 0.0
-    for g in groups:
+    for first, g in zip([True] + [False] * len(groups), groups):
         b_in = math.prod(factors[i][0] for i in g)
         b_out = math.prod(factors[i][1] for i in g)
         S = n_in // b_in
         n_out = S * b_out
         # axes (instances, output stride is 1): right products j (S), left products the columns
-        if not left:
-            contiguous = S if S >= lanes else 0
-            along = S if S >= lanes else max(M, S)
-        else:
-            contiguous = cols if cols >= lanes else 0
-            along = cols if cols >= lanes else max(M // cols, cols, S)
+        contiguous = S if S >= lanes else 0
+        along = S if S >= lanes else max(M, S)
         use = _lane_use(along, lanes)
         nbytes = M * (n_in + n_out) * s_e
         c, d = _split(nbytes, nbytes, prof)
         cached, moved = cached + c, moved + d
-        if not contiguous:  # outputs stored element by element; left products load so too
+        if not contiguous:  # outputs stored element by element
             scalar_out += M * n_out * s_e
-            scalar_in += M * n_in * s_e if left else 0.0
+        if left and first:  # x's columns gathered element by element
+            scalar_in += M * n_in * s_e
         # Each step streams a tile's block (lanes × block length) in and out: from L1 when the
         # two ping-pong blocks fit there, from L2 otherwise.  Idle lanes cost like busy ones:
         # flops and step traffic are divided by the fraction of lanes in use.
