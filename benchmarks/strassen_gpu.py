@@ -108,7 +108,7 @@ def main():
     print("|---|---|---|---|---|---|")
     for dtype in (np.float64, np.float32):
         for n in (2048, 4096, 8192):
-            if left() < 100:
+            if left() < 0.75 * args.budget:  # the leaf section takes at most a quarter
                 break
             a, b = rand(n, n, dtype, 3), rand(n, n, dtype, 4)
             tk = cuda_time(lambda: strassen.strassen_matmul(a, b, levels=0,
@@ -127,7 +127,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|")
     cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 16384), (np.float32, 16384)]
     for dtype, n in cases:
-        if left() < 40:
+        if left() < 0.25 * args.budget:
             break
         name = np.dtype(dtype).name
         a, b = rand(n, n, dtype, 5), rand(n, n, dtype, 6)
@@ -147,7 +147,7 @@ def main():
                 for ow in (False, True):
                     if algo == "strassen_cublas" and ow:
                         continue
-                    if left() < 25:
+                    if left() < 0.2 * args.budget:
                         break
                     try:
                         t = cuda_time(lambda: strassen.strassen_matmul(
@@ -178,7 +178,7 @@ def main():
     for n in (4096, 8192, 16384):
         a, b = rand(n, n, np.float64, 7), rand(n, n, np.float64, 8)
         for L in (1, 2, 3):
-            if left() < 15:
+            if left() < 0.1 * args.budget:
                 break
             rows = strassen.stage_times(a, b, levels=L, repeats=args.reps)
             tot_m = sum(r[1] for r in rows)
