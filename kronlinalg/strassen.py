@@ -667,7 +667,10 @@ def matmul_candidate():
 
         opts = {"levels": None, "overwrite": False}
         p = dataclasses.replace(problem, op="strassen_matmul", options=opts)
-        return costs.predict_strassen(p, prof)
+        best = costs.predict_strassen(p, prof)
+        if problem.kind == "cuda" and _applies_cublas(p):
+            best = min(best, costs.predict_strassen_cublas(p, prof), key=lambda r: r[0])
+        return best
 
     def run(a, b, /, **options):
         return strassen_matmul(a, b)
