@@ -3,12 +3,13 @@
 matmul's normaliser and the library candidate's roofline live in costs/matmul.py (reused here,
 not repeated).  This file adds:
 
-- KAMI's closed forms (planner/kami.py) for one work item of the CUDA kernels (a tile of one
-  product on p warps), with the tensor cores a block can use capped at min(p, n_tc) (each
-  tensor core serves ⌈p/n_tc⌉ warps; the paper lets two warps use four), the MMA efficiency and
-  the fraction of the copy bandwidth the kernels reach as coefficients, plus the global-memory
-  term the paper leaves out (the bytes of A, B and D, and C when beta != 0) and a tail (one
-  item's latency).  The kernel configuration (tile, warps, items per block, MMA kind) is a fact
+- our CUDA kernels: the global-memory term KAMI's model leaves out (the bytes of A, B and D, and
+  C when beta != 0, over the fraction of the copy bandwidth the kernels reached, measured) and a
+  compute term (the flops over the rate they reached, measured, scaled to the GPU's tensor
+  cores), plus a tail of one work item's cycles by KAMI's closed forms (planner/kami.py; the
+  tensor cores a block of p warps can use capped at min(p, n_tc): each serves ⌈p/n_tc⌉ warps,
+  where the paper lets two warps use four).  The cycle model is not yet calibrated against
+  clock64() measurements of our kernels (its T_cm / T_cp are reported in the details).  The kernel configuration (tile, warps, items per block, MMA kind) is a fact
   the C entry point states (the operation's facts hook puts it in ``info["config1d"]`` and
   ``info["config2d"]``); this file never mirrors it.
 - the array library's batched GEMM on CUDA: the copy bandwidth times the fraction cuBLAS
@@ -26,7 +27,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 from .matmul import _predict_library as _library_roofline, normalise as matmul_normalise
 
 __all__ = ["normalise", "matmul_normalise", "COEF", "predict_library", "predict_blocked",
-           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION", "MAX_ORDER"]
+           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION", "KAMI_MEASURED",
+           "MAX_ORDER"]
 
 MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, correctly)
 
@@ -45,20 +47,39 @@ COEF = {
     "cpu_blocked_per_product_s": 15e-9,
     "cpu_thread_min_flops": 1.0e8,
     "cpu_call_s": 4.0e-6,  # our CPU path: validation, casts, one kernel call
-    "cuda_call_s": 9.0e-6,  # our CUDA path on the host (validation, plan, launch)
-    "cuda_library_call_s": 19.0e-6,  # torch.bmm / cupy.matmul at batch 10³ (launch-bound)
-    "kami_bw_fraction": 0.80,  # fraction of the copy bandwidth the kernels' loads reach
-    "kami_mma_efficiency": 0.62,  # KAMI's measured MMA efficiency on Hopper
+    # CUDA, measured on an H100 (benchmarks/batched_gpu.py, 2026-11-26; CUDA events over warm
+    # loops, so host time shows where a call is host-bound)
+    "cuda_call_s": 16.0e-6,  # our path: the per-signature fast path, torch.empty, the launch
+    "cuda_library_call_s": 13.0e-6,  # torch.bmm at batch 10³ (host-bound)
+    "cuda_library_loop_s": 46.0e-6,  # a Python loop of the library's matmul, per product
+    "kami_mma_efficiency": 0.62,  # KAMI's MMA efficiency on Hopper (the cycle model's term)
     "matmul_margin": 1.05,  # matmul takes batched_matmul only where it predicts a 5 % gain
 }
 
 # cuBLAS strided-batched (torch.bmm), batch 10⁴, fraction of the 2.96 TB/s copy bandwidth by
-# order (issue 33's anchors, H100, 2026-11-26).
+# order, measured in the same run as our kernels (H100, 2026-11-26; issue 33's anchors agree
+# within 10-20 % at orders >= 32).
 LIBRARY_BW_FRACTION = {
-    "float64": {16: 0.415, 32: 0.875, 64: 0.973, 128: 1.0, 256: 0.726},
-    "float32": {16: 0.264, 32: 0.554, 64: 0.74, 128: 0.564, 256: 0.378},
-    "float16": {16: 0.115, 32: 0.439, 64: 0.875, 128: 0.953, 256: 0.973},
+    "float64": {16: 0.513, 32: 0.975, 64: 1.0, 128: 0.999, 256: 0.763},
+    "float32": {16: 0.373, 32: 0.726, 64: 0.786, 128: 0.534, 256: 0.38},
+    "float16": {16: 0.145, 32: 0.565, 64: 0.968, 128: 0.968, 256: 0.967},
 }
+
+# Our kernels, same run: the fraction of the copy bandwidth where they are memory-bound (orders
+# up to 64; beyond, the value at 64) and the flop rate where they are compute-bound (order 256),
+# per dtype and arrangement.  2D at orders <= 16 runs a 32 x 32 tile on a 16 x 16 product.
+# float32 is 3xTF32; IEEE mode ("ieee") was not measured: a third of 3xTF32's rate is assumed.
+# Variable sizes (orders uniform in 8..256) ran `variable` times slower than the same flops in
+# uniform stacks: odd sizes defeat the 16-byte loads.
+KAMI_MEASURED = {
+    ("float64", 1): {"rate": 19.4e12, "bw": {16: 0.619, 32: 0.806, 64: 0.841}, "variable": 4.9},
+    ("float64", 2): {"rate": 19.4e12, "bw": {16: 0.365, 32: 0.887, 64: 0.851}, "variable": 4.9},
+    ("float32", 1): {"rate": 25.7e12, "bw": {16: 0.448, 32: 0.695, 64: 0.616}, "variable": 5.8},
+    ("float32", 2): {"rate": 23.3e12, "bw": {16: 0.184, 32: 0.481, 64: 0.5}, "variable": 6.2},
+    ("float16", 1): {"rate": 64.5e12, "bw": {16: 0.283, 32: 0.519, 64: 0.575}, "variable": 11.1},
+    ("float16", 2): {"rate": 71.0e12, "bw": {16: 0.111, 32: 0.334, 64: 0.605}, "variable": 11.0},
+}
+_H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
 
 def _fraction(table, order):
@@ -135,16 +156,18 @@ def predict_library(problem, prof):
         details["terms"] = {"flop": flop, "per-matrix": per, "mem": mem, "call": prof.launch_s}
         return seconds, details
     dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
-    frac = _fraction(LIBRARY_BW_FRACTION.get(dt, LIBRARY_BW_FRACTION["float32"]), info["order"])
+    # cuBLAS's efficiency follows the product's size: the geometric mean of m, n, k (a low-rank
+    # 128 x 16 x 128 product streams like an order-64 one)
+    size = (max(1, info["m"]) * max(1, info["n"]) * max(1, info["k"])) ** (1.0 / 3.0)
+    if info.get("variable"):
+        size = info["order"]
+    frac = _fraction(LIBRARY_BW_FRACTION.get(dt, LIBRARY_BW_FRACTION["float32"]), size)
     nbytes = _bytes(info, problem.dtype, problem.options)
     mem = nbytes / (prof.bandwidth * frac)
     comp = info["flops"] / prof.flops(problem.dtype)
     gpu = max(mem, comp)
-    if info.get("variable"):  # padded to the largest order: the bytes of count max-size products
-        order = info["order"]
-        padded = 3 * info["batch"] * order * order * _ITEMSIZE.get(problem.dtype, 4)
-        gpu = max(padded / (prof.bandwidth * frac),
-                  2.0 * info["batch"] * order ** 3 / prof.flops(problem.dtype))
+    if info.get("variable"):  # a Python loop over the products, one matmul each
+        gpu = max(gpu, info["batch"] * COEF["cuda_library_loop_s"])
     seconds = max(gpu, COEF["cuda_library_call_s"])
     details.update({"bytes": nbytes, "bw_fraction": frac})
     details["terms"] = {"mem": mem, "flop": comp, "host": COEF["cuda_library_call_s"]}
@@ -178,69 +201,68 @@ def predict_blocked(problem, prof):
 _MMA_RATE_KIND = {"dmma-m8n8k4": "fp64", "hmma-m16n8k16": "fp16", "3xtf32-m16n8k8": "tf32"}
 
 
-def _smem_bytes(cfg, s_e):
-    """Shared memory of one block: two buffers a group, each a k-panel of A and B or the C tile
-    (kernels/batched/batched_cuda_kernels.cuh, Cfg::SMEM)."""
-    acc = 8 if s_e == 8 else 4
-    bm, bn, bk = cfg["tile_m"], cfg["tile_n"], cfg["tile_k"]
-    stage = (bm * (bk + 8) + bk * (bn + 8)) * s_e
-    return cfg["items_per_block"] * 2 * max(stage, bm * (bn + 4) * acc)
-
-
-def _smem_per_sm(prof):
-    cc = tuple(prof.cc or (8, 0))
-    return 227 * 1024 if cc >= (9, 0) else 163 * 1024 if cc == (8, 0) else 99 * 1024
+def _rate_scale(prof, kind):
+    """This GPU's tensor-core rate relative to the H100 our kernels were measured on."""
+    rate = prof.tc_ops.get(kind, 0) * prof.units * prof.clock_hz
+    return rate / _H100[kind] if rate else 0.0
 
 
 def predict_kami(dims):
-    """The predictor of the CUDA kernel in the 1D (dims=1) or 2D (dims=2) arrangement."""
+    """The predictor of the CUDA kernel in the 1D (dims=1) or 2D (dims=2) arrangement: the
+    larger of the bytes over the measured fraction of the bandwidth and the flops over the
+    measured rate (KAMI_MEASURED, scaled to this GPU's tensor cores), a tail of one work item's
+    KAMI cycles, and the host floor.  The details carry the item's KAMI cycle breakdown (the
+    closed forms with the tensor cores a block can use capped at min(p, n_tc))."""
 
     def predict(problem, prof):
         info = problem.info
         cfg = info.get(f"config{dims}d")
         if cfg is None:
             return float("inf"), {"why": "no kernel configuration (facts hook absent)"}
+        dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
+        meas = KAMI_MEASURED.get((dt, dims))
+        kind = {"float64": "fp64", "float32": "tf32"}.get(dt, "fp16")
+        scale = _rate_scale(prof, kind)
+        if meas is None or scale == 0.0:
+            return float("inf"), {"why": f"{prof.name} has no {kind} tensor-core rate"}
         s_e = _ITEMSIZE.get(problem.dtype, 4)
         bm, bn, p = cfg["tile_m"], cfg["tile_n"], cfg["warps"]
         m, n, k = info["m"], info["n"], max(info["k"], 1)
         mt, nt = min(bm, m), min(bn, n)
         kstep = {"dmma-m8n8k4": 4, "hmma-m16n8k16": 16}.get(cfg["mma"], 8)
         kp = -(-k // kstep) * kstep
-        tiles = -(-m // bm) * -(-n // bn)
-        items = info["batch"] * tiles
-        n_tc = max(1, prof.n_tc)
-        eff = COEF["kami_mma_efficiency"]
+        rate = meas["rate"] * scale
         if cfg["mma"] == "cuda-cores":
-            sm_rate = 256.0 * eff  # 128 FMA lanes an SM
-            params = None
-        else:
-            try:
-                params = kami_params(prof, problem.dtype)
-            except ValueError:
-                return float("inf"), {"why": f"{prof.name} has no tensor-core rate"}
+            rate /= 3.0  # IEEE float32 on CUDA cores: not measured (see KAMI_MEASURED)
+        block = 0.0
+        try:
+            params = kami_params(prof, problem.dtype)
             if cfg["mma"] == "3xtf32-m16n8k8":
                 params["O_tc"] /= 3.0  # three TF32 products per product
-            params["n_tc"] = min(n_tc, p)  # the tensor cores one block's p warps can use
-            sm_rate = params["O_tc"] * n_tc * eff
-        if params is not None:
-            block = kami(dims if dims in (1, 2) else 1, mt, nt, kp, p, **params).T_all / eff
-        else:
-            block = 2.0 * mt * nt * kp / (min(p, n_tc) * 64.0 * eff)
-        per_sm = max(1, min(_smem_per_sm(prof) // max(1, _smem_bytes(cfg, s_e)),
-                            64 // max(1, p * cfg["items_per_block"])))
-        resident = per_sm * cfg["items_per_block"]  # items an SM holds at once
-        item_rate = min(resident / block, sm_rate / (2.0 * mt * nt * kp))  # items/cycle/SM
-        compute = items / (max(1, prof.units) * item_rate) / prof.clock_hz
+            params["n_tc"] = min(max(1, prof.n_tc), p)  # the tensor cores p warps can use
+            cyc = kami(dims, mt, nt, kp, p, **params)
+            block = cyc.T_all / COEF["kami_mma_efficiency"]
+        except ValueError:
+            cyc = None
+        order = info["order"]
+        frac = _fraction(meas["bw"], min(order, 64))
         nbytes = _bytes(info, problem.dtype, problem.options)
-        mem = nbytes / (prof.bandwidth * COEF["kami_bw_fraction"])
+        mem = nbytes / (prof.bandwidth * frac)
+        compute = info["flops"] / rate
+        if info.get("variable"):
+            compute *= meas["variable"]
         tail = block / prof.clock_hz
         gpu = max(mem, compute) + tail
-        seconds = max(gpu, COEF["cuda_call_s"]) + prof.launch_s
-        return seconds, {"bytes": nbytes, "tile": f"{bm}x{bn}", "warps": p,
-                         "per_block": cfg["items_per_block"], "mma": cfg["mma"],
-                         "block_cycles": block,
-                         "terms": {"mem": mem, "compute": compute, "tail": tail,
-                                   "host": COEF["cuda_call_s"], "launch": prof.launch_s}}
+        seconds = max(gpu, COEF["cuda_call_s"]) 
+        details = {"bytes": nbytes, "tile": f"{bm}x{bn}", "warps": p,
+                   "per_block": cfg["items_per_block"], "mma": cfg["mma"],
+                   "block_cycles": block, "bw_fraction": frac,
+                   "terms": {"mem": mem, "compute": compute, "tail": tail,
+                             "host": COEF["cuda_call_s"]}}
+        if cyc is not None:
+            details["kami"] = {"T_cm": cyc.T_cm, "T_cp": cyc.T_cp, "T_all": cyc.T_all,
+                               "stages": cyc.stages}
+        return seconds, details
 
     predict.__name__ = f"predict_kami{dims}d"
     return predict
