@@ -9,19 +9,25 @@
 // MR rows x NV vectors whose accumulators never leave registers.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <cstring>
 #include <vector>
 
 #include "batched.h"
 #include "cpu_threads.hpp"
 
+#if KL_VEC_BYTES == 64 && defined(__AVX512F__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define KL_BATCHED_MASKS 1  // B's last partial vector by a masked load, not a padded copy
+#endif
+
 namespace kl {
 namespace KL_ISA {
 
-template <class T>
+template <class T, int BYTES = KL_VEC_BYTES>
 struct V {
-  static constexpr int width = KL_VEC_BYTES / int(sizeof(T));
-  typedef T native __attribute__((vector_size(KL_VEC_BYTES)));
+  static constexpr int width = BYTES / int(sizeof(T));
+  typedef T native __attribute__((vector_size(BYTES)));
 };
 
 constexpr int MR = 4;  // rows of the micro-kernel: 4 x 2 vectors = 8 accumulators
@@ -135,11 +141,27 @@ static void product(const Operands &o, T alpha, T beta, Panels<T> &pan) {
 // The direct path (B's rows contiguous, the common layout): no packing.  B's full column blocks
 // are read in place with unaligned vector loads, A's elements broadcast from where they are;
 // only a tail of fewer than NB columns is copied (zero-padded) into the thread's panel.
-template <class T, int NV, int R>
+#ifdef KL_BATCHED_MASKS
+// The first lanes of `mask` from p (the others zero; memory past them is never touched).
+template <class T, int BY>
+static inline typename V<T, BY>::native masked_load(const T *p, unsigned mask) {
+  typedef typename V<T, BY>::native N;
+  if constexpr (std::is_same_v<T, float> && BY == 64)
+    return (N)_mm512_maskz_loadu_ps(__mmask16(mask), p);
+  else if constexpr (std::is_same_v<T, float>)
+    return (N)_mm256_maskz_loadu_ps(__mmask8(mask), p);
+  else if constexpr (BY == 64)
+    return (N)_mm512_maskz_loadu_pd(__mmask8(mask), p);
+  else
+    return (N)_mm256_maskz_loadu_pd(__mmask8(mask), p);
+}
+#endif
+
+template <class T, int BY, int NV, int R, bool MASKED = false>
 __attribute__((always_inline)) static inline void micro_direct(
     const T *__restrict A, int64_t a_cs, const T *__restrict B, int64_t ldb, int64_t k,
-    typename V<T>::native (&acc)[8][NV], int64_t a_rs) {
-  typedef typename V<T>::native N;
+    typename V<T, BY>::native (&acc)[8][NV], int64_t a_rs, unsigned mask = 0) {
+  typedef typename V<T, BY>::native N;
   N c[R][NV];  // local: the accumulators stay in registers
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) c[r][v] = N{};
@@ -147,7 +169,17 @@ __attribute__((always_inline)) static inline void micro_direct(
   for (int r = 0; r < R; ++r) ar[r] = A + r * a_rs;
   for (int64_t kk = 0; kk < k; ++kk) {
     N bv[NV];
+#ifdef KL_BATCHED_MASKS
+    if constexpr (MASKED) {
+      if constexpr (NV > 1) std::memcpy(bv, B + kk * ldb, sizeof(N) * (NV - 1));
+      bv[NV - 1] = masked_load<T, BY>(B + kk * ldb + (NV - 1) * V<T, BY>::width, mask);
+    } else {
+      std::memcpy(bv, B + kk * ldb, sizeof(bv));
+    }
+#else
+    (void)mask;
     std::memcpy(bv, B + kk * ldb, sizeof(bv));
+#endif
     const int64_t ak = kk * a_cs;
     for (int r = 0; r < R; ++r) {
       const T s = ar[r][ak];
@@ -166,12 +198,13 @@ constexpr int rows_for() {
                             : (NV == 1 ? 8 : NV == 2 ? 4 : NV == 3 ? 3 : 2);
 }
 
-// D[:, j0 : j0 + cols] from NV vectors of columns of B (rows ldb apart; cols <= NV * W).
-template <class T, int NV>
+// D[:, j0 : j0 + cols] from NV vectors of BY bytes of columns of B (rows ldb apart; cols <=
+// NV * W).
+template <class T, int BY, int NV, bool MASKED = false>
 static void column_block(const Operands &o, const T *Bb, int64_t ldb, int64_t j0, int cols,
-                         T alpha, T beta) {
-  typedef typename V<T>::native N;
-  constexpr int W = V<T>::width, NB = NV * W, MRD = rows_for<NV>();
+                         T alpha, T beta, unsigned mask = 0) {
+  typedef typename V<T, BY>::native N;
+  constexpr int W = V<T, BY>::width, NB = NV * W, MRD = rows_for<NV>();
   const T *A = static_cast<const T *>(o.a);
   const T *C = static_cast<const T *>(o.c);
   T *D = static_cast<T *>(o.d);
@@ -182,10 +215,10 @@ static void column_block(const Operands &o, const T *Bb, int64_t ldb, int64_t j0
     const T *Ai = A + i0 * o.a_rs;
     switch (rows) {
 #define KL_ROWS(R) \
-  case R: if constexpr (R <= MRD) micro_direct<T, NV, R>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs); break;
+  case R: if constexpr (R <= MRD) micro_direct<T, BY, NV, R, MASKED>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs, mask); break;
       KL_ROWS(8) KL_ROWS(7) KL_ROWS(6) KL_ROWS(5) KL_ROWS(4) KL_ROWS(3) KL_ROWS(2)
 #undef KL_ROWS
-      default: micro_direct<T, NV, 1>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs); break;
+      default: micro_direct<T, BY, NV, 1, MASKED>(Ai, o.a_cs, Bb, ldb, o.k, acc, o.a_rs, mask); break;
     }
     T *Dj = D + i0 * o.d_rs + j0 * o.d_cs;
     if (cols == NB && o.d_cs == 1 && beta == T(0)) {  // straight from the registers
@@ -196,6 +229,26 @@ static void column_block(const Operands &o, const T *Bb, int64_t ldb, int64_t j0
       }
       continue;
     }
+#ifdef KL_BATCHED_MASKS
+    if (MASKED && o.d_cs == 1 && beta == T(0)) {  // the last vector by a masked store
+      for (int r = 0; r < rows; ++r) {
+        N out[NV];
+        for (int v = 0; v < NV; ++v) out[v] = acc[r][v] * alpha;
+        T *dr = Dj + r * o.d_rs;
+        if constexpr (NV > 1) std::memcpy(dr, out, sizeof(N) * (NV - 1));
+        T *last = dr + (NV - 1) * W;
+        if constexpr (std::is_same_v<T, float> && BY == 64)
+          _mm512_mask_storeu_ps(last, __mmask16(mask), (__m512)out[NV - 1]);
+        else if constexpr (std::is_same_v<T, float>)
+          _mm256_mask_storeu_ps(last, __mmask8(mask), (__m256)out[NV - 1]);
+        else if constexpr (BY == 64)
+          _mm512_mask_storeu_pd(last, __mmask8(mask), (__m512d)out[NV - 1]);
+        else
+          _mm256_mask_storeu_pd(last, __mmask8(mask), (__m256d)out[NV - 1]);
+      }
+      continue;
+    }
+#endif
     for (int r = 0; r < rows; ++r) std::memcpy(tile[r], acc[r], sizeof(acc[r]));
     const T *Cj = C ? C + i0 * o.c_rs + j0 * o.c_cs : nullptr;
     for (int r = 0; r < rows; ++r)
@@ -207,31 +260,39 @@ static void column_block(const Operands &o, const T *Bb, int64_t ldb, int64_t j0
   }
 }
 
-template <class T>
+template <class T, int BY, bool MASKED = false>
 static void column_block_n(int nv, const Operands &o, const T *Bb, int64_t ldb, int64_t j0,
-                           int cols, T alpha, T beta) {
+                           int cols, T alpha, T beta, unsigned mask = 0) {
   switch (nv) {
-    case 1: column_block<T, 1>(o, Bb, ldb, j0, cols, alpha, beta); break;
-    case 2: column_block<T, 2>(o, Bb, ldb, j0, cols, alpha, beta); break;
-    case 3: column_block<T, 3>(o, Bb, ldb, j0, cols, alpha, beta); break;
-    default: column_block<T, 4>(o, Bb, ldb, j0, cols, alpha, beta); break;
+    case 1: column_block<T, BY, 1, MASKED>(o, Bb, ldb, j0, cols, alpha, beta, mask); break;
+    case 2: column_block<T, BY, 2, MASKED>(o, Bb, ldb, j0, cols, alpha, beta, mask); break;
+    case 3: column_block<T, BY, 3, MASKED>(o, Bb, ldb, j0, cols, alpha, beta, mask); break;
+    default: column_block<T, BY, 4, MASKED>(o, Bb, ldb, j0, cols, alpha, beta, mask); break;
   }
 }
 
-template <class T>
+template <class T, int BY>
 static void product_direct(const Operands &o, T alpha, T beta, Panels<T> &pan) {
-  constexpr int W = V<T>::width;
+  constexpr int W = V<T, BY>::width;
   const T *B = static_cast<const T *>(o.b);
   const int64_t n = o.n, k = o.k;
   int64_t j = 0;
-  for (; n - j >= 4 * W; j += 4 * W) column_block<T, 4>(o, B + j, o.b_rs, j, 4 * W, alpha, beta);
+  for (; n - j >= 4 * W; j += 4 * W) column_block<T, BY, 4>(o, B + j, o.b_rs, j, 4 * W, alpha, beta);
   const int64_t rest = n - j;
   if (rest == 0) return;
   const int full = int(rest / W), tail = int(rest % W);
   if (tail == 0) {
-    column_block_n<T>(full, o, B + j, o.b_rs, j, int(rest), alpha, beta);
+    column_block_n<T, BY>(full, o, B + j, o.b_rs, j, int(rest), alpha, beta);
     return;
   }
+#ifdef KL_BATCHED_MASKS
+  // the last vector by masked loads, in place
+  column_block_n<T, BY, true>(full + 1, o, B + j, o.b_rs, j, int(rest), alpha, beta,
+                              (1u << tail) - 1u);
+  (void)pan;
+  (void)k;
+  return;
+#endif
   // the last columns, zero-padded to whole vectors, in the thread's panel
   const int nb = (full + 1) * W;
   if (int64_t(pan.bp.size()) < k * nb) pan.bp.resize(size_t(k * nb));
@@ -242,7 +303,7 @@ static void product_direct(const Operands &o, T alpha, T beta, Panels<T> &pan) {
     for (int64_t c = 0; c < rest; ++c) dst[c] = src[c];
     for (int64_t c = rest; c < nb; ++c) dst[c] = T(0);
   }
-  column_block_n<T>(full + 1, o, tp, nb, j, int(rest), alpha, beta);
+  column_block_n<T, BY>(full + 1, o, tp, nb, j, int(rest), alpha, beta);
 }
 
 // Tiny square products (m = n = k <= 4): sizes known at compile time, fully unrolled, no
@@ -296,7 +357,16 @@ static void run_one(const Operands &o, T alpha, T beta, Panels<T> &pan) {
   }
   if (o.m <= 4 && run_tiny<T>(o, alpha, beta)) return;
   if (o.b_cs == 1) {
-    product_direct<T>(o, alpha, beta, pan);
+#if KL_VEC_BYTES == 64
+    // half-width vectors for short rows (float32 orders <= 8, float64 <= 7: measured, 512-bit
+    // masked rows of 5-7 doubles ran 2-3x slower than two 256-bit vectors)
+    constexpr int H = V<T>::width / 2;
+    if (o.n <= (sizeof(T) == 8 ? 2 * H - 1 : H)) {
+      product_direct<T, 32>(o, alpha, beta, pan);
+      return;
+    }
+#endif
+    product_direct<T, KL_VEC_BYTES>(o, alpha, beta, pan);
   } else if (o.n <= V<T>::width) {
     product<T, 1>(o, alpha, beta, pan);
   } else {
