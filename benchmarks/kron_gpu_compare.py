@@ -376,7 +376,8 @@ def main(argv=None):
 
         float32_precision(args.fp32)
     if args.kind != "auto" or args.tile_q:
-        kron_cuda = kronlinalg.testing.extension("kron_cuda")
+        from kronlinalg.testing import extension
+        kron_cuda = extension("kron_cuda")
 
         kron_cuda.tune(tile_q=args.tile_q, kind={"auto": -1, "ffma": 0, "tc": 1}[args.kind])
     if args.smoke or args.smoke_light:
@@ -386,7 +387,8 @@ def main(argv=None):
     args.reps = max(args.reps, 10) if not args.sweep else args.reps
 
     import kronlinalg as kl
-    kron_cuda = kronlinalg.testing.extension("kron_cuda")
+    from kronlinalg.testing import extension
+    kron_cuda = extension("kron_cuda")
     from kronlinalg.kron import float32_precision
 
     if kron_cuda is None:

@@ -6,7 +6,8 @@ x @ kron with 16-byte aligned x and y; needs a GPU.  For a person reading where 
 import argparse
 import json
 
-kron_cuda = kronlinalg.testing.extension("kron_cuda")
+from kronlinalg.testing import extension
+kron_cuda = extension("kron_cuda")
 
 
 def plan_text(m, p, n, dtype):

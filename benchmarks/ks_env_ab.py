@@ -31,7 +31,8 @@ def main():
     import torch
 
     from kronlinalg import structured
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     ks = load_cases(CASES)
     B = ks["batch"]

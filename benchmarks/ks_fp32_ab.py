@@ -5,7 +5,8 @@ import os
 import cupy as cp
 import numpy as np
 
-ks_cuda = kronlinalg.testing.extension("structured_cuda")
+from kronlinalg.testing import extension
+ks_cuda = extension("structured_cuda")
 
 B = 25088
 pats = [(1, 768, 768, 1), (1, 512, 512, 8), (1, 192, 48, 6), (1, 128, 128, 4), (4, 512, 512, 4),

@@ -21,7 +21,8 @@ PATTERNS = [(1, 1024, 256, 4), (1, 512, 128, 8), (1, 256, 256, 6), (1, 192, 192,
 def main(B=25088):
     import cupy as cp
 
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     timeit = _gpu_timer(cp, reps=10)
     stream = cp.cuda.get_current_stream().ptr

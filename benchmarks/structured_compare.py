@@ -222,7 +222,8 @@ def run_gpu(args, ks):
 
     import kronlinalg
     from kronlinalg import structured
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
     from kronlinalg.planner import profile_for
 
     if ks_cuda is None:
@@ -544,7 +545,8 @@ def run_smoke(args):
     import cupy as cp
 
     from kronlinalg import structured
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     rng = np.random.default_rng(args.seed)
     codes = {"float32": 0, "float16": 2, "bfloat16": 3}

@@ -14,7 +14,8 @@ import pytest
 
 import kronlinalg
 from _helpers import kron_matmul_ref
-kron_cpu = kronlinalg.testing.extension("kron_cpu")
+from kronlinalg.testing import extension
+kron_cpu = extension("kron_cpu")
 
 KERNEL_DTYPE = {"float32": 0, "float64": 1}
 RTOL = {"float32": 2e-5, "float64": 1e-12}

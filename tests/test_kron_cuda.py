@@ -38,7 +38,8 @@ def _need(gxp, dtype):
 
 
 def _kron_cuda():
-    kron_cuda = kronlinalg.testing.extension("kron_cuda")
+    from kronlinalg.testing import extension
+    kron_cuda = extension("kron_cuda")
 
     if kron_cuda is None:
         pytest.skip("built without CUDA")

@@ -283,7 +283,8 @@ def test_cuda_dense_slabs_copy(rng, dtype):
     cp = pytest.importorskip("cupy")
     if cp.cuda.runtime.getDeviceCount() == 0:
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     code = {"float32": 0, "float64": 1, "float16": 2}[dtype]
     stream = cp.cuda.get_current_stream().ptr
@@ -485,7 +486,8 @@ def test_cuda_planar_copies(rng, dtype):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     tdt = getattr(torch, dtype)
     code = {"float16": 2, "float32": 0, "float64": 1}[dtype]
@@ -538,7 +540,8 @@ def test_torch_autograd_flows_through_the_library(rng):
 
 
 def _poisoned_cpu(pattern, batch, layout, dtype, rng):
-    ks_cpu = kronlinalg.testing.extension("structured_cpu")
+    from kronlinalg.testing import extension
+    ks_cpu = extension("structured_cpu")
 
     a, b, c, d = pattern
     v = rng.standard_normal(pattern).astype(dtype)
@@ -566,7 +569,8 @@ def test_cpu_kernel_writes_every_output(rng, layout, dtype):
 
 
 def test_cpu_kernel_rejects_bad_descriptions():
-    ks_cpu = kronlinalg.testing.extension("structured_cpu")
+    from kronlinalg.testing import extension
+    ks_cpu = extension("structured_cpu")
 
     x = np.ones((4, 6), dtype=np.float32)
     y = np.empty((4, 6), dtype=np.float32)
@@ -589,7 +593,8 @@ def test_cuda_kernel_writes_every_output(rng, layout, dtype):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     if ks_cuda is None:
         pytest.fail("a CUDA device is present but kronlinalg was built without CUDA")
@@ -786,7 +791,8 @@ def test_cuda_float32_tiles_for_every_d(rng, layout):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     for pattern, batch, pad in [((1, 96, 48, 3), 130, 0), ((2, 40, 24, 3), 67, 3),
                                 ((1, 64, 48, 6), 129, 0), ((3, 33, 20, 6), 70, 1),
@@ -843,7 +849,8 @@ def test_cuda_pipelined_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, w
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
@@ -899,7 +906,8 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     if wgmma == "off":
         monkeypatch.setenv("KRONLINALG_KS_WGMMA", "0")
@@ -947,7 +955,8 @@ def _half_batch_first_error(rng, pattern, batch, pad, dtype):
     pad // 8 * 8 elements, y rows by pad, y prefilled with NaN) against a float64 reference,
     after checking that y's padding stayed untouched and every output was written."""
     import torch
-    ks_cuda = kronlinalg.testing.extension("structured_cuda")
+    from kronlinalg.testing import extension
+    ks_cuda = extension("structured_cuda")
 
     tdt = getattr(torch, dtype)
     a, b, c, d = pattern

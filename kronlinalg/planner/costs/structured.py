@@ -310,11 +310,9 @@ def strided_all_fit(patterns, layout, rows) -> bool:
 
 
 def strided_applies(info) -> bool:
-    """The shapes the strided algorithm runs and pays on: every factor's GEMMs of 32-bit sizes,
-    some factor where it saves bmm's permutes (the build and device are the operation's to
-    check)."""
-    return (strided_all_fit(info["patterns"], info["layout"], info["B"])
-            and any(strided_pays(p, info["layout"]) for p in info["patterns"]))
+    """The shapes the strided algorithm runs: every factor's GEMMs of 32-bit sizes (the build
+    and device are the operation's to check; where it pays is the predictor's)."""
+    return strided_all_fit(info["patterns"], info["layout"], info["B"])
 
 
 def block_dense_pays(p) -> bool:
@@ -324,10 +322,20 @@ def block_dense_pays(p) -> bool:
 
 
 def block_dense_applies(info) -> bool:
-    """Some factor where block_dense pays, every dense block product a GEMM of 32-bit sizes."""
-    return (any(block_dense_pays(p) for p in info["patterns"])
-            and all(strided_fits(dense_slabs(p), info["layout"], info["B"], *strided_lds(p, info))
-                    for p in info["patterns"]))
+    """Every dense block product a GEMM of 32-bit sizes (where it pays is the predictor's)."""
+    return all(strided_fits(dense_slabs(p), info["layout"], info["B"], *strided_lds(p, info))
+               for p in info["patterns"])
+
+
+def _pays(name, info) -> bool:
+    """Whether a cuBLAS algorithm can beat the others at all: strided where some factor saves
+    bmm's permutes, block_dense where some factor's dense blocks are fewer flops than dense's.
+    Elsewhere it runs when forced but is never the planner's pick."""
+    if name == "strided":
+        return any(strided_pays(p, info["layout"]) for p in info["patterns"])
+    if name == "block_dense":
+        return any(block_dense_pays(p) for p in info["patterns"])
+    return True
 
 
 def strided_lds(p, info) -> tuple:
@@ -371,7 +379,10 @@ def predictor(name, kind):
         t = FAMILIES[name](problem.info, _ITEMSIZE.get(problem.dtype, 4), prof, problem.dtype)
         coef = coefficients(name, kind, problem.dtype, problem.info["layout"], prof)
         weighted = {k: coef.get(k, 1.0) * v for k, v in t.items()}
-        return sum(weighted.values()), {"terms": {k: v for k, v in weighted.items() if v}}
+        details = {"terms": {k: v for k, v in weighted.items() if v}}
+        if not _pays(name, problem.info):
+            return math.inf, {"pays": False, **details}
+        return sum(weighted.values()), details
 
     predict.__name__ = "predict_" + family.replace("/", "_")
     return predict
