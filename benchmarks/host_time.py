@@ -4,8 +4,9 @@ kron_matmul and structured_matmul on tiny problems (host-bound: the kernels run 
 
     python benchmarks/host_time.py [--device cpu|cuda] [--out DIR]
 
-Each row: the median over 7 rounds of the mean of back-to-back calls (CUDA: no synchronisation
-inside a round, a synchronisation after it: what a caller's loop sees).
+Each row: the median over 9 rounds of the mean host time of 300 back-to-back calls (CUDA: the
+device idle at the start of a round, no synchronisation inside it: the time the caller's
+thread spends in the call, not the kernels').
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ import time
 import numpy as np
 
 
-def per_call_us(fn, sync, n=2000, rounds=7):
+def per_call_us(fn, sync, n=300, rounds=9):
+    """Host time per call: n calls back to back (fewer launches than a GPU's queue holds, so
+    the host never waits for the device), timed without synchronising; the median of rounds,
+    each started on an idle device."""
     for _ in range(50):
         fn()
-    sync()
     out = []
     for _ in range(rounds):
+        sync()
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
-        sync()
         out.append((time.perf_counter() - t0) / n * 1e6)
+    sync()
     return float(np.median(out))
 
 

@@ -387,6 +387,11 @@ def _run_cuda(call: _KronCall):
 
 
 def _cuda_replayer(layout_key, out_shape, transposed, cdt):
+    # the scratch of small problems, kept per stream: calls on one stream run in its order, so
+    # the next call's kernels reuse the buffers only after this call's are done (allocating
+    # them costs a repeated tiny product as much host time as its launches)
+    scratch_by_stream = {}
+
     def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
         entry = kron_cuda.layout(layout_key)
         if entry is None:  # kron_cuda.tune() dropped the packed layouts: the full path
@@ -394,25 +399,36 @@ def _cuda_replayer(layout_key, out_shape, transposed, cdt):
         with backend.cuda_device_scope(x):
             out = _allocate(lambda shape: backend.empty_like_lib(x, shape, cdt), out_shape,
                             transposed)
-            _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt)
+            _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt, scratch_by_stream)
         return out
 
     return replay
 
 
-def _launch_cuda(entry, x, fs, out, alpha, beta, cdt):
+_KEEP_SCRATCH_BYTES = 1 << 22  # scratch kept between calls up to this size (per stream)
+
+
+def _launch_cuda(entry, x, fs, out, alpha, beta, cdt, kept=None):
     """Enqueue a packed layout (kron_cuda.prepare) on these arrays, on the library's stream;
-    the caller has made x's device current."""
+    the caller has made x's device current.  kept: {(stream, alignment): scratch} of a
+    replayer, for small scratch."""
     packed, aligned, unaligned, _ = entry
     ptr = backend.address_getter(x)
     xp, op = ptr(x), ptr(out)
-    n, nbuf = aligned if (xp | op) % 16 == 0 else unaligned
-    # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
-    # (held until enqueued; freed blocks are reused only by later work on this stream)
-    scratch = [backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
-    sp = [ptr(a) for a in scratch] + [0, 0]
+    is_aligned = (xp | op) % 16 == 0
+    n, nbuf = aligned if is_aligned else unaligned
+    stream = backend.cuda_stream(x)
+    scratch = None if kept is None else kept.get((stream, is_aligned))
+    if scratch is None:
+        # scratch comes from the library's pool (CuPy / torch caching allocator), stream-ordered
+        # (held until enqueued; freed blocks are reused only by later work on this stream)
+        scratch = [backend.empty_like_lib(x, (n,), cdt) for _ in range(nbuf)]
+        scratch = [ptr(a) for a in scratch] + [0, 0], scratch
+        if kept is not None and n * nbuf * dtypes.ITEMSIZE[cdt] <= _KEEP_SCRATCH_BYTES:
+            kept[(stream, is_aligned)] = scratch
+    sp = scratch[0]
     kron_cuda.launch(packed, [ptr(f) for f in fs], xp, op, alpha, beta,
-                     _CODE[cdt], sp[0], sp[1], n, backend.cuda_stream(x))
+                     _CODE[cdt], sp[0], sp[1], n, stream)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -227,13 +227,19 @@ def synchronize(a) -> None:
     _torch().cuda.current_stream(a.device).synchronize()
 
 
+_NO_SWITCH = contextlib.nullcontext()
+
+
 def cuda_device_scope(a):
-    """Context manager that makes a's GPU current while we launch."""
+    """Context manager that makes a's GPU current while we launch (nothing to do, the usual
+    case, when it already is)."""
     if is_cupy(a):
+        if a.data.device_id == _cupy().cuda.runtime.getDevice():
+            return _NO_SWITCH
         return a.device
     torch = _torch()
     if torch.cuda.current_device() == a.get_device():  # the usual case: nothing to switch
-        return contextlib.nullcontext()
+        return _NO_SWITCH
     return torch.cuda.device(a.device)
 
 
