@@ -204,6 +204,13 @@ inline void cp_async_16(void *dst, const void *src, bool valid) {
   else
     std::memset(dst, 0, 16);
 }
+template <int BYTES>
+inline void cp_async_elem(void *dst, const void *src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, BYTES);
+  else
+    std::memset(dst, 0, BYTES);
+}
 inline void cp_async_commit() {}
 template <int N>
 inline void cp_async_wait() {}
@@ -348,6 +355,8 @@ static void suite(const char *name, double tol) {
     check_uniform<T, MMA>(name, shape, 3, t - 3, t + 5, 2 * t + 3, true, false, 0.5, true, tol);
     check_uniform<T, MMA>(name, shape, 2, 2 * t + 1, t - 1, 7, false, true, 1.0, false, tol);
     check_uniform<T, MMA>(name, shape, 2, 1, 1, 1, true, true, 0.0, false, tol);
+    check_uniform<T, MMA>(name, shape, 3, t + 1, t + 3, 9, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, shape, 3, t + 1, t + 3, 9, true, true, 0.0, false, tol);
     check_variable<T, MMA>(name, shape, tol);
   }
 }

@@ -121,14 +121,17 @@ __device__ __forceinline__ void group_sync(int grp) {
   }
 }
 
-// dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C.  Rows
-// of 16-byte aligned contiguous elements go by cp.async (asynchronous: the caller commits and
-// waits); other layouts by element loads in the order the operand is contiguous.
+// dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C, all by
+// cp.async where the layout allows (asynchronous: the caller commits and waits): 16-byte copies
+// for rows of aligned contiguous elements, else one copy per element (4- and 8-byte types) or
+// per pair (2-byte types with contiguous, 4-byte aligned pairs), in the order the operand is
+// contiguous; element loads otherwise (2-byte types at odd offsets).
 template <class T, int R, int C, int GT, int DP>
 __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict src, int64_t rs,
                                           int64_t cs, int rv, int cv, int gtid) {
   constexpr int VEC = 16 / int(sizeof(T));
-  if (cs == 1 && cv % VEC == 0 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(src);
+  if (cs == 1 && cv % VEC == 0 && rs % VEC == 0 && (addr & 15) == 0) {
     constexpr int CV = C / VEC;
 #pragma unroll 1  // asynchronous copies: nothing to gain from unrolling, registers to lose
     for (int i = gtid; i < R * CV; i += GT) {
@@ -137,6 +140,37 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
         kl::cu::cp_async_16(dst + r * DP + c, src + r * rs + c, true);
       else
         *reinterpret_cast<uint4 *>(dst + r * DP + c) = make_uint4(0, 0, 0, 0);
+    }
+  } else if constexpr (sizeof(T) >= 4) {
+    constexpr int B = int(sizeof(T));
+    if (rs == 1 && cs != 1) {  // contiguous down the columns (a transposed operand): r fastest
+#pragma unroll 2
+      for (int i = gtid; i < R * C; i += GT) {
+        const int c = i / R, r = i - c * R;
+        if (r < rv && c < cv)
+          kl::cu::cp_async_elem<B>(dst + r * DP + c, src + r + c * cs, true);
+        else
+          dst[r * DP + c] = T(0.0f);
+      }
+    } else {
+#pragma unroll 2
+      for (int i = gtid; i < R * C; i += GT) {
+        const int r = i / C, c = i - r * C;
+        if (r < rv && c < cv)
+          kl::cu::cp_async_elem<B>(dst + r * DP + c, src + r * rs + c * cs, true);
+        else
+          dst[r * DP + c] = T(0.0f);
+      }
+    }
+  } else if (cs == 1 && cv % 2 == 0 && rs % 2 == 0 && (addr & 3) == 0) {  // 2-byte pairs
+    constexpr int CP = C / 2;
+#pragma unroll 2
+    for (int i = gtid; i < R * CP; i += GT) {
+      const int r = i / CP, c = (i - r * CP) * 2;
+      if (r < rv && c < cv)
+        kl::cu::cp_async_elem<4>(dst + r * DP + c, src + r * rs + c, true);
+      else
+        *reinterpret_cast<uint32_t *>(dst + r * DP + c) = 0u;
     }
   } else if (rs == 1) {  // contiguous down the columns (a transposed operand): r fastest
 #pragma unroll 4
