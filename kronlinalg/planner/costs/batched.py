@@ -37,14 +37,14 @@ MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, c
 COEF = {
     # CPU, as ratios to the profile's per-core GEMM rate (gemm_flops / units), so they carry to
     # another machine: NumPy's matmul makes one BLAS call per matrix of a stack, at an
-    # efficiency of n / (n + 12) of a large GEMM's (fit on orders 2..128) plus ~60 ns a call;
-    # our micro-kernel runs 1.35x (float64) / 1.1x (float32) that per-core rate at n / (n + 6),
-    # ~15 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
-    "cpu_numpy_per_matrix_s": 60e-9,
+    # efficiency of n / (n + 12) of a large GEMM's (fit on orders 2..128) plus ~40 ns a call;
+    # our micro-kernel runs 1.5x (float64) / 1.25x (float32) that per-core rate at n / (n + 6),
+    # ~10 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
+    "cpu_numpy_per_matrix_s": 40e-9,
     "cpu_numpy_half_order": 12.0,
-    "cpu_blocked_ratio": {"float64": 1.35, "float32": 1.1},
+    "cpu_blocked_ratio": {"float64": 1.5, "float32": 1.25},
     "cpu_blocked_half_order": 6.0,
-    "cpu_blocked_per_product_s": 15e-9,
+    "cpu_blocked_per_product_s": 10e-9,
     "cpu_thread_min_flops": 1.0e8,
     "cpu_call_s": 4.0e-6,  # our CPU path: validation, casts, one kernel call
     # CUDA, measured on an H100 (benchmarks/batched_gpu.py, 2026-11-26; CUDA events over warm
@@ -183,6 +183,8 @@ def predict_blocked(problem, prof):
     cores = max(1, prof.units) if info["flops"] >= COEF["cpu_thread_min_flops"] else 1
     order = max(1, min(info["m"], info["n"], info["k"]))
     ratio = COEF["cpu_blocked_ratio"].get(problem.dtype, 1.0)
+    if order >= 128:  # no cache blocking over k: BLAS's own kernels from here on
+        ratio = 0.9
     per_core = prof.flops(problem.dtype) / max(1, prof.units)
     rate = per_core * ratio * order / (order + COEF["cpu_blocked_half_order"]) * cores
     flop = info["flops"] / rate
