@@ -413,3 +413,47 @@ def test_cuda_kernels_emulated(tmp_path):
     res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 failures" in res.stdout
+
+
+def test_matmul_registration_point():
+    """Another algorithm offers itself to matmul through register_matmul_candidate (what the
+    Strassen helper's matmul_candidate() needs); it applies only where its predicate says so."""
+    from kronlinalg import planner
+    from kronlinalg.matmul import MATMUL, register_matmul_candidate
+
+    def run(a, b, /):
+        return np.matmul(a, b) * 1.0
+
+    cand = planner.Candidate("probe_candidate", lambda problem, prof: 1e-12,
+                             devices=("cpu",), applies=lambda p: bool(p.options.get("probe")),
+                             run=run, doc="test probe")
+    register_matmul_candidate(cand)
+    assert "probe_candidate" in MATMUL.names
+    names = [ch.name for ch in kronlinalg.plan("matmul", (8, 8), (8, 8), probe=True)]
+    assert names[0] == "probe_candidate"
+    assert "probe_candidate" not in [ch.name for ch in kronlinalg.plan("matmul", (8, 8), (8, 8))]
+    a = np.arange(64.0).reshape(8, 8)
+    with pytest.raises(ValueError, match="^algorithm: "):  # forced where it does not apply
+        MATMUL(a, a, algorithm="probe_candidate")
+    np.testing.assert_array_equal(MATMUL(a, a, algorithm="library"), a @ a)
+
+
+def test_fast_path_and_float32_mode(rng):
+    from kronlinalg.batched import BATCHED, float32_precision
+
+    a = rng.standard_normal((50, 8, 8))
+    b = rng.standard_normal((50, 8, 8))
+    first = batched_matmul(a, b, alpha=2.0)
+    again = batched_matmul(a, b, alpha=2.0)  # replayed: same signature, no validation
+    assert len(BATCHED.cached_signatures()) >= 1
+    np.testing.assert_allclose(again, 2.0 * (a @ b), rtol=1e-12)
+    np.testing.assert_array_equal(first, again)
+    # a different alpha with the same signature still computes with that alpha
+    np.testing.assert_allclose(batched_matmul(a, b, alpha=-1.0), -(a @ b), rtol=1e-12)
+    prev = float32_precision()
+    assert prev in ("tf32x3", "ieee")
+    assert float32_precision("ieee") == prev
+    assert float32_precision() == "ieee"
+    float32_precision(prev)
+    with pytest.raises(ValueError, match="^precision: "):
+        float32_precision("tf32")
