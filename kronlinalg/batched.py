@@ -19,6 +19,7 @@ planner (planner/costs/batched.py) picks; ``algorithm=`` forces one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -61,7 +62,6 @@ class _Call(Call):
     k: int = 0
     batch: tuple = ()  # stack: the broadcast batch shape
     result: str = "float64"  # the result dtype
-    squeeze: tuple = ()  # matmul: axes added for 1-D operands, removed from the result
     sizes: object = None  # packed: the size table (host or device)
     out_size: int | None = None
     max_order: int = costs.MAX_ORDER
@@ -105,7 +105,7 @@ def _prepare(a, b, /, *, c=None, alpha=1.0, beta=0.0, sizes=None, out_size=None)
     return call
 
 
-def _stack_call(xp, a, b, c, alpha, beta, result, squeeze=()):
+def _stack_call(xp, a, b, c, alpha, beta, result):
     (m, k), (k2, n) = tuple(a.shape[-2:]), tuple(b.shape[-2:])
     if k != k2:
         raise ValueError(f"b: its rows ({k2}) must equal a's columns ({k}); shapes "
@@ -126,7 +126,7 @@ def _stack_call(xp, a, b, c, alpha, beta, result, squeeze=()):
                              f"{out_shape}")
     empty = math.prod(out_shape) == 0 or k == 0
     return _Call(xp, a, (a, b) + ((c,) if c is not None else ()), empty, "stack", a, b,
-                 c if beta != 0.0 else None, alpha, beta, m, n, k, batch, result, squeeze)
+                 c if beta != 0.0 else None, alpha, beta, m, n, k, batch, result)
 
 
 def _prepare_list(a, b, c, alpha, beta):
@@ -173,7 +173,7 @@ def _prepare_packed(a, b, c, alpha, beta, sizes, out_size):
             raise ValueError(f"{name}: the packed form takes 1-D buffers, got shape "
                              f"{tuple(v.shape)}")
     try:
-        sxp = array_api_compat.array_namespace(sizes)
+        array_api_compat.array_namespace(sizes)
     except TypeError:
         raise TypeError(f"sizes: expected an integer array, got {type(sizes).__name__}") from None
     if "int" not in backend.dtype_name(sizes.dtype):
@@ -195,7 +195,6 @@ def _prepare_packed(a, b, c, alpha, beta, sizes, out_size):
     call.sizes, call.out_size = sizes, out_size
     if not backend.on_cuda(sizes):  # host sizes: checked here, with errors naming them
         _host_table_check(np.asarray(backend.to_numpy(sizes), dtype=np.int64), a, b, c, out_size)
-    del sxp
     return call
 
 
@@ -270,7 +269,7 @@ def _empty(call):
                    device=_device(call.lead))
     if call.c is not None:
         out = out + call.beta * xp.astype(call.c, out.dtype)
-    return _squeeze(call, out)
+    return out
 
 
 def _empty_one(call, i):
@@ -284,12 +283,6 @@ def _device(a):
     return array_api_compat.device(a)
 
 
-def _squeeze(call, out):
-    for ax in call.squeeze:
-        out = call.xp.squeeze(out, axis=ax)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # the library's matmul (the fallback, the reference and the gradient path)
 
@@ -301,8 +294,7 @@ def _cast(xp, a, name):
 def _library(call):
     xp = call.xp
     if call.form == "stack":
-        out = _library_one(xp, call.a, call.b, call.c, call)
-        return _squeeze(call, out)
+        return _library_one(xp, call.a, call.b, call.c, call)
     if call.form == "list":
         cs = call.c if call.c is not None else [None] * len(call.a)
         return [_library_one(xp, a, b, c, call) for a, b, c in zip(call.a, call.b, cs)]
@@ -419,8 +411,7 @@ def _run_cpu(call):
     shape, (ad, bd, cd, od) = desc
     batched_cpu.matmul(call.m, call.n, call.k, shape, ad, bd, cd, od, call.alpha, call.beta,
                        KERNEL_CODE[cdt])
-    res = _cast(xp, backend.from_host(call.lead, xp, out), call.result)
-    return _squeeze(call, res)
+    return _cast(xp, backend.from_host(call.lead, xp, out), call.result)
 
 
 def _need_cuda():
@@ -447,7 +438,7 @@ def _run_cuda(call, algo):
         shape, (ad, bd, cd, od) = desc
         batched_cuda.matmul(call.m, call.n, call.k, shape, ad, bd, cd, od, call.alpha,
                             call.beta, KERNEL_CODE[cdt], _ALGO_CODE[algo], backend.cuda_stream(a))
-    return _squeeze(call, out)
+    return out
 
 
 def _replay(call, algo):
@@ -460,42 +451,28 @@ def _replay(call, algo):
             or backend.dtype_name(call.b.dtype) != call.result):
         return out, None
     view = backend.device_view if cuda else backend.host_view
-    probe = out if not call.squeeze else None
-    if probe is None:
-        return out, None  # matmul's 1-D forms keep the full path
-    desc = _describe(call, [view(call.a), view(call.b), None], view(probe))
+    desc = _describe(call, [view(call.a), view(call.b), None], view(out))
     if desc is None:
         return out, None
     shape, (ad, bd, cd, od) = desc
     strides = [(d[1], d[2], d[3]) for d in (ad, bd, cd, od)]
     m, n, k, code, out_shape = call.m, call.n, call.k, KERNEL_CODE[call.result], tuple(out.shape)
-    if cuda:
-        algo_code = _ALGO_CODE[algo]
-        addr = backend.address_getter(call.a)
+    if not cuda and type(call.a) is not np.ndarray:
+        return out, None
+    addr = backend.address_getter(call.a) if cuda else backend.host_address
+    ext = batched_cuda if cuda else batched_cpu
 
-        def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-            if (c is not None or beta != 0 or type(alpha) not in (float, int)
-                    or any(v is not None for v in rest.values())):
-                return None
-            with backend.cuda_device_scope(a):
-                o = backend.empty_like_lib(a, out_shape, call.result)
-                batched_cuda.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
-                                    (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0,
-                                    code, algo_code, backend.cuda_stream(a))
-            return o
-    else:
-        if type(call.a) is not np.ndarray:
-            return out, None
-        haddr = backend.host_address
-
-        def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-            if (c is not None or beta != 0 or type(alpha) not in (float, int)
-                    or any(v is not None for v in rest.values())):
-                return None
-            o = np.empty(out_shape, dtype=call.result)
-            batched_cpu.matmul(m, n, k, shape, (haddr(a),) + strides[0], (haddr(b),) + strides[1],
-                               (0,) + strides[2], (haddr(o),) + strides[3], float(alpha), 0.0, code)
-            return o
+    def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
+        if (c is not None or beta != 0 or type(alpha) not in (float, int)
+                or any(v is not None for v in rest.values())):
+            return None
+        with backend.cuda_device_scope(a) if cuda else contextlib.nullcontext():
+            o = backend.empty_like_lib(a, out_shape, call.result) if cuda else \
+                np.empty(out_shape, dtype=call.result)
+            launch = (_ALGO_CODE[algo], backend.cuda_stream(a)) if cuda else ()
+            ext.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
+                       (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code, *launch)
+        return o
     return out, replayer
 
 
@@ -671,7 +648,7 @@ BATCHED = Operation(
 def _replay_library(call):
     """The library's matmul, and (plain stacks of one dtype) a replayer that calls it directly."""
     out = _library(call)
-    if (call.form != "stack" or call.c is not None or call.squeeze
+    if (call.form != "stack" or call.c is not None
             or backend.dtype_name(call.a.dtype) != call.result
             or backend.dtype_name(call.b.dtype) != call.result or call.result != _compute(call)):
         return out, None
