@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .batched import batched_matmul, float32_precision
@@ -129,8 +131,10 @@ def _signature(arrays, options, algorithm):
 
 
 def _replay_library(call):
-    matmul = call.xp.matmul
-    return matmul(call.a, call.b), (lambda a, b, /: matmul(a, b))
+    # NumPy arrays: np.matmul itself (the compat wrapper adds ~0.2 us to a ~1 us call)
+    numpy = type(call.a) is np.ndarray and type(call.b) is np.ndarray
+    matmul = np.matmul if numpy else call.xp.matmul
+    return matmul(call.a, call.b), matmul
 
 
 def _replay_batched(algorithm):
