@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -46,6 +47,7 @@ struct Dim {
 };
 thread_local Dim threadIdx, blockIdx;
 static Dim gridDim;
+static bool g_rn = std::getenv("KL_EMULATE_RN") != nullptr;
 
 alignas(16) static unsigned char g_smem[100 * 1024];
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
@@ -190,9 +192,13 @@ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   auto B = [&](int k, int n) { return tf32_value(ub[w][n * 4 + k % 4][k >= 4 ? 1 : 0]); };
   const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
   for (int e = 0; e < 4; ++e) {
-    float s = c[e];
-    for (int k = 0; k < 8; ++k) s += A(rows[e], k) * B(k, cols[e]);
-    c[e] = s;
+    // exact products, one rounding of (c + their sum) toward zero per instruction: the tensor
+    // cores' truncating accumulation (Fasi et al. 2021); KL_EMULATE_RN set: to nearest
+    double s = c[e];
+    for (int k = 0; k < 8; ++k) s += double(A(rows[e], k)) * double(B(k, cols[e]));
+    float r = float(s);
+    if (!g_rn && std::fabs(double(r)) > std::fabs(s)) r = std::nextafter(r, 0.0f);
+    c[e] = r;
   }
   warp_sync();
 }

@@ -323,10 +323,16 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
         for (int mi = 0; mi < K::MI; ++mi)
 #pragma unroll
           for (int ni = 0; ni < K::NI; ++ni)
-            if (mi < mi_n && ni < ni_n) {  // small terms first
-              kl::cu::mma_tf32(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
-              kl::cu::mma_tf32(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
-              kl::cu::mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+            if (mi < mi_n && ni < ni_n) {
+              // the three products of one k-step into a fresh fragment (small terms first),
+              // then one IEEE add: the tensor cores round their accumulation toward zero, so
+              // chaining every step into acc would truncate at the magnitude of the whole sum
+              float p[4] = {0.f, 0.f, 0.f, 0.f};
+              kl::cu::mma_tf32(p, al[mi], bh[ni][0], bh[ni][1]);
+              kl::cu::mma_tf32(p, ah[mi], bl[ni][0], bl[ni][1]);
+              kl::cu::mma_tf32(p, ah[mi], bh[ni][0], bh[ni][1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mi][ni][e] += p[e];
             }
       }
     } else {  // IEEE float32 FMAs: lane (g, t) owns rows wr0 + g + 8i, columns wc0 + t + 4j
