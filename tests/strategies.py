@@ -36,8 +36,8 @@ def layouts_for(xp: Backend, dtype: str = "float64") -> tuple:
     negative ones; bfloat16 exists only in torch)."""
     if dtype == "bfloat16" or xp.is_torch:
         return ("c", "f", "gaps")
-    if xp.name == "cupy":
-        return LAYOUTS
+    if xp.name == "cupy":  # byte-strided CuPy arrays are refused (test_hardening checks how)
+        return ("c", "f", "gaps", "reversed")
     return LAYOUTS  # numpy and array-api-strict (which wraps NumPy arrays as they are)
 
 

@@ -138,8 +138,9 @@ def kernel_ready(a):
     C-contiguous copy in a's library and on a's device.  Cheap: call it on every kernel input."""
     if isinstance(a, np.ndarray):
         return to_numpy(a)
-    if is_cupy(a) and not strides_ok(a):
-        return _cupy().ascontiguousarray(a)
+    if is_cupy(a) and not strides_ok(a):  # (CuPy's own copy faults on it: refuse)
+        raise LayoutError(f"a CuPy array of byte strides {tuple(a.strides)} and itemsize "
+                          f"{a.itemsize} cannot be read on the GPU; copy it on the host first")
     return a
 
 

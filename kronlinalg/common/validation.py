@@ -88,6 +88,11 @@ def float_dtype(name: str, a) -> str:
     dt = _backend.dtype_name(a.dtype)
     if dt not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected a real floating-point array, got dtype {dt}")
+    if _backend.is_cupy(a) and not _backend.strides_ok(a):
+        # (a field of a structured array: CuPy's own kernels, its copies included, fault on it)
+        raise ValueError(f"{name}: a CuPy array whose address or byte strides "
+                         f"{tuple(a.strides)} are not multiples of its itemsize {a.itemsize} "
+                         "cannot be read on the GPU; copy the field on the host first")
     return dt
 
 
