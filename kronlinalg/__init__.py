@@ -33,3 +33,8 @@ from .batched import batched_matmul  # noqa: E402
 from .matmul import matmul  # noqa: E402
 
 __all__ += ["batched_matmul", "matmul"]
+
+from .matmul import register_matmul_candidate as _offer  # noqa: E402
+from .strassen import matmul_candidate as _strassen_candidate  # noqa: E402
+
+_offer(_strassen_candidate())  # matmul may take Strassen, with matmul(..., allow_strassen=True)

@@ -28,9 +28,12 @@ def namespace(x_or_namespace, /):
     """Return the array namespace of an array (or a namespace) with ``linalg`` extended.
 
     ``xp = kronlinalg.namespace(x)`` behaves as ``array_api_compat.array_namespace(x)`` except that
-    ``xp.linalg`` also has ``kron_matmul`` and ``kron``; every other name passes through.
+    ``xp.linalg`` also has kronlinalg's functions (``kron_matmul``, ``kron``,
+    ``structured_matmul``, ``strassen_matmul``, ``batched_matmul``, ``matmul``) and ``xp.matmul``
+    / ``xp.linalg.matmul`` are routed by the cost model (``kronlinalg.matmul``); every other
+    name passes through.
     """
-    from . import kron_matmul as _kron_matmul, kron as _kron_product
+    import kronlinalg as kl
 
     obj = x_or_namespace
     if isinstance(obj, types.ModuleType):
@@ -54,9 +57,10 @@ def namespace(x_or_namespace, /):
         linalg = _Extended(
             f"kronlinalg.namespace({base.__name__}).linalg",
             getattr(base, "linalg", types.ModuleType("linalg")),
-            {"kron_matmul": _kron_matmul, "kron": _kron_product,
-             "structured_matmul": __import__(f"{__package__}.structured",
-                                             fromlist=["_"]).structured_matmul},
+            {"kron_matmul": kl.kron_matmul, "kron": kl.kron,
+             "structured_matmul": kl.structured_matmul, "strassen_matmul": kl.strassen_matmul,
+             "batched_matmul": kl.batched_matmul, "matmul": kl.matmul},
         )
-        _cache[key] = _Extended(f"kronlinalg.namespace({base.__name__})", base, {"linalg": linalg})
+        _cache[key] = _Extended(f"kronlinalg.namespace({base.__name__})", base,
+                                {"linalg": linalg, "matmul": kl.matmul})
     return _cache[key]

@@ -71,18 +71,6 @@ class _Call(Call):
 # validation
 
 
-def _namespace(named):
-    xp = validation.namespace_of(named)
-    validation.same_device(named)
-    return xp
-
-
-def _float_result(xp, named):
-    for name, v in named.items():
-        validation.float_dtype(name, v)
-    return backend.dtype_name(xp.result_type(*named.values()))
-
-
 def _prepare(a, b, /, *, c=None, alpha=1.0, beta=0.0, sizes=None, out_size=None):
     alpha = validation.scalar("alpha", alpha)
     beta = validation.scalar("beta", beta)
@@ -95,8 +83,7 @@ def _prepare(a, b, /, *, c=None, alpha=1.0, beta=0.0, sizes=None, out_size=None)
     if out_size is not None:
         raise ValueError("out_size: only the packed form (sizes=...) takes out_size")
     named = {"a": a, "b": b, **({"c": c} if c is not None else {})}
-    xp = _namespace(named)
-    result = _float_result(xp, named)
+    xp, result = validation.floating_arrays(named)
     for name in ("a", "b"):
         if named[name].ndim < 2:
             raise ValueError(f"{name}: expected a stack of matrices (at least 2 dimensions), got "
@@ -143,8 +130,7 @@ def _prepare_list(a, b, c, alpha, beta):
         named[f"a[{i}]"], named[f"b[{i}]"] = a[i], b[i]
         if c is not None:
             named[f"c[{i}]"] = c[i]
-    xp = _namespace(named)
-    result = _float_result(xp, named)
+    xp, result = validation.floating_arrays(named)
     order = 0
     for i in range(len(a)):
         if a[i].ndim != 2 or b[i].ndim != 2:
@@ -166,8 +152,7 @@ def _prepare_list(a, b, c, alpha, beta):
 
 def _prepare_packed(a, b, c, alpha, beta, sizes, out_size):
     named = {"a": a, "b": b, **({"c": c} if c is not None else {})}
-    xp = _namespace(named)
-    result = _float_result(xp, named)
+    xp, result = validation.floating_arrays(named)
     for name, v in named.items():
         if v.ndim != 1:
             raise ValueError(f"{name}: the packed form takes 1-D buffers, got shape "
@@ -279,16 +264,14 @@ def _empty_one(call, i):
     return out
 
 
-def _device(a):
-    return array_api_compat.device(a)
+_device = array_api_compat.device
 
 
 # ---------------------------------------------------------------------------------------------
 # the library's matmul (the fallback, the reference and the gradient path)
 
 
-def _cast(xp, a, name):
-    return a if backend.dtype_name(a.dtype) == name else xp.astype(a, getattr(xp, name))
+_cast = backend.cast
 
 
 def _library(call):

@@ -55,10 +55,7 @@ def _prepare(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None) -> _KronC
     named = {"x": x, **{f"factors[{i}]": f for i, f in enumerate(factors)}}
     if y is not None:
         named["y"] = y
-    xp = validation.namespace_of(named)
-    validation.same_device(named)
-    for name, a in named.items():
-        validation.float_dtype(name, a)
+    xp, result = validation.floating_arrays(named)
     for i, f in enumerate(factors):
         if f.ndim != 2:
             raise ValueError(f"factors[{i}]: expected a 2-D array, got shape {tuple(f.shape)}")
@@ -98,7 +95,6 @@ def _prepare(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None) -> _KronC
                 f"y: shape {tuple(y.shape)} does not broadcast to the result shape {out_shape}"
             )
 
-    result = backend.dtype_name(xp.result_type(*named.values()))
     empty = 0 in out_shape or rows_in == 0
     return _KronCall(xp, x, tuple(named.values()), empty, side=side, x=x, factors=factors,
                      in_len=rows_in, out_len=rows_out, out_shape=out_shape,

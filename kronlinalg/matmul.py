@@ -7,8 +7,9 @@ for stacks of small products, taken only where the planner predicts a gain of at
 ``register_matmul_candidate(candidate)`` for a planner.Candidate that lives elsewhere (the
 Strassen helper's ``strassen.matmul_candidate()``).
 
-matmul is batched_matmul's public face for ``a @ b``: it calls ``batched_matmul`` (its only
-import from another operation's module, by the brief that created it) and nothing private.
+matmul is batched_matmul's public face for ``a @ b``: it runs batched_matmul's algorithms
+through the planner's registry (the runner each registered candidate carries), so it imports
+no other operation.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import numpy as np
 
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
-from .batched import batched_matmul, float32_precision
-from .common import backend, validation
+from . import planner
+from .common import backend, precision, validation
 from .common.signatures import arrays_signature
 from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .planner.costs import batched as costs
@@ -29,6 +30,18 @@ from .planner.costs import batched as costs
 __all__ = ["matmul", "MATMUL", "register_matmul_candidate"]
 
 _batched_cpu, _batched_cuda = load("batched_cpu"), load("batched_cuda")
+# batched_matmul's float32 mode, read where the kernels keep it (one process-wide setting)
+_batched_fp32 = precision.Float32Precision(_batched_cuda, "KRONLINALG_BATCHED_FP32")
+
+
+def batched_matmul(a, b, /, *, algorithm):
+    """batched_matmul's `algorithm` on (a, b), through the runner it registered with the
+    planner (no import of the operation)."""
+    kind = backend.kind(a)
+    for cand in planner.candidates("batched_matmul", kind):
+        if cand.name == algorithm:
+            return cand.run(a, b)
+    raise ValueError(f"algorithm: batched_matmul has no {algorithm!r} on {kind}")
 
 
 @dataclass
@@ -39,9 +52,10 @@ class _Call(Call):
     b2: object = None
     squeeze: tuple = ()  # axes to remove from the result, in order
     dtype: str = ""  # the promoted dtype ("" for non-floating operands: library only)
+    allow_strassen: bool = False  # the caller accepts Strassen's error growth (an opt-in)
 
 
-def _prepare(a, b, /):
+def _prepare(a, b, /, *, allow_strassen=False):
     named = {"a": a, "b": b}
     xp = validation.namespace_of(named)
     validation.same_device(named)
@@ -64,7 +78,7 @@ def _prepare(a, b, /):
         squeeze += (-1,) if b.ndim == 1 else (-2,)
     names = {backend.dtype_name(a.dtype), backend.dtype_name(b.dtype)}
     dtype = backend.dtype_name(xp.result_type(a, b)) if names <= set(FLOAT) else ""
-    return _Call(xp, a, (a, b), False, a, b, a2, b2, squeeze, dtype)
+    return _Call(xp, a, (a, b), False, a, b, a2, b2, squeeze, dtype, bool(allow_strassen))
 
 
 def _plan_query(call):
@@ -72,7 +86,7 @@ def _plan_query(call):
     if not call.dtype:  # integers, bool, complex: the library's matmul alone
         return shapes, "float64", {"library_only": True}
     dt = "float32" if call.dtype in HALF and not backend.on_cuda(call.a) else call.dtype
-    return shapes, dt, {}
+    return shapes, dt, ({"allow_strassen": True} if call.allow_strassen else {})
 
 
 def _normalise(shapes, options):
@@ -85,7 +99,7 @@ def _facts(problem):
     if problem.kind != "cuda" or _batched_cpu is None or problem.dtype not in FLOAT:
         return {}
     info = problem.info
-    mode = 0 if float32_precision() == "tf32x3" else 1
+    mode = 0 if _batched_fp32() == "tf32x3" else 1
     return {"config1d": _batched_cpu.config(info["m"], info["n"], info["k"],
                                             KERNEL_CODE[problem.dtype], 1, mode)}
 
@@ -177,10 +191,16 @@ def register_matmul_candidate(candidate):
                                      doc=candidate.doc))
 
 
-def matmul(a, b, /):
+def matmul(a, b, /, *, allow_strassen=False):
     """``a @ b`` with the array API's matmul semantics: 1-D operands promoted (and the added
     dimension removed), batch dimensions broadcast, the library's type promotion and errors.
     Computed by the candidate the planner predicts fastest: the array library's matmul, or
     batched_matmul's kernels for stacks of small products where they predict a gain of 5 % or
-    more (``kronlinalg.explain("matmul", a.shape, b.shape, dtype=..., device=...)``)."""
+    more (``kronlinalg.explain("matmul", a.shape, b.shape, dtype=..., device=...)``).
+
+    allow_strassen=True also lets the planner take strassen_matmul where it predicts a gain of
+    5 % or more on large float32/float64 products: faster, but its error grows with the
+    levels (up to ~2·3^L times classical's; see docs/strassen_matmul.md), so it is an opt-in."""
+    if allow_strassen:
+        return MATMUL(a, b, allow_strassen=True)
     return MATMUL(a, b)

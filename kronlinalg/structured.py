@@ -67,10 +67,7 @@ def _prepare(x, factors, *, layout="batch_first") -> _KSCall:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
     chain = as_chain(factors)
     named = {"x": x, **{f"factors[{t}].values": f.values for t, f in enumerate(chain)}}
-    xp = validation.namespace_of(named)
-    validation.same_device(named)
-    for name, a in named.items():
-        validation.float_dtype(name, a)
+    xp, result = validation.floating_arrays(named)
     M, N = chain[0].shape[0], chain[-1].shape[1]
     shape = tuple(x.shape)
     if x.ndim == 0:
@@ -90,7 +87,6 @@ def _prepare(x, factors, *, layout="batch_first") -> _KSCall:
                 f"x: first dimension must equal the number of columns of the factor product "
                 f"(a·c·d of the last factor) = {N} for layout='batch_last', got shape {shape}")
         rows, out_shape = (shape[1] if x.ndim == 2 else 1), (M,) + shape[1:]
-    result = backend.dtype_name(xp.result_type(*named.values()))
     # the CUDA kernel computes half types natively (float32 accumulation); elsewhere in float32
     compute = result if backend.on_cuda(x) else dtypes.compute(result)
     forms = factors._forms if isinstance(factors, KSPacked) else None

@@ -19,6 +19,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "knobs.hpp"
+
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -47,7 +49,7 @@ struct Dim {
 };
 thread_local Dim threadIdx, blockIdx;
 static Dim gridDim;
-static bool g_rn = std::getenv("KL_EMULATE_RN") != nullptr;
+static bool g_rn = kl::knob_set("KRONLINALG_EMULATE_RN");
 
 alignas(16) static unsigned char g_smem[100 * 1024];
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
@@ -193,7 +195,7 @@ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
   for (int e = 0; e < 4; ++e) {
     // exact products, one rounding of (c + their sum) toward zero per instruction: the tensor
-    // cores' truncating accumulation (Fasi et al. 2021); KL_EMULATE_RN set: to nearest
+    // cores' truncating accumulation (Fasi et al. 2021); KRONLINALG_EMULATE_RN set: to nearest
     double s = c[e];
     for (int k = 0; k < 8; ++k) s += double(A(rows[e], k)) * double(B(k, cols[e]));
     float r = float(s);

@@ -81,6 +81,9 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_KS_WGMMA", int, -1,
          "structured kernel: 1 always, 0 never takes the wgmma form (unset: the launcher decides)",
          "c++"),
+    Knob("KRONLINALG_EMULATE_RN", str, "",
+         "batched_matmul's CPU emulator of its CUDA kernels (tests): set, tensor-core sums "
+         "round to nearest instead of truncating", "c++"),
     Knob("KRONLINALG_KS_NATURAL", int, -1,
          "structured kernel: 1 always, 0 never takes the natural-order form", "c++"),
 )}

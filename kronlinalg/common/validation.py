@@ -75,6 +75,16 @@ def same_device(named: dict) -> None:
             )
 
 
+def floating_arrays(named: dict):
+    """The checks every operation makes of its input arrays, at once: one library (its
+    namespace), one device, real floating dtypes; returns (namespace, promoted dtype name)."""
+    xp = namespace_of(named)
+    same_device(named)
+    for name, a in named.items():
+        float_dtype(name, a)
+    return xp, _backend.dtype_name(xp.result_type(*named.values()))
+
+
 def _device_key(a):
     """What identifies a's device, cheaply for CuPy (array_api_compat.device builds a Device)."""
     cupy = sys.modules.get("cupy")
