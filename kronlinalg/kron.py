@@ -251,7 +251,7 @@ def _result_like_x(call: _KronCall, x, empty):
 
 def _allocate(empty, shape, transposed):
     if transposed:
-        return empty(shape[:-2] + (shape[-1], shape[-2])).mT
+        return empty(shape[:-2] + (shape[-1], shape[-2])).swapaxes(-1, -2)
     return empty(shape)
 
 
@@ -378,23 +378,23 @@ def _run_cuda(call: _KronCall):
     replayer = None
     if (not contig and call.beta == 0.0 and cdt == call.result_dtype and x is call.x
             and all(a is b for a, b in zip(fs, call.factors))):
-        replayer = _cuda_replayer(key, call.out_shape, _is_transposed(out), cdt)
+        replayer = _cuda_replayer(key, x, call.out_shape, _is_transposed(out), cdt)
     return (out if cdt == call.result_dtype else _finish(call, out)), replayer
 
 
-def _cuda_replayer(layout_key, out_shape, transposed, cdt):
+def _cuda_replayer(layout_key, like, out_shape, transposed, cdt):
     # the scratch of small problems, kept per stream: calls on one stream run in its order, so
     # the next call's kernels reuse the buffers only after this call's are done (allocating
     # them costs a repeated tiny product as much host time as its launches)
     scratch_by_stream = {}
+    empty = backend.allocator(like, cdt)  # (the signature fixes library, dtype and device)
 
     def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
         entry = kron_cuda.layout(layout_key)
         if entry is None:  # kron_cuda.tune() dropped the packed layouts: the full path
             return None
         with backend.cuda_device_scope(x):
-            out = _allocate(lambda shape: backend.empty_like_lib(x, shape, cdt), out_shape,
-                            transposed)
+            out = _allocate(empty, out_shape, transposed)
             _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt, scratch_by_stream)
         return out
 

@@ -239,9 +239,26 @@ def cuda_device_scope(a):
             return _NO_SWITCH
         return a.device
     torch = _torch()
-    if torch.cuda.current_device() == a.get_device():  # the usual case: nothing to switch
+    if _torch_current_device(torch) == a.get_device():  # the usual case: nothing to switch
         return _NO_SWITCH
     return torch.cuda.device(a.device)
+
+
+def _torch_current_device(torch) -> int:
+    # torch's C entry point (torch.cuda.current_device() adds microseconds of Python checks)
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
+def allocator(a, dtype_name_: str):
+    """empty(shape) for arrays of a's library, dtype and device, its arguments resolved once (a
+    fast path allocates with it on every call)."""
+    import functools
+
+    if is_cupy(a):
+        return functools.partial(_cupy().empty, dtype=dtype_name_)
+    torch = _torch()
+    return functools.partial(torch.empty, dtype=getattr(torch, dtype_name_), device=a.device)
 
 
 def empty_like_lib(a, shape, dtype_name_: str):
