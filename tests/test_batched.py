@@ -25,15 +25,19 @@ def _ref(a, b, alpha=1.0, beta=0.0, c=None):
     return out
 
 
-def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg=""):
+def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False):
     """Elementwise bound for half types (the issue's: output rounding + k·2⁻²⁴ relative to
-    |alpha|·|a|@|b|), relative Frobenius error otherwise (3xTF32 float32 within 2x IEEE's)."""
+    |alpha|·|a|@|b|; library: the array library's matmul, which rounds a@b to the half type
+    before the alpha/beta epilogue, one rounding of |alpha|·|a|@|b| more), relative Frobenius
+    error otherwise (3xTF32 float32 within 2x IEEE's)."""
     if dtype in ("float16", "bfloat16"):
         got = to_numpy(out).astype(np.float64)
         assert got.shape == ref.shape, msg
         k = a.shape[-1]
         mag = abs(alpha) * np.matmul(np.abs(a), np.abs(b))
         bound = UNIT[dtype] * np.abs(ref) + (k + 2) * 2.0 ** -24 * mag + 1e-30
+        if library:
+            bound = bound + UNIT[dtype] * mag
         assert np.all(np.abs(got - ref) <= bound), (
             f"{msg}max excess {np.max(np.abs(got - ref) - bound):.3e}")
         return
@@ -80,8 +84,9 @@ def test_algorithms_alpha_beta(xp, rng, algorithm):
             b, bn = random(xp, rng, (4, k, n), dtype)
             c, cn = random(xp, rng, (4, m, n), dtype)
             out = batched_matmul(a, b, c=c, alpha=-0.75, beta=1.5, algorithm=algorithm)
+            lib = algorithm == "library" or (algorithm == "auto" and xp.is_cuda)
             _check(out, _ref(an, bn, -0.75, 1.5, cn), xp, dtype, an, bn, -0.75,
-                   msg=f"{algorithm} {dtype} {m}x{k}x{n}: ")
+                   msg=f"{algorithm} {dtype} {m}x{k}x{n}: ", library=lib)
             # beta == 0: c is not read (BLAS convention), even when it holds NaN
             nanc = xp.full((4, m, n), float("nan"), dtype=xp.dtype(dtype), device=xp.device)
             out = batched_matmul(a, b, c=nanc, alpha=2.0, beta=0.0, algorithm=algorithm)
@@ -94,7 +99,7 @@ def test_broadcasting_and_broadcast_c(xp, rng):
         b, bn = random(xp, rng, (3, 5, 7), dtype)
         c, cn = random(xp, rng, (1, 7), dtype)
         out = batched_matmul(a, b, c=c, beta=0.5)
-        _check(out, _ref(an, bn, 1.0, 0.5, cn), xp, dtype, an, bn)
+        _check(out, _ref(an, bn, 1.0, 0.5, cn), xp, dtype, an, bn, library=xp.is_cuda)
         b2, bn2 = random(xp, rng, (5, 7), dtype)
         out = batched_matmul(a, b2)
         _check(out, _ref(an, bn2), xp, dtype, an, bn2)
