@@ -347,8 +347,11 @@ def test_huge_dimensions_do_not_crash(name):
             + "    print('result')\n"
             + "except (TypeError, ValueError, MemoryError, OverflowError) as exc:\n"
             + "    print('error', type(exc).__name__, exc)\n")
+    # (run from the tests' folder: from the repository root, the source tree would shadow the
+    # installed package)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "OMP_NUM_THREADS": "2"})
+                          timeout=180, cwd=os.path.dirname(os.path.abspath(__file__)),
+                          env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stderr[-3000:]}"
     assert "result" in proc.stdout or "error" in proc.stdout, proc.stdout + proc.stderr
     if "OverflowError" in proc.stdout:

@@ -40,8 +40,11 @@ def run_python(code: str, timeout: float = 120, limit_as: int | None = None):
     if limit_as is not None:
         pre += (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit_as}, "
                 f"{limit_as}))\n")
+    # (run from the tests' folder: from the repository root, the source tree would shadow the
+    # installed package)
     proc = subprocess.run([sys.executable, "-c", pre + textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.abspath(__file__)),
                           env={**os.environ, "OMP_NUM_THREADS": "2"})
     return proc.returncode, proc.stdout, proc.stderr
 
