@@ -628,10 +628,10 @@ def test_float32_precision_switch():
 def test_left_product_of_a_tall_row_major_x(xp, rng):
     """The Gaussian-process shape K @ V (x of many rows, few columns, row-major): the result is
     laid out like x, right for every algorithm, and auto does not take the slow path."""
-    fs = [xp.asarray(rng.standard_normal((4, 4)), dtype=xp.float64) for _ in range(3)]
-    x64 = rng.standard_normal((64, 3))
-    x = xp.asarray(x64, dtype=xp.float64)
-    ref = kron_matmul_ref(x64, [to_numpy(f) for f in fs], "left")
+    fs, fns = zip(*(random(xp, rng, (4, 4), "float64") for _ in range(3)))
+    fs = list(fs)
+    x, x64 = random(xp, rng, (64, 3), "float64")
+    ref = kron_matmul_ref(x64, list(fns), "left")
     for alg in ("auto", "sliced", "shuffle"):
         out = kronlinalg.kron_matmul(x, fs, side="left", algorithm=alg)
         assert_close(out, ref, xp, "float64")

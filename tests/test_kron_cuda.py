@@ -138,8 +138,16 @@ def test_uneven_groups(gxp, rng, dtype):
 
 
 def test_huge_factor_falls_back(gxp, rng):
-    """A factor too large for one block's shared memory goes to the shuffle algorithm."""
-    _check(gxp, rng, [(3, 2), (40000, 2)], "float32", lead=(2,))
+    """A factor too large for one block's shared memory: the kernels say so (the planner's
+    facts), auto takes the shuffle algorithm, and forcing "sliced" is a ValueError that names
+    the algorithms that run it."""
+    shapes = [(3, 2), (40000, 2)]
+    fs, fns = zip(*(random(gxp, rng, s, "float32") for s in shapes))
+    x, xn = random(gxp, rng, (2, 3 * 40000), "float32")
+    out = kronlinalg.kron_matmul(x, list(fs))
+    assert_close(out, kron_matmul_ref(xn, fns), gxp, "float32")
+    with pytest.raises(ValueError, match="sliced.*does not run kron_matmul.*shuffle"):
+        kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, strategies as st  # noqa: E402
 
+import kronlinalg  # noqa: E402
 from kronlinalg import kron_matmul, structured_matmul  # noqa: E402
 from kronlinalg.structured import KSFactor  # noqa: E402
 
@@ -109,6 +110,15 @@ def test_structured_matmul_matches_dense_reference(xp, data):
                                                       if xp.is_cuda else [])
     algorithm = data.draw(st.sampled_from(algorithms), label="algorithm")
     before = [_snapshot(a) for a in (x, *(f.values for f in chain))]
+    if algorithm != "auto":  # a forced algorithm that cannot run this: the planner's ValueError
+        shapes = (tuple(x.shape),) + tuple(patterns)
+        runs = {c.name for c in kronlinalg.plan(
+            "structured_matmul", *shapes, layout=layout, device=x,
+            dtype=dtype if xp.is_cuda or dtype not in ("float16", "bfloat16") else "float32")}
+        if algorithm not in runs:
+            with pytest.raises(ValueError, match="does not run structured_matmul"):
+                structured_matmul(x, chain, layout=layout, algorithm=algorithm)
+            return
     out = structured_matmul(x, chain, layout=layout, algorithm=algorithm)
     ref = x64 @ dense.T if layout == "batch_first" else dense @ x64
     assert_close(out, ref, xp, dtype, _rtol(dtype, len(chain)))

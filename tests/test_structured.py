@@ -925,7 +925,8 @@ def test_cuda_wide_tiles_for_every_d(rng, monkeypatch, layout, dtype, kt, wgmma)
         tn, tk, _, tj, _ = ks_cuda.tile(pattern, 1 << 30, layout, 2, sms)
         # the least batch that gives 2 tiles per SM, plus a partial batch tile
         per_tile = a * -(-d // tj) * -(-b // tk)
-        batch = -(-2 * sms // per_tile) * tn + tn // 2 + 1
+        # (batch_last: a multiple of 8, x's row stride, which the pipelined kernels need)
+        batch = -(-2 * sms // per_tile) * tn + tn // 2 + (1 if layout == 0 else 8)
         assert tuple(ks_cuda.tile(pattern, batch, layout, 2, sms)[:2]) == (tn, tk)
         n, m = a * c * d, a * b * d
         v = torch.tensor(rng.standard_normal(pattern), dtype=tdt, device="cuda")
