@@ -25,7 +25,7 @@ def _ref(a, b, alpha=1.0, beta=0.0, c=None):
     return out
 
 
-def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False):
+def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False, c_term=0.0):
     """Elementwise bound for half types (the issue's: output rounding + k·2⁻²⁴ relative to
     |alpha|·|a|@|b|; library: the array library's matmul, which rounds a@b to the half type
     before the alpha/beta epilogue, one rounding of |alpha|·|a|@|b| more), relative Frobenius
@@ -36,8 +36,8 @@ def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False):
         k = a.shape[-1]
         mag = abs(alpha) * np.matmul(np.abs(a), np.abs(b))
         bound = UNIT[dtype] * np.abs(ref) + (k + 2) * 2.0 ** -24 * mag + 1e-30
-        if library:  # (and the epilogue's own roundings, at the result's scale)
-            bound = bound + UNIT[dtype] * (mag + np.abs(ref))
+        if library:  # (and the epilogue's own roundings: alpha·(a@b), beta·c and their sum)
+            bound = bound + UNIT[dtype] * (mag + np.abs(c_term) + np.abs(ref))
         assert np.all(np.abs(got - ref) <= bound), (
             f"{msg}max excess {np.max(np.abs(got - ref) - bound):.3e}")
         return
@@ -86,7 +86,7 @@ def test_algorithms_alpha_beta(xp, rng, algorithm):
             out = batched_matmul(a, b, c=c, alpha=-0.75, beta=1.5, algorithm=algorithm)
             lib = algorithm == "library" or (algorithm == "auto" and xp.is_cuda)
             _check(out, _ref(an, bn, -0.75, 1.5, cn), xp, dtype, an, bn, -0.75,
-                   msg=f"{algorithm} {dtype} {m}x{k}x{n}: ", library=lib)
+                   msg=f"{algorithm} {dtype} {m}x{k}x{n}: ", library=lib, c_term=1.5 * cn)
             # beta == 0: c is not read (BLAS convention), even when it holds NaN
             nanc = xp.full((4, m, n), float("nan"), dtype=xp.dtype(dtype), device=xp.device)
             out = batched_matmul(a, b, c=nanc, alpha=2.0, beta=0.0, algorithm=algorithm)
@@ -99,7 +99,8 @@ def test_broadcasting_and_broadcast_c(xp, rng):
         b, bn = random(xp, rng, (3, 5, 7), dtype)
         c, cn = random(xp, rng, (1, 7), dtype)
         out = batched_matmul(a, b, c=c, beta=0.5)
-        _check(out, _ref(an, bn, 1.0, 0.5, cn), xp, dtype, an, bn, library=xp.is_cuda)
+        _check(out, _ref(an, bn, 1.0, 0.5, cn), xp, dtype, an, bn, library=xp.is_cuda,
+               c_term=0.5 * cn)
         b2, bn2 = random(xp, rng, (5, 7), dtype)
         out = batched_matmul(a, b2)
         _check(out, _ref(an, bn2), xp, dtype, an, bn2)

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The GPU tests in one device call, one pytest process per file (a fault in one file cannot
+# poison the CUDA context of the others), with skip reasons; then compute-sanitizer memcheck
+# on the kron and structured launch paths.
+#   run: bash benchmarks/gpu_tests.sh [test files...]   (wheels from .wheelhouse, logs to $OUT)
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KRONLINALG_CACHE_DIR=$OUT/kl-cache
+mkdir -p /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .wheelhouse/*.whl
+export PYTHONPATH=/tmp/site
+start=$SECONDS
+python3 -m pip install -q --no-build-isolation --no-deps -Csetup-args=-Dgpu_arch=90a \
+  -Cbuild-dir=/tmp/kl-build --target /tmp/new-site . > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
+export PYTHONPATH=/tmp/new-site:/tmp/site
+echo "build: $((SECONDS - start)) s"
+files=${*:-tests/test_kron_cuda.py tests/test_structured.py tests/test_structured_packed.py tests/test_kron.py tests/test_strassen.py tests/test_planner.py tests/test_properties.py tests/test_hardening.py tests/test_namespace.py tests/test_structured_tiles.py tests/test_autograd.py tests/test_batched.py tests/test_blocksparse.py tests/test_cublaslt.py tests/test_demo.py}
+t0=$SECONDS
+for f in $files; do
+  left=$(( ${TESTS_S:-480} - (SECONDS - t0) ))
+  [ $left -gt 5 ] || { echo "$f: not run (time)"; continue; }
+  log="$OUT/gpu_$(basename $f .py).txt"
+  timeout $left python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs "$f" > "$log" 2>&1
+  echo "$f: $(tail -1 "$log")"
+done | tee "$OUT/gpu_tests.txt"
+grep -h "^FAILED\|^ERROR" "$OUT"/gpu_test_*.txt | head -30
+grep -h "^SKIPPED" "$OUT"/gpu_test_*.txt | sort | uniq -c | sort -rn | head -12
+for f in "$OUT"/gpu_test_*.txt; do grep -q "failed\|error" "$f" || rm -f "$f"; done
+echo "total: $((SECONDS - start)) s"
