@@ -68,10 +68,28 @@ def main():
     ft = [torch.as_tensor(cp.asnumpy(f), device="cuda") for f in fs]
     kronlinalg.kron_matmul(xt, ft)
     tsync = torch.cuda.synchronize
+    from kronlinalg.structured import KSChain, KSFactor
+
+    chain = KSChain([KSFactor((2, 16, 16, 4), torch.randn((2, 16, 16, 4), device="cuda"))])
+    xs = torch.randn((64, 128), device="cuda")
+    kronlinalg.structured_matmul(xs, chain)
     for name, fn in {"kron_matmul auto (torch)": lambda: kronlinalg.kron_matmul(xt, ft),
+                     "structured_matmul auto (torch)": lambda: kronlinalg.structured_matmul(xs, chain),
                      "torch.empty((8, 512))": lambda: torch.empty((8, 512), device="cuda"),
                      "xt + 0 (one torch kernel)": lambda: xt + 0}.items():
         print(f"{name:34s} {per_call_us(fn, sync=tsync):8.2f} us")
+    for label, fn in (("kron_matmul torch", lambda: kronlinalg.kron_matmul(xt, ft)),
+                      ("structured_matmul torch", lambda: kronlinalg.structured_matmul(xs, chain))):
+        prof = cProfile.Profile()
+        prof.enable()
+        for i in range(3000):
+            fn()
+            if i % 300 == 0:
+                tsync()
+        prof.disable()
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(14)
+        print(label, s.getvalue())
 
 
 if __name__ == "__main__":
