@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CPU batched-matmul kernel: pointers, shapes, strides in; status out."""
+from .status cimport check_status
 from libc.stdint cimport int64_t, uintptr_t
 
 from .batched_abi cimport (config_dict, fill_problem, kl_batched_config, kl_batched_cuda_config,
@@ -16,8 +17,7 @@ def matmul(int64_t m, int64_t n, int64_t k, shape, a, b, c, d, double alpha, dou
     cdef int status
     with nogil:
         status = kl_batched_matmul_cpu(&p, dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def matmul_var(uintptr_t table, int64_t count, double alpha, double beta, int dtype,
@@ -27,8 +27,7 @@ def matmul_var(uintptr_t table, int64_t count, double alpha, double beta, int dt
     with nogil:
         status = kl_batched_matmul_cpu_var(<const kl_batched_entry *> table, count, alpha, beta,
                                            dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def config(int64_t m, int64_t n, int64_t k, int dtype, int algo, int fp32_mode):

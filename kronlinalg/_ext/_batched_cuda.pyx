@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA batched-matmul kernels: pointers, shapes, strides, stream in;
 status out."""
+from .status cimport check_status
 from libc.stdint cimport int64_t, uintptr_t
 
 from .batched_abi cimport (fill_problem, kl_batched_cuda_device_check, kl_batched_float32_mode,
@@ -16,8 +17,7 @@ def matmul(int64_t m, int64_t n, int64_t k, shape, a, b, c, d, double alpha, dou
     cdef int status
     with nogil:
         status = kl_batched_matmul_cuda(&p, dtype, algo, <void *> stream)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def matmul_var(uintptr_t table, int64_t count, int64_t max_order, double alpha, double beta,
@@ -27,8 +27,7 @@ def matmul_var(uintptr_t table, int64_t count, int64_t max_order, double alpha, 
     with nogil:
         status = kl_batched_matmul_cuda_var(<const void *> table, count, max_order, alpha, beta,
                                             dtype, algo, <void *> stream)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def float32_mode(int mode=-1):

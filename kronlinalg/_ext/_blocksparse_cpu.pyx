@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CPU block-sparse kernels: pointers and sizes in; status out."""
+from .status cimport check_status
 from .blocksparse_abi cimport (fill_spgemm, fill_spmm, kl_bs_spgemm_cpu, kl_bs_spgemm_problem,
                                kl_bs_spmm_cpu, kl_bs_spmm_problem, kl_last_error)
 
@@ -12,8 +13,7 @@ def spmm(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, int dtype
     cdef int status
     with nogil:
         status = kl_bs_spmm_cpu(&c, dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def spgemm(tuple dims, tuple ptrs, int phase, int dtype, int num_threads=0):
@@ -23,5 +23,4 @@ def spgemm(tuple dims, tuple ptrs, int phase, int dtype, int num_threads=0):
     cdef int status
     with nogil:
         status = kl_bs_spgemm_cpu(&c, phase, dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)

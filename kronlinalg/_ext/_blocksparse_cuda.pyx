@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA block-sparse kernels: pointers, sizes and the stream in; status out."""
+from .status cimport check_status
 from libc.stdint cimport uintptr_t
 
 from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_cuda_device_check,
@@ -23,8 +24,7 @@ def spmm(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, long long
     cdef int status
     with nogil:
         status = kl_bs_spmm_cuda(&c, dtype, <void *> stream)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def spmm2d(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, int accumulate,
@@ -36,8 +36,7 @@ def spmm2d(tuple dims, tuple ptrs, tuple lds, double alpha, double beta, int acc
     cdef int status
     with nogil:
         status = kl_bs_spmm2d_cuda(&c, dtype, <void *> stream)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def spgemm(tuple dims, tuple ptrs, int phase, int dtype, uintptr_t stream):
@@ -47,8 +46,7 @@ def spgemm(tuple dims, tuple ptrs, int phase, int dtype, uintptr_t stream):
     cdef int status
     with nogil:
         status = kl_bs_spgemm_cuda(&c, phase, dtype, <void *> stream)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def tile_n(int dtype, int b, long long n):

@@ -1,20 +1,12 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-matmul kernel: pointers, shapes, strides in; status out."""
+from .status cimport check_status
 from cpython.array cimport array
 from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint64_t, uintptr_t
 
 from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_kron_matmul_cpu,
                         kl_kron_problem, kl_last_error, pack_layout)
-
-
-cdef _raise(int status):
-    """A failed status as a Python exception: out of host memory (KL_ERR_ALLOC = 4) is a
-    MemoryError naming the operation and the bytes asked for; anything else a RuntimeError."""
-    msg = kl_last_error().decode()
-    if status == 4:
-        raise MemoryError(msg or "out of host memory")
-    raise RuntimeError(msg)
 
 
 def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_fused=0,
@@ -25,8 +17,7 @@ def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, int max_
     cdef int status
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)
-    if status != 0:
-        _raise(status)
+    check_status(status)
 
 
 def passes(m1, m2, factors, int dtype, int max_fused=0):
@@ -66,8 +57,7 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
     cdef int status
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)
-    if status != 0:
-        _raise(status)
+    check_status(status)
 
 
 cdef inline uint64_t _address(obj) except? 0:
@@ -93,5 +83,4 @@ def launch_arrays(tuple packed, factors, x, y, double alpha, double beta, int dt
     cdef int status
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)
-    if status != 0:
-        _raise(status)
+    check_status(status)

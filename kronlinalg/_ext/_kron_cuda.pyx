@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA Kronecker-matmul kernels: device pointers and a stream handle in."""
+from .status cimport check_status
 from cpython.array cimport array
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
@@ -18,16 +19,9 @@ cdef extern from "kron.h" nogil:
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
 
-cdef _raise(int status):
-    if status == 5:  # KL_ERR_UNSUPPORTED: a problem these kernels do not run (the planner asks)
-        raise NotImplementedError(kl_last_error().decode())
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
-
-
 def device_check():
     """Raise RuntimeError('no GPU: ...') unless a CUDA device is usable."""
-    _raise(kl_cuda_device_check())
+    check_status(kl_cuda_device_check())
 
 
 def scratch_elems(m1, m2, factors):
@@ -45,7 +39,7 @@ cdef tuple _workspace(kl_kron_problem *c, int dtype):
     cdef int status
     with nogil:
         status = kl_kron_cuda_workspace(c, dtype, &elems, &nbufs)
-    _raise(status)
+    check_status(status)
     return elems, nbufs
 
 
@@ -65,7 +59,7 @@ def config(m1, m2, factors, x, y, int dtype, int max_fused=0):
     cdef int status
     with nogil:
         status = kl_kron_cuda_config(&c, dtype, p, 4096)
-    _raise(status)
+    check_status(status)
     return bytes(buf).split(b"\0", 1)[0].decode()
 
 
@@ -96,7 +90,7 @@ def matmul(m1, m2, factors, x, y, double alpha, double beta, int dtype, scratch0
     cdef int status
     with nogil:
         status = kl_kron_matmul_cuda(&c, dtype, s0, s1, scratch_elems, st)
-    _raise(status)
+    check_status(status)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,4 +134,4 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
     with nogil:
         status = kl_kron_matmul_cuda(&c, dtype, <void *> scratch0, <void *> scratch1,
                                      scratch_elems, <void *> stream)
-    _raise(status)
+    check_status(status)

@@ -4,6 +4,7 @@
 Each call runs one thread block on the current device and synchronises it (calibration only).
 kronlinalg.planner._calibrate turns the counts into model parameters.
 """
+from .status cimport check_status
 from libc.stdint cimport int32_t, int64_t
 
 
@@ -19,8 +20,7 @@ MMA_KINDS = {"fp16": 0, "bf16": 1, "tf32": 2, "fp64": 3}
 
 
 cdef _check(int status):
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def smem_latency(int iters=4096):

@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of strassen_matmul's CPU kernels: pointers, sizes, strides in; status out."""
+from .status cimport check_status
 from .strassen_abi cimport (fill_leaves, fill_pass, kl_last_error, kl_strassen_leaves,
                             kl_strassen_pass, kl_strassen_pass_cpu, kl_strassen_targets_cpu)
 
@@ -11,8 +12,7 @@ def run_pass(int stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs, int dtype, int num
     cdef int status
     with nogil:
         status = kl_strassen_pass_cpu(&c, dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def add_targets(m, n, ldm, ldc, double alpha, double beta, bint first, leaves, int dtype,
@@ -23,5 +23,4 @@ def add_targets(m, n, ldm, ldc, double alpha, double beta, bint first, leaves, i
     cdef int status
     with nogil:
         status = kl_strassen_targets_cpu(&c, dtype, num_threads)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)

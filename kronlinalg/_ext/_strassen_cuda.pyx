@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of strassen_matmul's CUDA kernels: pointers, sizes, stream in; status out."""
+from .status cimport check_status
 from libc.stdint cimport uintptr_t
 
 from .strassen_abi cimport (fill_leaves, fill_pass, kl_last_error, kl_strassen_cuda_check,
@@ -9,8 +10,7 @@ from .strassen_abi cimport (fill_leaves, fill_pass, kl_last_error, kl_strassen_c
 
 
 cdef _check(int status):
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def run_pass(int stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs, int dtype, uintptr_t stream):

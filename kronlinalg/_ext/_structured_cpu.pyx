@@ -1,15 +1,7 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-sparse kernel: pointers, pattern, strides in; status out."""
+from .status cimport check_status
 from .structured_abi cimport fill_problem, kl_ks_matmul_cpu, kl_ks_problem, kl_last_error
-
-
-cdef _raise(int status):
-    """A failed status as a Python exception: out of host memory (KL_ERR_ALLOC = 4) is a
-    MemoryError naming the operation and the bytes asked for; anything else a RuntimeError."""
-    msg = kl_last_error().decode()
-    if status == 4:
-        raise MemoryError(msg or "out of host memory")
-    raise RuntimeError(msg)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=0):
@@ -22,5 +14,4 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=
     cdef int status
     with nogil:
         status = kl_ks_matmul_cpu(&c, dtype, num_threads)
-    if status != 0:
-        _raise(status)
+    check_status(status)

@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
+from .status cimport check_status
 from libc.stdint cimport int64_t, uintptr_t
 
 from .structured_abi cimport (fill_problem, kl_ks_cuda_tile, kl_ks_dense_slabs_cuda,
@@ -15,8 +16,7 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
     cdef int status
     with nogil:
         status = kl_ks_matmul_cuda(&c, dtype, st)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def transpose_values(pattern, values, out, int dtype, stream):
@@ -42,8 +42,7 @@ cdef _copy_values(int dense, pattern, values, out, int dtype, stream):
             status = kl_ks_dense_slabs_cuda(&c, dst, dtype, st)
         else:
             status = kl_ks_transpose_values_cuda(&c, dst, dtype, st)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def planar(bint split, int64_t batch, int64_t a, int64_t n, int64_t d, src, dst, int64_t ld,
@@ -56,8 +55,7 @@ def planar(bint split, int64_t batch, int64_t a, int64_t n, int64_t d, src, dst,
     cdef int status
     with nogil:
         status = kl_ks_planar_cuda(split, batch, a, n, d, s, t, ld, dtype, st)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
 
 
 def float32_mode(int mode=-1):
@@ -84,6 +82,5 @@ def tile(pattern, int64_t batch, int layout, int dtype, int units):
     cdef int status
     with nogil:
         status = kl_ks_cuda_tile(&p, dtype, units, out)
-    if status != 0:
-        raise RuntimeError(kl_last_error().decode())
+    check_status(status)
     return (out[0], out[1], out[2], out[3], out[4])
