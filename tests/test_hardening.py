@@ -501,3 +501,42 @@ def test_plan_refuses_options_an_operation_does_not_declare():
     planner.register_op("hardening_open", normalise, "another")
     planner.register("hardening_open", planner.Candidate("only", lambda problem, prof: 1.0))
     assert kronlinalg.plan("hardening_open", (3,), anything=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the operations themselves must do with the shared checks (issue 31, items 3, 5, 6)
+
+
+def test_fast_path_takes_only_plain_scalars():
+    """A warm signature must not evaluate beta == 0 on an array or float() on a huge int: such
+    calls take the full path, whose checks name the argument."""
+    x, fs = np.ones(12), [np.eye(3), np.eye(4)]
+    kron_matmul(x, fs)  # warm: the signature is cached
+    with pytest.raises(TypeError, match="beta"):
+        kron_matmul(x, fs, beta=np.zeros(2))
+    with pytest.raises(ValueError, match="alpha"):
+        kron_matmul(x, fs, alpha=10 ** 400)
+    np.testing.assert_array_equal(kron_matmul(x, fs, alpha=2), 2 * x)
+
+
+def test_operations_declare_their_plan_options():
+    with pytest.raises(TypeError, match="sid"):
+        kronlinalg.plan("kron_matmul", (2, 12), (3, 3), (4, 4), sid="left")
+    with pytest.raises(TypeError, match="layot"):
+        kronlinalg.plan("structured_matmul", (2, 4), (1, 4, 4, 1), layot="batch_last")
+    assert kronlinalg.plan("kron_matmul", (12, 2), (3, 3), (4, 4), side="left")
+
+
+def test_ks_to_dense_places_inf_without_nan():
+    """KSFactor.to_dense places values (an Inf stays an Inf, the zeros around it stay zeros), so
+    the dense algorithm agrees with the kernel and bmm."""
+    v = np.ones((2, 2, 2, 1))
+    v[0, 0, 0, 0] = np.inf
+    f = KSFactor((2, 2, 2, 1), v)
+    d = np.asarray(f.to_dense())
+    assert np.isposinf(d[0, 0]) and not np.isnan(d).any()
+    assert (d[0:2, 2:4] == 0).all() and (d[2:4, 0:2] == 0).all()
+    outs = {a: structured_matmul(np.ones((3, 4)), f, algorithm=a) for a in ("kernel", "bmm", "dense")}
+    for a, out in outs.items():
+        assert not np.isnan(out).any(), a
+        np.testing.assert_array_equal(out, outs["kernel"])
