@@ -68,12 +68,16 @@ def _numpy_layout(a: np.ndarray, layout: str) -> np.ndarray:
     raise ValueError(layout)
 
 
-def layout_view(xp: Backend, a, layout: str = "c", dtype: str | None = None):
+def layout_view(xp: Backend, a, layout: str = "c", dtype: str | None = None, *,
+                refused: bool = False):
     """`a` (NumPy values) as an array of backend xp in dtype (default a's), laid out as
-    `layout` (one of LAYOUTS); None where xp cannot hold that layout (see layouts_for)."""
+    `layout` (one of LAYOUTS); None where xp cannot hold that layout (see layouts_for).
+    refused=True also builds the CuPy byte-strided layouts that kronlinalg refuses (to test
+    the refusal)."""
     a = np.asarray(a)
     dtype = dtype or a.dtype.name
-    if layout not in layouts_for(xp, dtype):
+    cupy_bytes = refused and xp.name == "cupy" and layout.startswith("bytes")
+    if layout not in layouts_for(xp, dtype) and not cupy_bytes:
         return None
     if layout == "c":
         return to_xp(xp, a, dtype)

@@ -54,7 +54,7 @@ def run_python(code: str, timeout: float = 120, limit_as: int | None = None):
 
 
 def _view_or_skip(xp, a, layout):
-    v = layout_view(xp, a, layout)
+    v = layout_view(xp, a, layout, refused=True)
     if v is None:
         pytest.skip(f"{xp.name} holds no arrays of layout {layout!r}")
     return v
