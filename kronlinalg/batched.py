@@ -28,7 +28,7 @@ import numpy as np
 
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
-from .common import backend, config, precision, validation
+from .common import backend, precision, validation
 from .common.dtypes import FLOAT, HALF, ITEMSIZE, KERNEL_CODE
 from .common.signatures import arrays_signature
 from .planner.costs import batched as costs

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import os
 import statistics
 import time
 import warnings
