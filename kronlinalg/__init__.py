@@ -38,3 +38,7 @@ from .matmul import register_matmul_candidate as _offer  # noqa: E402
 from .strassen import matmul_candidate as _strassen_candidate  # noqa: E402
 
 _offer(_strassen_candidate())  # matmul may take Strassen, with matmul(..., allow_strassen=True)
+
+from . import tensor  # noqa: E402
+
+__all__ += ["tensor"]

@@ -1,0 +1,331 @@
+"""kronlinalg.tensor against float64 NumPy references written here from the definitions
+(explicit unfoldings are fine in a test), on every backend present (the `xp` fixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kronlinalg import tensor as T
+from _helpers import to_numpy, to_xp
+
+SHAPES = [(3, 4, 5), (5, 3, 2, 3), (2, 3, 2, 3, 2)]
+
+
+def unfold(x, mode):
+    return np.reshape(np.moveaxis(x, mode, 0), (x.shape[mode], -1))
+
+
+def fold(m, mode, shape):
+    full = [shape[mode]] + [s for i, s in enumerate(shape) if i != mode]
+    return np.moveaxis(np.reshape(m, full), 0, mode)
+
+
+def kr_ref(mats):
+    res = mats[0]
+    for m in mats[1:]:
+        res = np.einsum("ir,jr->ijr", res, m).reshape(-1, res.shape[1])
+    return res
+
+
+def mode_dot_ref(x, m, mode):
+    if m.ndim == 1:
+        return np.reshape(m @ unfold(x, mode), [s for i, s in enumerate(x.shape) if i != mode])
+    shape = list(x.shape)
+    shape[mode] = m.shape[0]
+    return fold(m @ unfold(x, mode), mode, shape)
+
+
+def close(got, ref, tol=1e-12):
+    got = to_numpy(got)
+    assert got.shape == ref.shape
+    assert np.linalg.norm(got - ref) <= tol * max(1.0, np.linalg.norm(ref))
+
+
+def rnd(rng, *shape):
+    return rng.standard_normal(shape)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_khatri_rao(xp, rng, shape):
+    mats = [rnd(rng, d, 3) for d in shape]
+    w = rnd(rng, 3)
+    close(T.khatri_rao([to_xp(xp, m) for m in mats]), kr_ref(mats))
+    close(T.khatri_rao([to_xp(xp, m) for m in mats], skip=1), kr_ref(mats[:1] + mats[2:]))
+    got = T.khatri_rao([to_xp(xp, m) for m in mats], weights=to_xp(xp, w))
+    close(got, kr_ref(mats) * w)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_mode_dot(xp, rng, shape):
+    x = rnd(rng, *shape)
+    for mode in range(len(shape)):
+        m = rnd(rng, 3, shape[mode])
+        close(T.mode_dot(to_xp(xp, x), to_xp(xp, m), mode), mode_dot_ref(x, m, mode))
+        close(T.mode_dot(to_xp(xp, x), to_xp(xp, m.T.copy()), mode, transpose=True),
+              mode_dot_ref(x, m, mode))
+        v = rnd(rng, shape[mode])
+        got = T.mode_dot(to_xp(xp, x), to_xp(xp, v), mode)
+        assert got.ndim == len(shape) - 1
+        close(got, mode_dot_ref(x, v, mode))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_multi_mode_dot(xp, rng, shape):
+    x = rnd(rng, *shape)
+    mats = [rnd(rng, 2 + i % 3, d) for i, d in enumerate(shape)]
+    ref = x
+    for mode, m in enumerate(mats):
+        ref = mode_dot_ref(ref, m, mode)
+    for algorithm in ("auto", "sequential", "kron"):
+        close(T.multi_mode_dot(to_xp(xp, x), [to_xp(xp, m) for m in mats], algorithm=algorithm),
+              ref)
+    # transpose, skip (TensorLy: index in the order sorted by mode), modes in any order
+    ref_skip = x
+    for mode, m in enumerate(mats):
+        if mode != 1:
+            ref_skip = mode_dot_ref(ref_skip, m, mode)
+    got = T.multi_mode_dot(to_xp(xp, x), [to_xp(xp, m.T.copy()) for m in mats], skip=1,
+                           transpose=True)
+    close(got, ref_skip)
+    order = list(reversed(range(len(shape))))
+    got = T.multi_mode_dot(to_xp(xp, x), [to_xp(xp, mats[i]) for i in order], modes=order)
+    close(got, ref)
+    # vectors remove their modes (later modes shift down)
+    v0, v2 = rnd(rng, shape[0]), rnd(rng, shape[2])
+    got = T.multi_mode_dot(to_xp(xp, x), [to_xp(xp, v0), to_xp(xp, mats[1]), to_xp(xp, v2)],
+                           modes=[0, 1, 2])
+    ref_v = mode_dot_ref(mode_dot_ref(mode_dot_ref(x, v0, 0), mats[1], 0), v2, 1)
+    close(got, ref_v)
+
+
+def test_kron_algorithm_refused_for_a_partial_product(rng):
+    x = rnd(rng, 3, 4, 5)
+    with pytest.raises(ValueError):
+        T.multi_mode_dot(x, [rnd(rng, 2, 3)], algorithm="kron")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_mttkrp(xp, rng, shape):
+    x = rnd(rng, *shape)
+    fs = [rnd(rng, d, 4) for d in shape]
+    w = rnd(rng, 4)
+    for mode in range(len(shape)):
+        ref = unfold(x, mode) @ kr_ref([f for i, f in enumerate(fs) if i != mode])
+        got = T.unfolding_dot_khatri_rao(to_xp(xp, x), (None, [to_xp(xp, f) for f in fs]), mode)
+        close(got, ref)
+        got = T.mttkrp(to_xp(xp, x), (to_xp(xp, w), [to_xp(xp, f) for f in fs]), mode)
+        close(got, ref * w)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cp_and_tucker_to_tensor(xp, rng, shape):
+    fs = [rnd(rng, d, 3) for d in shape]
+    w = rnd(rng, 3)
+    ref = np.reshape(kr_ref(fs) @ w, shape)
+    close(T.cp_to_tensor((to_xp(xp, w), [to_xp(xp, f) for f in fs])), ref)
+    close(T.cp_to_tensor((None, [to_xp(xp, f) for f in fs])), np.reshape(kr_ref(fs).sum(1), shape))
+    ranks = [min(2, d) + 1 for d in shape]
+    core = rnd(rng, *ranks)
+    us = [rnd(rng, d, r) for d, r in zip(shape, ranks)]
+    ref = core
+    for mode, u in enumerate(us):
+        ref = mode_dot_ref(ref, u, mode)
+    close(T.tucker_to_tensor((to_xp(xp, core), [to_xp(xp, u) for u in us])), ref)
+
+
+def test_float32_and_mixed_dtypes(xp, rng):
+    x = rnd(rng, 3, 4, 5)
+    m = rnd(rng, 2, 4)
+    got = T.mode_dot(to_xp(xp, x, "float32"), to_xp(xp, m, "float32"), 1)
+    assert "float32" in str(got.dtype)
+    close(got, mode_dot_ref(x.astype(np.float32).astype(np.float64),
+                            m.astype(np.float32).astype(np.float64), 1), tol=1e-5)
+
+
+def test_bad_input(rng):
+    x = rnd(rng, 3, 4, 5)
+    with pytest.raises(ValueError, match="matrix_or_vector"):
+        T.mode_dot(x, rnd(rng, 2, 5), 1)
+    with pytest.raises(ValueError, match="mode"):
+        T.mode_dot(x, rnd(rng, 2, 4), 3)
+    with pytest.raises(TypeError, match="mode"):
+        T.mode_dot(x, rnd(rng, 2, 4), 1.5)
+    with pytest.raises(TypeError, match="tensor"):
+        T.mode_dot(np.ones((3, 4), dtype=np.int64), rnd(rng, 2, 4), 1)
+    with pytest.raises(TypeError, match="matrices"):
+        T.khatri_rao(x)
+    with pytest.raises(ValueError, match=r"matrices\[1\]"):
+        T.khatri_rao([rnd(rng, 3, 2), rnd(rng, 3, 3)])
+    with pytest.raises(ValueError, match="modes"):
+        T.multi_mode_dot(x, [rnd(rng, 2, 3), rnd(rng, 2, 3)], modes=[0, 0])
+    with pytest.raises(ValueError, match="cp_tensor"):
+        T.mttkrp(x, (None, [rnd(rng, 3, 2), rnd(rng, 4, 2)]), 0)
+    with pytest.raises(ValueError, match="rank"):
+        T.parafac(x, 0)
+    with pytest.raises(ValueError, match="init"):
+        T.parafac(x, 2, init="svdd")
+    with pytest.raises(TypeError, match="random_state"):
+        T.parafac(x, 2, init="random", random_state="seed")
+    with pytest.raises(ValueError, match="tensor"):
+        T.tucker(rnd(rng, 5), 2)
+
+
+def planted_cp(rng, shape, rank):
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    return fs, np.reshape(kr_ref(fs).sum(1), shape)
+
+
+def rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("shape", [(7, 6, 5), (5, 4, 3, 6), (3, 4, 3, 5, 4)])
+def test_parafac_recovers_planted(rng, shape):
+    _, x = planted_cp(rng, shape, 3)
+    fits = []
+    cp = T.parafac(x, 3, n_iter_max=500, tol=1e-14, callback=lambda i, f: fits.append(f))
+    rec = T.cp_to_tensor(cp)
+    assert 1 - rel(rec, x) > 0.999
+    # the reported fit (from Grams and the last MTTKRP) is the real one
+    assert abs(fits[-1] - (1 - rel(rec, x))) < 1e-6
+    assert len(cp.weights) == 3 and len(cp.factors) == len(shape)
+
+
+def naive_als(x, factors, n_iter):
+    """CP-ALS from the definitions: explicit unfoldings and Khatri–Rao products."""
+    fs = [f.copy() for f in factors]
+    for _ in range(n_iter):
+        for n in range(x.ndim):
+            others = [fs[m] for m in range(x.ndim) if m != n]
+            v = np.ones((fs[0].shape[1],) * 2)
+            for f in others:
+                v = v * (f.T @ f)
+            fs[n] = np.linalg.solve(v, (unfold(x, n) @ kr_ref(others)).T).T
+    return fs
+
+
+@pytest.mark.parametrize("shape", [(5, 6, 4), (4, 3, 5, 3)])
+def test_parafac_matches_naive_als_from_the_same_init(rng, shape):
+    x = rng.standard_normal(shape)
+    init = [rng.random((d, 3)) for d in shape]
+    fits = []
+    w, fs = T.parafac(x, 3, init=(None, [f.copy() for f in init]), n_iter_max=6, tol=0,
+                      callback=lambda i, f: fits.append(f))
+    ref = np.reshape(kr_ref(naive_als(x, init, 6)).sum(1), shape)
+    assert len(fits) == 6
+    assert rel(T.cp_to_tensor((w, fs)), ref) < 1e-8
+    assert abs(fits[-1] - (1 - rel(ref, x))) < 1e-8
+    # random init: reproducible from random_state
+    a = T.cp_to_tensor(T.parafac(x, 3, init="random", random_state=3, n_iter_max=4))
+    b = T.cp_to_tensor(T.parafac(x, 3, init="random", random_state=3, n_iter_max=4))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_parafac_normalize_and_backends(xp, rng):
+    _, x = planted_cp(rng, (6, 5, 4), 2)
+    w, fs = T.parafac(to_xp(xp, x), 2, n_iter_max=300, tol=1e-14, normalize_factors=True)
+    for f in fs:
+        np.testing.assert_allclose(np.linalg.norm(to_numpy(f), axis=0), 1.0, rtol=1e-10)
+    rec = to_numpy(T.cp_to_tensor((w, fs)))
+    assert 1 - rel(rec, x) > 0.999
+
+
+def test_parafac_rank_above_mode_sizes_stays_finite(rng):
+    x = rng.standard_normal((4, 3, 5))
+    w, fs = T.parafac(x, 12, n_iter_max=20)
+    assert all(np.isfinite(f).all() for f in fs)
+    assert np.isfinite(T.cp_to_tensor((w, fs))).all()
+
+
+def test_parafac_verbose_prints(rng, capsys):
+    _, x = planted_cp(rng, (4, 5, 3), 2)
+    T.parafac(x, 2, n_iter_max=3, tol=0, verbose=True)
+    out = capsys.readouterr()
+    assert "fit" in out.out + out.err
+
+
+@pytest.mark.parametrize("shape,ranks", [((7, 6, 5), (2, 3, 2)), ((5, 4, 3, 6), (2, 2, 3, 2))])
+def test_tucker_reconstructs_planted(xp, rng, shape, ranks):
+    core = rng.standard_normal(ranks)
+    us = [rng.standard_normal((d, r)) for d, r in zip(shape, ranks)]
+    x = core
+    for mode, u in enumerate(us):
+        x = mode_dot_ref(x, u, mode)
+    core_g, fs = T.tucker(to_xp(xp, x), list(ranks), n_iter_max=5)
+    assert tuple(core_g.shape) == tuple(ranks)
+    for f in fs:
+        f = to_numpy(f)
+        np.testing.assert_allclose(f.T @ f, np.eye(f.shape[1]), atol=1e-10)
+    assert rel(to_numpy(T.tucker_to_tensor((core_g, fs))), x) < 1e-10
+    # random init: HOOI converges to the same subspaces on a planted tensor
+    c2, f2 = T.tucker(x, list(ranks), init="random", random_state=1, n_iter_max=50, tol=1e-12)
+    assert rel(T.tucker_to_tensor((c2, f2)), x) < 1e-8
+
+
+def test_tucker_rank_capped(rng):
+    x = rng.standard_normal((3, 4, 5))
+    core, fs = T.tucker(x, 10, n_iter_max=2)
+    assert tuple(core.shape) == (3, 4, 5)
+    assert rel(T.tucker_to_tensor((core, fs)), x) < 1e-10
+
+
+def test_against_tensorly(rng):
+    tl = pytest.importorskip("tensorly")
+    from tensorly import tenalg
+    from tensorly.decomposition import parafac as tl_parafac, tucker as tl_tucker
+
+    tl.set_backend("numpy")
+    for shape in SHAPES:
+        x = rng.standard_normal(shape)
+        fs = [rng.standard_normal((d, 3)) for d in shape]
+        w = rng.standard_normal(3)
+        close(T.khatri_rao(fs), tenalg.khatri_rao(fs))
+        close(T.khatri_rao(fs, skip=1), tenalg.khatri_rao(fs, skip_matrix=1))
+        mats = [rng.standard_normal((2, d)) for d in shape]
+        close(T.multi_mode_dot(x, mats), tenalg.multi_mode_dot(x, mats))
+        close(T.multi_mode_dot(x, mats, skip=1), tenalg.multi_mode_dot(x, mats, skip=1))
+        for mode in range(len(shape)):
+            close(T.mttkrp(x, (w, fs), mode), tenalg.unfolding_dot_khatri_rao(x, (w, fs), mode))
+            close(T.mode_dot(x, mats[mode], mode), tenalg.mode_dot(x, mats[mode], mode))
+        close(T.cp_to_tensor((w, fs)), tl.cp_to_tensor((w, fs)))
+        _, xc = planted_cp(rng, shape, 3)
+        xc = xc + 0.1 * rng.standard_normal(shape)
+        init = (np.ones(3), [rng.random((d, 3)) for d in shape])
+        ours = T.cp_to_tensor(T.parafac(xc, 3, init=init, n_iter_max=30, tol=0))
+        theirs = tl.cp_to_tensor(tl_parafac(xc, 3, init=tl.cp_tensor.CPTensor(
+            (init[0].copy(), [f.copy() for f in init[1]])), n_iter_max=30, tol=0))
+        f_ours, f_theirs = 1 - rel(ours, xc), 1 - rel(theirs, xc)
+        assert abs(f_ours - f_theirs) <= 0.01 * abs(f_theirs)
+        ranks = [2] * len(shape)
+        ours = T.tucker_to_tensor(T.tucker(xc, ranks, n_iter_max=5))
+        theirs = tl.tucker_to_tensor(tl_tucker(xc, rank=ranks, n_iter_max=5, init="svd"))
+        assert abs(rel(ours, xc) - rel(theirs, xc)) <= 0.01 * rel(theirs, xc) + 1e-12
+
+
+def test_property_multi_mode_dot_matches_sequential_mode_dots():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=15, deadline=None)
+    @hypothesis.given(dims=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+                      outs=st.lists(st.integers(0, 3), min_size=4, max_size=4),
+                      seed=st.integers(0, 2**31 - 1), transpose=st.booleans())
+    def check(dims, outs, seed, transpose):
+        g = np.random.default_rng(seed)
+        x = g.standard_normal(dims)
+        mats = [g.standard_normal((outs[i], d)) for i, d in enumerate(dims)]
+        ref = x
+        for mode, m in enumerate(mats):
+            ref = np.moveaxis(np.tensordot(m, ref, axes=([1], [mode])), 0, mode)
+        given = [m.T.copy() for m in mats] if transpose else mats
+        got = T.multi_mode_dot(x, given, transpose=transpose)
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+        # the MTTKRP of a rank-2 CP against its definition
+        fs = [g.standard_normal((d, 2)) for d in dims]
+        if len(dims) >= 2:
+            m0 = T.mttkrp(x, (None, fs), 0)
+            np.testing.assert_allclose(m0, unfold(x, 0) @ kr_ref(fs[1:]), rtol=1e-12, atol=1e-12)
+
+    check()
