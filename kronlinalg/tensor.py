@@ -9,8 +9,8 @@ Khatri–Rao product is never held in memory.
 
 ``multi_mode_dot`` is an operation of the skeleton (kronlinalg._operation): "sequential" (mode
 products one by one) or, for a product over every mode, "kron" (kron_matmul's best algorithm,
-reached through the planner's registry).  The decompositions (``parafac``, ``tucker``) live in
-kronlinalg/tensor_decompositions.py and are re-exported here.
+reached through the planner's registry).  The decompositions (``parafac``: CP-ALS; ``tucker``:
+HOSVD + HOOI) are built from these primitives, further down this module.
 """
 
 from __future__ import annotations
