@@ -5,22 +5,11 @@
 #include "cpu_isa.hpp"
 
 namespace kl {
-#define KL_DECLARE_ISA(isa)                                                                 \
-  namespace isa {                                                                           \
-  int batched_entry(const kl_batched_problem *p, int dtype, int num_threads);               \
-  int batched_var_entry(const kl_batched_entry *t, int64_t count, double alpha, double beta, \
-                        int dtype, int num_threads);                                        \
-  }
-#ifdef KL_X86_ISAS
-KL_DECLARE_ISA(avx512)
-KL_DECLARE_ISA(avx2)
-#endif
-KL_DECLARE_ISA(generic)
-#undef KL_DECLARE_ISA
+KL_PER_ISA(int batched_entry(const kl_batched_problem *p, int dtype, int num_threads);
+           int batched_var_entry(const kl_batched_entry *t, int64_t count, double alpha,
+                                 double beta, int dtype, int num_threads);)
 
 namespace {
-const CpuIsa kIsa = best_cpu_isa();
-
 bool valid(const kl_batched_problem *p, int dtype) {
   if (!p || p->m < 0 || p->n < 0 || p->k < 0 || p->ndim < 0 || p->ndim > KL_BATCHED_MAX_DIMS)
     return false;
@@ -36,11 +25,7 @@ extern "C" int kl_batched_matmul_cpu(const kl_batched_problem *p, int dtype, int
   using namespace kl;
   if (!valid(p, dtype)) return fail(KL_ERR_INVALID, "batched_matmul_cpu: invalid problem description");
   if (p->m == 0 || p->n == 0) return KL_OK;
-#ifdef KL_X86_ISAS
-  if (kIsa == CpuIsa::avx512) return avx512::batched_entry(p, dtype, num_threads);
-  if (kIsa == CpuIsa::avx2) return avx2::batched_entry(p, dtype, num_threads);
-#endif
-  return generic::batched_entry(p, dtype, num_threads);
+  return KL_ISA_CALL(batched_entry, p, dtype, num_threads);
 }
 
 extern "C" int kl_batched_matmul_cpu_var(const kl_batched_entry *t, int64_t count, double alpha,
@@ -53,11 +38,7 @@ extern "C" int kl_batched_matmul_cpu_var(const kl_batched_entry *t, int64_t coun
         (t[i].m > 0 && t[i].n > 0 && (!t[i].d || (t[i].k > 0 && (!t[i].a || !t[i].b)) ||
                                       (beta != 0.0 && !t[i].c))))
       return fail(KL_ERR_INVALID, "batched_matmul_cpu_var: invalid row in the problem table");
-#ifdef KL_X86_ISAS
-  if (kIsa == CpuIsa::avx512) return avx512::batched_var_entry(t, count, alpha, beta, dtype, num_threads);
-  if (kIsa == CpuIsa::avx2) return avx2::batched_var_entry(t, count, alpha, beta, dtype, num_threads);
-#endif
-  return generic::batched_var_entry(t, count, alpha, beta, dtype, num_threads);
+  return KL_ISA_CALL(batched_var_entry, t, count, alpha, beta, dtype, num_threads);
 }
 
 extern "C" int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype, int algo,

@@ -16,4 +16,27 @@ inline CpuIsa best_cpu_isa() {
   return CpuIsa::generic;
 }
 
+// The ISA of this process, asked once.
+inline CpuIsa cpu_isa() {
+  static const CpuIsa isa = best_cpu_isa();
+  return isa;
+}
+
 }  // namespace kl
+
+// A kernel compiled once per ISA (a namespace each) declares its entry points once with
+// KL_PER_ISA(...) inside namespace kl, and its dispatcher calls them with KL_ISA_CALL(fn, args):
+// the best ISA's fn (a code path shared by every kernel family instead of one per .cpp).
+#ifdef KL_X86_ISAS
+#define KL_PER_ISA(...)                         \
+  namespace avx512 { __VA_ARGS__ }              \
+  namespace avx2 { __VA_ARGS__ }                \
+  namespace generic { __VA_ARGS__ }
+#define KL_ISA_CALL(fn, ...)                                                     \
+  (::kl::cpu_isa() == ::kl::CpuIsa::avx512 ? avx512::fn(__VA_ARGS__)             \
+   : ::kl::cpu_isa() == ::kl::CpuIsa::avx2 ? avx2::fn(__VA_ARGS__)               \
+                                           : generic::fn(__VA_ARGS__))
+#else
+#define KL_PER_ISA(...) namespace generic { __VA_ARGS__ }
+#define KL_ISA_CALL(fn, ...) (generic::fn(__VA_ARGS__))
+#endif

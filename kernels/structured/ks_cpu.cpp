@@ -3,20 +3,9 @@
 #include "ks.h"
 
 namespace kl {
-#define KL_DECLARE_ISA(isa) \
-  namespace isa {           \
-  int ks_matmul_entry(const kl_ks_problem *p, int dtype, int num_threads); \
-  }
-#ifdef KL_X86_ISAS
-KL_DECLARE_ISA(avx512)
-KL_DECLARE_ISA(avx2)
-#endif
-KL_DECLARE_ISA(generic)
-#undef KL_DECLARE_ISA
+KL_PER_ISA(int ks_matmul_entry(const kl_ks_problem *p, int dtype, int num_threads);)
 
 namespace {
-const CpuIsa kIsa = best_cpu_isa();
-
 const char *check(const kl_ks_problem *p) {
   if (!p) return "ks_matmul_cpu: no problem description";
   if (p->a < 1 || p->b < 1 || p->c < 1 || p->d < 1) return "ks_matmul_cpu: pattern entries must be >= 1";
@@ -38,9 +27,5 @@ extern "C" int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threa
   using namespace kl;
   if (const char *msg = check(p)) return fail(KL_ERR_INVALID, msg);
   if (p->batch == 0) return KL_OK;
-#ifdef KL_X86_ISAS
-  if (kIsa == CpuIsa::avx512) return avx512::ks_matmul_entry(p, dtype, num_threads);
-  if (kIsa == CpuIsa::avx2) return avx2::ks_matmul_entry(p, dtype, num_threads);
-#endif
-  return generic::ks_matmul_entry(p, dtype, num_threads);
+  return KL_ISA_CALL(ks_matmul_entry, p, dtype, num_threads);
 }
