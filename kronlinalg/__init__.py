@@ -42,3 +42,7 @@ _offer(_strassen_candidate())  # matmul may take Strassen, with matmul(..., allo
 from . import tensor  # noqa: E402
 
 __all__ += ["tensor"]
+
+from .kron_operator import KroneckerOperator  # noqa: E402
+
+__all__ += ["KroneckerOperator"]
