@@ -1,0 +1,209 @@
+"""The linear algebra the decompositions run on, per array library: GEMMs on the tensor's own
+C-order layout (views, never an unfolding copy), the float32 compute mode of those GEMMs
+(TF32 tensor cores or IEEE), half-precision storage of the tensor, Gram matrices X₍ₙ₎X₍ₙ₎ᵀ,
+small SPD solves and eigendecompositions that do not stop the GPU stream.
+
+Everything goes through the array library's own calls (cuBLAS/cuSOLVER under CuPy and torch,
+BLAS/LAPACK under NumPy); this module only decides shapes, views and modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import array_api_compat
+
+from ..common import backend
+
+__all__ = ["Engine"]
+
+# the chunk of a middle mode's Gram: at most this many elements of (pre, I_n, I_n) partials
+_GRAM_CHUNK_ELEMENTS = 1 << 25
+
+
+@contextlib.contextmanager
+def _torch_tf32(torch):
+    """float32 matmuls on TF32 tensor cores for the duration (torch's process-wide switch,
+    restored after)."""
+    m = torch.backends.cuda.matmul
+    if hasattr(m, "fp32_precision"):  # torch >= 2.9; mixing it with allow_tf32 is refused
+        prev = m.fp32_precision
+        m.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            m.fp32_precision = prev
+    else:
+        prev = m.allow_tf32
+        m.allow_tf32 = True
+        try:
+            yield
+        finally:
+            m.allow_tf32 = prev
+
+
+@contextlib.contextmanager
+def _cupy_tf32(cupy):
+    """CuPy's float32 GEMM compute type set to TF32 for the duration (CuPy's per-dtype switch,
+    the one CUPY_TF32=1 sets; restored after)."""
+    try:
+        from cupy._core import _routines_linalg as rl
+
+        prev = rl.get_compute_type(cupy.float32)
+        rl.set_compute_type(cupy.float32, rl.COMPUTE_TYPE_TF32)
+    except (ImportError, AttributeError):  # a CuPy without the switch: IEEE float32
+        yield
+        return
+    try:
+        yield
+    finally:
+        rl.set_compute_type(cupy.float32, prev)
+
+
+class Engine:
+    """The contractions of one call on one library and device.
+
+    precision: "tf32" (float32 GEMMs on TF32 tensor cores), "ieee", "float16"/"bfloat16" (the
+    tensor stored in that type, scaled by its largest magnitude; GEMMs take half inputs with
+    float32 accumulation).  float64 always computes in float64."""
+
+    def __init__(self, xp, like, precision="tf32"):
+        self.xp = xp
+        self.lib = ("torch" if backend.is_torch(like) else "cupy" if backend.is_cupy(like)
+                    else "numpy" if array_api_compat.is_numpy_array(like) else "other")
+        self.cuda = backend.on_cuda(like)
+        self.dtype = like.dtype
+        self.float32 = backend.dtype_name(like.dtype) == "float32"
+        self.precision = precision if self.float32 else "ieee"
+        self.half = self.precision in ("float16", "bfloat16") and self.cuda
+        self.device = array_api_compat.device(like)
+
+    # -- the GEMM mode -------------------------------------------------------------------------
+
+    def fast(self):
+        """A context in which the library's float32 GEMMs run in the chosen mode."""
+        if not (self.cuda and self.float32 and self.precision != "ieee"):
+            return contextlib.nullcontext()
+        if self.lib == "torch":
+            import torch
+
+            return _torch_tf32(torch)
+        if self.lib == "cupy":
+            return _cupy_tf32(backend.cupy_module())
+        return contextlib.nullcontext()
+
+    # -- the tensor as the GEMMs read it -------------------------------------------------------
+
+    def store(self, x):
+        """(the tensor as the GEMMs read it, its scale): C-contiguous; in half precision
+        scaled by its largest magnitude (scale 1 otherwise)."""
+        x = backend.contiguous(x)
+        if not self.half:
+            return x, 1.0
+        xp = self.xp
+        scale = float(xp.max(xp.abs(x))) or 1.0
+        return xp.astype(x / scale, getattr(xp, self.precision)), scale
+
+    def lhs(self, ft):
+        """A factor (R, I) as the left operand of a GEMM against the stored tensor: in the half
+        type scaled by its largest magnitude when the tensor is stored so."""
+        if not self.half:
+            return ft, None
+        xp = self.xp
+        s = xp.max(xp.abs(ft))
+        s = xp.where(s > 0, s, xp.ones_like(s))
+        return xp.astype(ft / s, getattr(xp, self.precision)), s
+
+    def mm_stored(self, ft, x2, transpose_x, scale):
+        """ft (R, P) times the stored tensor viewed as a matrix x2 (P, Q), or x2ᵀ (x2: (Q, P))
+        with transpose_x: (R, Q) in the working dtype."""
+        xp = self.xp
+        a, s = self.lhs(ft)
+        b = xp.permute_dims(x2, (1, 0)) if transpose_x else x2
+        if self.half and self.lib == "torch":  # float32 out: sums of P half products overflow
+            import torch                        # float16's range for large P
+
+            out = torch.mm(a, b, out_dtype=self.dtype) * (s * scale)
+        elif self.half:
+            out = xp.astype(xp.matmul(a, b), self.dtype) * (s * scale)
+        else:
+            out = xp.matmul(a, b)
+        if not self.half and scale != 1.0:
+            out = out * scale
+        return out
+
+    # -- Gram matrices from the layout ---------------------------------------------------------
+
+    def gram(self, x, mode, scale=1.0):
+        """(x in the working dtype, not half storage.)  x₍mode₎ x₍mode₎ᵀ from x's C-order layout: one GEMM for the first and the last mode
+        (a matrix view times its own transpose), a batched product summed over the leading
+        index for a middle mode, in chunks that bound the partials' memory."""
+        xp = self.xp
+        dims = [int(d) for d in x.shape]
+        n = dims[mode]
+        pre, post = math.prod(dims[:mode]), math.prod(dims[mode + 1:])
+        if pre == 1:
+            a = xp.reshape(x, (n, post))
+            g = xp.matmul(a, xp.permute_dims(a, (1, 0)))
+        elif post == 1:
+            a = xp.reshape(x, (pre, n))
+            g = xp.matmul(xp.permute_dims(a, (1, 0)), a)
+        else:
+            a = xp.reshape(x, (pre, n, post))
+            step = max(1, min(pre, _GRAM_CHUNK_ELEMENTS // max(1, n * n)))
+            g = None
+            for c in range(0, pre, step):
+                blk = a[c:c + step, ...]
+                part = xp.sum(xp.matmul(blk, xp.permute_dims(blk, (0, 2, 1))), axis=0)
+                g = part if g is None else g + part
+        return g * (scale * scale) if scale != 1.0 else g
+
+    # -- small dense algebra -------------------------------------------------------------------
+
+    def eye(self, r, like):
+        return self.xp.eye(r, dtype=like.dtype, device=array_api_compat.device(like))
+
+    def solve_spd(self, v, rhs, robust=False):
+        """v⁻¹ rhs for a symmetric positive semi-definite v (R×R): an LU solve with a ridge of
+        1e-14 (float64) / 1e-6 (float32) of v's largest diagonal entry, so that a singular v
+        (a rank above a mode's size) stays finite.  The ridge is formed on the device and the
+        solve does not check its status on the host: the GPU stream never waits here.  robust:
+        a pseudo-inverse instead (the caller's fallback when a solve came out non-finite)."""
+        xp = self.xp
+        r = int(v.shape[0])
+        if robust:
+            return xp.matmul(xp.linalg.pinv(v), rhs)
+        eps = 1e-6 if backend.dtype_name(v.dtype) == "float32" else 1e-14
+        diag = xp.linalg.diagonal(v)
+        top = xp.max(xp.abs(diag)) if r else xp.asarray(0.0)
+        ridge = eps * xp.where(top > 0, top, xp.ones_like(top))
+        vr = v + ridge * self.eye(r, v)
+        if self.lib == "torch":
+            import torch
+
+            return torch.linalg.solve_ex(vr, rhs, check_errors=False)[0]
+        if self.lib in ("numpy", "other"):
+            try:
+                out = xp.linalg.solve(vr, rhs)
+            except Exception:  # noqa: BLE001  (a LinAlgError of an exactly singular v)
+                return xp.matmul(xp.linalg.pinv(v), rhs)
+            if not bool(xp.all(xp.isfinite(out))):
+                return xp.matmul(xp.linalg.pinv(v), rhs)
+            return out
+        return xp.linalg.solve(vr, rhs)
+
+    def top_eigvecs(self, gram, k):
+        """The k leading eigenvectors of a symmetric matrix (columns, decreasing eigenvalue)."""
+        xp = self.xp
+        _, vecs = xp.linalg.eigh(gram)
+        return xp.flip(vecs, axis=1)[:, :k]
+
+    def norm(self, x, scale=1.0):
+        """‖x‖ as a Python float (read once, no squared copy of x)."""
+        xp = self.xp
+        if self.lib == "torch":
+            import torch
+
+            return float(torch.linalg.vector_norm(x, dtype=torch.float64)) * scale
+        return float(xp.linalg.vector_norm(x)) * scale

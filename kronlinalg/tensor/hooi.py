@@ -1,0 +1,109 @@
+"""tucker: HOSVD from the mode Gram matrices, then HOOI (TensorLy's ``tucker``).
+
+The Gram matrices X₍ₙ₎X₍ₙ₎ᵀ come from GEMMs on the tensor's own layout (Engine.gram: a view
+times its transpose for the first and last modes, a batched product over the leading index
+for a middle one) followed by a small symmetric eigendecomposition — never an SVD of an
+unfolding.  The projections of HOOI contract the first and the last mode first (GEMMs on
+views of the full tensor), the middle ones on the already smaller result."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+from ..common import backend, validation
+from . import _args
+from ._engine import Engine
+from .primitives import mode_product
+
+__all__ = ["tucker", "TuckerTensor"]
+
+
+class TuckerTensor(tuple):
+    """(core, factors), as TensorLy's TuckerTensor unpacks."""
+
+    __slots__ = ()
+
+    def __new__(cls, core, factors):
+        return tuple.__new__(cls, (core, list(factors)))
+
+    core = property(operator.itemgetter(0))
+    factors = property(operator.itemgetter(1))
+
+
+def _ranks(rank, dims):
+    if isinstance(rank, (list, tuple)):
+        if len(rank) != len(dims):
+            raise ValueError(f"rank: {len(rank)} ranks for a tensor of {len(dims)} dimensions")
+        ranks = [validation.count(f"rank[{i}]", r) for i, r in enumerate(rank)]
+    else:
+        ranks = [validation.count("rank", rank)] * len(dims)
+    if any(r < 1 for r in ranks):
+        raise ValueError(f"rank: expected positive integers, got {rank!r}")
+    return [min(r, d) for r, d in zip(ranks, dims)]
+
+
+def _project(xp, x, factors, skip=None):
+    """x ×_m U_mᵀ over every mode m except skip: the boundary modes first (GEMMs on views of
+    the full tensor), then the middle ones, each on an already reduced tensor."""
+    nd = x.ndim
+    order = [m for m in (0, nd - 1) if m != skip]
+    order += [m for m in range(1, nd - 1) if m != skip]
+    y = x
+    for m in dict.fromkeys(order):
+        y = mode_product(xp, y, xp.permute_dims(factors[m], (1, 0)), m)
+    return y
+
+
+def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=None,
+           callback=None, verbose=False, precision=None):
+    """Tucker decomposition (TensorLy's ``tucker``): HOSVD from the leading eigenvectors of the
+    mode Gram matrices X₍ₙ₎X₍ₙ₎ᵀ (formed by GEMMs on the tensor's layout, no unfolding, no SVD
+    of one), then HOOI iterations until the relative error changes by less than tol
+    (n_iter_max=0: the HOSVD alone).  rank: an int (every mode) or one per mode, capped at the
+    mode sizes.  init: "svd", "random" or (core, factors).  precision (float32 on CUDA):
+    "tf32" (default) or "ieee".  Returns TuckerTensor(core, factors) with orthonormal
+    factors."""
+    xp, x = _args.tensor_arg(tensor)
+    dims = [int(d) for d in x.shape]
+    ranks = _ranks(rank, dims)
+    n_iter_max, tol = _args.iterations(n_iter_max, tol)
+    callback = _args.callback_arg(callback)
+    if precision not in (None, "tf32", "ieee"):
+        raise ValueError(f"precision: expected 'tf32' or 'ieee' for tucker, got {precision!r}")
+    eng = Engine(xp, x, precision or "tf32")
+    nd = x.ndim
+    with eng.fast():
+        x = backend.contiguous(x)
+        if isinstance(init, str) and init == "svd":
+            factors = [eng.top_eigvecs(eng.gram(x, n), ranks[n]) for n in range(nd)]
+        elif isinstance(init, str) and init == "random":
+            rng = _args.generator(random_state)
+            factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]
+                       for d, r in zip(dims, ranks)]
+        elif isinstance(init, str):
+            raise ValueError(f"init: expected 'svd', 'random' or (core, factors), got {init!r}")
+        else:
+            if not hasattr(init, "__len__") or isinstance(init, (str, bytes)) or len(init) != 2:
+                raise TypeError("init: expected 'svd', 'random' or (core, factors)")
+            factors = [_args.cast(xp, f, x.dtype) for f in init[1]]
+            if len(factors) != nd or any(tuple(f.shape) != (d, r)
+                                         for f, d, r in zip(factors, dims, ranks)):
+                raise ValueError(f"init: expected factors of shapes {list(zip(dims, ranks))}")
+        progress = _args.Progress("tucker", verbose, n_iter_max, callback)
+        norm_x = eng.norm(x)
+        errors, core = [], None
+        for it in range(n_iter_max):
+            for n in range(nd):
+                y = _project(xp, x, factors, skip=n)
+                factors[n] = eng.top_eigvecs(eng.gram(y, n), ranks[n])
+            core = mode_product(xp, y, xp.permute_dims(factors[nd - 1], (1, 0)), nd - 1)
+            err = math.sqrt(abs(norm_x ** 2 - eng.norm(core) ** 2)) / (norm_x or 1.0)
+            errors.append(err)
+            progress.report(it, 1.0 - err)
+            if it >= 1 and abs(errors[-2] - errors[-1]) < tol:
+                break
+        progress.close()
+        if core is None:
+            core = _project(xp, x, factors)
+    return TuckerTensor(core, factors)
