@@ -474,7 +474,9 @@ def test_float32_modes_pick_their_kernels(gxp, fp32_mode):
     assert tc and all(("tf32x3" in k) == (fp32_mode == "tf32x3") for k in tc), tc
     # factors with P % 8 != 0 stay on CUDA cores in either mode, and so do Q < 16 unless forced
     assert all("ffma" in k for k in _kernels_of("float32", [(5, 5)] * 3, 64))
-    assert all("ffma" in k for k in _kernels_of("float64", [(16, 16)] * 3, 64))
+    # (float64: CUDA cores, or DMMA on the natural-order kernel on sm_90)
+    assert all("ffma" in k or "dmma.natural" in k
+               for k in _kernels_of("float64", [(16, 16)] * 3, 64))
     # (P = 8 in 3xTF32 mode: the natural-order kernel where x is contiguous)
     assert all("ffma" in k or (fp32_mode == "tf32x3" and "natural" in k)
                for k in _kernels_of("float32", [(8, 8)] * 3, 64))
@@ -612,7 +614,6 @@ def test_natural_kernel_is_planned(gxp, monkeypatch):
     assert _kernels_of("float32", [(32, 32)] * 4, 1024) == ["f32.tf32x3.natural.p32",
                                                             "f32.tf32x3.natural_ring.p32"]
     assert set(_kernels_of("float32", [(16, 16)] * 5, 1024)) == {"f32.tf32x3.natural.p16"}
-    assert not any("natural" in k for k in _kernels_of("float64", [(32, 32)] * 4, 64))
     assert not any("natural" in k for k in _kernels_of("float32", [(24, 24)] * 2, 64))
     _natural_on(monkeypatch, False)
     assert not any("natural" in k for k in _kernels_of("float32", [(32, 32)] * 4, 1024))
@@ -843,3 +844,111 @@ def test_cluster_kernel(gxp, rng, monkeypatch, case):
         ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
         assert_close(out, ref, gxp, "float32")
         _elementwise(out, ref, gxp)
+
+
+# ---------------------------------------------------------------------------------------------
+# the natural-order tensor-core kernels of float64 (DMMA, sm_90), float16 and bfloat16
+# (kron_cuda_natural_mma.cuh): the float32 kernel's tiles and steps in each storage type
+
+MMA_NATURAL_DTYPES = ["float64", "float16", "bfloat16"]
+MMA_NATURAL_NAME = {"float64": "f64.dmma", "float16": "f16.mma", "bfloat16": "bf16.mma"}
+
+
+def _cc_major(gxp):
+    if gxp.is_torch:
+        return gxp.module.cuda.get_device_capability()[0]
+    return int(gxp.module.cuda.Device().compute_capability) // 10
+
+
+def _need_mma_natural(gxp, dtype):
+    _need(gxp, dtype)
+    if dtype == "float64" and _cc_major(gxp) < 9:
+        pytest.skip("float64 takes DMMA m16n8k8 on sm_90 and newer only")
+
+
+def _rtol_of(dtype):
+    # (the half types: each step's results round to half, inputs drawn in half)
+    return {"float64": 1e-12, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
+
+
+@pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
+@pytest.mark.parametrize("case", NATURAL_CASES,
+                         ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]) + f"-m{c[1]}")
+def test_mma_natural_kernel(gxp, rng, monkeypatch, dtype, case):
+    """Every P, line and column tiles, one to three steps, partial tiles, several passes, alpha
+    and beta, outputs and scratch from a NaN-poisoned pool, against the float64 reference."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    shapes, lead = case
+    k = math.prod(p for p, _ in shapes)
+    size = 3 * 8 * math.prod(lead) * k
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _poison_pool(gxp, min(size, 1 << 28))
+        fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+        x, xn = random(gxp, rng, tuple(lead) + (k,), dtype)
+        y, yn = random(gxp, rng, tuple(lead) + (math.prod(q for _, q in shapes),), dtype)
+        kw = {"y": y, "beta": beta} if beta else {}
+        out = kronlinalg.kron_matmul(x, list(fs), alpha=alpha, algorithm="sliced", **kw)
+        ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
+        assert_close(out, ref, gxp, dtype, rtol=_rtol_of(dtype))
+        _elementwise(out, ref, gxp, rtol=10 * _rtol_of(dtype))
+
+
+@pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
+def test_mma_natural_kernel_is_planned(gxp, monkeypatch, dtype):
+    """Groups of P x P factors take the natural-order kernel of their dtype; P = 8 from two
+    steps; none where it is off, or for factors it does not take."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    name = MMA_NATURAL_NAME[dtype]
+    assert set(_kernels_of(dtype, [(16, 16)] * 5, 1024)) == {f"{name}.natural.p16"}
+    assert set(_kernels_of(dtype, [(32, 32)] * 4, 1024)) == {f"{name}.natural.p32"}
+    assert set(_kernels_of(dtype, [(64, 64)] * 3, 1024)) == {f"{name}.natural.p64"}
+    assert _kernels_of(dtype, [(8, 8)] * 6, 1024)[0] == f"{name}.natural.p8"
+    assert not any("natural" in k for k in _kernels_of(dtype, [(24, 24)] * 2, 64))
+    _natural_on(monkeypatch, False)
+    assert not any("natural" in k for k in _kernels_of(dtype, [(32, 32)] * 4, 1024))
+
+
+@pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("shapes,m", [
+    ([(32, 32)] * 2, 3203),
+    ([(16, 16)] * 3, 2001),
+    ([(8, 8)] * 3, 2001),
+    ([(64, 64)] * 2, 701),           # two column groups, results through the second buffer
+    ([(32, 32)] * 2 + [(1, 8)], 1999),   # column tiles of 8 i
+], ids=["32^2", "16^3", "8^3", "64^2", "32^2-cols"])
+def test_mma_natural_kernel_many_tiles_per_block(gxp, rng, monkeypatch, dtype, stages, shapes, m):
+    """Persistent blocks over many tiles with the next tiles' loads in flight: every element."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_STAGES", str(stages))
+    k = math.prod(p for p, _ in shapes)
+    _poison_pool(gxp, min(3 * 8 * m * k, 1 << 28))
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    x, xn = random(gxp, rng, (m, k), dtype)
+    out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
+    ref = kron_matmul_ref(xn, fns, "right")
+    assert_close(out, ref, gxp, dtype, rtol=_rtol_of(dtype))
+    _elementwise(out, ref, gxp, rtol=10 * _rtol_of(dtype))
+
+
+@pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
+def test_mma_natural_kernel_matches_the_other_kernels(gxp, rng, monkeypatch, dtype):
+    """The same product on the natural-order kernel and on the sliced kernels."""
+    _need_mma_natural(gxp, dtype)
+    shapes = [(16, 16)] * 4
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    x, xn = random(gxp, rng, (37, 16 ** 4), dtype)
+    ref = kron_matmul_ref(xn, fns, "right")
+    outs = []
+    for on in (True, False):
+        _natural_on(monkeypatch, on)
+        outs.append(to_numpy(kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")))
+    a, b = (o.astype(np.float64) for o in outs)
+    tol = _rtol_of(dtype)
+    assert np.linalg.norm(a - ref) <= tol * np.linalg.norm(ref)
+    assert np.linalg.norm(b - ref) <= tol * np.linalg.norm(ref)
+    assert np.linalg.norm(a - b) <= 2 * tol * np.linalg.norm(ref)
+

@@ -310,27 +310,39 @@ bool configure_natural_ring(const kl_kron_problem *p, const DeviceInfo &dev, con
   return true;
 }
 
-// A pass of the natural plan on the natural-order 3xTF32 kernel: float32 in 3xTF32 mode, up to
+// The natural-order kernel of a dtype for P x P factors: float32 in 3xTF32 mode, float64 on
+// DMMA (sm_90 and newer), the half types; nullptr where none applies.
+const NatKernelDesc *natural_kernel(int dtype, int P, const DeviceInfo &dev) {
+  switch (dtype) {
+    case KL_FLOAT32: return fp32_mode() == KL_KRON_FP32_TF32X3 ? nat_kernel_f32(P) : nullptr;
+    case KL_FLOAT64: return dev.cc_major >= 9 ? nat_kernel_f64(P) : nullptr;
+    case KL_FLOAT16: return nat_kernel_f16(P);
+    case KL_BFLOAT16: return nat_kernel_bf16(P);
+    default: return nullptr;
+  }
+}
+
+// A pass of the natural plan on the natural-order kernel of its dtype (natural_kernel): up to
 // kNatMaxSteps factors all P x P with a compiled P, 16-byte aligned x and y; tiles of T lines
 // (I == 1) or T consecutive i (I % T == 0) that give each step at least 8 warp items where the
 // shape allows.  False where it does not apply or fit (the other kernels then take the pass).
 bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                        const PassShape &sh, PassCfg *out) {
-  if (!sh.natural || dtype != KL_FLOAT32 || fp32_mode() != KL_KRON_FP32_TF32X3 ||
-      sh.count > kNatMaxSteps || dev.cc_major < 8)
-    return false;
+  if (!sh.natural || sh.count > kNatMaxSteps || dev.cc_major < 8) return false;
   const NatTune tune = natural_tune();
   if (!tune.on) return false;
   if (g_tune.L || g_tune.tile_q || g_tune.threads || g_tune.budget_kb || g_tune.kind != -1)
     return false;
   if (!aligned16(p->x) || !aligned16(p->y)) return false;
   const int P = int(p->P[sh.last]);
-  const NatKernelDesc *nk = nat_kernel_f32(P);
+  const NatKernelDesc *nk = natural_kernel(dtype, P, dev);
   if (!nk) return false;
+  const int es = nk->elem_bytes;
   if (nk->col_groups > 1 && sh.count > 2) return false;  // a middle step works in place
   // (P = 8: groups of three or more steps only; on the H100 1024 x 8^6, two 3-step passes, took
   // 2.30 ms against the CUDA-core kernel's 2.53, but 1024 x 8^7 (3 + 2 + 2) 25.4 against 21.9)
-  if (P == 8 && sh.count < 3) return false;
+  // (float64 and the half types: from two steps, their sliced kernels being the slower ones)
+  if (P == 8 && sh.count < (dtype == KL_FLOAT32 ? 3 : 2)) return false;
   // (and up to 3: 1024 x 8^7 in 4 + 3 steps took 24.3 ms on the H100 where 3 on this kernel
   // and 2 + 2 on the CUDA cores take 19.8; the 4-step line tiles hold 2 lines of 4096)
   if (P == 8 && sh.count > 3) return false;
@@ -341,8 +353,8 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   }
   const bool line = sh.I == 1;
   const int64_t rows = sh.rows / sh.I;  // lines, or rows r of the column tiles
-  const int64_t fs = int64_t(sh.count) * 2 * P * P;
-  if (tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.ti_min == 8) {
+  const int64_t fs = int64_t(sh.count) * nk->f_copies * P * P;
+  if (dtype == KL_FLOAT32 && tune.ring && nk->col_groups == 1 && sh.count > 1 && tune.ti_min == 8) {
     // P = 32 column groups stream tiles of 32 i through the ring (128-byte runs of x and y,
     // where the other kernel's two buffers hold 8 i, 32-byte runs) where that leaves a few
     // tiles per SM.  (H100, one call, ms, 8-i tiles against 32 in the ring: 1024 x 32^4
@@ -371,7 +383,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   if (!line && P == 16) T = std::max<int64_t>(T0, 32);
   const int stages = tune.stages ? tune.stages : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
-  auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * 4; };
+  auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * es; };
   while (T > T0 && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;  // two blocks per SM
   if (line && tune.T > 0) T = tune.T;
   if (!line && tune.TI > 0) T = tune.TI;
@@ -801,11 +813,13 @@ NatP natural_params(const kl_kron_problem *p, const PassCfg &c, int64_t M, const
   np.buf1_elems = c.nat_buf;
   np.stages = c.nat_stages;
   np.buf2_elems = c.nk->col_groups > 1 && c.count > 1 ? c.nat_buf : 0;
-  np.fs_elems = c.count * 2 * c.nk->P * c.nk->P;
-  np.x = static_cast<const float *>(src);
+  np.fs_elems = c.count * c.nk->f_copies * c.nk->P * c.nk->P;
+  np.x = static_cast<const float *>(src);  // (the kernel's own element type)
   np.y = static_cast<float *>(dst);
-  np.alpha = final_pass ? float(p->alpha) : 1.f;
-  np.beta = final_pass ? float(p->beta) : 0.f;
+  np.alpha_d = final_pass ? p->alpha : 1.0;
+  np.beta_d = final_pass ? p->beta : 0.0;
+  np.alpha = float(np.alpha_d);
+  np.beta = float(np.beta_d);
   for (int s = 0; s < c.count; ++s) {
     const int i = c.last - s;
     np.F[s] = static_cast<const float *>(p->F[i]);

@@ -21,11 +21,11 @@ cudaError_t launch_ring(const NatP &p, int grid, int block, size_t smem, cudaStr
 // block per SM; so its passes have no in-place step, at most two factors)
 #define KL_NAT(P, WN)                                                                      \
   {"f32.tf32x3.natural.p" #P, reinterpret_cast<const void *>(&kron_tf32_natural_kernel<P, WN>), \
-   P, P / 8 / WN, nat_max_threads(P), &launch_nat<P, WN>}
+   P, P / 8 / WN, nat_max_threads(P), 4, 2, &launch_nat<P, WN>}
 #define KL_NAT_RING(P)                                                                       \
   {"f32.tf32x3.natural_ring.p" #P,                                                          \
    reinterpret_cast<const void *>(&kron_tf32_natural_ring_kernel<P, P / 8>), P, 1,          \
-   nat_ring_threads(P), &launch_ring<P, P / 8>}
+   nat_ring_threads(P), 4, 2, &launch_ring<P, P / 8>}
 const NatKernelDesc table[] = {KL_NAT(8, 1), KL_NAT(16, 2), KL_NAT(32, 4), KL_NAT(64, 4)};
 const NatKernelDesc ring_table[] = {KL_NAT_RING(16), KL_NAT_RING(32)};
 

@@ -26,8 +26,9 @@ struct KernelDesc {
   cudaError_t (*launch)(const PassP &, int grid, int block, size_t smem, cudaStream_t);
 };
 
-// The natural-order 3xTF32 kernel (kron_cuda_natural.cuh): a pass of up to kNatMaxSteps P x P
-// factors (P = 8, 16, 32, 64) over x and y with contiguous rows.
+// The natural-order kernels: a pass of up to kNatMaxSteps P x P factors (P = 8, 16, 32, 64) over
+// x and y with contiguous rows; float32 as 3xTF32 (kron_cuda_natural.cuh), float64 on DMMA and
+// the half types on their tensor cores (kron_cuda_natural_mma.cuh).
 constexpr int kNatMaxSteps = 4;
 
 struct NatP {
@@ -41,9 +42,10 @@ struct NatP {
   int buf1_elems, buf2_elems, fs_elems;
   int stages;     // buf1 copies (2 or 3): the tiles after this one stream in meanwhile (the
                   // ring kernel: slice slots)
-  const float *x;
+  const float *x;  // (the dtype's elements: the float64 and half kernels cast)
   float *y;
   float alpha, beta;
+  double alpha_d, beta_d;  // the same in double (the float64 and half kernels take these)
   const float *F[kNatMaxSteps];  // step s applies F[s] (the group's last factor first)
   int64_t frs[kNatMaxSteps], fcs[kNatMaxSteps];
 };
@@ -54,11 +56,16 @@ struct NatKernelDesc {
   int P;
   int col_groups;  // warp items per 32 rows of a step (1: every step in place)
   int max_threads;
+  int elem_bytes;  // bytes of an element (shared and global memory alike)
+  int f_copies;    // factor copies per step in shared memory (3xTF32: hi and lo)
   cudaError_t (*launch)(const NatP &, int grid, int block, size_t smem, cudaStream_t);
 };
 
 // The natural-order kernel for P x P factors, or nullptr where none is compiled.
 const NatKernelDesc *nat_kernel_f32(int P);
+const NatKernelDesc *nat_kernel_f64(int P);   // DMMA: sm_90 and newer
+const NatKernelDesc *nat_kernel_f16(int P);
+const NatKernelDesc *nat_kernel_bf16(int P);
 // Its ring form for tiles that do not fit two load buffers (kron_cuda_natural_ring.cuh): P = 16
 // and 32; nullptr for the others.
 const NatKernelDesc *nat_ring_kernel_f32(int P);

@@ -33,45 +33,12 @@
 
 #include "kron_cuda_common.cuh"
 #include "kron_cuda_kernels.cuh"  // NatP
+#include "kron_cuda_natural_layout.cuh"
 #include "kron_cuda_tc.cuh"      // store_chunk_scaled
 #include "kron_cuda_tf32.cuh"    // split_tf32_int
 
 namespace kl {
 namespace cu {
-
-// Fold of the chunk index above bit 3 into 2 bits (XOR of its 2-bit digits).
-__host__ __device__ __forceinline__ uint32_t fold2(uint32_t x) {
-  x ^= x >> 8;
-  x ^= x >> 4;
-  x ^= x >> 2;
-  return x & 3;
-}
-__host__ __device__ __forceinline__ uint32_t phys_chunk_nat(uint32_t L) {
-  return L ^ (fold2(L >> 3) << 1);
-}
-
-// Chunk c of row `row` of a row-major tile with P elements per row (buf1 of line tiles, and the
-// factors' Ft): bit 2 XORed by the row's parity where a row spans 8 chunks or more, so that the
-// two rows of a quarter-warp's 16-byte loads fall in different banks.
-template <int P>
-__host__ __device__ __forceinline__ int row_chunk(int row, int c) {
-  return row * (P / 4) + (P >= 32 ? c ^ ((row & 1) << 2) : c);
-}
-
-// Byte offset of swizzled chunk L.  phys_chunk_nat is linear over XOR (fold2 is), so where L is
-// built from fields in disjoint bits, its offset is the XOR of the fields' offsets.
-__host__ __device__ __forceinline__ uint32_t phys_bytes(uint32_t L) {
-  return phys_chunk_nat(L) << 4;
-}
-
-// The bits the swizzle flips in chunk L's offset (phys_bytes(L) = (L << 4) ^ these).
-__host__ __device__ __forceinline__ uint32_t swizzle_bytes(uint32_t L) {
-  return phys_bytes(L) ^ (L << 4);
-}
-
-__host__ __device__ constexpr int log2_pow2(int v) { return v <= 1 ? 0 : 1 + log2_pow2(v / 2); }
-// (the same at run time, v a power of two >= 1)
-__device__ __forceinline__ int ilog2(uint32_t v) { return 31 - __clz(v); }
 
 // P x P factors; WN n8 tiles per warp item (a step's Q columns in P / 8 / WN column groups;
 // in-place steps need all of them in one item).

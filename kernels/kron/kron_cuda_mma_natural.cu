@@ -1,0 +1,34 @@
+// Instantiations of the natural-order tensor-core kernel (kron_cuda_natural_mma.cuh) for float64
+// (DMMA), float16 and bfloat16, one per factor size, with the float32 kernel's warp items
+// (P = 64 in two column groups of 32: its passes have no in-place step, at most two factors).
+#include "kron_cuda_kernels.cuh"
+#include "kron_cuda_natural_mma.cuh"
+
+namespace kl {
+namespace cu {
+namespace {
+template <class T, int P, int WN>
+cudaError_t launch_nat(const NatP &p, int grid, int block, size_t smem, cudaStream_t st) {
+  kron_mma_natural_kernel<T, P, WN><<<grid, block, smem, st>>>(p);
+  return cudaGetLastError();
+}
+#define KL_NATM(T, NAME, P, WN)                                                             \
+  {NAME ".natural.p" #P, reinterpret_cast<const void *>(&kron_mma_natural_kernel<T, P, WN>), \
+   P, P / 8 / WN, natm_max_threads(P), int(sizeof(T)), 1, &launch_nat<T, P, WN>}
+#define KL_NATM_TABLE(T, NAME) \
+  {KL_NATM(T, NAME, 8, 1), KL_NATM(T, NAME, 16, 2), KL_NATM(T, NAME, 32, 4), KL_NATM(T, NAME, 64, 4)}
+const NatKernelDesc f64_table[] = KL_NATM_TABLE(double, "f64.dmma");
+const NatKernelDesc f16_table[] = KL_NATM_TABLE(__half, "f16.mma");
+const NatKernelDesc bf16_table[] = KL_NATM_TABLE(__nv_bfloat16, "bf16.mma");
+
+const NatKernelDesc *find(const NatKernelDesc (&tab)[4], int P) {
+  for (const NatKernelDesc &k : tab)
+    if (k.P == P) return &k;
+  return nullptr;
+}
+}  // namespace
+const NatKernelDesc *nat_kernel_f64(int P) { return find(f64_table, P); }
+const NatKernelDesc *nat_kernel_f16(int P) { return find(f16_table, P); }
+const NatKernelDesc *nat_kernel_bf16(int P) { return find(bf16_table, P); }
+}  // namespace cu
+}  // namespace kl
