@@ -303,7 +303,7 @@ class KroneckerOperator:
         return validation.scalar("shift", shift)
 
     def _checked_rhs(self, b, shift):
-        named = {"b": b, **{f"factors[{i}]": f for i, f in enumerate(self._factors)}}
+        named = {**{f"factors[{i}]": f for i, f in enumerate(self._factors)}, "b": b}
         xp, dt = validation.floating_arrays(named)
         dt = self._linalg_dtype("b", dt)
         n = self.shape[1]
