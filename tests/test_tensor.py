@@ -329,3 +329,70 @@ def test_property_multi_mode_dot_matches_sequential_mode_dots():
             np.testing.assert_allclose(m0, unfold(x, 0) @ kr_ref(fs[1:]), rtol=1e-12, atol=1e-12)
 
     check()
+
+
+# --- the dimension tree, the partial Khatri–Rao path, precision modes (issue 37) -------------
+
+
+@pytest.mark.parametrize("shape,rank", [((9, 7), 3), ((30, 5, 3), 8), ((4, 3, 2, 5, 3), 4),
+                                        ((3, 40, 2), 5)])
+def test_mttkrp_and_sweep_when_rank_exceeds_mode_sizes(xp, rng, shape, rank):
+    # R above the product of some modes: the sweep contracts them through a partial
+    # Khatri–Rao product (smaller than the chain's intermediate); every mode, every order
+    x = rnd(rng, *shape)
+    fs = [rnd(rng, d, rank) for d in shape]
+    for mode in range(len(shape)):
+        ref = unfold(x, mode) @ kr_ref([f for i, f in enumerate(fs) if i != mode])
+        close(T.mttkrp(to_xp(xp, x), (None, [to_xp(xp, f) for f in fs]), mode), ref, 1e-11)
+    init = [rng.random((d, rank)) for d in shape]
+    w, got = T.parafac(to_xp(xp, x), rank, init=(None, [to_xp(xp, f) for f in init]),
+                       n_iter_max=3, tol=0)
+    ref = naive_als(x, init, 3)
+    rec = np.reshape(kr_ref(ref).sum(1), shape)
+    assert np.all(np.isfinite(to_numpy(T.cp_to_tensor((w, got)))))
+    assert rel(to_numpy(T.cp_to_tensor((w, got))), rec) < 1e-6
+
+
+def test_parafac_float32_modes_agree_with_float64(xp, rng):
+    _, x = planted_cp(rng, (24, 20, 16), 4)
+    x = x + 0.05 * rng.standard_normal(x.shape)
+    init = (None, [rng.random((d, 4)) for d in x.shape])
+    ref = T.cp_to_tensor(T.parafac(x, 4, init=init, n_iter_max=25, tol=0))
+    fit64 = 1 - rel(ref, x)
+    modes = ["tf32", "ieee"] + (["float16", "bfloat16"] if xp.is_cuda else [])
+    for precision in modes:
+        got = T.parafac(to_xp(xp, x, "float32"), 4, n_iter_max=25, tol=0, precision=precision,
+                        init=(None, [to_xp(xp, f, "float32") for f in init[1]]))
+        assert "float32" in str(got.factors[0].dtype)
+        fit = 1 - rel(to_numpy(T.cp_to_tensor(got)).astype(np.float64), x)
+        assert abs(fit - fit64) <= 0.01 * fit64, (precision, fit, fit64)
+
+
+def test_precision_refused_where_it_cannot_run(rng):
+    x = rnd(rng, 4, 5, 6)
+    with pytest.raises(ValueError, match="precision"):
+        T.parafac(x, 2, precision="float16")  # half storage: CUDA only
+    with pytest.raises(ValueError, match="precision"):
+        T.parafac(x, 2, precision="fp8")
+    with pytest.raises(ValueError, match="precision"):
+        T.tucker(x, 2, precision="float16")
+    with pytest.raises(ValueError, match="precision"):
+        T.mttkrp(x, (None, [rnd(rng, d, 2) for d in x.shape]), 0, precision="x")
+
+
+def test_tucker_hosvd_alone_and_float32(xp, rng):
+    shape, ranks = (12, 9, 10), (3, 4, 2)
+    core = rng.standard_normal(ranks)
+    us = [np.linalg.qr(rng.standard_normal((d, r)))[0] for d, r in zip(shape, ranks)]
+    x = core
+    for mode, u in enumerate(us):
+        x = mode_dot_ref(x, u, mode)
+    c0, f0 = T.tucker(to_xp(xp, x), list(ranks), n_iter_max=0)  # HOSVD only
+    assert rel(to_numpy(T.tucker_to_tensor((c0, f0))), x) < 1e-10
+    noisy = x + 0.01 * rng.standard_normal(shape)
+    ref = rel(T.tucker_to_tensor(T.tucker(noisy, list(ranks), n_iter_max=2)), noisy)
+    for precision in ("tf32", "ieee"):
+        c, f = T.tucker(to_xp(xp, noisy, "float32"), list(ranks), n_iter_max=2,
+                        precision=precision)
+        got = rel(to_numpy(T.tucker_to_tensor((c, f))).astype(np.float64), noisy)
+        assert abs(got - ref) <= 0.01 * ref + 1e-6
