@@ -1,7 +1,7 @@
 """CUDA kron_matmul against the CuPy "shuffle" algorithm, on the shared benchmark sets, in one run.
 
     python benchmarks/kron_gpu_compare.py [--sets kron_large,kron_small]
-        [--dtypes float32,float64,bfloat16] [--reps 10] [--json PATH] [--sweep]
+        [--dtypes float32,float64,float16,bfloat16] [--reps 10] [--json PATH] [--sweep]
 
 For each case and dtype it times
 
@@ -12,16 +12,17 @@ For each case and dtype it times
 
 with CUDA events after a warm-up, as the median of ``--reps`` (>= 10) timings.  Cases whose
 inputs fit in L2 rotate through several input sets, and a timing then covers a loop of calls
-(host overhead included: for tiny problems that is what a caller waits for).  float32/float64
-run on CuPy arrays, bfloat16 (which CuPy lacks) on torch tensors.
+(host overhead included: for tiny problems that is what a caller waits for).  float32/float64/
+float16 run on CuPy arrays, bfloat16 (which CuPy lacks) on torch tensors.  float16 factors are
+scaled by 1/sqrt(P) (values stay near 1 along a long chain: float16 overflows at 65504).
 
 Correctness in the same run: the relative Frobenius error of our result against a float64
 reference computed on the GPU with the shuffle algorithm (on a sample of at most 32 rows for
-large cases), <= 1e-5 (float32), 1e-12 (float64), 1e-2 (bfloat16).
+large cases), <= 1e-5 (float32), 1e-12 (float64), 1e-2 (bfloat16, float16).
 
 TFLOP/s counts the sliced multiply's 2 * M * sum_i L_i * Q_i flops (L_i the row length before
 factor i); the roofline bound is max(bytes of X and Y once / bandwidth, flops / peak) with the
-H100 anchors (2.96 TB/s; 51 TFLOP/s float32, 57 float64, 791 bfloat16).
+H100 anchors (2.96 TB/s; 51 TFLOP/s float32, 57 float64, 791 bfloat16 and float16).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ FALLBACK = {
     "kron_small": [[16, [[2, 2], 10]], [64, [[4, 4], 5]], [8, [[8, 8], 3]], [32, [[3, 3], 6]],
                    [4, [[16, 16], 3]], [128, [[5, 7], [3, 2], [11, 4]]]],
 }
-ROOF = {"TBps": 2.96, "float32": 51.05, "float64": 57.32, "bfloat16": 791.3}
-TOL = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 1e-2}
+ROOF = {"TBps": 2.96, "float32": 51.05, "float64": 57.32, "bfloat16": 791.3, "float16": 791.3}
+TOL = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 1e-2, "float16": 1e-2}
 L2_BYTES = 50 * 2**20
 
 
@@ -66,7 +67,7 @@ def load_roof(path):
         roof["TBps"] = a["roof.copy"]["TBps"]
         roof["float32"] = a["roof.sgemm"]["TFLOPS"]
         roof["float64"] = a["roof.dgemm"]["TFLOPS"]
-        roof["bfloat16"] = a["roof.hgemm"]["TFLOPS"]
+        roof["bfloat16"] = roof["float16"] = a["roof.hgemm"]["TFLOPS"]
     except (OSError, KeyError, ValueError):
         pass
     return roof
@@ -89,7 +90,7 @@ def shapes_of(set_name, case):
 
 
 class Lib:
-    """The array library a dtype runs on: CuPy for float32/float64, torch for bfloat16."""
+    """The array library a dtype runs on: CuPy for float32/float64/float16, torch for bfloat16."""
 
     def __init__(self, dtype):
         self.dtype = dtype
@@ -187,7 +188,7 @@ def run_case(set_name, case, dtype, args, roof, kl, kron_cuda):
     m, shapes, label = shapes_of(set_name, case)
     k = math.prod(p for p, _ in shapes)
     nq = math.prod(q for _, q in shapes)
-    esize = {"float32": 4, "float64": 8, "bfloat16": 2}[dtype]
+    esize = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}[dtype]
     bytes_xy = (m * k + m * nq) * esize
     flops = kron_flops(m, shapes)
     bound_ms = max(bytes_xy / (roof["TBps"] * 1e12), flops / (roof[dtype] * 1e12)) * 1e3
@@ -198,6 +199,8 @@ def run_case(set_name, case, dtype, args, roof, kl, kron_cuda):
     nsets = 1 if bytes_xy > L2_BYTES else min(16, max(2, math.ceil(2 * L2_BYTES / bytes_xy)))
     xs = [lib.randn((m, k), 1000 + i) for i in range(nsets)]
     fs = [lib.randn(s, 7 + j) for j, s in enumerate(shapes)]
+    if dtype == "float16":
+        fs = [f * (1.0 / math.sqrt(s[0])) for f, s in zip(fs, shapes)]
     # a timing of a few ms at least: loop tiny calls
     inner = 1
     out = kl.kron_matmul(xs[0], fs, algorithm="sliced")
@@ -355,6 +358,8 @@ def main(argv=None):
     ap.add_argument("--only", default="", help="comma-separated case labels to run")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-shuffle", action="store_true")
+    ap.add_argument("--no-ieee", action="store_true",
+                    help="skip re-timing float32 on CUDA cores for the half types' ratios")
     ap.add_argument("--sweep", action="store_true", help="also time tile overrides (kron_large)")
     ap.add_argument("--fp32", choices=("tf32x3", "ieee"), default=None,
                     help="float32 mode of the CUDA kernels (kron.float32_precision; default: "
@@ -433,13 +438,16 @@ def main(argv=None):
                 "median_speedup": median([r.get("speedup") for r in rs]),
                 "median_roof_frac": median([r["roof_frac"] for r in rs]),
                 "all_ok": all(r["ok"] for r in rs), "n": len(rs)}
-    # bfloat16 tensor cores against our float32 on kron_large with P >= 16: the float32 rows
-    # above (the mode in force) and, when that is 3xTF32, the float32 CUDA cores (the issue's
-    # baseline) timed again here under float32_precision("ieee")
-    big = [r for r in rows if r.get("dtype") == "bfloat16" and r.get("set") == "kron_large"
-           and "ms" in r and r["shapes"][0][0] >= 16]
+    # the half types' tensor cores against our float32 on kron_large with P >= 16: the float32
+    # rows above (the mode in force) and, when that is 3xTF32, the float32 CUDA cores (the
+    # issue's baseline) timed again here under float32_precision("ieee") (unless --no-ieee)
+    halves = [h for h in ("bfloat16", "float16") if h in args.dtypes.split(",")]
+    big_of = {h: [r for r in rows if r.get("dtype") == h and r.get("set") == "kron_large"
+                  and "ms" in r and r["shapes"][0][0] >= 16] for h in halves}
+    big = [r for h in halves for r in big_of[h]]
     f32_rows = {"": [r for r in rows if r.get("dtype") == "float32" and "ms" in r]}
-    if big and "float32" in args.dtypes.split(",") and float32_precision() == "tf32x3":
+    if (big and not args.no_ieee and "float32" in args.dtypes.split(",")
+            and float32_precision() == "tf32x3"):
         ieee_args = argparse.Namespace(**{**vars(args), "no_shuffle": True, "sweep": False})
         prev = float32_precision("ieee")
         try:
@@ -450,12 +458,14 @@ def main(argv=None):
                                                       roof, kl, kron_cuda))
         finally:
             float32_precision(prev)
-    for tag, f32s in f32_rows.items():
-        ratios = [f[0]["ms"] / r["ms"] for r in big
-                  for f in [[s for s in f32s if s["case"] == r["case"]]] if f]
-        if ratios:
-            summary[f"bf16_over_f32{tag}_P>=16"] = {"median": statistics.median(ratios),
-                                                   "min": min(ratios), "n": len(ratios)}
+    for h in halves:
+        short = {"bfloat16": "bf16", "float16": "f16"}[h]
+        for tag, f32s in f32_rows.items():
+            ratios = [f[0]["ms"] / r["ms"] for r in big_of[h]
+                      for f in [[s for s in f32s if s["case"] == r["case"]]] if f]
+            if ratios:
+                summary[f"{short}_over_f32{tag}_P>=16"] = {
+                    "median": statistics.median(ratios), "min": min(ratios), "n": len(ratios)}
     print()
     for k, v in summary.items():
         print(k, json.dumps({a: (round(b, 3) if isinstance(b, float) else b)

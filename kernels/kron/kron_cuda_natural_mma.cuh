@@ -165,14 +165,25 @@ struct NatM {
     return off((a << (v.lcq + LP)) | cc);
   }
 
-  // Factors -> Ft[q][p] (P x P, row_chunk order) per step.
+  // Chunk c of row `row` of a row-major tile of P elements per row (line tiles' buf1 and Ft).
+  // float64 as float32 (row_chunk).  Half: 8-byte chunks, and a half-warp's 16 lanes read 4
+  // rows at once, so P = 32 XORs bit 2 of c by bit 1 of the row and P = 64 bits 2-3 by the
+  // row's low 2 bits: the 4 rows' 32-byte runs fall on different banks.  (load_tile steps a
+  // thread over a multiple of 4 rows: the XOR of a row's chunk stays that of its first.)
+  static __host__ __device__ __forceinline__ int rc(int row, int c) {
+    if constexpr (kHalf && P == 32) return row * 8 + (c ^ (((row >> 1) & 1) << 2));
+    else if constexpr (kHalf && P == 64) return row * 16 + (c ^ ((row & 3) << 2));
+    else return row_chunk<P>(row, c);
+  }
+
+  // Factors -> Ft[q][p] (P x P, rc order) per step.
   static __device__ void load_factors(const NatP &p, T *Fs) {
     for (int s = 0; s < p.nsteps; ++s) {
       const T *F = reinterpret_cast<const T *>(p.F[s]);
       T *ft = Fs + s * P * P;
       for (int i = threadIdx.x; i < P * P; i += blockDim.x) {
         const int q = i / P, k = i - q * P;
-        ft[row_chunk<P>(q, k >> 2) * 4 + (k & 3)] = F[k * p.frs[s] + q * p.fcs[s]];
+        ft[rc(q, k >> 2) * 4 + (k & 3)] = F[k * p.frs[s] + q * p.fcs[s]];
       }
     }
   }
@@ -186,10 +197,10 @@ struct NatM {
       const int64_t nvalid = (p.rows - l0 < p.T ? p.rows - l0 : p.T) * p.Bin;
       const int nch = p.T * p.Bin / 4, nvalid_ch = int(nvalid / 4);
       constexpr int rowc = P / 4;
-      // (a thread's chunks step over an even number of rows: row_chunk of c0 plus the step)
+      // (a thread's chunks step over a multiple of 4 rows: rc of c0 plus the step)
       const int c0 = threadIdx.x;
       const T *src = x + l0 * p.Bin + c0 * 4;
-      char *d = dst + (uint32_t(row_chunk<P>(c0 / rowc, c0 % rowc)) << kLcb);
+      char *d = dst + (uint32_t(rc(c0 / rowc, c0 % rowc)) << kLcb);
       const int step = blockDim.x;
       for (int c = c0; c < nch; c += step, src += 4 * step, d += step << kLcb) {
         const bool ok = c < nvalid_ch;
@@ -210,15 +221,30 @@ struct NatM {
     }
   }
 
-  static __device__ __forceinline__ Chunk ld_chunk(const char *p) {
-    return *reinterpret_cast<const Chunk *>(p);
+  // A chunk from shared memory.  float64: two 16-byte loads, the half h0 first: the lanes of a
+  // quarter-warp (g = 0, 1, t = 0..3) read chunks 128 bytes apart per g (rows of line tiles and
+  // Ft), or p rows apart (column views), and h0 = (g ^ t) & 1 puts each instruction's 8 lanes
+  // on 8 different 16-byte bank groups where reading the same half would conflict 2-way.
+  static __device__ __forceinline__ Chunk ld_chunk(const char *p, int h0) {
+    if constexpr (kHalf) {
+      return *reinterpret_cast<const Chunk *>(p);
+    } else {
+      const double2 a = *reinterpret_cast<const double2 *>(p + (h0 << 4));
+      const double2 b = *reinterpret_cast<const double2 *>(p + ((h0 ^ 1) << 4));
+      Chunk c;
+      c.v[0] = h0 ? b.x : a.x;
+      c.v[1] = h0 ? b.y : a.y;
+      c.v[2] = h0 ? a.x : b.x;
+      c.v[3] = h0 ? a.y : b.y;
+      return c;
+    }
   }
 
   // One warp item of a step (see Nat::compute): m-group mg, column group ns.
   template <bool ROW>
   static __device__ __forceinline__ void compute(const T *in, const T *Ft, const ColView &cv,
                                                  int mg, int ns, Acc (&acc)[2][WN][4]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, h0 = (g ^ t) & 1;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -232,14 +258,14 @@ struct NatM {
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int row = mg * 32 + (u >> 1) * 16 + (u & 1) * 8 + g;
-        base[u] = P >= 16 ? uint32_t(row_chunk<P>(row, t)) : uint32_t(row * 8 + 2 * t);
+        base[u] = P >= 16 ? uint32_t(rc(row, t)) : uint32_t(row * 8 + 2 * t);
       }
     } else {
       base[0] = col_item(cv, mg);
     }
     const char *inb = reinterpret_cast<const char *>(in);
     const char *ftb = reinterpret_cast<const char *>(Ft);
-    const int fb = P >= 16 ? row_chunk<P>(8 * ns * WN + g, t) : 0;
+    const int fb = P >= 16 ? rc(8 * ns * WN + g, t) : 0;
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       if constexpr (P == 8) {
@@ -251,8 +277,8 @@ struct NatM {
             for (int u = 0; u < 4; ++u)
               a[u >> 1][u & 1] = *reinterpret_cast<const uint32_t *>(in + base[u]);
           } else {
-            const Chunk v0 = ld_chunk(inb + (base[0] ^ cv.ld(0, 0)));
-            const Chunk v1 = ld_chunk(inb + (base[0] ^ cv.ld(0, 1)));
+            const Chunk v0 = ld_chunk(inb + (base[0] ^ cv.ld(0, 0)), h0);
+            const Chunk v1 = ld_chunk(inb + (base[0] ^ cv.ld(0, 1)), h0);
             // rows c 0..3 of the chunk: (g, g + 8) of tile 0, then tile 1; pairs (k 2t, 2t + 1)
             a[0][0] = __byte_perm(v0.w[0], v1.w[0], 0x5410);
             a[0][1] = __byte_perm(v0.w[0], v1.w[0], 0x7632);
@@ -278,8 +304,8 @@ struct NatM {
               a[u >> 1][2 + (u & 1)] = w.y;
             }
           } else {
-            const Chunk v0 = ld_chunk(inb + (base[0] ^ cv.ld(0, 0)));
-            const Chunk v1 = ld_chunk(inb + (base[0] ^ cv.ld(0, 1)));
+            const Chunk v0 = ld_chunk(inb + (base[0] ^ cv.ld(0, 0)), h0);
+            const Chunk v1 = ld_chunk(inb + (base[0] ^ cv.ld(0, 1)), h0);
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               a[i][0] = v0.v[2 * i];
@@ -301,10 +327,10 @@ struct NatM {
         if constexpr (ROW) {
 #pragma unroll
           for (int u = 0; u < 4; ++u)
-            v[u] = ld_chunk(inb + ((base[u] ^ uint32_t(kb * 4)) << kLcb));
+            v[u] = ld_chunk(inb + ((base[u] ^ uint32_t(kb * 4)) << kLcb), h0);
         } else {
 #pragma unroll
-          for (int u = 0; u < 4; ++u) v[u] = ld_chunk(inb + (base[0] ^ cv.ld(kb, u)));
+          for (int u = 0; u < 4; ++u) v[u] = ld_chunk(inb + (base[0] ^ cv.ld(kb, u)), h0);
         }
         if constexpr (kHalf) {
           // A [tile]: a0 (g, k 4t, 4t + 1), a1 (g + 8, same k), a2 (g, k 4t + 2, 4t + 3), a3
@@ -328,7 +354,7 @@ struct NatM {
 #pragma unroll
           for (int j = 0; j < WN; ++j) {
             const int fo = (fb ^ (kb * 4)) + j * 2 * P;  // (8 rows of P / 4 chunks)
-            const Chunk b = ld_chunk(ftb + (uint32_t(fo) << kLcb));
+            const Chunk b = ld_chunk(ftb + (uint32_t(fo) << kLcb), h0);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
               mma_16816<std::is_same<T, __nv_bfloat16>::value>(acc[i][j], a[i], b.w[0], b.w[1]);
@@ -355,7 +381,7 @@ struct NatM {
 #pragma unroll
           for (int j = 0; j < WN; ++j) {
             const int fo = (fb ^ (kb * 4)) + j * 2 * P;
-            const Chunk b = ld_chunk(ftb + (uint32_t(fo) << kLcb));
+            const Chunk b = ld_chunk(ftb + (uint32_t(fo) << kLcb), h0);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
 #pragma unroll

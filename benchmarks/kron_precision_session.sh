@@ -1,0 +1,42 @@
+#!/bin/bash
+# The natural-order kron kernels of float64 (DMMA) and the half types on the GPU machine, after
+# gpu-run.sh has built the checkout: the kron_large table in four dtypes (kron_gpu_compare.py),
+# their GPU tests and compute-sanitizer (memcheck, racecheck) on small shapes; logs and JSON to
+# $OUT.  Each step gets what is left of a ~400 s call (the parent's elapsed time counts).
+#   bash .wheelhouse/gpu-run.sh bash benchmarks/kron_precision_session.sh [bench|tests|san]...
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+D=benchmarks/data
+BUDGET=${BUDGET:-405}
+left() { echo $((BUDGET - $(ps -o etimes= -p $PPID | tr -d ' '))); }
+limit() { local l; l=$(left); echo $(( $1 < l - 5 ? $1 : l - 5 )); }
+steps=${*:-bench tests san}
+ONLY=${ONLY:-1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x8^8,16x16^6,16x32^5,16x64^4}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/session.txt"
+for s in $steps; do
+  echo "== $s at $(date -u +%T), $(left) s left" | tee -a "$OUT/session.txt"
+  case $s in
+    bench)
+      t=$(limit 170); [ "$t" -gt 20 ] || continue
+      timeout "$t" python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
+        --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --no-ieee \
+        --dtypes float32,float64,float16,bfloat16 --only "$ONLY" \
+        --json "$OUT/kron_precision.json" 2>&1 | tee "$OUT/kron_precision.txt" ;;
+    tests)
+      t=$(limit 120); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -x -p no:cacheprovider \
+        -k "mma_natural or is_planned or pick_their_kernels" 2>&1 | tail -25 \
+        | tee "$OUT/tests.txt" ;;
+    tests_kron)
+      t=$(limit 90); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron.py -q -m gpu -p no:cacheprovider 2>&1 \
+        | tail -15 | tee "$OUT/tests_kron.txt" ;;
+    san)
+      for tool in memcheck racecheck; do
+        t=$(limit 60); [ "$t" -gt 15 ] || continue
+        timeout "$t" compute-sanitizer --tool $tool --print-limit 5 \
+          python benchmarks/kron_mma_natural_sanitize.py 2>&1 | tail -8 \
+          | tee -a "$OUT/sanitize.txt"
+      done ;;
+  esac
+done
+echo "== done at $(date -u +%T), $(left) s left" | tee -a "$OUT/session.txt"
