@@ -10,7 +10,7 @@ from . import demo
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="kronlinalg")
     sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="CG solves with a Kronecker-structured GP kernel matrix")
+    d = sub.add_parser("demo", help="Gaussian-process regression on a grid with a Kronecker-structured kernel")
     demo.add_arguments(d)
     args = parser.parse_args(argv)
     return demo.run(args)

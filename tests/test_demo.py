@@ -1,9 +1,11 @@
-"""The ``kronlinalg`` command: ``kronlinalg demo`` (the CG solve with a Kronecker GP kernel) runs
-and reports, through the console entry point and, where it is installed, the script itself."""
+"""The ``kronlinalg`` command: ``kronlinalg demo`` (Gaussian-process regression on a grid with a
+Kronecker kernel, fitted beside a peer model) runs and reports, through the console entry point
+and, where it is installed, the script itself."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,23 +15,55 @@ import pytest
 from kronlinalg.__main__ import main
 
 
-def test_demo_cpu(capsys):
-    rc = main(["demo", "--device", "cpu", "--grid", "8", "9", "10", "--rhs", "3",
-               "--iters", "10"])
+def _fits(out):
+    """{model label: (NLL/N, RMSE)} from the demo's report."""
+    rows = re.findall(r"^  (\S.*?)\s+fit .*NLL/N ([-+0-9.]+) .*RMSE vs truth ([0-9.]+)", out, re.M)
+    return {label: (float(nll), float(rmse)) for label, nll, rmse in rows}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_demo_fits_beside_dense(capsys, backend):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    rc = main(["demo", "--device", "cpu", "--backend", backend, "--grid", "6", "7", "5",
+               "--steps", "8", "--compare", "dense"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "speedup" in out
-    assert "720" in out  # the order of the system, 8 * 9 * 10
-    assert "WARNING" not in out
+    assert "N = 210" in out and "speedup" in out and "the two fits agree" in out
+    fits = _fits(out)
+    assert len(fits) == 2, out
+    (nll_k, rmse_k), (nll_d, rmse_d) = fits.values()
+    assert abs(nll_k - nll_d) < 1e-3 and abs(rmse_k - rmse_d) < 1e-3
+    # the noise is 0.1: a fitted model predicts the noise-free function better than that
+    assert rmse_k < 0.1, out
+
+
+def test_demo_fit_improves_the_likelihood(capsys):
+    nll = []
+    for steps in ("1", "15"):
+        assert main(["demo", "--device", "cpu", "--backend", "numpy", "--grid", "8", "6",
+                     "--steps", steps, "--compare", "none"]) == 0
+        nll.append(next(iter(_fits(capsys.readouterr().out).values()))[0])
+    assert nll[1] < nll[0]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_demo_dtypes(capsys, dtype):
-    rc = main(["demo", "--device", "cpu", "--grid", "5", "6", "--rhs", "2", "--iters", "5",
-               "--dtype", dtype])
+    rc = main(["demo", "--device", "cpu", "--backend", "numpy", "--grid", "5", "6",
+               "--steps", "5", "--dtype", dtype])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert dtype in out and "speedup" in out
+
+
+def test_demo_beside_linear_operator(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("linear_operator")
+    rc = main(["demo", "--device", "cpu", "--backend", "torch", "--grid", "6", "5", "4",
+               "--steps", "5", "--compare", "gpytorch"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "linear_operator" in out and "the two fits agree" in out
 
 
 def test_demo_bad_arguments():
@@ -37,6 +71,8 @@ def test_demo_bad_arguments():
         main(["demo", "--device", "tpu"])
     with pytest.raises(SystemExit):
         main([])
+    with pytest.raises(SystemExit):
+        main(["demo", "--grid", "0", "3"])
 
 
 def test_command_name(capsys):
@@ -56,9 +92,8 @@ def test_console_script(tmp_path):
     if script is None:
         pytest.skip("the kronlinalg console script is not installed on PATH")
     # from a directory that holds no kronlinalg/, as a user runs it
-    proc = subprocess.run([script, "demo", "--device", "cpu", "--grid", "5", "6", "--rhs", "2",
-                           "--iters", "5"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([script, "demo", "--device", "cpu", "--grid", "5", "6", "--steps", "3"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "speedup" in proc.stdout
 
@@ -80,8 +115,7 @@ def test_source_tree_import_says_what_to_do():
 
 @pytest.mark.gpu
 def test_demo_gpu(capsys):
-    rc = main(["demo", "--device", "gpu", "--grid", "16", "16", "16", "--rhs", "4",
-               "--iters", "10"])
+    rc = main(["demo", "--device", "gpu", "--grid", "16", "16", "16", "--steps", "5"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "on gpu" in out and "speedup" in out
+    assert "on gpu" in out and "speedup" in out and "the two fits agree" in out
