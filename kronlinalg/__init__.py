@@ -46,3 +46,7 @@ __all__ += ["tensor"]
 from .kron_operator import KroneckerOperator  # noqa: E402
 
 __all__ += ["KroneckerOperator"]
+
+from . import distributed  # noqa: E402  (imports no mpi4py, torch or CuPy)
+
+__all__ += ["distributed"]

@@ -1,0 +1,354 @@
+"""kronlinalg.distributed: results equal the single-process ones, bytes equal the formulas,
+bad input is the same ValueError on every rank.
+
+Two kinds of ranks: threads in this process (a Communicator over queues, for hypothesis
+properties) and real processes under ``mpiexec`` (mpi4py + the mpich wheel, the test extras)
+and ``torch.distributed.run`` (gloo), running tests/distributed_worker.py from the tests folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kronlinalg
+from kronlinalg import distributed as kd
+from kronlinalg.planner.costs import distributed as costs
+
+HERE = Path(__file__).resolve().parent
+
+
+# -- ranks as threads --------------------------------------------------------------------------
+class ThreadGroup:
+    def __init__(self, size):
+        self.size = size
+        self.data = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
+        self.meta = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
+
+
+class ThreadComm(kd.Communicator):
+    """Rank `rank` of a ThreadGroup: point-to-point through queues (copies, as a wire would)."""
+
+    name = "threads"
+
+    def __init__(self, group, rank):
+        super().__init__()
+        self.group, self.rank, self.size = group, rank, group.size
+
+    def _exchange(self, sends, recvs):
+        for p, b in sends.items():
+            self.group.data[(self.rank, p)].put(np.array(b, copy=True))
+        for q, buf in recvs.items():
+            buf[...] = self.group.data[(q, self.rank)].get(timeout=30)
+
+    def _gather_meta(self, vector, timeout):
+        for p in range(self.size):
+            self.group.meta[(self.rank, p)].put(vector.copy())
+        try:
+            return np.stack([self.group.meta[(q, self.rank)].get(timeout=timeout)
+                             for q in range(self.size)])
+        except queue.Empty:
+            raise TimeoutError from None
+
+    def _allgather(self, buf):
+        return self._gather_meta(np.asarray(buf), 30.0)
+
+    def _barrier(self):
+        self._gather_meta(np.zeros(1, np.int64), 30.0)
+
+
+def run_ranks(size, fn, skip=()):
+    """fn(comm) on `size` thread ranks (ranks in skip do not call); results or exceptions."""
+    group = ThreadGroup(size)
+    out = [None] * size
+
+    def body(r):
+        try:
+            out[r] = fn(ThreadComm(group, r))
+        except Exception as e:  # noqa: BLE001 - handed back to the test
+            out[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(size) if r not in skip]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def dense(factors):
+    out = factors[0]
+    for f in factors[1:]:
+        out = np.kron(out, f)
+    return out
+
+
+# -- plans and layouts -----------------------------------------------------------------------
+def test_rounds_follow_fastkron():
+    # X 1 × 256, four 4 × 4 factors on G_K = 4 (FastKron's figure 8): N_local = 3, 2 rounds
+    rounds = kd.kron_rounds([(4, 4)] * 4, (1, 4))
+    assert [(r.first, r.stop) for r in rounds] == [(1, 4), (0, 1)]
+    assert len(kd.kron_rounds([(4, 4)] * 4, (1, 4), "per_factor")) == 4
+    assert len(kd.kron_rounds([(3, 5), (2, 7)], (4, 1))) == 1  # G_K = 1: one local round
+    assert kd.kron_bytes(10, [(4, 4)] * 4, (10, 1), 0, 4) == 0  # G_K = 1 sends nothing
+    with pytest.raises(ValueError, match="G_K = 3 admits no schedule"):
+        kd.kron_rounds([(2, 2), (2, 2)], (1, 3))
+
+
+def test_bytes_formula_for_equal_factors():
+    # P = Q: every round moves G_M · TG_M · (K − TG_K) values in all
+    p, n, g_m, g_k, tg_m = 2, 4, 2, 4, 3
+    k = p ** n
+    total = sum(kd.kron_bytes(g_m * tg_m, [(p, p)] * n, (g_m, g_k), r, 1) for r in range(g_m * g_k))
+    tg_k = k // g_k
+    assert total == g_m * n * tg_m * (k - tg_k) / math.log(tg_k, p)  # FastKron's formula
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 6, 7, 12])
+def test_grid_choice_covers_any_rank_count(size):
+    grid = kd.kron_grid(4096, [(8, 8)] * 4, size, dtype="float32", device="cpu")
+    assert grid[0] * grid[1] == size
+    best = kronlinalg.plan("distributed_kron_matmul", (4096, 4096), *[(8, 8)] * 4,
+                           dtype="float32", ranks=size)
+    assert {c.name for c in best} == {"fastkron", "per_factor"}
+    assert best[0].details["grid"] == grid
+
+
+def test_grid_choice_weighs_communication():
+    # a slow link and rows to spare: no column split; rows too few for the ranks: split K
+    assert kd.kron_grid(8192, [(16, 16)] * 4, 4, bandwidth=1e8)[1] == 1
+    assert kd.kron_grid(2, [(16, 16)] * 4, 4)[1] >= 2
+
+
+def test_matmul_candidates_are_registered():
+    plans = kronlinalg.plan("distributed_matmul", (4096, 4096), (4096, 4096), dtype="float64",
+                            ranks=7)
+    assert {c.name for c in plans} == {"strassen_winograd", "classical"}
+    # 7 ranks: one product each against 8 products over 7 ranks
+    assert plans[0].name == "strassen_winograd"
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7])
+def test_product_segments_balance(size):
+    segs = costs.product_segments(7, 10, size)
+    lengths = [sum(c1 - c0 for _, c0, c1 in s) for s in segs]
+    assert sum(lengths) == 70 and max(lengths) - min(lengths) <= 1
+    covered = sorted((i, c) for s in segs for i, c0, c1 in s for c in range(c0, c1))
+    assert covered == [(i, c) for i in range(7) for c in range(10)]
+
+
+def test_layouts_round_trip():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((11, 12))
+    for grid in ((3, 2), (1, 4), (4, 1)):
+        blocks = [kd.kron_shard(x, grid, r) for r in range(grid[0] * grid[1])]
+        assert [b.shape[0] for b in blocks[::grid[1]]] == [len(range(*kd.rows_split(11, grid[0], i)))
+                                                           for i in range(grid[0])]
+        assert np.array_equal(kd.kron_assemble(blocks, grid, np), x)
+    y = rng.standard_normal((6, 10))
+    for size in (1, 2, 3, 7):
+        assert np.array_equal(kd.quadrant_assemble([kd.quadrant_shard(y, size, r)
+                                                    for r in range(size)], np), y)
+
+
+def test_communicator_refuses_other_objects():
+    with pytest.raises(TypeError, match="comm: expected an mpi4py communicator"):
+        kd.communicator(object())
+    assert kd.communicator(None).size == 1  # torch.distributed not initialised: one rank
+
+
+def test_import_loads_no_communication_library():
+    code = ("import sys, kronlinalg; "
+            "print(sorted(m for m in ('mpi4py', 'torch', 'cupy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=HERE, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# -- thread ranks: properties ----------------------------------------------------------------
+@st.composite
+def kron_problems(draw):
+    size = draw(st.integers(1, 6))
+    g_k = draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0]))
+    n = draw(st.integers(1, 4))
+    shapes = [(draw(st.sampled_from([1, 2, 3, 4, 6])), draw(st.sampled_from([1, 2, 3, 4, 6])))
+              for _ in range(n)]
+    m = draw(st.integers(size // g_k, 9))
+    alg = draw(st.sampled_from(["fastkron", "per_factor"]))
+    return size, (size // g_k, g_k), shapes, m, alg
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kron_problems(), st.integers(0, 2 ** 31))
+def test_kron_matmul_equals_single_process(problem, seed):
+    size, grid, shapes, m, alg = problem
+    try:
+        rounds = kd.kron_rounds(shapes, grid, alg)
+    except ValueError:
+        return  # no schedule for this G_K (G_K = 1 always has one; checked above)
+    rng = np.random.default_rng(seed)
+    factors = [rng.standard_normal(s) for s in shapes]
+    x = rng.standard_normal((m, math.prod(p for p, _ in shapes)))
+    want = x @ dense(factors)
+
+    def work(comm):
+        xs = kd.kron_shard(x, grid, comm.rank).copy()
+        before = xs.copy()
+        y = kd.kron_matmul(xs, factors, comm=comm, grid=grid, algorithm=alg)
+        assert np.array_equal(xs, before)
+        return y, comm.bytes_sent
+
+    out = run_ranks(size, work)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    got = kd.kron_assemble([y for y, _ in out], grid, np)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    for r, (_, sent) in enumerate(out):
+        assert sent == kd.kron_bytes(m, shapes, grid, r, 8, alg)
+    assert len(rounds) >= 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 7), st.integers(1, 6), st.integers(1, 6), st.integers(1, 6),
+       st.sampled_from(["strassen_winograd", "classical"]), st.integers(0, 2 ** 31))
+def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((2 * m2, 2 * k2))
+    b = rng.standard_normal((2 * k2, 2 * n2))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+
+    def work(comm):
+        return kd.strassen_matmul(kd.quadrant_shard(a32, size, comm.rank),
+                                  kd.quadrant_shard(b32, size, comm.rank), comm=comm,
+                                  algorithm=alg)
+
+    out = run_ranks(size, work)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    got = kd.quadrant_assemble(out, np)
+    assert got.dtype == np.float32
+    classical = a32 @ b32
+    ref = a @ b
+    eps = np.finfo(np.float32).eps
+    scale = np.abs(a).max() * np.abs(b).max() * 2 * k2
+    # one Strassen–Winograd level: within 2 · 3 × the classical error (the single-device bound)
+    err = np.abs(got - ref).max() / scale
+    err_classical = max(np.abs(classical - ref).max() / scale, eps)
+    assert err <= 6 * err_classical, (err, err_classical)
+
+
+def test_bad_input_same_error_on_every_thread_rank():
+    rng = np.random.default_rng(1)
+    factors = [rng.standard_normal((2, 2))] * 2
+    x = rng.standard_normal((5, 4))
+
+    def work(comm):
+        fs = [f + (comm.rank == 2) for f in factors]
+        return kd.kron_matmul(kd.kron_shard(x, (3, 1), comm.rank), fs, comm=comm, grid=(3, 1))
+
+    out = run_ranks(3, work)
+    assert all(isinstance(e, ValueError) for e in out)
+    assert len({str(e) for e in out}) == 1 and "factors" in str(out[0])
+
+    out = run_ranks(3, lambda comm: kd.kron_matmul(kd.kron_shard(x, (3, 1), comm.rank), factors,
+                                                   comm=comm, grid=(3, 1), timeout=0.5),
+                    skip=(1,))
+    msgs = {str(e) for r, e in enumerate(out) if r != 1}
+    assert len(msgs) == 1 and "within 0.5 s" in msgs.pop()
+
+    with pytest.raises(ValueError, match="algorithm"):
+        kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=(1, 1), algorithm="x")
+    with pytest.raises(TypeError, match="grid"):
+        kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=3)
+
+
+def test_calibrate_on_thread_ranks():
+    out = run_ranks(3, lambda comm: kd.calibrate(comm, nbytes=1 << 16, repeats=2, install=False))
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    assert all(r == out[0] for r in out)
+    assert out[0]["latency_s"] >= 0 and out[0]["bandwidth"] > 0
+
+
+# -- real processes: mpiexec and torch.distributed -------------------------------------------
+def _mpiexec():
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else shutil.which("mpiexec")
+
+
+def _launch(n, case, timeout=120):
+    pytest.importorskip("mpi4py")
+    mpiexec = _mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the interpreter (pip install mpich)")
+    return subprocess.run([mpiexec, "-n", str(n), sys.executable, "distributed_worker.py", case],
+                          cwd=HERE, capture_output=True, text=True, timeout=timeout)
+
+
+def _report(proc):
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert lines, proc.stdout + proc.stderr
+    return json.loads(lines[-1][7:])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_mpi_kron_matmul(n):
+    rep = _report(_launch(n, "kron"))
+    assert rep["checked"] > 0 and rep["bytes_ok"]
+    assert rep["max_rel"] < 1e-13
+    if n > 1 and n != 3:
+        assert rep["multi_round"] > 0
+    for row in rep["paper"]:
+        assert row["sent"] == row["count"], row
+        if row["exact"]:
+            assert row["sent"] == pytest.approx(row["paper"]), row
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])
+def test_mpi_strassen_winograd(n):
+    rep = _report(_launch(n, "strassen"))
+    assert rep["checked"] == 12
+
+
+@pytest.mark.parametrize("case,argument", [("bad_shapes", "x: every rank must hold"),
+                                           ("bad_rows", "x: the row blocks"),
+                                           ("bad_factors", "factors: the factors"),
+                                           ("missing_rank", "comm: not every rank"),
+                                           ("strassen_bad", "b: rank 0 holds")])
+def test_mpi_bad_input_same_error_everywhere(case, argument):
+    proc = _launch(3, case, timeout=60)
+    errs = {}
+    for ln in proc.stdout.splitlines():
+        if ln.startswith("ERR "):
+            _, rank, msg = ln.split(" ", 2)
+            errs[int(rank)] = msg
+    ranks = {0, 1} if case == "missing_rank" else {0, 1, 2}
+    assert set(errs) == ranks, proc.stdout + proc.stderr
+    assert len(set(errs.values())) == 1, errs
+    assert errs[0].startswith(argument), errs[0]
+
+
+def test_torch_gloo():
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", "distributed_worker.py", "torch_gloo"],
+                          cwd=HERE, capture_output=True, text=True, timeout=120)
+    rep = _report(proc)
+    assert rep["type"] == "Tensor"
+    assert rep["kron"] < 1e-12 and rep["strassen"] < 1e-12
