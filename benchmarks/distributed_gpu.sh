@@ -1,0 +1,24 @@
+#!/bin/bash
+# kronlinalg.distributed on 4 GPUs in one device call: build (sm_90a), the CPU test file, then
+# benchmarks/distributed_gpu.py under torchrun (NCCL; NVLink multicast off).  Logs to $OUT.
+#   run(command="bash benchmarks/distributed_gpu.sh", carry=[".wheelhouse"], kind="nvidia-h100-x4")
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+root=$(pwd)
+export PYTHONUNBUFFERED=1 KRONLINALG_CACHE_DIR=/tmp/kl-cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+nvidia-smi topo -m | head -8
+mkdir -p /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .wheelhouse/*.whl
+export PYTHONPATH=/tmp/site
+start=$SECONDS
+python3 -m pip install -q --no-build-isolation --no-deps -Csetup-args=-Dgpu_arch=90a \
+  -Cbuild-dir=/tmp/kl-build --target /tmp/new-site . > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
+export PYTHONPATH=/tmp/new-site:/tmp/site
+echo "build: $((SECONDS - start)) s"
+(cd tests && timeout 45 python3 -m pytest -q -p no:cacheprovider test_distributed.py > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt")
+cd /tmp && timeout ${BENCH_S:-230} python3 -m torch.distributed.run --standalone \
+  --nproc-per-node ${NGPU:-4} "$root/benchmarks/distributed_gpu.py" 2>&1 | tee "$OUT/bench.txt" | grep -v "^\[rank[123]\]"
+echo "total: $((SECONDS - start)) s"
