@@ -115,6 +115,8 @@ class KroneckerOperator:
             if f.ndim != 2:
                 raise ValueError(f"factors[{i}]: expected a 2-D array, got shape {tuple(f.shape)}")
         self._factors = factors
+        self._shape = (math.prod(int(f.shape[0]) for f in factors),
+                       math.prod(int(f.shape[1]) for f in factors))
         self._spectra = {}  # compute dtype name -> _Spectrum
 
     # ------------------------------------------------------------------ description
@@ -124,8 +126,7 @@ class KroneckerOperator:
 
     @property
     def shape(self) -> tuple:
-        return (math.prod(int(f.shape[0]) for f in self._factors),
-                math.prod(int(f.shape[1]) for f in self._factors))
+        return self._shape
 
     @property
     def ndim(self) -> int:
@@ -303,9 +304,9 @@ class KroneckerOperator:
         return validation.scalar("shift", shift)
 
     def _checked_rhs(self, b, shift):
-        named = {**{f"factors[{i}]": f for i, f in enumerate(self._factors)}, "b": b}
-        xp, dt = validation.floating_arrays(named)
-        dt = self._linalg_dtype("b", dt)
+        # the factors were checked when the operator was built: b against the first one
+        xp, _ = validation.floating_arrays({"factors[0]": self._factors[0], "b": b})
+        dt = self._linalg_dtype("b", backend.dtype_name(xp.result_type(self.dtype, b.dtype)))
         n = self.shape[1]
         if b.ndim == 0 or (b.ndim == 1 and int(b.shape[0]) != n) or (
                 b.ndim > 1 and int(b.shape[-2]) != n):
