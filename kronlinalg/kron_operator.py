@@ -28,6 +28,7 @@ import math
 from typing import NamedTuple
 
 import array_api_compat
+import numpy as np
 
 from .common import backend, validation
 from ._kron_spectrum import eigenvalue_grid, logdet_factor_gradients
@@ -264,8 +265,19 @@ class KroneckerOperator:
         return _kron_matmul(c, spec.eigh.eigenvectors, "left")
 
     def logdet_detached(self, shift: float, dtype_name: str):
+        """logdet() on plain values: one length-N temporary beside the cached eigenvalue grid
+        (the log taken in place where the library allows it)."""
         xp = self._xp
-        return xp.sum(xp.log(self.spectrum(dtype_name).grid + shift))
+        t = self.spectrum(dtype_name).grid + shift
+        if backend.is_torch(t):
+            t.log_()
+        elif isinstance(t, np.ndarray):
+            np.log(t, out=t)
+        elif backend.is_cupy(t):
+            backend.cupy_module().log(t, out=t)
+        else:
+            t = xp.log(t)
+        return xp.sum(t)
 
     # ------------------------------------------------------------------ helpers
     def spectrum(self, dtype_name: str) -> _Spectrum:

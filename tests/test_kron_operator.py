@@ -287,6 +287,29 @@ def test_properties_solve_inverts_matmul():
     check()
 
 
+def test_properties_products_any_shapes():
+    hyp = pytest.importorskip("hypothesis")
+    st = hyp.strategies
+
+    @hyp.given(shapes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=1,
+                               max_size=3),
+               rhs=st.integers(1, 3), seed=st.integers(0, 2**31))
+    def check(shapes, rhs, seed):
+        rng = np.random.default_rng(seed)
+        fs = [rng.standard_normal(s) for s in shapes]
+        op, ref = KroneckerOperator(fs), dense(fs)
+        assert op.shape == ref.shape
+        x = rng.standard_normal((ref.shape[1], rhs))
+        v = rng.standard_normal((rhs, ref.shape[0]))
+        np.testing.assert_allclose(op @ x, ref @ x, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(v @ op, v @ ref, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(op.T.to_dense(), ref.T, rtol=0, atol=0)
+        if all(p == q for p, q in shapes):
+            np.testing.assert_allclose(op.diagonal(), np.diag(ref), rtol=0, atol=0)
+
+    check()
+
+
 # ------------------------------------------------------------------------ bad input
 
 def test_bad_input(rng):
