@@ -2,8 +2,10 @@
 
     python benchmarks/kron_cpu_compare.py [--quick] [--json PATH] [--cases PATH]
 
-For each case of ``kron_large`` (M scaled down for a small CPU: x of at most ~2^24 elements)
-and ``kron_small`` (as given), in float32 and float64, it times
+For each case of ``kron_large`` (M scaled down for a small CPU: x of at most ~2^24 elements),
+``kron_small`` (as given) and ``real_world`` (the 28 sizes of FastKron's Table 4 -- LSTM/RNN,
+ML compression, HyPA, graphs, biology, drug targets, Gaussian processes -- M scaled the same way
+where x would pass ~2^24 elements), in float32 and float64, it times
 
 * ours:       ``kronlinalg.kron_matmul(x, factors, algorithm="sliced")``
 * pyfastkron: ``pyfastkron.fastkronnumpy.gemkm(x, factors)`` (its x86 kernel; "n/a" when it
@@ -11,8 +13,9 @@ and ``kron_small`` (as given), in float32 and float64, it times
 * shuffle:    ``kronlinalg.kron_matmul(x, factors, algorithm="shuffle")`` (NumPy's matmul,
               reshape–matmul–transpose, what GPyTorch and PyKronecker do)
 
-after one warm-up call, as the median of several calls (fewer for cases over a second), and
-checks our result against the others (relative Frobenius error).  GFLOP/s counts the sliced
+after one warm-up call each, interleaved (ours, pyfastkron, shuffle, ours, ...) so a busy
+shared machine slows all three alike, as the median of several rounds (fewer for cases over a
+second), and checks our result against the others (relative Frobenius error).  GFLOP/s counts the sliced
 multiply's 2 * M * sum_i (L_i / P_i) * P_i * Q_i flops, L_i the row length before factor i.
 """
 
@@ -43,6 +46,22 @@ FALLBACK = {
                    [4, [[16, 16], 3]], [128, [[5, 7], [3, 2], [11, 4]]]],
 }
 
+# FastKron (PPoPP'24) Table 4, ids 1-28: (M, factor shapes); several M for one shape are
+# several cases.
+def _sq(p, n):
+    return [[p, p]] * n
+
+
+REAL_WORLD = (
+    [[20, _sq(2, 7)], [20, _sq(2, 9)], [50, _sq(2, 9)], [20, _sq(2, 10)], [1, _sq(2, 11)]]  # LSTM/RNN
+    + [[10, [[52, 50], [65, 20]]], [50, [[32, 8], [64, 128]]], [10, [[52, 65], [50, 20]]]]  # ML compr.
+    + [[m, _sq(2, 9)] for m in (4, 8, 16, 20)] + [[m, _sq(8, 3)] for m in (4, 8, 16, 20)]  # HyPA
+    + [[1024, _sq(3, 7)], [1024, _sq(4, 7)], [1024, _sq(6, 7)]]  # graphs
+    + [[1, _sq(5, 3) + [[2, 2]]], [1, _sq(5, 2) + [[2, 2], [25, 25]]]]  # biology
+    + [[1526, _sq(4, 6)], [156, _sq(8, 3)], [2967, _sq(4, 7)]]  # drug targets
+    + [[16, _sq(8, 8)], [16, _sq(16, 6)], [16, _sq(32, 6)], [16, _sq(64, 3)]]  # Gaussian processes
+)
+
 X_BUDGET = 2**24  # elements of x we aim for
 X_LIMIT = 2**25  # beyond this even at M = 16, drop factors
 M_MIN, M_MAX = 16, 256
@@ -71,6 +90,34 @@ def scale_large(m0, p, n):
     return m, n_used, note.strip(", ")
 
 
+def scale_rows(m0, shapes):
+    """(M, shapes, note) for a case whose x (M x prod P) must stay near X_BUDGET elements."""
+    k = math.prod(p for p, _ in shapes)
+    if m0 * k <= X_BUDGET:
+        return m0, shapes, ""
+    m = 1 << max(0, int(math.log2(max(1, X_BUDGET // k))))
+    m = max(min(M_MIN, m0), min(M_MAX, m, m0))
+    note = f"M {m0}->{m}" if m != m0 else ""
+    n0 = len(shapes)
+    while len(shapes) > 1 and m * math.prod(p for p, _ in shapes) > X_LIMIT:
+        shapes = shapes[1:]
+    if len(shapes) != n0:
+        note += f", N {n0}->{len(shapes)}"
+    return m, shapes, note.strip(", ")
+
+
+def case_name(shapes):
+    """Runs of equal shapes as PxQ^n, joined by commas."""
+    parts, i = [], 0
+    while i < len(shapes):
+        j = i
+        while j < len(shapes) and shapes[j] == shapes[i]:
+            j += 1
+        parts.append(f"{shapes[i][0]}x{shapes[i][1]}" + (f"^{j - i}" if j - i > 1 else ""))
+        i = j
+    return ",".join(parts)
+
+
 def small_shapes(spec):
     """[[P, Q], N] -> N copies of (P, Q); a list of [P, Q] -> those shapes."""
     if len(spec) == 2 and isinstance(spec[1], int) and isinstance(spec[0], list):
@@ -78,7 +125,7 @@ def small_shapes(spec):
     return [tuple(s) for s in spec]
 
 
-def build_cases(large, small, quick):
+def build_cases(large, small, quick, sets=("kron_large", "kron_small", "real_world")):
     cases = []
     for m0, p, n in large:
         m, n_used, note = scale_large(m0, p, n)
@@ -92,8 +139,13 @@ def build_cases(large, small, quick):
             name = ",".join(f"{p}x{q}" for p, q in shapes)
         cases.append({"set": "kron_small", "name": name, "M": m, "shapes": shapes, "note": "",
                       "orig": [m, spec]})
+    for m0, spec in REAL_WORLD:
+        m, shapes, note = scale_rows(m0, [tuple(s) for s in spec])
+        cases.append({"set": "real_world", "name": case_name(shapes), "M": m, "shapes": shapes,
+                      "note": note, "orig": [m0, spec]})
+    cases = [c for c in cases if c["set"] in sets]
     if quick:
-        keep = {"8^6", "16^5", "64^3", "2x2^10", "8x8^3", "5x7,3x2,11x4"}
+        keep = {"8^6", "16^5", "64^3", "2x2^10", "8x8^3", "5x7,3x2,11x4", "2x2^9", "4x4^6"}
         cases = [c for c in cases if c["name"] in keep]
         # one of each name only
         seen, uniq = set(), []
@@ -106,20 +158,34 @@ def build_cases(large, small, quick):
 
 
 
-def timeit(fn, min_runs=5, budget_s=2.0):
-    """Warm-up once, then the median of >= min_runs calls (3 over 1 s a call, 1 over 5 s)."""
-    t0 = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t0
-    runs = min_runs if first < 1.0 else (3 if first < 5.0 else 1)
-    if first < budget_s / (4 * min_runs):  # fast cases: more runs within the budget
-        runs = max(min_runs, min(50, int(budget_s / max(first, 1e-6) / 4)))
-    times = []
-    for _ in range(runs):
+def time_interleaved(fns, min_runs=5, budget_s=3.0, rounds=5):
+    """{name: (median seconds, first result, runs)}: one warm-up call each, then `rounds` rounds
+    that run each function in turn, a block of calls each (a busy shared machine slows all of
+    them alike; blocks, not single calls, so one library's OpenMP threads still spinning after
+    its call do not land on the next library's first call: each block starts with an untimed
+    call).  Several calls a function when one takes under a second, down to 1 over 5 s."""
+    outs, first = {}, {}
+    for name, fn in fns.items():
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out, runs
+        outs[name] = fn()
+        first[name] = time.perf_counter() - t0
+    slowest = max(first.values())
+    runs = min_runs if slowest < 1.0 else (3 if slowest < 5.0 else 1)
+    if sum(first.values()) < budget_s / (4 * min_runs):  # fast cases: more calls in the budget
+        runs = max(min_runs, min(100, int(budget_s / max(sum(first.values()), 1e-6) / 4)))
+    rounds = max(1, min(rounds, runs))
+    per_block = -(-runs // rounds)
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            if first[name] < 0.1:
+                fn()  # untimed: the previous library's threads settle
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name]), outs[name], len(times[name]))
+            for name in fns}
 
 
 def rel_err(a, b):
@@ -148,23 +214,28 @@ def run_case(case, dtype, rng, fk):
            "shapes": [list(s) for s in shapes], "note": case["note"],
            "gflop": kron_flops(m, shapes) / 1e9}
 
-    t, ours, row["runs"] = timeit(lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"))
-    row["ms_ours"] = t * 1e3
-    t, shuf, _ = timeit(lambda: kronlinalg.kron_matmul(x, fs, algorithm="shuffle"))
-    row["ms_shuffle"] = t * 1e3
-    row["err_vs_shuffle"] = rel_err(ours, shuf)
-    del shuf
-
+    fns = {"ours": lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"),
+           "shuffle": lambda: kronlinalg.kron_matmul(x, fs, algorithm="shuffle")}
     row["ms_pyfastkron"], row["pyfastkron"] = None, "n/a"
+    native = False
     if fk is not None:
         try:
             native = fk.fastkronnumpy.isSupported(x, fs)
-            t, theirs, _ = timeit(lambda: fk.gemkm(x, fs))
-            row["ms_pyfastkron"] = t * 1e3
-            row["pyfastkron"] = "x86" if native else "fallback"
-            row["err_vs_pyfastkron"] = rel_err(ours, np.reshape(theirs, ours.shape))
+            fk.gemkm(x, fs)
+            fns["pyfastkron"] = lambda: fk.gemkm(x, fs)
         except Exception as exc:  # pyfastkron rejects some shapes
             row["pyfastkron"] = f"n/a ({type(exc).__name__}: {str(exc)[:60]})"
+    res = time_interleaved(fns)
+    row["runs"] = res["ours"][2]
+    ours = res["ours"][1]
+    row["ms_ours"] = res["ours"][0] * 1e3
+    row["ms_shuffle"] = res["shuffle"][0] * 1e3
+    row["err_vs_shuffle"] = rel_err(ours, res["shuffle"][1])
+    if "pyfastkron" in res:
+        row["ms_pyfastkron"] = res["pyfastkron"][0] * 1e3
+        row["pyfastkron"] = "x86" if native else "fallback"
+        row["err_vs_pyfastkron"] = rel_err(ours, np.reshape(res["pyfastkron"][1], ours.shape))
+    del res
     row["gflops_ours"] = row["gflop"] / (row["ms_ours"] / 1e3)
     return row
 
@@ -174,9 +245,9 @@ def _fmt(v, spec):
 
 
 def table(rows):
-    head = ("| dtype | case | M | ms ours | ms pyfastkron | ms shuffle | speedup vs pyfastkron "
+    head = ("| dtype | set | case | M | ms ours | ms pyfastkron | ms shuffle | speedup vs pyfastkron "
             "| speedup vs shuffle | GFLOP/s ours | max rel err |")
-    lines = [head, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [head, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         sp_fk = (r["ms_pyfastkron"] / r["ms_ours"]) if r["ms_pyfastkron"] else None
         sp_sh = r["ms_shuffle"] / r["ms_ours"]
@@ -187,7 +258,7 @@ def table(rows):
             fk = "n/a"
         err = max(r["err_vs_shuffle"], r.get("err_vs_pyfastkron") or 0.0)
         case = r["case"] + (f" ({r['note']})" if r["note"] else "")
-        lines.append(f"| {r['dtype']} | {case} | {r['M']} | {r['ms_ours']:.3f} | {fk} | "
+        lines.append(f"| {r['dtype']} | {r['set']} | {case} | {r['M']} | {r['ms_ours']:.3f} | {fk} | "
                      f"{r['ms_shuffle']:.3f} | {_fmt(sp_fk, '.2f')} | {sp_sh:.2f} | "
                      f"{r['gflops_ours']:.1f} | {err:.1e} |")
     return "\n".join(lines)
@@ -195,12 +266,15 @@ def table(rows):
 
 def summary(rows):
     out = []
-    for dtype in sorted({r["dtype"] for r in rows}) + ["all"]:
-        sel = [r for r in rows if dtype in ("all", r["dtype"])]
+    groups = [(d, None) for d in sorted({r["dtype"] for r in rows})]
+    groups += [("all", st) for st in sorted({r["set"] for r in rows})] + [("all", None)]
+    for dtype, st in groups:
+        sel = [r for r in rows if dtype in ("all", r["dtype"]) and st in (None, r["set"])]
         fk = [r["ms_pyfastkron"] / r["ms_ours"] for r in sel
               if r["ms_pyfastkron"] and r["pyfastkron"] == "x86"]
         sh = [r["ms_shuffle"] / r["ms_ours"] for r in sel]
-        out.append(f"median speedup {dtype:8s}: vs pyfastkron "
+        label = dtype if st is None else st
+        out.append(f"median speedup {label:10s}: vs pyfastkron "
                    f"{_fmt(statistics.median(fk) if fk else None, '.2f')}x "
                    f"({len(fk)} cases), vs shuffle {statistics.median(sh):.2f}x "
                    f"({len(sh)} cases)")
@@ -214,26 +288,29 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few cases only")
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"],
                     choices=["float32", "float64"])
+    ap.add_argument("--sets", nargs="+", default=["kron_large", "kron_small", "real_world"],
+                    choices=["kron_large", "kron_small", "real_world"])
     ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args(argv)
 
     large, small, source = load_cases(args.cases)
-    cases = build_cases(large, small, args.quick)
+    cases = build_cases(large, small, args.quick, args.sets)
     fk, fk_version = _pyfastkron()
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % 2**32)
     rng = np.random.default_rng(seed)
     print(f"# kron_matmul on CPU: {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores; numpy {np.__version__}, pyfastkron {fk_version}; "
           f"cases from {source}; seed {seed}")
-    print("# kron_large M scaled for this machine (x <= ~2^24 elements): " + ", ".join(
+    print("# M scaled for this machine (x <= ~2^24 elements): " + ", ".join(
         f"{c['name']}: M={c['M']}" + (f" [{c['note']}]" if c["note"] else "")
-        for c in cases if c["set"] == "kron_large"))
+        for c in cases if c["note"]))
+    print(f"# OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
     rows = []
     for dtype in args.dtypes:
         for case in cases:
             row = run_case(case, dtype, rng, fk)
             rows.append(row)
-            print(f"  {dtype} {case['name']:16s} M={case['M']:4d} ours {row['ms_ours']:9.3f} ms"
+            print(f"  {dtype} {case['set']:10s} {case['name']:16s} M={case['M']:4d} ours {row['ms_ours']:9.3f} ms"
                   f"  pyfastkron {_fmt(row['ms_pyfastkron'], '9.3f')} ms"
                   f"  shuffle {row['ms_shuffle']:9.3f} ms", file=sys.stderr, flush=True)
     print()

@@ -213,3 +213,51 @@ def test_tiny_products_strided_rows_and_output(rng, name, shapes, m, dtype, beta
         got = y.reshape(n_out, m1 * m2).T
         assert not np.isnan(got).any(), f"max_fused={max_fused}: unwritten elements"
         assert _rel(got, ref) <= RTOL[dtype], f"max_fused={max_fused}"
+
+
+# Whole rows on the SIMD lanes: a row-major product whose rows fit one pass computes one row per
+# lane and stores each lane's contiguous outputs through in-register transposes.  Odd row counts
+# leave a partial group of lanes; output lengths that are no multiple of the vector width leave
+# a tail; rows sit a gap apart in both x and y.
+WHOLE_ROWS = [
+    ("8x8^3", [(8, 8)] * 3, 45),
+    ("mixed", [(5, 7), (3, 2), (11, 4)], 70),
+    ("3x3^5", [(3, 3)] * 5, 33),
+    ("7x5,2x3", [(7, 5), (2, 3)], 97),
+]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name, shapes, m", WHOLE_ROWS, ids=[c[0] for c in WHOLE_ROWS])
+def test_whole_rows_on_lanes(rng, name, shapes, m, dtype, beta):
+    fs = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    k, n_out = math.prod(p for p, _ in shapes), math.prod(q for _, q in shapes)
+    assert kron_cpu.passes(1, m, _descs(fs), KERNEL_DTYPE[dtype]) == 1
+    x = rng.standard_normal((m, k + 5)).astype(dtype)[:, 3:3 + k]
+    y_in = rng.standard_normal((m, n_out)).astype(dtype)
+    ref = kron_matmul_ref(x, fs, "right", -1.5, beta, y_in)
+    for num_threads in (1, 2):
+        ybig = np.full((m, n_out + 7), np.nan, dtype=dtype)
+        y = ybig[:, 2:2 + n_out]
+        if beta != 0.0:
+            y[...] = y_in
+        kron_cpu.matmul(1, m, _descs(fs), (x.ctypes.data, 0, x.strides[0] // x.itemsize, 1),
+                        (y.ctypes.data, 0, ybig.shape[1], 1), -1.5, beta, KERNEL_DTYPE[dtype],
+                        0, num_threads)
+        assert not np.isnan(y).any(), "unwritten elements"
+        assert np.isnan(ybig[:, :2]).all() and np.isnan(ybig[:, 2 + n_out:]).all()
+        assert _rel(y, ref) <= RTOL[dtype], f"num_threads={num_threads}"
+
+
+# Long rows of small factors: the passes keep at least a vector's worth of prefixes per row (the
+# lanes stay on contiguous outputs), so such a chain takes more than one pass.
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_long_rows_keep_lanes_on_prefixes(rng, dtype):
+    shapes = [(4, 4)] * 7
+    fs = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    counts = kron_cpu.pass_counts(1, 67, _descs(fs), KERNEL_DTYPE[dtype])
+    assert len(counts) >= 2 and sum(counts) == 7
+    x, _ = _inputs(rng, shapes, 67, dtype, "right")
+    out = kronlinalg.kron_matmul(x, fs, algorithm="sliced")
+    assert _rel(out, kron_matmul_ref(x, fs)) <= RTOL[dtype]

@@ -188,8 +188,14 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
   if (a.ies == 1 && nv == LW) {  // LW/2 lanes x LW/2 elements at a time, transposed in registers
     constexpr int H = LW / 2;
     int64_t e0 = 0;
+    // The next tile's lanes start LW*ls further on: fetch them while this one computes (without
+    // it the first loads of each tile wait on memory: -10 % on 128 x 128^3 float32, -7 % on 64 x
+    // 8^6; into L1 rather than L2: 1.5 % better still).
+    const T *next = src + LW * ls;
     for (; e0 + H <= a.Bin; e0 += H)
       for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < H; ++i)
+          _mm_prefetch(reinterpret_cast<const char *>(next + (h * H + i) * ls + e0), _MM_HINT_T0);
         if constexpr (sizeof(T) == 4) {
           __m512 r[16];
           for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + (h * 16 + i) * ls + e0);
@@ -278,6 +284,46 @@ static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec
     }
     return;
   }
+#ifdef KL_AVX512_PATHS
+  if (ks == 1) {  // lanes on rows, each lane's outputs contiguous: transpose back in registers
+    constexpr int H = LW / 2;
+    const T alpha = a.alpha, beta = a.beta;
+    int64_t k0 = 0;
+    for (; k0 + H <= a.Bout; k0 += H)
+      for (int h = 0; h < 2 && h * H < nv; ++h) {
+        const int rows = std::min(H, nv - h * H);
+        if constexpr (sizeof(T) == 4) {
+          __m512 r[16];
+          for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(b + (k0 + i) * LW + h * 16);
+          transpose16(r);
+          const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+          for (int i = 0; i < rows; ++i) {
+            float *d = dst0 + (h * 16 + i) * ls + k0;
+            __m512 v = _mm512_mul_ps(r[i], va);
+            if (beta != T(0)) v = _mm512_fmadd_ps(_mm512_loadu_ps(d), vb, v);
+            _mm512_storeu_ps(d, v);
+          }
+        } else {
+          __m512d r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm512_load_pd(b + (k0 + i) * LW + h * 8);
+          transpose8(r);
+          const __m512d va = _mm512_set1_pd(alpha), vb = _mm512_set1_pd(beta);
+          for (int i = 0; i < rows; ++i) {
+            double *d = dst0 + (h * 8 + i) * ls + k0;
+            __m512d v = _mm512_mul_pd(r[i], va);
+            if (beta != T(0)) v = _mm512_fmadd_pd(_mm512_loadu_pd(d), vb, v);
+            _mm512_storeu_pd(d, v);
+          }
+        }
+      }
+    for (int l = 0; l < nv; ++l) {
+      T *dst = dst0 + l * ls;
+      for (int64_t k = k0; k < a.Bout; ++k)
+        dst[k] = beta != T(0) ? alpha * b[k * LW + l] + beta * dst[k] : alpha * b[k * LW + l];
+    }
+    return;
+  }
+#endif
   for (int l = 0; l < nv; ++l) {
     T *dst = dst0 + l * ls;
     if (a.beta != T(0)) {
@@ -348,8 +394,11 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   }
 }
 
-// Outputs beyond this many bytes are written with streaming stores (far past L2, near L3 size).
-constexpr double kStreamBytes = 32.0 * 1024 * 1024;
+// Outputs beyond this many bytes are written with streaming stores.  A tile writes Bout lines
+// S elements apart, each line whole: a normal store first reads the line (write-allocate), and
+// an intermediate past L2 is mostly gone from the caches before the next pass reads it anyway
+// (4 MiB rather than L3's 32: 64 x 64^3 float32 on one core 14.9 -> 11.7 ms, 16^5 29.3 -> 28.6).
+constexpr double kStreamBytes = 4.0 * 1024 * 1024;
 
 template <class T>
 static int kron_matmul(const kl_kron_problem *p, int num_threads) {

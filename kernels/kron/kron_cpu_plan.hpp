@@ -33,8 +33,26 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
   for (int i = 0; i < n; ++i) len *= p->P[i];
   const int cap = p->max_fused > 0 ? p->max_fused : n;
   const int64_t rows = p->m1 * p->m2;
+  // Row-major results (right products): a pass computes its lanes side by side along the prefixes
+  // j of a row, whose outputs are contiguous (vector stores).  Fusing down to fewer than `lanes`
+  // prefixes would move the lanes onto the rows, whose outputs lie a row apart with a stride
+  // (one scalar store per element): one more pass over the data is cheaper.  A whole row is the
+  // exception: each lane's outputs are then contiguous, stored by in-register transposes.
+  const bool lanes_on_prefixes = p->y_es == 1 || p->m2 == 1;
   int i = n - 1;
+  // Whether factors [0, i] fit one pass (then it takes the rest of the row whole).
+  auto rest_fits = [&](int from) {
+    if (from + 1 > cap || rows < lanes) return false;
+    int64_t block = 1, dq = 1;
+    for (int k = from; k >= 0; --k) {
+      block = std::max<int64_t>(block * p->P[k], dq * p->Q[k]);
+      dq *= p->Q[k];
+      if (k < from && 2 * block * lane_bytes > kBlockBudgetBytes) return false;
+    }
+    return true;
+  };
   while (i >= 0) {
+    const bool whole_row = lanes_on_prefixes && rest_fits(i);
     PassPlan g{};
     g.last = i;
     g.count = 0;
@@ -47,6 +65,9 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
       const int64_t peak = std::max<int64_t>(g.maxblock * p->P[i], done_q * p->Q[i]);
       if (g.count > 0 && 2 * peak * lane_bytes > kBlockBudgetBytes) break;
       if (g.count > 0 && 4 * rows * (len / bin) < lanes) break;
+      if (g.count > 0 && lanes_on_prefixes && !whole_row && len / bin < lanes &&
+          len / g.Bin >= lanes)
+        break;
       g.Bin = bin;
       g.maxblock = peak;
       done_q *= p->Q[i];
