@@ -55,7 +55,8 @@ class Timer:
         for _ in range(self.reps):
             if self.cuda:
                 torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
                 start.record()
                 fn()
                 end.record()
@@ -77,7 +78,8 @@ def spd_factors(p, n, dtype, device, gen):
     out = []
     for _ in range(n):
         a = torch.randn(p, p, generator=gen, dtype=torch.float64)
-        out.append((a @ a.T / p + 0.5 * torch.eye(p, dtype=torch.float64)).to(dtype=dtype, device=device))
+        a = a @ a.T / p + 0.5 * torch.eye(p, dtype=torch.float64)
+        out.append(a.to(dtype=dtype, device=device))
     return out
 
 
@@ -111,7 +113,8 @@ def run_case(shape, dtype, device, timer, rhs_list, shift, gen):
     t_rep_peer = timer(lambda: peer_shifted.solve(b))
     xs, xp = ours.solve(b, shift), peer_shifted.solve(b)
     residual = rel(ours @ xs + shift * xs, b)
-    row["solve_first"] = {"ours_s": t_first, "peer_s": t_first_peer, "speedup": t_first_peer / t_first}
+    row["solve_first"] = {"ours_s": t_first, "peer_s": t_first_peer,
+                          "speedup": t_first_peer / t_first}
     row["solve_repeat"] = {"ours_s": t_rep, "peer_s": t_rep_peer, "speedup": t_rep_peer / t_rep,
                            "rel_diff": rel(xs, xp), "residual_ours": residual,
                            "residual_peer": rel(ours @ xp + shift * xp, b)}
@@ -165,22 +168,23 @@ def markdown(rows, meta, rhs_list):
 
 
 def summary(rows, rhs_list):
-    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-    out = {}
-    for k in rhs_list:
-        out[f"matmul k={k} median speedup"] = round(med([r[f"matmul_k{k}"]["speedup"] for r in rows]), 3)
+    def med(key):
+        return round(statistics.median([r[key]["speedup"] for r in rows]), 3)
+
+    def worst(keys):
+        diffs = [r[k]["rel_diff"] for r in rows for k in keys if r["dtype"] == "float64"]
+        return max(diffs, default=float("nan"))
+
+    matmuls = [f"matmul_k{k}" for k in rhs_list]
+    out = {f"matmul k={k} median speedup": med(f"matmul_k{k}") for k in rhs_list}
     out["matmul median speedup (all k)"] = round(
-        med([r[f"matmul_k{k}"]["speedup"] for r in rows for k in rhs_list]), 3)
-    out["solve first-call median speedup"] = round(med([r["solve_first"]["speedup"] for r in rows]), 3)
-    out["solve repeated median speedup"] = round(med([r["solve_repeat"]["speedup"] for r in rows]), 3)
-    out["logdet repeated median speedup"] = round(med([r["logdet"]["speedup"] for r in rows]), 3)
-    out["logdet max rel. diff (float64 cases)"] = max(
-        [r["logdet"]["rel_diff"] for r in rows if r["dtype"] == "float64"], default=float("nan"))
-    out["solve max rel. diff (float64 cases)"] = max(
-        [r["solve_repeat"]["rel_diff"] for r in rows if r["dtype"] == "float64"], default=float("nan"))
-    out["matmul max rel. diff (float64 cases)"] = max(
-        [r[f"matmul_k{k}"]["rel_diff"] for r in rows for k in rhs_list if r["dtype"] == "float64"],
-        default=float("nan"))
+        statistics.median([r[k]["speedup"] for r in rows for k in matmuls]), 3)
+    out["solve first-call median speedup"] = med("solve_first")
+    out["solve repeated median speedup"] = med("solve_repeat")
+    out["logdet repeated median speedup"] = med("logdet")
+    out["logdet max rel. diff (float64 cases)"] = worst(["logdet"])
+    out["solve max rel. diff (float64 cases)"] = worst(["solve_repeat"])
+    out["matmul max rel. diff (float64 cases)"] = worst(matmuls)
     return out
 
 
@@ -189,8 +193,10 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for JSON + markdown")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
-    ap.add_argument("--shapes", nargs="+", default=None, help="P^N cases (default: 32^3 16^4 64^2 8^5)")
-    ap.add_argument("--rhs", type=int, nargs="+", default=[16, 1], help="right-hand sides of matmul")
+    ap.add_argument("--shapes", nargs="+", default=None,
+                    help="P^N cases (default: 32^3 16^4 64^2 8^5)")
+    ap.add_argument("--rhs", type=int, nargs="+", default=[16, 1],
+                    help="right-hand sides of matmul")
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--shift", type=float, default=0.1)
     ap.add_argument("--quick", action="store_true", help="small shapes and 5 repetitions (a check)")
@@ -203,7 +209,8 @@ def main(argv=None):
     timer = Timer(device, reps)
     gen = torch.Generator().manual_seed(0)
     meta = {"device": str(device),
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else platform.processor() or "cpu"),
             "torch": torch.__version__, "linear_operator": linear_operator.__version__,
             "kronlinalg": kronlinalg.__version__, "reps": reps, "shift": args.shift,
             "threads": torch.get_num_threads()}
@@ -213,11 +220,11 @@ def main(argv=None):
             row = run_case(shape, getattr(torch, dt), device, timer, args.rhs, args.shift, gen)
             rows.append(row)
             m = "  ".join(f"matmul k={k} {row[f'matmul_k{k}']['speedup']:.2f}x" for k in args.rhs)
-            print(f"{dt:8s} {shape:5s} {m}  solve first {row['solve_first']['speedup']:.2f}x  "
-                  f"repeat {row['solve_repeat']['speedup']:.2f}x  logdet {row['logdet']['speedup']:.2f}x "
-                  f"(rel diff {row['logdet']['rel_diff']:.1e})  solve rel diff "
-                  f"{row['solve_repeat']['rel_diff']:.1e}  residual {row['solve_repeat']['residual_ours']:.1e}",
-                  flush=True)
+            s1, s2, ld = row["solve_first"], row["solve_repeat"], row["logdet"]
+            print(f"{dt:8s} {shape:5s} {m}  solve first {s1['speedup']:.2f}x  "
+                  f"repeat {s2['speedup']:.2f}x  logdet {ld['speedup']:.2f}x "
+                  f"(rel diff {ld['rel_diff']:.1e})  solve rel diff {s2['rel_diff']:.1e}  "
+                  f"residual {s2['residual_ours']:.1e}", flush=True)
     result = {"meta": meta, "rows": rows, "summary": summary(rows, args.rhs), "targets": TARGETS}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "kron_operator_gpu.json"), "w") as f:

@@ -94,7 +94,8 @@ def _pick(args) -> _Lib:
             cupy = None
     if torch is not None and want_gpu and torch.cuda.is_available() and args.backend != "cupy":
         return _Lib("torch", torch, "cuda", args.dtype)
-    if cupy is not None and (torch is None or args.backend == "cupy" or not torch.cuda.is_available()):
+    no_torch_gpu = torch is None or not torch.cuda.is_available()
+    if cupy is not None and (no_torch_gpu or args.backend == "cupy"):
         return _Lib("cupy", cupy, "gpu", args.dtype)
     if args.device == "gpu":
         raise SystemExit("--device gpu: no usable GPU through torch or CuPy")
@@ -137,7 +138,7 @@ def _problem(args, lib):
             vals = np.multiply.outer(vals, np.sin(2.2 * t + 0.7 * i) + 0.3 * np.cos(5.0 * t))
         return vals.reshape(-1)
 
-    y = truth(axes) + 0.1 * rng.standard_normal(math.prod(grid))
+    y = truth(axes) + 0.1 * rng.standard_normal(math.prod(grid))  # noise σ = 0.1
     theta0 = np.array([math.log(0.3)] * len(grid) + [0.0, math.log(0.1)])
     return axes, mids, lib.asarray(y), truth(mids), theta0
 
@@ -176,9 +177,10 @@ def _nll_grad_dense(lib, axes, y, theta):
     noise = math.exp(theta[-1])
     k = KroneckerOperator(factors).to_dense()
     n = y.shape[0]
-    a_inv = xp.linalg.inv(k + noise * xp.eye(n, dtype=k.dtype))
+    a = k + noise * xp.eye(n, dtype=k.dtype)
+    a_inv = xp.linalg.inv(a)  # the trace terms need A⁻¹ itself: N³, as a dense GP pays
     alpha = a_inv @ y
-    nll = 0.5 * float(xp.sum(y * alpha)) + 0.5 * float(xp.linalg.slogdet(k + noise * xp.eye(n, dtype=k.dtype))[1])
+    nll = 0.5 * float(xp.sum(y * alpha)) + 0.5 * float(xp.linalg.slogdet(a)[1])
     w = a_inv - alpha[:, None] * alpha[None, :]  # tr(A⁻¹dA) - αᵀdAα = Σ (A⁻¹ - ααᵀ) ∘ dA
     g = np.zeros_like(theta)
     for i, (f, d) in enumerate(zip(factors, dists)):

@@ -162,7 +162,7 @@ class KroneckerOperator:
         return self.rmatmul(other)
 
     def matmul(self, x, /):
-        """``(⊗Fi) @ x`` for x of shape ``(ΠQi,)`` or ``(..., ΠQi, k)``: kron_matmul(side="left")."""
+        """``(⊗Fi) @ x`` for x of shape ``(ΠQi,)`` or ``(..., ΠQi, k)``: kron_matmul, left."""
         return _kron_matmul(x, self._factors, "left")
 
     def rmatmul(self, x, /):

@@ -102,7 +102,7 @@ def test_gpytorch_exact_gp_trains_through_it(rng):
     kernels: GaussianLikelihood's noise becomes the shift, ExactMarginalLogLikelihood's
     inv_quad_logdet runs here, and the loss equals the dense model's."""
     gpytorch = pytest.importorskip("gpytorch")
-    axes = [torch.linspace(0, 1, 9, dtype=torch.float64), torch.linspace(0, 1, 7, dtype=torch.float64)]
+    axes = [torch.linspace(0, 1, n, dtype=torch.float64) for n in (9, 7)]
     x = torch.cartesian_prod(*axes)
     y = torch.sin(3 * x[:, 0]) * torch.cos(2 * x[:, 1]) + 0.05 * torch.tensor(
         rng.standard_normal(x.shape[0]))
