@@ -359,7 +359,8 @@ def test_parafac_float32_modes_agree_with_float64(xp, rng):
     init = (None, [rng.random((d, 4)) for d in x.shape])
     ref = T.cp_to_tensor(T.parafac(x, 4, init=init, n_iter_max=25, tol=0))
     fit64 = 1 - rel(ref, x)
-    modes = ["tf32", "ieee"] + (["float16", "bfloat16"] if xp.is_cuda else [])
+    modes = ["tf32", "ieee"] + (["float16"] if xp.is_cuda else [])
+    modes += ["bfloat16"] if xp.is_cuda and xp.is_torch else []
     for precision in modes:
         got = T.parafac(to_xp(xp, x, "float32"), 4, n_iter_max=25, tol=0, precision=precision,
                         init=(None, [to_xp(xp, f, "float32") for f in init[1]]))

@@ -94,6 +94,9 @@ def precision(value, tensor):
         if not backend.on_cuda(tensor):
             raise ValueError(f"precision: {value!r} storage needs a CUDA array (CuPy or a "
                              "CUDA torch tensor)")
+        if value == "bfloat16" and not backend.is_torch(tensor):
+            raise ValueError("precision: 'bfloat16' storage needs a CUDA torch tensor (CuPy "
+                             "has no bfloat16); 'float16' works on both")
     return value
 
 

@@ -168,21 +168,24 @@ class Engine:
         """v⁻¹ rhs for a symmetric positive semi-definite v (R×R): an LU solve with a ridge of
         1e-14 (float64) / 1e-6 (float32) of v's largest diagonal entry, so that a singular v
         (a rank above a mode's size) stays finite.  The ridge is formed on the device and the
-        solve does not check its status on the host: the GPU stream never waits here.  robust:
-        a pseudo-inverse instead (the caller's fallback when a solve came out non-finite)."""
+        solve does not check its status on the host: the GPU stream never waits here (a
+        non-finite result shows in the fit, and the caller redoes the sweep with robust=True:
+        a pseudo-inverse)."""
         xp = self.xp
         r = int(v.shape[0])
         if robust:
             return xp.matmul(xp.linalg.pinv(v), rhs)
         eps = 1e-6 if backend.dtype_name(v.dtype) == "float32" else 1e-14
+        if self.lib == "torch":  # few launches: each costs more than the 64×64 work itself
+            import torch
+
+            diag = torch.diagonal(v)
+            vr = v + torch.diag_embed(torch.full_like(diag, eps) * diag.amax().clamp_min(1e-30))
+            return torch.linalg.solve_ex(vr, rhs, check_errors=False)[0]
         diag = xp.linalg.diagonal(v)
         top = xp.max(xp.abs(diag)) if r else xp.asarray(0.0)
         ridge = eps * xp.where(top > 0, top, xp.ones_like(top))
         vr = v + ridge * self.eye(r, v)
-        if self.lib == "torch":
-            import torch
-
-            return torch.linalg.solve_ex(vr, rhs, check_errors=False)[0]
         if self.lib in ("numpy", "other"):
             try:
                 out = xp.linalg.solve(vr, rhs)
@@ -192,6 +195,16 @@ class Engine:
                 return xp.matmul(xp.linalg.pinv(v), rhs)
             return out
         return xp.linalg.solve(vr, rhs)
+
+    def scalars(self, *values):
+        """Device scalars as Python floats, with one transfer (one wait for the stream)."""
+        xp = self.xp
+        both = xp.stack([xp.reshape(v, ()) for v in values])
+        if self.lib == "torch":
+            return both.tolist()
+        if self.lib == "cupy":
+            return [float(v) for v in both.get()]
+        return [float(v) for v in both]
 
     def top_eigvecs(self, gram, k):
         """The k leading eigenvectors of a symmetric matrix (columns, decreasing eigenvalue)."""

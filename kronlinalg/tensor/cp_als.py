@@ -106,6 +106,8 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     p = _tree.split([int(d) for d in x.shape], rank)
     grams = [xp.matmul(f, xp.permute_dims(f, (1, 0))) for f in fts]
     state = {"w": weights, "last": None, "robust": False}
+    # weights that are all ones (the default) need no scaling of the systems: skip it
+    unit = bool(xp.all(weights == 1))
 
     def update(n, y):
         v = _hadamard(grams, skip=n)
@@ -115,7 +117,9 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
             w = xp.where(norms == 0, xp.ones_like(norms), norms)
             ft = ft / w[:, None]
             state["w"] = w
-        else:  # the weights stay as they are (ones unless init gave them)
+        elif unit:
+            ft = eng.solve_spd(v, y, state["robust"])
+        else:  # the weights stay as they are (given by init)
             w = state["w"]
             ft = eng.solve_spd(w[:, None] * v * w[None, :], w[:, None] * y, state["robust"])
         fts[n] = ft
@@ -128,7 +132,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     while it < n_iter_max:
         saved = (list(fts), list(grams), state["w"])
         _tree.sweep(eng, xs, scale, fts, update, p)
-        err = _error(xp, norm_x, grams, state["w"], state["last"], fts[nd - 1])
+        err = _error(eng, norm_x, grams, state["w"], state["last"], fts[nd - 1])
         if not math.isfinite(err) and not state["robust"]:
             # a singular system the ridge did not tame: redo the sweep by pseudo-inverses
             fts[:], grams[:], state["w"] = saved[0], saved[1], saved[2]
@@ -143,12 +147,14 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     return state["w"], fts
 
 
-def _error(xp, norm_x, grams, w, y_last, ft_last):
+def _error(eng, norm_x, grams, w, y_last, ft_last):
     """‖X − X̂‖/‖X‖ from ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i M[i, r] A_N[i, r] (M the
-    last MTTKRP, of factors unchanged since), summed in float64."""
+    last MTTKRP, of factors unchanged since), summed in float64; one read of the device."""
+    xp = eng.xp
     f64 = xp.float64
     w64 = xp.astype(w, f64)
     had = xp.astype(_hadamard(grams), f64)
-    rec2 = float(xp.sum(w64[:, None] * had * w64[None, :]))
-    ip = float(xp.sum(xp.sum(xp.astype(y_last * ft_last, f64), axis=1) * w64))
+    rec2 = xp.sum(w64[:, None] * had * w64[None, :])
+    ip = xp.sum(xp.sum(xp.astype(y_last * ft_last, f64), axis=1) * w64)
+    rec2, ip = eng.scalars(rec2, ip)
     return math.sqrt(abs(norm_x ** 2 + rec2 - 2.0 * ip)) / (norm_x or 1.0)
