@@ -397,3 +397,18 @@ def test_tucker_hosvd_alone_and_float32(xp, rng):
                         precision=precision)
         got = rel(to_numpy(T.tucker_to_tensor((c, f))).astype(np.float64), noisy)
         assert abs(got - ref) <= 0.01 * ref + 1e-6
+
+
+def test_parafac_sweeps_run_as_a_cuda_graph_on_torch_cuda(xp, rng):
+    if not (xp.is_torch and xp.is_cuda):
+        pytest.skip("CUDA graphs of the sweep: CUDA torch tensors only")
+    _, x = planted_cp(rng, (20, 18, 16), 3)
+    init = (None, [rng.random((d, 3)) for d in x.shape])
+    fits = []
+    got = T.parafac(to_xp(xp, x), 3, init=(None, [to_xp(xp, f) for f in init[1]]),
+                    n_iter_max=T.cp_als.GRAPH_MIN_ITERATIONS + 3, tol=0,
+                    callback=lambda i, f: fits.append(f))
+    assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN["reason"]
+    ref = T.parafac(x, 3, init=init, n_iter_max=T.cp_als.GRAPH_MIN_ITERATIONS + 3, tol=0)
+    assert rel(to_numpy(T.cp_to_tensor(got)), T.cp_to_tensor(ref)) < 1e-8
+    assert len(fits) == T.cp_als.GRAPH_MIN_ITERATIONS + 3

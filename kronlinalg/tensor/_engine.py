@@ -23,20 +23,20 @@ _GRAM_CHUNK_ELEMENTS = 1 << 25
 
 
 @contextlib.contextmanager
-def _torch_tf32(torch):
-    """float32 matmuls on TF32 tensor cores for the duration (torch's process-wide switch,
-    restored after)."""
+def _torch_mode(torch, mode):
+    """float32 matmuls in `mode` ("tf32" or "ieee") for the duration (torch's process-wide
+    switch, restored after)."""
     m = torch.backends.cuda.matmul
     if hasattr(m, "fp32_precision"):  # torch >= 2.9; mixing it with allow_tf32 is refused
         prev = m.fp32_precision
-        m.fp32_precision = "tf32"
+        m.fp32_precision = mode
         try:
             yield
         finally:
             m.fp32_precision = prev
     else:
         prev = m.allow_tf32
-        m.allow_tf32 = True
+        m.allow_tf32 = mode == "tf32"
         try:
             yield
         finally:
@@ -44,14 +44,15 @@ def _torch_tf32(torch):
 
 
 @contextlib.contextmanager
-def _cupy_tf32(cupy):
-    """CuPy's float32 GEMM compute type set to TF32 for the duration (CuPy's per-dtype switch,
-    the one CUPY_TF32=1 sets; restored after)."""
+def _cupy_mode(cupy, mode):
+    """CuPy's float32 GEMM compute type (the per-dtype switch CUPY_TF32=1 sets) in `mode` for
+    the duration, restored after."""
     try:
         from cupy._core import _routines_linalg as rl
 
         prev = rl.get_compute_type(cupy.float32)
-        rl.set_compute_type(cupy.float32, rl.COMPUTE_TYPE_TF32)
+        rl.set_compute_type(cupy.float32, rl.COMPUTE_TYPE_TF32 if mode == "tf32"
+                            else rl.COMPUTE_TYPE_DEFAULT)
     except (ImportError, AttributeError):  # a CuPy without the switch: IEEE float32
         yield
         return
@@ -83,14 +84,22 @@ class Engine:
 
     def fast(self):
         """A context in which the library's float32 GEMMs run in the chosen mode."""
-        if not (self.cuda and self.float32 and self.precision != "ieee"):
+        return self._mode("ieee" if self.precision == "ieee" else "tf32")
+
+    def exact(self):
+        """A context for the small products whose rounding the solves amplify (Gram matrices
+        of the factors): IEEE float32 whatever the mode."""
+        return self._mode("ieee")
+
+    def _mode(self, mode):
+        if not (self.cuda and self.float32):
             return contextlib.nullcontext()
         if self.lib == "torch":
             import torch
 
-            return _torch_tf32(torch)
+            return _torch_mode(torch, mode)
         if self.lib == "cupy":
-            return _cupy_tf32(backend.cupy_module())
+            return _cupy_mode(backend.cupy_module(), mode)
         return contextlib.nullcontext()
 
     # -- the tensor as the GEMMs read it -------------------------------------------------------

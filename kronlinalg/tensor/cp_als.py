@@ -12,10 +12,10 @@ import math
 import operator
 
 from ..common import backend, validation
-from . import _args, _tree
+from . import _args, _graph, _tree
 from ._engine import Engine
 
-__all__ = ["parafac", "CPTensor"]
+__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "LAST_RUN"]
 
 
 class CPTensor(tuple):
@@ -98,63 +98,101 @@ def _hadamard(grams, skip=None):
     return out
 
 
+# a CUDA graph of the sweep pays for its capture (one warm-up sweep and the capture) from
+# this many iterations on
+GRAPH_MIN_ITERATIONS = 4
+# how the last parafac call ran its sweeps (for benchmarks and bug reports)
+LAST_RUN: dict = {}
+
+
+def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust):
+    """One ALS sweep from (factors, their Grams, weights): the new ones and the device scalars
+    (‖X̂‖², ⟨X, X̂⟩) of the fit.  Pure on its inputs (new lists), so that a CUDA graph can
+    replay it on static buffers."""
+    xp = eng.xp
+    fts, grams = list(fts), list(grams)
+    state = {"w": w, "last": None}
+    nd = len(fts)
+
+    def update(n, y):
+        v = _hadamard(grams, skip=n)
+        if normalize:  # solve for A_n·diag(w), then split off its column norms
+            ft = eng.solve_spd(v, y, robust)
+            norms = xp.sqrt(xp.sum(ft * ft, axis=1))
+            wn = xp.where(norms == 0, xp.ones_like(norms), norms)
+            ft = ft / wn[:, None]
+            state["w"] = wn
+        elif unit:  # weights all ones (the default): no scaling of the system
+            ft = eng.solve_spd(v, y, robust)
+        else:  # the weights stay as they are (given by init)
+            wn = state["w"]
+            ft = eng.solve_spd(wn[:, None] * v * wn[None, :], wn[:, None] * y, robust)
+        fts[n] = ft
+        with eng.exact():
+            grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
+        if n == nd - 1:
+            state["last"] = y
+
+    _tree.sweep(eng, xs, scale, fts, update, p)
+    rec2, ip = _fit_terms(xp, grams, state["w"], state["last"], fts[nd - 1])
+    return fts, grams, state["w"], rec2, ip
+
+
 def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     xp = eng.xp
     nd, rank = x.ndim, int(fts[0].shape[0])
     norm_x = eng.norm(x)
     xs, scale = eng.store(x)
     p = _tree.split([int(d) for d in x.shape], rank)
-    grams = [xp.matmul(f, xp.permute_dims(f, (1, 0))) for f in fts]
-    state = {"w": weights, "last": None, "robust": False}
-    # weights that are all ones (the default) need no scaling of the systems: skip it
-    unit = bool(xp.all(weights == 1))
+    with eng.exact():
+        grams = [xp.matmul(f, xp.permute_dims(f, (1, 0))) for f in fts]
+    unit = bool(xp.all(weights == 1))  # (one read of the device, before the loop)
 
-    def update(n, y):
-        v = _hadamard(grams, skip=n)
-        if normalize:  # solve for A_n·diag(w), then split off its column norms
-            ft = eng.solve_spd(v, y, state["robust"])
-            norms = xp.sqrt(xp.sum(ft * ft, axis=1))
-            w = xp.where(norms == 0, xp.ones_like(norms), norms)
-            ft = ft / w[:, None]
-            state["w"] = w
-        elif unit:
-            ft = eng.solve_spd(v, y, state["robust"])
-        else:  # the weights stay as they are (given by init)
-            w = state["w"]
-            ft = eng.solve_spd(w[:, None] * v * w[None, :], w[:, None] * y, state["robust"])
-        fts[n] = ft
-        grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
-        if n == nd - 1:
-            state["last"] = y
+    def step(fts, grams, w, robust=False):
+        return _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust)
 
-    errors = []
-    it = 0
+    graph = None
+    LAST_RUN.clear()
+    LAST_RUN.update(graph=False, reason="eager: not a CUDA torch tensor or few iterations")
+    if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
+        graph, reason = _graph.capture(step, fts, grams, weights)
+        LAST_RUN.update(graph=graph is not None, reason=reason)
+    errors, it, robust = [], 0, False
+    w = weights
     while it < n_iter_max:
-        saved = (list(fts), list(grams), state["w"])
-        _tree.sweep(eng, xs, scale, fts, update, p)
-        err = _error(eng, norm_x, grams, state["w"], state["last"], fts[nd - 1])
-        if not math.isfinite(err) and not state["robust"]:
-            # a singular system the ridge did not tame: redo the sweep by pseudo-inverses
-            fts[:], grams[:], state["w"] = saved[0], saved[1], saved[2]
-            state["robust"] = True
+        if graph is not None:
+            rec2, ip = graph.replay()
+        else:
+            new = step(fts, grams, w, robust)
+            rec2, ip = eng.scalars(new[3], new[4])
+        err = math.sqrt(abs(norm_x ** 2 + rec2 - 2.0 * ip)) / (norm_x or 1.0)
+        if not math.isfinite(err) and not robust:
+            # a singular system the ridge did not tame: redo the sweep by pseudo-inverses,
+            # eagerly from here on
+            if graph is not None:
+                fts, grams, w = graph.rollback()
+                graph = None
+            robust = True
             continue
+        if graph is None:
+            fts, grams, w = new[0], new[1], new[2]
         errors.append(err)
         progress.report(it, 1.0 - err)
         it += 1
         if it >= 2 and abs(errors[-2] - errors[-1]) < tol:
             break
+    if graph is not None:
+        fts, grams, w = graph.state()
     progress.close()
-    return state["w"], fts
+    return w, fts
 
 
-def _error(eng, norm_x, grams, w, y_last, ft_last):
-    """‖X − X̂‖/‖X‖ from ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i M[i, r] A_N[i, r] (M the
-    last MTTKRP, of factors unchanged since), summed in float64; one read of the device."""
-    xp = eng.xp
+def _fit_terms(xp, grams, w, y_last, ft_last):
+    """Device scalars ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i M[i, r] A_N[i, r] (M the
+    last MTTKRP, of factors unchanged since), summed in float64."""
     f64 = xp.float64
     w64 = xp.astype(w, f64)
     had = xp.astype(_hadamard(grams), f64)
     rec2 = xp.sum(w64[:, None] * had * w64[None, :])
     ip = xp.sum(xp.sum(xp.astype(y_last * ft_last, f64), axis=1) * w64)
-    rec2, ip = eng.scalars(rec2, ip)
-    return math.sqrt(abs(norm_x ** 2 + rec2 - 2.0 * ip)) / (norm_x or 1.0)
+    return rec2, ip

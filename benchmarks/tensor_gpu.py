@@ -1,0 +1,406 @@
+"""kronlinalg.tensor against TensorLy 0.10 (torch and CuPy backends) on one GPU, float32.
+
+Same initialisation and iteration count on both sides.  Per-iteration times of CP-ALS are the
+difference between a run of HI and a run of LO iterations, divided by HI − LO (setup and
+initialisation cancel), median of repeats, CUDA-synchronised wall clock.  Fits are the real
+1 − ‖X − X̂‖/‖X‖ computed in float64 from the returned factors.
+
+    python benchmarks/tensor_gpu.py --out tensor.json [--budget 150] [--cpu]
+
+--cpu: the CPU comparison instead (160³ rank 16 against TensorLy-NumPy; run it under
+OMP_NUM_THREADS=2 taskset -c 0,1 for the 2-core figure).  Writes JSON and a markdown table
+beside it (same name, .md) after every section, so a run cut short still reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+
+import numpy as np
+
+from kronlinalg import tensor as kt
+
+RESULTS: dict = {"sections": {}}
+ROWS: list = []
+START = time.perf_counter()
+
+
+def elapsed():
+    return time.perf_counter() - START
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def wall(fn, reps=5, warm=1):
+    for _ in range(warm):
+        fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def per_iteration(run, lo, hi, reps=3):
+    """(seconds per iteration, the result of the last hi run)."""
+    run(lo)
+    sync()
+    ts, res = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run(lo)
+        sync()
+        t1 = time.perf_counter()
+        res = run(hi)
+        sync()
+        t2 = time.perf_counter()
+        ts.append(((t2 - t1) - (t1 - t0)) / (hi - lo))
+    return statistics.median(ts), res
+
+
+def fit_of(x64, cp_tensor):
+    """1 − ‖X − X̂‖/‖X‖ in float64, X̂ rebuilt in slabs of mode 0 (the full Khatri–Rao product
+    of N−1 factors of the gene tensor at R = 1000 would take 135 GiB)."""
+    import torch
+
+    w, fs = cp_tensor
+    fs = [torch.as_tensor(f).to(x64.device, torch.float64) for f in fs]
+    if w is not None:
+        fs[0] = fs[0] * torch.as_tensor(w).to(x64.device, torch.float64)[None, :]
+    rest = fs[1]
+    for f in fs[2:]:
+        rest = (rest[:, None, :] * f[None, :, :]).reshape(-1, f.shape[1])
+    x2 = x64.reshape(x64.shape[0], -1)
+    step = max(1, (1 << 27) // x2.shape[1])
+    err2 = 0.0
+    for i in range(0, x2.shape[0], step):
+        err2 += float(torch.sum((x2[i:i + step] - fs[0][i:i + step] @ rest.T) ** 2))
+    return 1 - math.sqrt(err2) / float(torch.linalg.vector_norm(x64))
+
+
+def tucker_error(x64, core, factors):
+    """‖X − X̂‖/‖X‖ of orthonormal factors: sqrt(‖X‖² − ‖core‖²)/‖X‖ (float64)."""
+    import torch
+
+    core = torch.as_tensor(core).to(x64.device, torch.float64)
+    nx = float(torch.linalg.vector_norm(x64))
+    nc = float(torch.linalg.vector_norm(core))
+    return math.sqrt(abs(nx * nx - nc * nc)) / nx
+
+
+def row(section, impl, ms, **extra):
+    r = {"section": section, "impl": impl, "ms": round(ms, 4), **extra}
+    ROWS.append(r)
+    print(json.dumps(r), flush=True)
+
+
+def save(out):
+    RESULTS["rows"] = ROWS
+    RESULTS["elapsed_s"] = round(elapsed(), 1)
+    with open(out, "w") as f:
+        json.dump(RESULTS, f, indent=1)
+    lines = ["| section | implementation | ms | notes |", "| --- | --- | --- | --- |"]
+    for r in ROWS:
+        notes = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("section", "impl", "ms"))
+        lines.append(f"| {r['section']} | {r['impl']} | {r['ms']} | {notes} |")
+    with open(out.rsplit(".", 1)[0] + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class TF32:
+    """TensorLy-torch with TF32 matmuls (the same tensor-core mode as ours) for a fair row."""
+
+    def __enter__(self):
+        import torch
+
+        m = torch.backends.cuda.matmul
+        self.prev = m.fp32_precision
+        m.fp32_precision = "tf32"
+
+    def __exit__(self, *a):
+        import torch
+
+        torch.backends.cuda.matmul.fp32_precision = self.prev
+
+
+def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes=None):
+    import torch
+    import tensorly as tl
+    from tensorly.cp_tensor import CPTensor
+    from tensorly.decomposition import parafac as tl_parafac
+
+    shape = (n,) * 3 if isinstance(n, int) else tuple(n)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=g)
+    x64 = x.double()
+    fs = [torch.rand((d, rank), device="cuda", generator=g) for d in shape]
+    ones = torch.ones(rank, device="cuda")
+
+    def ours(precision, xx=x, ff=fs):
+        return lambda k: kt.parafac(xx, rank, init=(None, [f.clone() for f in ff]),
+                                    n_iter_max=k, tol=0, precision=precision)
+
+    ref_fit = None
+    for precision in ours_modes or ("tf32", "ieee", "float16", "bfloat16"):
+        try:
+            t, res = per_iteration(ours(precision), lo, hi, reps)
+            how = dict(kt.cp_als.LAST_RUN)
+            fit = fit_of(x64, res)
+            if precision == "ieee":
+                ref_fit = fit
+            row(label, f"kronlinalg torch {precision}", 1e3 * t, fit=round(fit, 6),
+                nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
+                run=how.get("reason", "")[:120])
+        except Exception as e:  # noqa: BLE001
+            row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
+        save(out)
+    if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
+        t, res = per_iteration(lambda k: kt.parafac(x64, rank, init=(None, [f.double() for f in fs]),
+                                                    n_iter_max=k, tol=0), lo, hi, 1)
+        row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
+        try:
+            import cupy as cp
+
+            xc = cp.from_dlpack(x)
+            fc = [cp.from_dlpack(f) for f in fs]
+            t, res = per_iteration(
+                lambda k: kt.parafac(xc, rank, init=(None, [f.copy() for f in fc]),
+                                     n_iter_max=k, tol=0), lo, hi, reps)
+            row(label, "kronlinalg cupy tf32", 1e3 * t,
+                fit=round(fit_of(x64, (None, [torch.from_dlpack(f) for f in res[1]])), 6))
+        except Exception as e:  # noqa: BLE001
+            row(label, "kronlinalg cupy tf32", float("nan"), error=repr(e)[:200])
+        save(out)
+    tl.set_backend("pytorch")
+
+    def theirs(k):
+        return tl_parafac(x, rank, init=CPTensor((ones.clone(), [f.clone() for f in fs])),
+                          n_iter_max=k, tol=0)
+
+    try:
+        t, res = per_iteration(theirs, lo, hi, reps)
+        fit = fit_of(x64, res)
+        row(label, "tensorly torch (ieee)", 1e3 * t, fit=round(fit, 6),
+            nan=not all(bool(torch.isfinite(f).all()) for f in res[1]))
+        with TF32():
+            t, res = per_iteration(theirs, lo, hi, reps)
+        row(label, "tensorly torch tf32", 1e3 * t, fit=round(fit_of(x64, res), 6))
+    except torch.OutOfMemoryError as e:
+        row(label, "tensorly torch", float("nan"), error="out of memory: " + str(e)[:90])
+        res = None
+    torch.cuda.empty_cache()
+    save(out)
+    if tensorly_cupy:
+        try:
+            import cupy as cp
+
+            tl.set_backend("cupy")
+            xc = cp.from_dlpack(x)
+            fc = [cp.from_dlpack(f) for f in fs]
+            t, res = per_iteration(
+                lambda k: tl_parafac(xc, rank, init=CPTensor((cp.ones(rank, cp.float32),
+                                                              [f.copy() for f in fc])),
+                                     n_iter_max=k, tol=0), lo, hi, reps)
+            row(label, "tensorly cupy", 1e3 * t,
+                fit=round(fit_of(x64, (None, [torch.from_dlpack(f) for f in res[1]])), 6))
+        except Exception as e:  # noqa: BLE001
+            row(label, "tensorly cupy", float("nan"), error=repr(e)[:200])
+        tl.set_backend("pytorch")
+        save(out)
+    RESULTS["sections"][label] = {"shape": shape, "rank": rank, "iterations": [lo, hi],
+                                  "ieee_fit": ref_fit}
+    del x, x64
+
+
+def mttkrp_section(out, n=640, rank=64):
+    import torch
+    import tensorly as tl
+    from tensorly.tenalg import unfolding_dot_khatri_rao as tl_mttkrp
+
+    tl.set_backend("pytorch")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn((n, n, n), device="cuda", generator=g)
+    fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
+    for mode in range(3):
+        ref = tl_mttkrp(x.double(), (None, [f.double() for f in fs]), mode)
+        for precision in ("tf32", "ieee"):
+            got = kt.mttkrp(x, (None, fs), mode, precision=precision)
+            err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+            t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=precision), 10)
+            row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t, rel_err=f"{err:.1e}")
+        t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
+        row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t)
+        with TF32():
+            t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
+        row("mttkrp640", f"tensorly torch tf32 mode {mode}", 1e3 * t)
+        save(out)
+
+
+def tucker_section(out, n=640, rank=64):
+    import torch
+    import tensorly as tl
+    from tensorly.decomposition import tucker as tl_tucker
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn((n, n, n), device="cuda", generator=g)
+    x64 = x.double()
+    for label, kw in (("hosvd", {"n_iter_max": 0}), ("hosvd+1 hooi", {"n_iter_max": 1})):
+        for precision in ("tf32", "ieee"):
+            res = kt.tucker(x, rank, precision=precision, tol=0, **kw)
+            t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, **kw), 3)
+            row("tucker640", f"kronlinalg {label} {precision}", 1e3 * t,
+                rel_error=round(tucker_error(x64, *res), 6))
+        save(out)
+    tl.set_backend("pytorch")
+    res = tl_tucker(x, rank=[rank] * 3, init="svd", n_iter_max=1, tol=0)
+    t = wall(lambda: tl_tucker(x, rank=[rank] * 3, init="svd", n_iter_max=1, tol=0), 2, 0)
+    row("tucker640", "tensorly torch svd+1 hooi", 1e3 * t,
+        rel_error=round(tucker_error(x64, res[0], res[1]), 6))
+    save(out)
+    # where our time goes: one Gram (GEMM of the layout) and one 640×640 eigh
+    a = x.reshape(n, n * n)
+    with TF32():
+        t = wall(lambda: a @ a.T, 5)
+    row("tucker640", "diag: gram mode 0 tf32", 1e3 * t)
+    t = wall(lambda: a @ a.T, 5)
+    row("tucker640", "diag: gram mode 0 ieee", 1e3 * t)
+    gm = (a @ a.T).contiguous()
+    t = wall(lambda: torch.linalg.eigh(gm), 5)
+    row("tucker640", "diag: eigh 640 float32", 1e3 * t)
+    try:
+        import cupy as cp
+
+        tl.set_backend("cupy")
+        xc = cp.from_dlpack(x)
+        t = wall(lambda: tl_tucker(xc, rank=[rank] * 3, init="svd", n_iter_max=1, tol=0), 1, 1)
+        row("tucker640", "tensorly cupy svd+1 hooi", 1e3 * t)
+        tl.set_backend("pytorch")
+    except Exception as e:  # noqa: BLE001
+        row("tucker640", "tensorly cupy svd+1 hooi", float("nan"), error=repr(e)[:200])
+    save(out)
+
+
+def diag_section(out, n=640, rank=64):
+    """Where a CP-ALS iteration's time goes: the root GEMM's orientations and storage types,
+    the 64×64 SPD solve's variants, and a profile of three eager iterations."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn((n, n, n), device="cuda", generator=g)
+    c = torch.rand((n, rank), device="cuda", generator=g)
+    x2 = x.reshape(n * n, n)
+    ct = c.T.contiguous()
+    with TF32():
+        row("diag", "gemm C^T X(IJ,K)^T tf32", 1e3 * wall(lambda: ct @ x2.T, 10))
+        row("diag", "gemm X(IJ,K) C tf32", 1e3 * wall(lambda: x2 @ c, 10))
+        xa = x.reshape(n, n * n)
+        row("diag", "gemm A^T X(I,JK) tf32", 1e3 * wall(lambda: ct @ xa, 10))
+        y = ct @ x2.T
+        yb = y.reshape(rank, n, n)
+        row("diag", "bmm trailing (R,I,J)(R,J,1)", 1e3 * wall(lambda: yb @ ct[:, :, None], 10))
+        row("diag", "bmm leading (R,1,I)(R,I,J)", 1e3 * wall(lambda: ct[:, None, :] @ yb, 10))
+        row("diag", "einsum rij,rj->ri", 1e3 * wall(lambda: torch.einsum("rij,rj->ri", yb, ct), 10))
+    row("diag", "gemm C^T X^T ieee", 1e3 * wall(lambda: ct @ x2.T, 10))
+    xh = (x / x.abs().max()).half()
+    ch = ct.half()
+    row("diag", "gemm fp16 out fp32 (mm out_dtype)",
+        1e3 * wall(lambda: torch.mm(ch, xh.reshape(n * n, n).T, out_dtype=torch.float32), 10))
+    row("diag", "gemm fp16 out fp16", 1e3 * wall(lambda: ch @ xh.reshape(n * n, n).T, 10))
+    row("diag", "copy 1.05 GB (d2d)", 1e3 * wall(lambda: x.clone(), 10))
+    v = ct @ ct.T + torch.eye(rank, device="cuda")
+    rhs = ct.contiguous()
+
+    def chol():
+        lo = torch.linalg.cholesky_ex(v)[0]
+        z = torch.linalg.solve_triangular(lo, rhs, upper=False)
+        return torch.linalg.solve_triangular(lo.T, z, upper=True)
+
+    row("diag", "solve_ex 64x64, 640 rhs", 1e3 * wall(lambda: torch.linalg.solve_ex(v, rhs), 50))
+    row("diag", "cholesky + 2 trsm", 1e3 * wall(chol, 50))
+    row("diag", "inv_ex @ rhs", 1e3 * wall(lambda: torch.linalg.inv_ex(v)[0] @ rhs, 50))
+    save(out)
+    fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
+    from torch.profiler import ProfilerActivity, profile
+
+    kt.parafac(x, rank, init=(None, [f.clone() for f in fs]), n_iter_max=3, tol=0)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        kt.parafac(x, rank, init=(None, [f.clone() for f in fs]), n_iter_max=3, tol=0)
+        sync()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+    with open(out.rsplit(".", 1)[0] + "_profile.txt", "w") as f:
+        f.write(table)
+    print(table[:6000])
+
+
+def cpu_section(out):
+    import tensorly as tl
+    from tensorly.cp_tensor import CPTensor
+    from tensorly.decomposition import parafac as tl_parafac
+
+    tl.set_backend("numpy")
+    rng = np.random.default_rng(0)
+    for dt in ("float32", "float64"):
+        x = rng.standard_normal((160, 160, 160)).astype(dt)
+        fs = [rng.random((160, 16)).astype(dt) for _ in range(3)]
+        t, _ = per_iteration(lambda k: kt.parafac(x, 16, init=(None, [f.copy() for f in fs]),
+                                                  n_iter_max=k, tol=0), 2, 8, 3)
+        row("cpu160", f"kronlinalg numpy {dt}", 1e3 * t)
+        t, _ = per_iteration(lambda k: tl_parafac(
+            x, 16, init=CPTensor((np.ones(16, dt), [f.copy() for f in fs])), n_iter_max=k,
+            tol=0), 2, 8, 3)
+        row("cpu160", f"tensorly numpy {dt}", 1e3 * t)
+        save(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="tensor.json")
+    ap.add_argument("--budget", type=float, default=150)
+    ap.add_argument("--cpu", action="store_true")
+    a = ap.parse_args()
+    if a.cpu:
+        cpu_section(a.out)
+        return
+    import torch
+
+    RESULTS["device"] = torch.cuda.get_device_name()
+    RESULTS["torch"] = torch.__version__
+    steps = [
+        lambda: cp_section(a.out, 640, 64, 4, 14, 3, "cp640 r64"),
+        lambda: mttkrp_section(a.out),
+        lambda: tucker_section(a.out),
+        lambda: diag_section(a.out),
+        lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
+                           tensorly_cupy=False, ours_modes=("tf32", "ieee")),
+    ]
+    for r in (100, 500, 1000):
+        steps.append(lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,
+                                            f"gene r{r}", tensorly_cupy=False,
+                                            ours_modes=("tf32",)))
+    for step in steps:
+        if elapsed() > a.budget:
+            RESULTS["cut"] = "budget"
+            break
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001
+            row("error", "step", float("nan"), error=repr(e)[:300])
+        torch.cuda.empty_cache()
+        save(a.out)
+    save(a.out)
+
+
+if __name__ == "__main__":
+    main()
