@@ -79,6 +79,9 @@ class Engine:
         self.precision = precision if self.float32 else "ieee"
         self.half = self.precision in ("float16", "bfloat16") and self.cuda
         self.device = array_api_compat.device(like)
+        # torch's SPD solve: "lu" (solve_ex), or "cholesky" where a CUDA graph cannot
+        # capture the LU (a non-PD matrix then shows as a non-finite fit: see cp_als)
+        self.solver = "lu"
 
     # -- the GEMM mode -------------------------------------------------------------------------
 
@@ -190,6 +193,10 @@ class Engine:
 
             diag = torch.diagonal(v)
             vr = v + torch.diag_embed(torch.full_like(diag, eps) * diag.amax().clamp_min(1e-30))
+            if self.solver == "cholesky":  # cuSOLVER potrf + two cuBLAS trsm
+                low = torch.linalg.cholesky_ex(vr)[0]
+                z = torch.linalg.solve_triangular(low, rhs, upper=False)
+                return torch.linalg.solve_triangular(low.mT, z, upper=True)
             return torch.linalg.solve_ex(vr, rhs, check_errors=False)[0]
         diag = xp.linalg.diagonal(v)
         top = xp.max(xp.abs(diag)) if r else xp.asarray(0.0)

@@ -49,13 +49,22 @@ class GraphedSweep:
         return prev[:n], prev[n:2 * n], prev[2 * n]
 
 
-def capture(step, fts, grams, w):
+def capture(eng, step, fts, grams, w):
     """(a GraphedSweep, why) — or (None, why) where the capture failed (a library call that
-    cannot be captured): the caller then runs the sweeps eagerly."""
+    cannot be captured), with the LU solve and then with Cholesky: the caller then runs the
+    sweeps eagerly."""
     import torch
 
-    try:
-        return GraphedSweep(torch, step, fts, grams, w), "cuda graph"
-    except Exception as e:  # noqa: BLE001  (a capture error of any library call)
-        torch.cuda.synchronize()
-        return None, f"eager: capture failed ({type(e).__name__}: {str(e)[:160]})"
+    why = []
+    for solver in ("lu", "cholesky"):
+        eng.solver = solver
+        try:
+            return GraphedSweep(torch, step, fts, grams, w), f"cuda graph ({solver} solves)"
+        except Exception as e:  # noqa: BLE001  (a capture error of any library call)
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001
+                pass
+            why.append(f"{solver}: {type(e).__name__}: {str(e)[:120]}")
+    eng.solver = "lu"
+    return None, "eager: capture failed (" + "; ".join(why) + ")"

@@ -155,7 +155,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     LAST_RUN.clear()
     LAST_RUN.update(graph=False, reason="eager: not a CUDA torch tensor or few iterations")
     if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
-        graph, reason = _graph.capture(step, fts, grams, weights)
+        graph, reason = _graph.capture(eng, step, fts, grams, weights)
         LAST_RUN.update(graph=graph is not None, reason=reason)
     errors, it, robust = [], 0, False
     w = weights
