@@ -123,12 +123,20 @@ def _signature(arrays, options, algorithm):
     if algorithm == "shuffle" or len(arrays) != 2:
         return None
     x, factors = arrays
-    if (type(factors) not in (list, tuple) or options.get("y") is not None
-            or validation.plain_scalar(options.get("beta", 0.0)) != 0.0
-            or validation.plain_scalar(options.get("alpha", 1.0)) is None):
+    tf = type(factors)
+    get = options.get
+    if tf is not list and tf is not tuple or get("y") is not None:
+        return None
+    beta, alpha = get("beta", 0.0), get("alpha", 1.0)
+    if not (type(beta) in _PLAIN and beta == 0.0 or validation.plain_scalar(beta) == 0.0):
+        return None
+    if type(alpha) is not float and validation.plain_scalar(alpha) is None:
         return None
     sig = arrays_signature([x, *factors], host=True)
-    return None if sig is None else (options.get("side", "right"), algorithm) + sig
+    return None if sig is None else (get("side", "right"), algorithm, sig)
+
+
+_PLAIN = (float, int)  # exact types: plain_scalar() judges the rest (bool, huge ints, arrays)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,22 +391,18 @@ def _run_cuda(call: _KronCall):
 
 
 def _cuda_replayer(layout_key, like, out_shape, transposed, cdt):
-    # the scratch of small problems, kept per stream: calls on one stream run in its order, so
-    # the next call's kernels reuse the buffers only after this call's are done (allocating
-    # them costs a repeated tiny product as much host time as its launches)
-    scratch_by_stream = {}
-    empty = backend.allocator(like, cdt)  # (the signature fixes library, dtype and device)
-
-    def replay(x, factors, *, side="right", alpha=1.0, beta=0.0, y=None):
-        entry = kron_cuda.layout(layout_key)
-        if entry is None:  # kron_cuda.tune() dropped the packed layouts: the full path
-            return None
-        with backend.cuda_device_scope(x):
-            out = _allocate(empty, out_shape, transposed)
-            _launch_cuda(entry, x, factors, out, float(alpha), 0.0, cdt, scratch_by_stream)
-        return out
-
-    return replay
+    # the launch of a repeated signature in one C-level call (kron_cuda.Replay, called with
+    # kron_matmul's arguments): allocation, pointers, the caller's current stream and the plan
+    # bound once, with the scratch of small problems kept per stream (allocating it costs a
+    # repeated tiny product as much host time as its launches).  None from it (another device
+    # current, layouts dropped by kron_cuda.tune()): the full path.
+    cupy = backend.is_cupy(like)
+    return kron_cuda.Replay(
+        kron_cuda.layout(layout_key), cupy, tuple(out_shape), transposed, _CODE[cdt],
+        dtypes.ITEMSIZE[cdt], backend.device_index(like), backend.array_type(like),
+        np.dtype(cdt) if cupy else None, backend.current_device_getter(like),
+        backend.current_stream_getter(like),
+        lambda x, n: backend.empty_like_lib(x, (n,), cdt), _KEEP_SCRATCH_BYTES)
 
 
 _KEEP_SCRATCH_BYTES = 1 << 22  # scratch kept between calls up to this size (per stream)

@@ -125,8 +125,8 @@ def _signature(arrays, options, algorithm):
     sig = arrays_signature([x] + [f.values for f in factors], host=False)
     if sig is None:
         return None
-    return (options.get("layout", "batch_first"), algorithm, packed) + sig + tuple(
-        f.pattern for f in factors)
+    return (options.get("layout", "batch_first"), algorithm, packed, sig,
+            tuple([f.pattern for f in factors]))
 
 
 def _facts(problem) -> dict:
@@ -239,6 +239,8 @@ def _run_cuda(spec: _KSCall, want_recipe=False):
     with backend.cuda_device_scope(x):
         stream = backend.cuda_stream(x)
         cur = xp.reshape(x, in_shape)
+        # (a replay reads x's pointer as the rows: only where this reshape is a view)
+        clean = clean and backend.device_view(cur).ptr == backend.device_view(x).ptr
         for f in reversed(spec.chain):
             a, b, c, d = f.pattern
             v = backend.contiguous(backend.cast(xp, f.values, cdt))  # the kernel reads K in (a,b,c,d) order
@@ -259,24 +261,31 @@ def _run_cuda(spec: _KSCall, want_recipe=False):
     out = _finish(spec, xp.reshape(cur, spec.out_shape))
     if not want_recipe:
         return out
-    recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, cdt, in_shape,
-                                spec.out_shape, tuple(steps))) if clean else None)
+    recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, tuple(spec.out_shape),
+                                tuple(steps), backend.allocator(x, cdt),
+                                backend.address_getter(x))) if clean else None)
     return out, recipe
 
 
 def _launch_recipe(recipe, x, chain, forms=None):
-    """_run_cuda's launches again, for arrays whose signature matches the recipe's call."""
-    rows, layout, code, cdt, in_shape, out_shape, steps = recipe
-    ptr = backend.address_getter(x)
+    """_run_cuda's launches again, for arrays whose signature matches the recipe's call: the
+    kernels read and write through pointers (x's rows are x's memory, intermediate results flat
+    buffers, the last one allocated in the result's shape), so no array views are made — a
+    tiny product is host-bound."""
+    rows, layout, code, out_shape, steps, empty, ptr = recipe
+    last = len(steps) - 1
     with backend.cuda_device_scope(x):
         stream = backend.cuda_stream(x)
-        cur = x.reshape(in_shape)
-        for f, (pattern, vstrides, ld, out_2d) in zip(reversed(chain), steps):
-            out = backend.empty_like_lib(x, out_2d, cdt)
-            ks_cuda.matmul(pattern, rows, layout, (ptr(f.values),) + vstrides, (ptr(cur), ld),
-                           (ptr(out), out_2d[1]), code, stream)
-            cur = out
-    return cur.reshape(out_shape)
+        src = ptr(x)
+        for i, (f, (pattern, vstrides, ld, out_2d)) in enumerate(zip(reversed(chain), steps)):
+            # (an intermediate is freed once the next launch is enqueued: the pool's blocks are
+            # stream-ordered, so no later work on this stream sees it reused too early)
+            out = empty(out_shape if i == last else (out_2d[0] * out_2d[1],))
+            dst = ptr(out)
+            ks_cuda.matmul(pattern, rows, layout, (ptr(f.values),) + vstrides, (src, ld),
+                           (dst, out_2d[1]), code, stream)
+            src = dst
+    return out
 
 
 

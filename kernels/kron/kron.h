@@ -51,6 +51,15 @@ int kl_kron_cpu_pass_counts(const kl_kron_problem *p, int dtype, int *counts, in
 int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0, void *scratch1,
                         int64_t scratch_elems, void *stream);
 int64_t kl_kron_cuda_scratch_elems(const kl_kron_problem *p);
+/* A replay's plan: kl_kron_cuda_bind plans p once (its shapes, strides and its pointers'
+ * 16-byte alignment; the pointers themselves are not read) and returns a handle, or NULL where
+ * every call must go through kl_kron_matmul_cuda; kl_kron_cuda_launch_bound enqueues that plan
+ * on p's pointers (p as bound, new pointers) without planning again; kl_kron_cuda_unbind frees. */
+void *kl_kron_cuda_bind(const kl_kron_problem *p, int dtype);
+int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_problem *p, int dtype,
+                              void *scratch0, void *scratch1, int64_t scratch_elems,
+                              void *stream);
+void kl_kron_cuda_unbind(void *bound);
 /* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements.
  * The plan depends on x's and y's pointers only through their 16-byte alignment (both aligned
  * or not): ask with pointers of each kind. */

@@ -977,6 +977,15 @@ extern "C" int kl_cuda_device_check(void) {
   return KL_OK;
 }
 
+namespace kl {
+namespace cu {
+namespace {
+int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
+             void *scratch1, int64_t scratch_elems, void *stream);
+}  // namespace
+}  // namespace cu
+}  // namespace kl
+
 extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
                                    void *scratch1, int64_t scratch_elems, void *stream) {
   using namespace kl::cu;
@@ -987,6 +996,40 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   Plan plan;
   DeviceInfo dev;
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
+  return run_plan(p, dtype, plan, scratch0, scratch1, scratch_elems, stream);
+}
+
+// A repeated signature's plan, made once: a replay launches it with new pointers and skips
+// validation, the knob reads and the plan cache (a tiny product is host-bound).  Null where a
+// call must go through kl_kron_matmul_cuda each time (the opt-in cluster kernel, no rows).
+extern "C" void *kl_kron_cuda_bind(const kl_kron_problem *p, int dtype) {
+  using namespace kl::cu;
+  if (validate(p, dtype, false) != KL_OK || p->m1 == 0 || p->m2 == 0 ||
+      cluster_8x6_clusters(p, dtype))
+    return nullptr;
+  Plan plan;
+  DeviceInfo dev;
+  if (plan_and_prepare(p, dtype, &plan, &dev) != KL_OK) return nullptr;
+  return new Plan(plan);
+}
+
+extern "C" void kl_kron_cuda_unbind(void *bound) { delete static_cast<kl::cu::Plan *>(bound); }
+
+// The bound plan on new pointers: p must have the shapes, strides and pointer alignment the
+// plan was bound with (the caller's signature guarantees them).
+extern "C" int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_problem *p, int dtype,
+                                         void *scratch0, void *scratch1, int64_t scratch_elems,
+                                         void *stream) {
+  if (!bound || !p->x || !p->y) return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: bad replay");
+  return kl::cu::run_plan(p, dtype, *static_cast<const kl::cu::Plan *>(bound), scratch0,
+                          scratch1, scratch_elems, stream);
+}
+
+namespace kl {
+namespace cu {
+namespace {
+int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
+             void *scratch1, int64_t scratch_elems, void *stream) {
   if ((plan.nscratch >= 1 && !scratch0) || (plan.nscratch >= 2 && !scratch1))
     return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers missing");
   // (a layout sized under other planner settings, e.g. the natural-order knobs changed since)
@@ -1038,3 +1081,6 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   }
   return KL_OK;
 }
+}  // namespace
+}  // namespace cu
+}  // namespace kl

@@ -13,10 +13,17 @@ cdef extern from "kron.h" nogil:
     int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64_t *elems, int *nbufs)
     int kl_kron_cuda_config(const kl_kron_problem *p, int dtype, char *buf, int len)
     int kl_kron_cuda_tune(int lines, int tile_q, int threads, int smem_budget_kb, int kind)
+    void *kl_kron_cuda_bind(const kl_kron_problem *p, int dtype)
+    int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_problem *p, int dtype,
+                                  void *scratch0, void *scratch1, int64_t scratch_elems,
+                                  void *stream)
+    void kl_kron_cuda_unbind(void *bound)
 
 
 #: dtype codes of kron.h
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
+
+cdef int _generation = 0  # bumped when the packed layouts go stale (tune, float32_mode)
 
 
 def device_check():
@@ -65,16 +72,20 @@ def config(m1, m2, factors, x, y, int dtype, int max_fused=0):
 
 def tune(int lines=0, int tile_q=0, int threads=0, int smem_budget_kb=0, int kind=-1):
     """Override the planner for benchmarks (0 / -1 = automatic); tune() resets."""
+    global _generation
     kl_kron_cuda_tune(lines, tile_q, threads, smem_budget_kb, kind)
     _layouts.clear()  # their scratch sizes came from the plans before the override
+    _generation += 1
 
 
 def float32_mode(int mode=-1):
     """The float32 mode (0: 3xTF32 tensor cores where every P % 8 == 0, 1: CUDA-core FMAs); sets
     it when mode is 0 or 1; returns the previous one."""
+    global _generation
     cdef int prev = kl_kron_float32_mode(mode)
     if mode in (0, 1) and mode != prev:
         _layouts.clear()  # their scratch sizes came from plans of the other mode
+        _generation += 1
     return prev
 
 
@@ -135,3 +146,116 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
         status = kl_kron_matmul_cuda(&c, dtype, <void *> scratch0, <void *> scratch1,
                                      scratch_elems, <void *> stream)
     check_status(status)
+
+
+# ---------------------------------------------------------------------------------------------
+# the replay of a repeated signature, in one C-level call: a tiny product is host-bound, and
+# every Python frame and temporary between the caller and the launch shows in its time
+
+
+cdef class Replay:
+    """A packed layout (see prepare) bound to one signature — library, dtype, device, result
+    shape: a call allocates the result in the caller's library, reads the pointers and enqueues
+    the same launches on the caller's current stream.  It returns None (the caller then takes
+    the full path) when another device is current or the layouts went stale.
+
+    Scratch of at most keep_bytes is kept per (stream, alignment): calls on one stream run in
+    its order, so a later call reuses the buffers only after this call's kernels are done."""
+
+    cdef tuple packed
+    cdef array fptrs
+    cdef int dtype, device, generation, nfactors
+    cdef bint is_cupy, transposed
+    cdef tuple alloc_shape
+    cdef object ctor, npdtype, current_device, current_stream, scratch_empty
+    cdef int64_t n_aligned, n_unaligned, keep_bytes, itemsize
+    cdef int nb_aligned, nb_unaligned
+    cdef dict kept
+    cdef void *bound_aligned  # the plans, bound once (kl_kron_cuda_bind; NULL: plan per call)
+    cdef void *bound_unaligned
+
+    def __dealloc__(self):
+        kl_kron_cuda_unbind(self.bound_aligned)
+        kl_kron_cuda_unbind(self.bound_unaligned)
+
+    def __init__(self, tuple entry, bint is_cupy, tuple out_shape, bint transposed, int dtype,
+                 int itemsize, int device, ctor, npdtype, current_device, current_stream,
+                 scratch_empty, int64_t keep_bytes):
+        self.packed = entry[0]
+        self.n_aligned, self.nb_aligned = entry[1]
+        self.n_unaligned, self.nb_unaligned = entry[2]
+        self.nfactors = self.packed[2]
+        self.fptrs = array('Q', [0] * self.nfactors)
+        self.dtype = dtype
+        self.itemsize = itemsize
+        self.device = device
+        self.is_cupy = is_cupy
+        self.transposed = transposed
+        # a transposed result is a (…, n, K') buffer seen as (…, K', n)
+        self.alloc_shape = (out_shape[:-2] + (out_shape[-1], out_shape[-2]) if transposed
+                            else out_shape)
+        self.ctor = ctor  # CuPy: cupy.ndarray(shape, dtype); torch: x.new_empty(shape)
+        self.npdtype = npdtype
+        self.current_device = current_device
+        self.current_stream = current_stream
+        self.scratch_empty = scratch_empty
+        self.keep_bytes = keep_bytes
+        self.kept = {}
+        self.generation = _generation
+        cdef kl_kron_problem c
+        fill_packed(&c, self.packed, None, 0, 0, 1.0, 0.0)
+        self.bound_aligned = kl_kron_cuda_bind(&c, dtype)
+        fill_packed(&c, self.packed, None, 4, 4, 1.0, 0.0)
+        self.bound_unaligned = kl_kron_cuda_bind(&c, dtype)
+
+    def __call__(self, x, factors, *, side="right", double alpha=1.0, beta=0.0, y=None):
+        # (the signature fixed side, beta == 0 and y is None: they are not read)
+        if self.generation != _generation or self.current_device() != self.device:
+            return None
+        cdef Py_ssize_t i
+        cdef uintptr_t xptr, yptr
+        if len(factors) != self.nfactors:
+            return None
+        if self.is_cupy:
+            out = self.ctor(self.alloc_shape, self.npdtype)
+            xptr = x.data.ptr
+            yptr = out.data.ptr
+            for i in range(self.nfactors):
+                self.fptrs.data.as_ulonglongs[i] = factors[i].data.ptr
+        else:
+            out = x.new_empty(self.alloc_shape)
+            xptr = x.data_ptr()
+            yptr = out.data_ptr()
+            for i in range(self.nfactors):
+                self.fptrs.data.as_ulonglongs[i] = factors[i].data_ptr()
+        cdef bint aligned = (xptr | yptr) % 16 == 0
+        cdef int64_t n = self.n_aligned if aligned else self.n_unaligned
+        cdef int nbuf = self.nb_aligned if aligned else self.nb_unaligned
+        cdef uintptr_t stream = self.current_stream(self.device)
+        cdef uintptr_t s0 = 0, s1 = 0
+        scratch = None
+        if nbuf:
+            key = (stream, aligned)
+            scratch = self.kept.get(key)
+            if scratch is None:
+                bufs = [self.scratch_empty(x, n) for _ in range(nbuf)]
+                ptrs = [b.data.ptr if self.is_cupy else b.data_ptr() for b in bufs] + [0]
+                scratch = (ptrs[0], ptrs[1], bufs)
+                if n * nbuf * self.itemsize <= self.keep_bytes:
+                    self.kept[key] = scratch
+            s0 = scratch[0]
+            s1 = scratch[1]
+        cdef kl_kron_problem c
+        fill_packed(&c, self.packed, self.fptrs, xptr, yptr, alpha, 0.0)
+        cdef int status
+        cdef int dtype = self.dtype
+        cdef void *bound = self.bound_aligned if aligned else self.bound_unaligned
+        with nogil:
+            if bound != NULL:
+                status = kl_kron_cuda_launch_bound(bound, &c, dtype, <void *> s0, <void *> s1, n,
+                                                   <void *> stream)
+            else:
+                status = kl_kron_matmul_cuda(&c, dtype, <void *> s0, <void *> s1, n,
+                                             <void *> stream)
+        check_status(status)
+        return out.swapaxes(-1, -2) if self.transposed else out

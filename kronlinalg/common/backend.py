@@ -217,6 +217,38 @@ def cuda_stream(a) -> int:
     return torch.cuda.current_stream(a.device).cuda_stream
 
 
+def device_index(a) -> int:
+    """Index of the GPU a CuPy array or CUDA torch tensor lives on."""
+    return a.data.device_id if is_cupy(a) else a.get_device()
+
+
+def array_type(a):
+    """The array type of a's library (cupy.ndarray, torch.Tensor): a replay's allocator."""
+    return _cupy().ndarray if is_cupy(a) else _torch().Tensor
+
+
+def current_device_getter(a):
+    """device() -> index of the current GPU in a's library, resolved once for a replay."""
+    if is_cupy(a):
+        return _cupy().cuda.runtime.getDevice
+    torch = _torch()
+    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def current_stream_getter(a):
+    """stream(device) -> handle of the stream a's library works on, on that (current) device,
+    resolved once for a replay (no objects made per call where the library allows)."""
+    if is_cupy(a):
+        cupy = _cupy()
+        ptr = getattr(cupy.cuda.stream, "get_current_stream_ptr", None)
+        if ptr is not None:
+            return lambda device: ptr()
+        return lambda device: cupy.cuda.get_current_stream().ptr
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses
+    return raw or (lambda device: torch.cuda.current_stream(device).cuda_stream)
+
+
 def synchronize(a) -> None:
     """Wait for the work queued on a's stream (CUDA arrays; nothing to wait for on the host)."""
     if not on_cuda(a):

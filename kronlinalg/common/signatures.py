@@ -8,9 +8,10 @@ what the first call found.  Planner changes (calibration, new coefficients) clea
 
 from __future__ import annotations
 
+import sys
 import threading
 
-from . import backend as _backend
+import numpy as np
 
 _listeners: list = []  # run by changed(): the planner's plan cache and every SignatureCache
 _lock = threading.Lock()
@@ -72,25 +73,39 @@ class SignatureCache:
 
 
 def arrays_signature(arrays, host: bool):
-    """Tuple of the arrays' keys, all CUDA arrays (_backend.cuda_array_key) or, with host=True,
-    all NumPy arrays (_backend.host_array_key); None for any other mix (the full path)."""
-    it = iter(arrays)
-    first = next(it, None)
-    if first is None:
+    """Tuple of the arrays' keys — (type, shape, strides, dtype, device) for CuPy arrays and CUDA
+    torch tensors that need no autograd, (type, shape, strides, dtype) with host=True for NumPy
+    arrays — all of one library; None for anything else (the full path).
+
+    The hot path of every repeated call: the library is resolved once, from the first array,
+    and each array costs its four attribute reads (a tiny product is host-bound)."""
+    if not arrays:
         return None
-    array_key = _backend.cuda_array_key
-    k = array_key(first)
-    if k is None:
+    t = type(arrays[0])
+    if t is np.ndarray:
         if not host:
             return None
-        array_key = _backend.host_array_key
-        k = array_key(first)
-        if k is None:
-            return None
-    keys = [k]
-    for a in it:
-        k = array_key(a)
-        if k is None:
-            return None
-        keys.append(k)
-    return tuple(keys)
+        keys = []
+        for a in arrays:
+            if type(a) is not t:
+                return None
+            keys.append((t, a.shape, a.strides, a.dtype))
+        return tuple(keys)
+    modules = sys.modules
+    cupy = modules.get("cupy")
+    if cupy is not None and t is cupy.ndarray:
+        keys = []
+        for a in arrays:
+            if type(a) is not t:
+                return None
+            keys.append((t, a.shape, a.strides, a.dtype, a.data.device_id))
+        return tuple(keys)
+    torch = modules.get("torch")
+    if torch is not None and t is torch.Tensor:
+        keys = []
+        for a in arrays:
+            if type(a) is not t or not a.is_cuda or a.requires_grad:
+                return None
+            keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
+        return tuple(keys)
+    return None
