@@ -412,3 +412,28 @@ def test_parafac_sweeps_run_as_a_cuda_graph_on_torch_cuda(xp, rng):
     ref = T.parafac(x, 3, init=init, n_iter_max=T.cp_als.GRAPH_MIN_ITERATIONS + 3, tol=0)
     assert rel(to_numpy(T.cp_to_tensor(got)), T.cp_to_tensor(ref)) < 1e-8
     assert len(fits) == T.cp_als.GRAPH_MIN_ITERATIONS + 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("limit", [7000, 9000, 1 << 30])
+def test_parafac_shard_mode_matches_in_memory(rng, limit):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    # limits: no resident row and 1-row slabs; some resident rows then 1-row slabs; all resident
+    x = rng.standard_normal((37, 6, 5))
+    init = (None, [rng.random((d, 3)) for d in x.shape])
+    ref = T.parafac(x, 3, init=init, n_iter_max=5, tol=0)
+    fits = []
+    host = torch.from_numpy(x).pin_memory()
+    got = T.parafac(host, 3, init=init, n_iter_max=5, tol=0, device="cuda", memory_limit=limit,
+                    callback=lambda i, f: fits.append(f))
+    assert T.cp_als.LAST_RUN["shard"] and len(fits) == 5
+    assert got.factors[0].is_cuda
+    assert rel(to_numpy(T.cp_to_tensor(got)), T.cp_to_tensor(ref)) < 1e-9
+    rec = T.cp_to_tensor(ref)
+    assert abs(fits[-1] - (1 - rel(rec, x))) < 1e-8
+    with pytest.raises(ValueError, match="init"):
+        T.parafac(host, 3, device="cuda")  # the default init="svd" is not offered
+    with pytest.raises(MemoryError, match="memory_limit"):
+        T.parafac(host, 3, init="random", device="cuda", memory_limit=100)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["sweep", "split", "mttkrp_rows", "kr_rows", "contract_suffix", "contract_prefix"]
+__all__ = ["sweep", "subtree", "split", "mttkrp_rows", "kr_rows", "contract_suffix", "contract_prefix"]
 
 
 def kr_rows(xp, fts):
@@ -108,7 +108,7 @@ def split(dims, r):
     return min(range(n - 1, 0, -1), key=lambda p: _written(dims, r, p))
 
 
-def _subtree(eng, y, modes, fts, dims, update):
+def subtree(eng, y, modes, fts, dims, update):
     """Serve the modes of y (R, ∏ their sizes; every other mode already contracted): update(n,
     y_n) for each in order, contracting each half with the other half's factors as they are
     at that moment (the left half's updated ones for the right half)."""
@@ -122,13 +122,13 @@ def _subtree(eng, y, modes, fts, dims, update):
     for m in reversed(right):
         pre //= dims[m]
         yl = _trailing(xp, yl, fts[m], pre, dims[m])
-    _subtree(eng, yl, left, fts, dims, update)
+    subtree(eng, yl, left, fts, dims, update)
     del yl
     yr, post = y, math.prod(dims[m] for m in modes)
     for m in left:
         post //= dims[m]
         yr = _leading(xp, yr, fts[m], dims[m], post)
-    _subtree(eng, yr, right, fts, dims, update)
+    subtree(eng, yr, right, fts, dims, update)
 
 
 def sweep(eng, xs, scale, fts, update, p):
@@ -138,10 +138,10 @@ def sweep(eng, xs, scale, fts, update, p):
     dims = [int(d) for d in xs.shape]
     n = len(dims)
     y = contract_suffix(eng, xs, scale, fts, p)
-    _subtree(eng, y, list(range(p)), fts, dims, update)
+    subtree(eng, y, list(range(p)), fts, dims, update)
     del y
     y = contract_prefix(eng, xs, scale, fts, p)
-    _subtree(eng, y, list(range(p, n)), fts, dims, update)
+    subtree(eng, y, list(range(p, n)), fts, dims, update)
 
 
 def mttkrp_rows(eng, xs, scale, fts, mode):

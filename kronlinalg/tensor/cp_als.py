@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import operator
 
+import array_api_compat
+
 from ..common import backend, validation
-from . import _args, _graph, _tree
+from . import _args, _graph, _shard, _tree
 from ._engine import Engine
 
 __all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "LAST_RUN"]
@@ -60,7 +62,8 @@ def _initial(eng, x, rank, init, random_state):
 
 
 def parafac(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-8, random_state=None,
-            normalize_factors=False, callback=None, verbose=False, precision=None):
+            normalize_factors=False, callback=None, verbose=False, precision=None,
+            device=None, memory_limit=None):
     """CP decomposition by alternating least squares (TensorLy's ``parafac``), any order.
 
     Each factor update solves the R×R normal equations (the Hadamard product of the other
@@ -75,7 +78,16 @@ def parafac(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-8, random_state=
     or "float16"/"bfloat16": the tensor stored in that type scaled by its largest magnitude
     (half the bytes per pass; float32 accumulation, solves in float32).
 
+    Shard mode (device="cuda" or a CUDA torch device, tensor on the host: a NumPy array or a
+    CPU torch tensor, pinned ideally): the tensor is streamed through the GPU in slabs of mode
+    0 (two passes per iteration, copies overlapped with compute), rows that fit
+    memory_limit (bytes; default 80 % of the free GPU memory) staying resident; for tensors
+    larger than the GPU.  init "random" or (weights, factors); factors come back on the GPU.
+
     Returns CPTensor(weights, factors)."""
+    if device is not None:
+        return _sharded(tensor, rank, n_iter_max, init, tol, random_state, normalize_factors,
+                        callback, verbose, precision, device, memory_limit)
     xp, x = _args.tensor_arg(tensor)
     rank = validation.count("rank", rank)
     if rank < 1:
@@ -105,36 +117,38 @@ GRAPH_MIN_ITERATIONS = 4
 LAST_RUN: dict = {}
 
 
+def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
+    """Solve mode n's normal equations against y (R, I_n), the transposed MTTKRP; store the
+    factor, its Gram and (normalize) the weights; keep the last mode's y for the fit."""
+    xp = eng.xp
+    v = _hadamard(grams, skip=n)
+    if normalize:  # solve for A_n·diag(w), then split off its column norms
+        ft = eng.solve_spd(v, y, robust)
+        norms = xp.sqrt(xp.sum(ft * ft, axis=1))
+        wn = xp.where(norms == 0, xp.ones_like(norms), norms)
+        ft = ft / wn[:, None]
+        state["w"] = wn
+    elif unit:  # weights all ones (the default): no scaling of the system
+        ft = eng.solve_spd(v, y, robust)
+    else:  # the weights stay as they are (given by init)
+        wn = state["w"]
+        ft = eng.solve_spd(wn[:, None] * v * wn[None, :], wn[:, None] * y, robust)
+    fts[n] = ft
+    with eng.exact():
+        grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
+    if n == len(fts) - 1:
+        state["last"] = y
+
+
 def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust):
     """One ALS sweep from (factors, their Grams, weights): the new ones and the device scalars
     (‖X̂‖², ⟨X, X̂⟩) of the fit.  Pure on its inputs (new lists), so that a CUDA graph can
     replay it on static buffers."""
-    xp = eng.xp
     fts, grams = list(fts), list(grams)
     state = {"w": w, "last": None}
-    nd = len(fts)
-
-    def update(n, y):
-        v = _hadamard(grams, skip=n)
-        if normalize:  # solve for A_n·diag(w), then split off its column norms
-            ft = eng.solve_spd(v, y, robust)
-            norms = xp.sqrt(xp.sum(ft * ft, axis=1))
-            wn = xp.where(norms == 0, xp.ones_like(norms), norms)
-            ft = ft / wn[:, None]
-            state["w"] = wn
-        elif unit:  # weights all ones (the default): no scaling of the system
-            ft = eng.solve_spd(v, y, robust)
-        else:  # the weights stay as they are (given by init)
-            wn = state["w"]
-            ft = eng.solve_spd(wn[:, None] * v * wn[None, :], wn[:, None] * y, robust)
-        fts[n] = ft
-        with eng.exact():
-            grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
-        if n == nd - 1:
-            state["last"] = y
-
-    _tree.sweep(eng, xs, scale, fts, update, p)
-    rec2, ip = _fit_terms(xp, grams, state["w"], state["last"], fts[nd - 1])
+    _tree.sweep(eng, xs, scale, fts,
+                lambda n, y: _update(eng, fts, grams, state, n, y, normalize, unit, robust), p)
+    rec2, ip = _fit_terms(eng.xp, grams, state["w"], state["last"], fts[-1])
     return fts, grams, state["w"], rec2, ip
 
 
@@ -196,3 +210,66 @@ def _fit_terms(xp, grams, w, y_last, ft_last):
     rec2 = xp.sum(w64[:, None] * had * w64[None, :])
     ip = xp.sum(xp.sum(xp.astype(y_last * ft_last, f64), axis=1) * w64)
     return rec2, ip
+
+
+def _sharded(tensor, rank, n_iter_max, init, tol, random_state, normalize, callback, verbose,
+             precision, device, memory_limit):
+    import numpy as np
+    import torch
+
+    if isinstance(tensor, np.ndarray):
+        tensor = torch.from_numpy(tensor)
+    if not (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"):
+        raise TypeError("tensor: shard mode (device=...) takes a host tensor: a NumPy array or "
+                        "a CPU torch tensor")
+    _args.tensor_arg(tensor)
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError) as e:
+        raise ValueError(f"device: expected a CUDA device, got {device!r}") from e
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise ValueError(f"device: shard mode needs an available CUDA device, got {device}")
+    rank = validation.count("rank", rank)
+    if rank < 1:
+        raise ValueError(f"rank: expected a positive integer, got {rank}")
+    n_iter_max, tol = _args.iterations(n_iter_max, tol)
+    callback = _args.callback_arg(callback)
+    if precision not in (None, "tf32", "ieee"):
+        raise ValueError(f"precision: shard mode takes 'tf32' or 'ieee', got {precision!r}")
+    if isinstance(init, str) and init == "svd":
+        raise ValueError("init: shard mode starts from 'random' or (weights, factors) (an SVD "
+                         "initialisation needs cross-slab products)")
+    if memory_limit is None:
+        free, _ = torch.cuda.mem_get_info(device)
+        memory_limit = int(0.8 * free)
+    memory_limit = validation.count("memory_limit", memory_limit)
+    tensor = tensor.contiguous()
+    like = torch.empty((), dtype=tensor.dtype, device=device)
+    xp = array_api_compat.array_namespace(like)
+    dims = [int(d) for d in tensor.shape]
+    if isinstance(init, str) and init == "random":
+        rng = _args.generator(random_state)
+        fts = [_args.random(xp, rng, (d, rank), like) for d in dims]
+        weights = xp.ones((rank,), dtype=like.dtype, device=device)
+    elif isinstance(init, str):
+        raise ValueError(f"init: expected 'random' or (weights, factors), got {init!r}")
+    else:
+        w0, f0 = _args.cp("init", init)
+        if len(f0) != len(dims) or any(tuple(f.shape) != (d, rank) for f, d in zip(f0, dims)):
+            raise ValueError(f"init: expected {len(dims)} factors of shapes (I_n, {rank})")
+        fts = [torch.as_tensor(f).to(device, tensor.dtype) for f in f0]
+        weights = (torch.ones(rank, dtype=tensor.dtype, device=device) if w0 is None
+                   else torch.as_tensor(w0).to(device, tensor.dtype))
+    fts = [f.T.contiguous() for f in fts]
+    unit = bool(xp.all(weights == 1))
+
+    def solve_update(eng, fts_, grams, state, n, y):
+        _update(eng, fts_, grams, state, n, y, normalize, unit, False)
+
+    w, fts, facts = _shard.als(tensor, fts, weights, rank, device, memory_limit, n_iter_max,
+                               tol, precision or "tf32",
+                               _args.Progress("parafac", verbose, n_iter_max, callback),
+                               _fit_terms, solve_update)
+    LAST_RUN.clear()
+    LAST_RUN.update(graph=False, reason="shard mode", **facts)
+    return CPTensor(w, [f.T.contiguous() for f in fts])

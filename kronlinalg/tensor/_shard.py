@@ -1,0 +1,150 @@
+"""Shard mode of parafac: a host tensor larger than the GPU (or than the memory it may use)
+streamed through the GPU in slabs of mode 0, copies overlapped with compute on a second stream.
+
+Each iteration is the dimension-tree sweep split after mode 0 (_tree, p = 1), i.e. two passes
+over the tensor: pass 1 contracts modes 1…N−1 of each slab (its rows of mode 0 are slab-local:
+(R, rows) lands in its columns of the mode-0 MTTKRP), then mode 0 is updated; pass 2
+accumulates A_0[slab]ᵀ X[slab] into (R, I_1⋯I_{N−1}), from which modes 1…N−1 are updated as
+in memory.  The leading rows that fit the memory limit stay resident on the GPU (copied once);
+the others cross the bus twice per iteration, from pinned host memory, two staging buffers
+deep.  CUDA torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import array_api_compat
+
+from . import _tree
+from ._engine import Engine
+
+__all__ = ["plan", "Streamer"]
+
+
+def plan(dims, rank, itemsize, limit):
+    """(resident rows, slab rows) of mode 0 for a memory limit in bytes: the mode-0 pass-2
+    accumulator (R × ∏ other sizes) and two staging slabs first, then resident rows."""
+    row = math.prod(dims[1:]) * itemsize
+    acc = rank * math.prod(dims[1:]) * itemsize
+    small = 4 * rank * (sum(dims) + rank) * itemsize  # factors, MTTKRPs, Grams
+    avail = int(0.9 * limit) - acc - small
+    if avail < 2 * row:
+        raise MemoryError(f"memory_limit: {limit} bytes cannot hold the accumulator "
+                          f"({acc} bytes) and two slabs of one mode-0 row ({row} bytes each)")
+    slab = max(1, min(dims[0], avail // (8 * row)))  # slabs of ~1/8 of what is left
+    resident = min(dims[0], max(0, (avail - 2 * slab * row) // row))
+    if resident >= dims[0]:
+        return dims[0], slab
+    return resident, slab
+
+
+class Streamer:
+    """The tensor on the host (pinned) and its resident rows on the device; passes over it."""
+
+    def __init__(self, torch, x_host, device, rank, limit):
+        self.torch = torch
+        self.dims = [int(d) for d in x_host.shape]
+        self.device = device
+        itemsize = x_host.element_size()
+        self.resident_rows, self.slab_rows = plan(self.dims, rank, itemsize, limit)
+        i0, rest = self.dims[0], math.prod(self.dims[1:])
+        x2 = x_host.reshape(i0, rest)
+        self.resident = x2[:self.resident_rows].to(device)
+        streamed = x2[self.resident_rows:]
+        self.host = streamed if streamed.is_pinned() or not len(streamed) else streamed.pin_memory()
+        self.slabs = [(a, min(a + self.slab_rows, i0))
+                      for a in range(self.resident_rows, i0, self.slab_rows)]
+        n_buf = min(2, len(self.slabs))
+        self.buffers = [torch.empty((self.slab_rows, rest), dtype=x_host.dtype, device=device)
+                        for _ in range(n_buf)]
+        self.copy_stream = torch.cuda.Stream(device)
+        self.streamed_bytes = (i0 - self.resident_rows) * rest * itemsize
+
+    def each(self, consume):
+        """consume(a, b, slab (b−a, ∏ other sizes) on the device) for every slab in row order,
+        the next slab's copy running while the current one is consumed."""
+        torch = self.torch
+        if self.resident_rows:
+            consume(0, self.resident_rows, self.resident)
+        if not self.slabs:
+            return
+        cur = torch.cuda.current_stream(self.device)
+        ready = [torch.cuda.Event() for _ in self.buffers]
+        free = [torch.cuda.Event() for _ in self.buffers]
+        self.copy_stream.wait_stream(cur)  # (the buffers' last readers, from a previous pass)
+
+        def issue(k):
+            a, b = self.slabs[k]
+            j = k % len(self.buffers)
+            with torch.cuda.stream(self.copy_stream):
+                self.copy_stream.wait_event(free[j])  # its previous slab has been consumed
+                self.buffers[j][:b - a].copy_(self.host[a - self.resident_rows:
+                                                        b - self.resident_rows],
+                                              non_blocking=True)
+                ready[j].record(self.copy_stream)
+
+        issue(0)
+        for k, (a, b) in enumerate(self.slabs):
+            if k + 1 < len(self.slabs):
+                issue(k + 1)
+            j = k % len(self.buffers)
+            cur.wait_event(ready[j])
+            consume(a, b, self.buffers[j][:b - a])
+            free[j].record(cur)
+
+
+def als(x_host, fts, weights, rank, device, limit, n_iter_max, tol, precision, progress,
+        fit_terms, solve_update):
+    """The shard-mode iterations; returns (weights, rank-first factors, run facts)."""
+    import torch
+
+    dims = [int(d) for d in x_host.shape]
+    nd = len(dims)
+    like = fts[0]
+    xp = array_api_compat.array_namespace(like)
+    eng = Engine(xp, like, precision)
+    st = Streamer(torch, x_host, device, rank, limit)
+    rest = math.prod(dims[1:])
+    grams = None
+    norm2 = torch.zeros((), dtype=torch.float64, device=device)
+    errors, w, norm_x = [], weights, 0.0
+    with eng.fast():
+        with eng.exact():
+            grams = [f @ f.T for f in fts]
+        for it in range(n_iter_max):
+            y0 = torch.empty((rank, dims[0]), dtype=like.dtype, device=device)
+            first = it == 0
+
+            def pass1(a, b, slab):
+                nonlocal norm2
+                xs = slab.reshape((b - a, *dims[1:]))
+                y0[:, a:b] = _tree.contract_suffix(eng, xs, 1.0, fts, 1)
+                if first:
+                    norm2 = norm2 + torch.linalg.vector_norm(slab, dtype=torch.float64) ** 2
+
+            st.each(pass1)
+            if first:
+                norm_x = math.sqrt(float(norm2))
+            state = {"w": w, "last": None}
+            solve_update(eng, fts, grams, state, 0, y0)
+            z = torch.zeros((rank, rest), dtype=like.dtype, device=device)
+
+            def pass2(a, b, slab):
+                z.addmm_(fts[0][:, a:b], slab)
+
+            st.each(pass2)
+            _tree.subtree(eng, z, list(range(1, nd)), fts, dims,
+                          lambda n, y: solve_update(eng, fts, grams, state, n, y))
+            del z
+            w = state["w"]
+            rec2, ip = eng.scalars(*fit_terms(xp, grams, w, state["last"], fts[nd - 1]))
+            err = math.sqrt(abs(norm_x ** 2 + rec2 - 2.0 * ip)) / (norm_x or 1.0)
+            errors.append(err)
+            progress.report(it, 1.0 - err)
+            if it >= 1 and abs(errors[-2] - errors[-1]) < tol:
+                break
+    facts = {"shard": True, "resident_rows": st.resident_rows, "slab_rows": st.slab_rows,
+             "slabs": len(st.slabs), "passes_per_iteration": 2,
+             "streamed_bytes_per_iteration": 2 * st.streamed_bytes}
+    return w, fts, facts
