@@ -437,3 +437,22 @@ def test_parafac_shard_mode_matches_in_memory(rng, limit):
         T.parafac(host, 3, device="cuda")  # the default init="svd" is not offered
     with pytest.raises(MemoryError, match="memory_limit"):
         T.parafac(host, 3, init="random", device="cuda", memory_limit=100)
+
+
+def test_tucker_randomized_eigenvectors(xp, rng):
+    shape, ranks = (60, 50, 40), (4, 3, 5)
+    core = rng.standard_normal(ranks)
+    us = [np.linalg.qr(rng.standard_normal((d, r)))[0] for d, r in zip(shape, ranks)]
+    x = core
+    for mode, u in enumerate(us):
+        x = mode_dot_ref(x, u, mode)
+    x = x + 1e-3 * rng.standard_normal(shape)
+    ref = rel(T.tucker_to_tensor(T.tucker(x, list(ranks), n_iter_max=1)), x)
+    c, f = T.tucker(to_xp(xp, x), list(ranks), n_iter_max=1, svd="randomized")
+    got = rel(to_numpy(T.tucker_to_tensor((c, f))), x)
+    assert abs(got - ref) <= 0.01 * ref
+    for u in f:
+        u = to_numpy(u)
+        np.testing.assert_allclose(u.T @ u, np.eye(u.shape[1]), atol=1e-8)
+    with pytest.raises(ValueError, match="svd"):
+        T.tucker(x, 2, svd="lanczos")

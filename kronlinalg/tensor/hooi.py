@@ -56,14 +56,16 @@ def _project(xp, x, factors, skip=None):
 
 
 def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=None,
-           callback=None, verbose=False, precision=None):
+           callback=None, verbose=False, precision=None, svd="eigh"):
     """Tucker decomposition (TensorLy's ``tucker``): HOSVD from the leading eigenvectors of the
     mode Gram matrices X₍ₙ₎X₍ₙ₎ᵀ (formed by GEMMs on the tensor's layout, no unfolding, no SVD
     of one), then HOOI iterations until the relative error changes by less than tol
     (n_iter_max=0: the HOSVD alone).  rank: an int (every mode) or one per mode, capped at the
     mode sizes.  init: "svd", "random" or (core, factors).  precision (float32 on CUDA):
-    "tf32" (default) or "ieee".  Returns TuckerTensor(core, factors) with orthonormal
-    factors."""
+    "tf32" (default) or "ieee".  svd: how the leading eigenvectors of each Gram matrix are
+    found: "eigh" (default, exact) or "randomized" (a (rank+16)-column subspace, two power
+    steps and Rayleigh–Ritz: for large modes on the GPU, whose full eigh is latency-bound).
+    Returns TuckerTensor(core, factors) with orthonormal factors."""
     xp, x = _args.tensor_arg(tensor)
     dims = [int(d) for d in x.shape]
     ranks = _ranks(rank, dims)
@@ -71,12 +73,14 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
     callback = _args.callback_arg(callback)
     if precision not in (None, "tf32", "ieee"):
         raise ValueError(f"precision: expected 'tf32' or 'ieee' for tucker, got {precision!r}")
+    if svd not in ("eigh", "randomized"):
+        raise ValueError(f"svd: expected 'eigh' or 'randomized', got {svd!r}")
     eng = Engine(xp, x, precision or "tf32")
     nd = x.ndim
     with eng.fast():
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
-            factors = [eng.top_eigvecs(eng.gram(x, n), ranks[n]) for n in range(nd)]
+            factors = [eng.top_eigvecs(eng.gram(x, n), ranks[n], svd) for n in range(nd)]
         elif isinstance(init, str) and init == "random":
             rng = _args.generator(random_state)
             factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]
@@ -96,7 +100,7 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
         for it in range(n_iter_max):
             for n in range(nd):
                 y = _project(xp, x, factors, skip=n)
-                factors[n] = eng.top_eigvecs(eng.gram(y, n), ranks[n])
+                factors[n] = eng.top_eigvecs(eng.gram(y, n), ranks[n], svd)
             core = mode_product(xp, y, xp.permute_dims(factors[nd - 1], (1, 0)), nd - 1)
             err = math.sqrt(abs(norm_x ** 2 - eng.norm(core) ** 2)) / (norm_x or 1.0)
             errors.append(err)
