@@ -261,3 +261,16 @@ def test_long_rows_keep_lanes_on_prefixes(rng, dtype):
     x, _ = _inputs(rng, shapes, 67, dtype, "right")
     out = kronlinalg.kron_matmul(x, fs, algorithm="sliced")
     assert _rel(out, kron_matmul_ref(x, fs)) <= RTOL[dtype]
+
+
+# Inputs of several MiB: the kernel fetches each tile's successor ahead while it computes (both
+# the right-product layout, lanes over runs of a row, and the left one, lanes side by side).
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_large_inputs_with_fetch_ahead(rng, side, dtype):
+    shapes = [(16, 16), (16, 15), (16, 16), (16, 16)]
+    m = 37
+    x, fs = _inputs(rng, shapes, m, dtype, side)
+    assert x.nbytes >= 4 * 2**20
+    out = kronlinalg.kron_matmul(x, fs, side=side, algorithm="sliced")
+    assert _rel(out, kron_matmul_ref(x, fs, side)) <= RTOL[dtype]

@@ -65,11 +65,27 @@ static std::vector<T> pack_factor(const T *f, int64_t P, int64_t Q, int64_t rs, 
   return out;
 }
 
+// The next tile's input lines, fetched a few at a time between the steps' output blocks: spread
+// over the tile's computation they overlap it, where all at once (the gather) they would wait on
+// each other for the few misses a core can have in flight.
+struct NextTile {
+  const char *base = nullptr;
+  int64_t outer_stride = 0, n_outer = 0, n_inner = 0;  // lines: n_outer runs of n_inner
+  int64_t o = 0, i = 0;
+  int per_block = 0;  // lines per output block of step()
+  void fetch() {
+    for (int k = 0; k < per_block && o < n_outer; ++k) {
+      __builtin_prefetch(base + o * outer_stride + i * 64, 0, 3);
+      if (++i == n_inner) i = 0, ++o;
+    }
+  }
+};
+
 // One step inside a block: out[q*R + r] = sum_p in[r*P + p] * F[p, q] (F packed by pack_factor).
 // Writing q-major is what puts each output at its final place after the last step.
-template <class T, int QB>
+template <class T, int QB, bool Fetch>
 static void step_qb(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R,
-                    int64_t P, int64_t Q, const T *__restrict F) {
+                    int64_t P, int64_t Q, const T *__restrict F, NextTile &next) {
   typedef typename Lanes<T>::native N;
   for (int64_t r = 0; r < R; ++r) {
     const vec_t<T> *a = in + r * P;
@@ -88,19 +104,29 @@ static void step_qb(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int
       const int64_t n = Q - q;  // constant trip count keeps c, d in registers
       for (int i = 0; i < QB; ++i)
         if (i < n) o[i * R] = {c[i], d[i]};
+      if constexpr (Fetch) next.fetch();
     }
   }
 }
 
 template <class T>
 static void step(const vec_t<T> *__restrict in, vec_t<T> *__restrict out, int64_t R, int64_t P,
-                 int64_t Q, const T *__restrict F) {
+                 int64_t Q, const T *__restrict F, NextTile &next) {
+  if (next.per_block > 0) {
+    switch (columns_per_block(Q)) {
+      case 8: return step_qb<T, 8, true>(in, out, R, P, Q, F, next);
+      case 4: return step_qb<T, 4, true>(in, out, R, P, Q, F, next);
+      case 3: return step_qb<T, 3, true>(in, out, R, P, Q, F, next);
+      case 2: return step_qb<T, 2, true>(in, out, R, P, Q, F, next);
+      default: return step_qb<T, 1, true>(in, out, R, P, Q, F, next);
+    }
+  }
   switch (columns_per_block(Q)) {
-    case 8: return step_qb<T, 8>(in, out, R, P, Q, F);
-    case 4: return step_qb<T, 4>(in, out, R, P, Q, F);
-    case 3: return step_qb<T, 3>(in, out, R, P, Q, F);
-    case 2: return step_qb<T, 2>(in, out, R, P, Q, F);
-    default: return step_qb<T, 1>(in, out, R, P, Q, F);
+    case 8: return step_qb<T, 8, false>(in, out, R, P, Q, F, next);
+    case 4: return step_qb<T, 4, false>(in, out, R, P, Q, F, next);
+    case 3: return step_qb<T, 3, false>(in, out, R, P, Q, F, next);
+    case 2: return step_qb<T, 2, false>(in, out, R, P, Q, F, next);
+    default: return step_qb<T, 1, false>(in, out, R, P, Q, F, next);
   }
 }
 
@@ -188,14 +214,8 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
   if (a.ies == 1 && nv == LW) {  // LW/2 lanes x LW/2 elements at a time, transposed in registers
     constexpr int H = LW / 2;
     int64_t e0 = 0;
-    // The next tile's lanes start LW*ls further on: fetch them while this one computes (without
-    // it the first loads of each tile wait on memory: -10 % on 128 x 128^3 float32, -7 % on 64 x
-    // 8^6; into L1 rather than L2: 1.5 % better still).
-    const T *next = src + LW * ls;
     for (; e0 + H <= a.Bin; e0 += H)
       for (int h = 0; h < 2; ++h) {
-        for (int i = 0; i < H; ++i)
-          _mm_prefetch(reinterpret_cast<const char *>(next + (h * H + i) * ls + e0), _MM_HINT_T0);
         if constexpr (sizeof(T) == 4) {
           __m512 r[16];
           for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + (h * 16 + i) * ls + e0);
@@ -221,8 +241,6 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
       const int64_t e1 = std::min<int64_t>(a.Bin, e0 + C);
       for (int l = 0; l < nv; ++l) {
         const T *row = src + l * ls;
-        // the next tile's lanes start LW*ls further on: fetch them while this one computes
-        __builtin_prefetch(row + LW * ls + e0, 0, 0);
         for (int64_t e = e0; e < e1; ++e) b[e * LW + l] = row[e];
       }
     }
@@ -335,6 +353,9 @@ static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec
   }
 }
 
+// Pass inputs beyond this many bytes have the next tile's input fetched ahead (NextTile).
+constexpr double kPrefetchBytes = 4.0 * 1024 * 1024;
+
 template <class T>
 static void run_pass(const PassArgs<T> &a, int num_threads) {
   constexpr int LW = Lanes<T>::width;
@@ -351,6 +372,35 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
   for (int64_t s = 0, size = a.Bin; s < a.nsteps; size = size / a.P[s] * a.Q[s], ++s)
     flops += 2.0 * double(size) * double(a.Q[s]);
   const int threads = cpu_threads(num_threads, flops * double(ntiles) * LW);
+  auto tile_src = [&](int64_t tile) {
+    const int64_t c = tile % map.chunks, ab = tile / map.chunks;
+    return a.in + (ab / map.b.n) * map.a.in + (ab % map.b.n) * map.b.in + c * LW * map.lane.in;
+  };
+  // The next tile's input lines and how many to fetch per output block of a step (see NextTile).
+  // Only where the input is far from fitting the caches and a tile's lanes hold several lines
+  // each: on cache-resident or short blocks the fetches cost more than they save (16 x 2^10
+  // 10 -> 12 us, 1024 x 3^7 5.9 -> 6.8 ms, against 64 x 8^6 16.4 -> 12.8 ms on 2 cores).
+  NextTile prefetch;
+  const double in_bytes = double(a.m1 * a.m2) * double(a.S * a.Bin) * sizeof(T);
+  if (in_bytes < kPrefetchBytes || a.Bin * int64_t(sizeof(T)) < 256) {
+    // none
+  } else if (a.ies == 1) {  // each lane one run of Bin elements
+    prefetch.outer_stride = map.lane.in * int64_t(sizeof(T));
+    prefetch.n_outer = LW;
+    prefetch.n_inner = (a.Bin * int64_t(sizeof(T)) + 63) / 64;
+  } else if (map.lane.in == 1) {  // the lanes side by side, Bin runs of them
+    prefetch.outer_stride = a.ies * int64_t(sizeof(T));
+    prefetch.n_outer = a.Bin;
+    prefetch.n_inner = (LW * int64_t(sizeof(T)) + 63) / 64;
+  }
+  {
+    int64_t blocks = 0;
+    for (int64_t s = 0, size = a.Bin; s < a.nsteps; size = size / a.P[s] * a.Q[s], ++s)
+      blocks += size / a.P[s] * ((a.Q[s] + columns_per_block(a.Q[s]) - 1) / columns_per_block(a.Q[s]));
+    const int64_t lines = prefetch.n_outer * prefetch.n_inner;
+    prefetch.per_block =
+        int(std::min<int64_t>(64, (lines + blocks - 1) / std::max<int64_t>(1, blocks)));
+  }
   // Each thread's tile buffers are allocated inside the region (they are thread_local and kept
   // across calls); an exception must not leave an OpenMP region (std::terminate), so a thread
   // that cannot get its buffers says so here and every thread skips the remaining tiles.
@@ -374,11 +424,16 @@ static void run_pass(const PassArgs<T> &a, int num_threads) {
       const T *src = a.in + ia * map.a.in + ib * map.b.in + f0 * map.lane.in;
       T *dst = a.out + ia * map.a.out + ib * map.b.out + f0 * map.lane.out;
       gather(a, src, map.lane.in, nv, buf0);
+      NextTile next = prefetch;
+      if (next.per_block > 0 && tile + 1 < ntiles)
+        next.base = reinterpret_cast<const char *>(tile_src(tile + 1));
+      else
+        next.per_block = 0;
       V *cur = buf0, *nxt = buf1;
       int64_t size = a.Bin;
       for (int s = 0; s < a.nsteps; ++s) {
         const int64_t R = size / a.P[s];
-        step<T>(cur, nxt, R, a.P[s], a.Q[s], a.F[s]);
+        step<T>(cur, nxt, R, a.P[s], a.Q[s], a.F[s], next);
         size = R * a.Q[s];
         std::swap(cur, nxt);
       }

@@ -40,19 +40,21 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
   // exception: each lane's outputs are then contiguous, stored by in-register transposes.
   const bool lanes_on_prefixes = p->y_es == 1 || p->m2 == 1;
   int i = n - 1;
-  // Whether factors [0, i] fit one pass (then it takes the rest of the row whole).
-  auto rest_fits = [&](int from) {
+  // Whether factors [0, from] fit one pass that takes whole rows (blocks of the full row length
+  // `row`, so one instance per row: only the first pass can, where no factor is applied yet).
+  auto whole_rows_fit = [&](int from, int64_t row) {
     if (from + 1 > cap || rows < lanes) return false;
-    int64_t block = 1, dq = 1;
+    int64_t bin = 1, block = 1, dq = 1;
     for (int k = from; k >= 0; --k) {
+      bin *= p->P[k];
       block = std::max<int64_t>(block * p->P[k], dq * p->Q[k]);
       dq *= p->Q[k];
       if (k < from && 2 * block * lane_bytes > kBlockBudgetBytes) return false;
     }
-    return true;
+    return bin == row;
   };
   while (i >= 0) {
-    const bool whole_row = lanes_on_prefixes && rest_fits(i);
+    const bool whole_row = lanes_on_prefixes && whole_rows_fit(i, len);
     PassPlan g{};
     g.last = i;
     g.count = 0;
