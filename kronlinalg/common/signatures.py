@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from .._ext import load
+
 _listeners: list = []  # run by changed(): the planner's plan cache and every SignatureCache
 _lock = threading.Lock()
 
@@ -72,7 +74,7 @@ class SignatureCache:
         return tuple(self._entries)
 
 
-def arrays_signature(arrays, host: bool):
+def arrays_signature_python(arrays, host: bool):
     """Tuple of the arrays' keys — (type, shape, strides, dtype, device) for CuPy arrays and CUDA
     torch tensors that need no autograd, (type, shape, strides, dtype) with host=True for NumPy
     arrays — all of one library; None for anything else (the full path).
@@ -109,3 +111,9 @@ def arrays_signature(arrays, host: bool):
             keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
         return tuple(keys)
     return None
+
+
+# the compiled twin (kronlinalg/_ext/_signatures.pyx) where the build has it: the same keys for
+# about half the host time (tests/test_signatures.py compares the two)
+_compiled = load("signatures")
+arrays_signature = _compiled.arrays_signature if _compiled is not None else arrays_signature_python

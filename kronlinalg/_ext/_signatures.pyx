@@ -1,0 +1,50 @@
+# cython: language_level=3
+"""arrays_signature compiled: the key of a repeated call's arrays, read on every call of every
+operation's fast path (kronlinalg/common/signatures.py documents it and keeps the Python twin
+the tests compare it with)."""
+
+import sys
+
+import numpy as np
+
+cdef object _ndarray = np.ndarray
+cdef object _cupy_ndarray = None  # resolved once CuPy is imported
+cdef object _torch_tensor = None
+
+
+def arrays_signature(arrays, bint host):
+    """See kronlinalg.common.signatures.arrays_signature."""
+    global _cupy_ndarray, _torch_tensor
+    if not arrays:
+        return None
+    t = type(arrays[0])
+    cdef list keys = []
+    if t is _ndarray:
+        if not host:
+            return None
+        for a in arrays:
+            if type(a) is not t:
+                return None
+            keys.append((t, a.shape, a.strides, a.dtype))
+        return tuple(keys)
+    if _cupy_ndarray is None:
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            _cupy_ndarray = cupy.ndarray
+    if t is _cupy_ndarray:
+        for a in arrays:
+            if type(a) is not t:
+                return None
+            keys.append((t, a.shape, a.strides, a.dtype, a.data.device_id))
+        return tuple(keys)
+    if _torch_tensor is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            _torch_tensor = torch.Tensor
+    if t is _torch_tensor:
+        for a in arrays:
+            if type(a) is not t or not a.is_cuda or a.requires_grad:
+                return None
+            keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
+        return tuple(keys)
+    return None
