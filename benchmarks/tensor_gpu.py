@@ -167,7 +167,8 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
-        t, res = per_iteration(lambda k: kt.parafac(x64, rank, init=(None, [f.double() for f in fs]),
+        init64 = [f.double() for f in fs]
+        t, res = per_iteration(lambda k: kt.parafac(x64, rank, init=(None, init64),
                                                     n_iter_max=k, tol=0), lo, hi, 1)
         row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
         try:

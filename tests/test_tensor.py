@@ -456,3 +456,50 @@ def test_tucker_randomized_eigenvectors(xp, rng):
         np.testing.assert_allclose(u.T @ u, np.eye(u.shape[1]), atol=1e-8)
     with pytest.raises(ValueError, match="svd"):
         T.tucker(x, 2, svd="lanczos")
+
+
+def test_property_parafac_sweep_matches_naive_als():
+    # random orders, sizes and ranks (the rank above some mode products draws the partial
+    # Khatri–Rao path, any split of the dimension tree): the same iterates as the textbook ALS
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=25, deadline=None)
+    @hypothesis.given(dims=st.lists(st.integers(1, 6), min_size=2, max_size=5),
+                      rank=st.integers(1, 7), seed=st.integers(0, 2**31 - 1),
+                      normalize=st.booleans())
+    def check(dims, rank, seed, normalize):
+        g = np.random.default_rng(seed)
+        x = g.standard_normal(dims)
+        init = [g.random((d, rank)) + 0.5 for d in dims]
+        w, fs = T.parafac(x, rank, init=(None, [f.copy() for f in init]), n_iter_max=2, tol=0,
+                          normalize_factors=normalize)
+        assert all(np.isfinite(f).all() for f in fs)
+        for mode in range(len(dims)):
+            ref = unfold(x, mode) @ kr_ref([f for i, f in enumerate(init) if i != mode])
+            np.testing.assert_allclose(T.mttkrp(x, (None, init), mode), ref, rtol=1e-10,
+                                       atol=1e-10)
+        got = T.cp_to_tensor((w, fs))
+        assert np.isfinite(got).all()
+        # (a rank above the product of the other modes makes a system singular: the textbook
+        # ALS fails there, ours stays finite; compare where it is defined)
+        if rank <= min(np.prod(dims) // d for d in dims):
+            rec = np.reshape(kr_ref(naive_als(x, init, 2)).sum(1), dims)
+            assert rel(got, rec) < 1e-6 or abs(rel(got, x) - rel(rec, x)) < 1e-8
+
+    check()
+
+
+def test_parafac_with_given_weights_matches_tensorly(rng):
+    tl = pytest.importorskip("tensorly")
+    from tensorly.decomposition import parafac as tl_parafac
+
+    tl.set_backend("numpy")
+    x = rng.standard_normal((6, 5, 7))
+    w0 = rng.random(3) + 0.5
+    f0 = [rng.random((d, 3)) for d in x.shape]
+    ours = T.cp_to_tensor(T.parafac(x, 3, init=(w0.copy(), [f.copy() for f in f0]),
+                                    n_iter_max=5, tol=0))
+    theirs = tl.cp_to_tensor(tl_parafac(x, 3, init=tl.cp_tensor.CPTensor(
+        (w0.copy(), [f.copy() for f in f0])), n_iter_max=5, tol=0))
+    assert rel(ours, theirs) < 1e-8

@@ -152,9 +152,10 @@ class Engine:
     # -- Gram matrices from the layout ---------------------------------------------------------
 
     def gram(self, x, mode, scale=1.0):
-        """(x in the working dtype, not half storage.)  x₍mode₎ x₍mode₎ᵀ from x's C-order layout: one GEMM for the first and the last mode
-        (a matrix view times its own transpose), a batched product summed over the leading
-        index for a middle mode, in chunks that bound the partials' memory."""
+        """x₍mode₎ x₍mode₎ᵀ from x's C-order layout (x in the working dtype, not half
+        storage): one GEMM for the first and the last mode (a matrix view times its own
+        transpose), a batched product summed over the leading index for a middle mode, in
+        chunks that bound the partials' memory."""
         xp = self.xp
         dims = [int(d) for d in x.shape]
         n = dims[mode]

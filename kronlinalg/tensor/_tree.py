@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["sweep", "subtree", "split", "mttkrp_rows", "kr_rows", "contract_suffix", "contract_prefix"]
+__all__ = ["sweep", "subtree", "split", "mttkrp_rows", "kr_rows", "contract_suffix",
+           "contract_prefix"]
 
 
 def kr_rows(xp, fts):

@@ -1,6 +1,6 @@
-"""multi_mode_dot's candidates (kronlinalg.tensor): "sequential" mode products through the array
-library's tensordot, and "kron" (a product over every mode is x @ (A1ᵀ ⊗ … ⊗ ANᵀ), run by
-kron_matmul's best candidate, whose own cost model prices it).
+"""multi_mode_dot's candidates (kronlinalg.tensor): "sequential" mode products (one GEMM on a
+view of the tensor's layout each), and "kron" (a product over every mode is
+x @ (A1ᵀ ⊗ … ⊗ ANᵀ), run by kron_matmul's best candidate, whose own cost model prices it).
 
 Shapes: the tensor, then each matrix (J, I) or vector (I,) as it is applied (after skip and
 transpose); options: ``modes`` (the mode each one contracts, ascending) and ``dtype`` unused.
@@ -51,7 +51,7 @@ def normalise(shapes, options) -> dict:
 
 
 def predict_sequential(problem, prof):
-    """One tensordot per mode: each reads its input and writes its output (roofline each)."""
+    """One GEMM per mode: each reads its input and writes its output (roofline each)."""
     info = problem.info
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     nbytes = info["elements"] * s_e
