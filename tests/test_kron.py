@@ -619,7 +619,10 @@ def test_float32_precision_switch():
         assert kron_mod.float32_precision() == "ieee"
         slow = kron.cuda_flops(prof, "float32", [(16, 16)] * 3, kron_mod.float32_precision())
         assert fast > 1.5 * slow and mixed == slow
-        assert kron.cuda_flops(prof, "float64", [(16, 16)] * 3, kron_mod.float32_precision()) < slow
+        # (float64: CUDA cores, except P x P factors of the natural-order kernel on DMMA)
+        assert kron.cuda_flops(prof, "float64", [(16, 12)] * 3, kron_mod.float32_precision()) < slow
+        assert kron.cuda_flops(prof, "float64", [(16, 16)] * 3, "ieee") > 1.5 * kron.cuda_flops(
+            prof, "float64", [(16, 12)] * 3, "ieee")
     finally:
         kron_mod.float32_precision(start)
     assert kron_mod.float32_precision() == start

@@ -371,7 +371,11 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
   // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
   const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
-  const int64_t T0 = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / nk->col_groups);
+  // (the half types: column tiles of 16 i at least, whole 32-byte sectors of x and y; on the
+  // H100 their first form with 8 i, 16-byte runs, took 1024 x 32^4 in 12.7 ms, float32 6.4)
+  const int ti_min = es == 2 ? std::max(16, tune.ti_min) : tune.ti_min;
+  const int64_t T0 = std::max<int64_t>(line ? 1 : std::max(8, ti_min),
+                                       32 * warps * P / bin / nk->col_groups);
   // (larger tiles where a sweep on the H100 found them faster, kron_large float32 ms: P = 8 line
   // tiles of 4x the lines, 1024 x 8^6 2.31 -> 2.16; P = 16 line tiles of at least 2 lines,
   // 1024 x 16^5 7.29 -> 7.02, and column tiles of 32 i, 8.03 -> 7.59, 16 x 16^6 3.02 -> 2.91;
@@ -380,7 +384,7 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   int64_t T = T0;
   if (line && P == 8) T = 4 * T0;
   if (line && P == 16) T = std::max<int64_t>(T0, 2);
-  if (!line && P == 16) T = std::max<int64_t>(T0, 32);
+  if (!line && (P == 16 || es == 2)) T = std::max<int64_t>(T0, 32);
   const int stages = tune.stages ? tune.stages : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
   auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * es; };
@@ -392,11 +396,11 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     // 64 KB a tile, 16 x 16^6 in two passes; on the H100 3.44 ms against 2.52 in three (one
     // 8-warp block per SM: its column pass took 2.8 ms at 26-31 % of the DRAM rate)
     if (tune.TI <= 0)
-      while (T > tune.ti_min && smem_of(T) > size_t(dev.smem_optin)) T /= 2;
-    while (T > tune.ti_min && sh.I % T) T /= 2;
+      while (T > ti_min && smem_of(T) > size_t(dev.smem_optin)) T /= 2;
+    while (T > ti_min && sh.I % T) T /= 2;
     // (the column views' row lengths T * P^s must be powers of two of 4 or more)
     // (and a tile's row of T / 4 chunks at most one per thread: load_tile steps whole rows)
-    if (T < tune.ti_min || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32 || T / 4 > 32 * warps)
+    if (T < ti_min || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32 || T / 4 > 32 * warps)
       return false;
   } else if (T < 1 || (T * bin / P) % 32) {
     return false;
@@ -869,8 +873,8 @@ std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
 int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev) {
   int st = device_info(dev);
   if (st != KL_OK) return st;
-  // (the natural-order kernel's knobs, read once a call: only float32 plans depend on them)
-  const NatTune nt = dtype == KL_FLOAT32 ? natural_tune() : NatTune{};
+  // (the natural-order kernels' knobs, read once a call: every dtype's plans depend on them)
+  const NatTune nt = natural_tune();
   std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused,
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
                               natural_layout(p),

@@ -127,10 +127,32 @@ struct NatM {
   static constexpr int NS = P / 8 / WN;
   static constexpr int LP = log2_pow2(P);
 
-  // Byte offset of swizzled chunk L (linear over XOR, as phys_bytes).
-  static __host__ __device__ __forceinline__ uint32_t off(uint32_t L) {
-    return phys_chunk_nat(L) << kLcb;
+  // Byte offset of chunk L of a column view, swizzled per chunk size (both linear over XOR, so
+  // the column views' XOR parts hold; every reader and writer of a view uses this one):
+  //  - half (8-byte chunks, a half-warp of 16 lanes per phase: 4 consecutive chunks g x 4 rows
+  //    t): bits 2-3 XORed by the 2-bit fold of L >> 4, so that the rows spread over the 4 groups
+  //    of 4 chunks of a 128-byte line (the float32 swizzle, bits 1-2 by L >> 3, left 2-way
+  //    conflicts here);
+  //  - float64 (32-byte chunks, 16-byte accesses by quarter-warps: 2 chunks g x 4 rows t, each
+  //    lane's halves in the order h0 = (g ^ t) & 1): bit 1 XORed by the parity of L >> 2, which
+  //    with h0 puts the 8 lanes on 8 different 16-byte bank groups for the column views' loads
+  //    and stores and the row steps' stores, for any row length (a bank simulation of every
+  //    access of P = 8 .. 64 and C = 8 .. 4096: the ideal wavefronts; float32's swizzle took 2x
+  //    on half of them).
+  static __host__ __device__ __forceinline__ uint32_t phys(uint32_t L) {
+    if constexpr (kHalf) {
+      return L ^ (fold2(L >> 4) << 2);
+    } else {
+      uint32_t x = L >> 2;
+      x ^= x >> 16;
+      x ^= x >> 8;
+      x ^= x >> 4;
+      x ^= x >> 2;
+      x ^= x >> 1;
+      return L ^ ((x & 1) << 1);
+    }
   }
+  static __host__ __device__ __forceinline__ uint32_t off(uint32_t L) { return phys(L) << kLcb; }
 
   // A column view [a][p][c] of a step (see Nat::ColView), offsets in bytes of this type's chunks.
   struct ColView {
@@ -188,36 +210,48 @@ struct NatM {
     }
   }
 
-  // Tile t's elements -> buf1 (cp.async, a chunk at a time).  Lines past the matrix are zeros.
+  // Tile t's elements -> buf1 (cp.async).  Lines past the matrix are zeros.  A copy takes
+  // U chunks: two for the half types (16 bytes: chunk pairs stay adjacent under rc and phys,
+  // which leave bit 0 of a chunk index alone, and a tile's rows hold an even number of chunks),
+  // one (two 16-byte pieces) for float64.
+  static constexpr int U = kHalf ? 2 : 1;
+  static __device__ __forceinline__ void cp_unit(char *dst, const T *src, bool valid) {
+    if constexpr (kHalf)
+      cp_async_16(dst, src, valid);
+    else
+      E::cp_chunk(dst, src, valid);
+  }
   static __device__ void load_tile(const NatP &p, int64_t t, T *buf1) {
     const T *x = reinterpret_cast<const T *>(p.x);
     char *dst = reinterpret_cast<char *>(buf1);
     if (p.line_tile) {
       const int64_t l0 = t * p.T;
       const int64_t nvalid = (p.rows - l0 < p.T ? p.rows - l0 : p.T) * p.Bin;
-      const int nch = p.T * p.Bin / 4, nvalid_ch = int(nvalid / 4);
-      constexpr int rowc = P / 4;
-      // (a thread's chunks step over a multiple of 4 rows: rc of c0 plus the step)
+      const int ncp = p.T * p.Bin / (4 * U), nvalid_cp = int(nvalid / (4 * U));
+      constexpr int rowc = P / (4 * U);  // copies per row
+      // (a thread's copies step over a multiple of 4 rows: rc of its first plus the step)
       const int c0 = threadIdx.x;
-      const T *src = x + l0 * p.Bin + c0 * 4;
-      char *d = dst + (uint32_t(rc(c0 / rowc, c0 % rowc)) << kLcb);
+      const T *src = x + l0 * p.Bin + c0 * 4 * U;
+      char *d = dst + (uint32_t(rc(c0 / rowc, (c0 % rowc) * U)) << kLcb);
       const int step = blockDim.x;
-      for (int c = c0; c < nch; c += step, src += 4 * step, d += step << kLcb) {
-        const bool ok = c < nvalid_ch;
-        E::cp_chunk(d, ok ? src : x, ok);
+      for (int c = c0; c < ncp; c += step, src += 4 * U * step, d += (step * U) << kLcb) {
+        const bool ok = c < nvalid_cp;
+        cp_unit(d, ok ? src : x, ok);
       }
     } else {
+      // (copies per element row (a, p): T / 4 / U, a power of two that divides blockDim.x; copy
+      // c is chunk U c of the [a][c] plane, and a thread's copies keep their column)
       const int64_t per_row = p.I / p.T;
       const int64_t r = t / per_row, i0 = (t - r * per_row) * p.T;
-      const int lcpr = ilog2(p.T) - 2;
-      const int nch = p.Bin << lcpr;
+      const int lcpr = ilog2(p.T) - 2 - (U - 1);
+      const int ncp = p.Bin << lcpr;
       const uint32_t c0 = threadIdx.x;
       const T *src = x + r * p.Bin * p.I + i0 + int64_t(c0 >> lcpr) * p.I +
-                     (c0 & ((1u << lcpr) - 1)) * 4;
+                     (c0 & ((1u << lcpr) - 1)) * 4 * U;
       const int64_t step = int64_t(blockDim.x >> lcpr) * p.I;
-      const uint32_t d0 = off(c0);
-      for (uint32_t c = c0; c < uint32_t(nch); c += blockDim.x, src += step)
-        E::cp_chunk(dst + (d0 ^ off(c - c0)), src, true);
+      const uint32_t d0 = off(c0 * U);
+      for (uint32_t c = c0; c < uint32_t(ncp); c += blockDim.x, src += step)
+        cp_unit(dst + (d0 ^ off((c - c0) * U)), src, true);
     }
   }
 
@@ -401,19 +435,18 @@ struct NatM {
       *reinterpret_cast<double2 *>(d) = make_double2(a, b);
     }
   }
-  // Four results -> one chunk in shared memory.
-  static __device__ __forceinline__ void put4(char *d, Acc a, Acc b, Acc c, Acc e) {
-    Chunk ch;
+  // Four results -> one chunk (float64 in shared memory: the half h0 first, see ld_chunk).
+  static __device__ __forceinline__ void put4(char *d, Acc a, Acc b, Acc c, Acc e, int h0 = 0) {
     if constexpr (kHalf) {
+      Chunk ch;
       ch.w[0] = E::pack(a, b);
       ch.w[1] = E::pack(c, e);
+      *reinterpret_cast<Chunk *>(d) = ch;
     } else {
-      ch.v[0] = a;
-      ch.v[1] = b;
-      ch.v[2] = c;
-      ch.v[3] = e;
+      const double2 lo = make_double2(a, b), hi = make_double2(c, e);
+      *reinterpret_cast<double2 *>(d + (h0 << 4)) = h0 ? hi : lo;
+      *reinterpret_cast<double2 *>(d + ((h0 ^ 1) << 4)) = h0 ? lo : hi;
     }
-    *reinterpret_cast<Chunk *>(d) = ch;
   }
   // Four results -> y (d a chunk of 4 elements: 8 or 32 bytes, aligned), alpha and beta applied.
   static __device__ __forceinline__ void put4_scaled(T *d, const Acc (&r)[4], Acc alpha,
@@ -504,6 +537,7 @@ struct NatM {
       item = col_item(cv, mg);
     }
     const Acc alpha = Acc(p.alpha_d), beta = Acc(p.beta_d);
+    const int h0 = (g ^ t) & 1;
     char *outb = reinterpret_cast<char *>(out);
 #pragma unroll
     for (int j = 0; j < WN; ++j)
@@ -514,7 +548,7 @@ struct NatM {
         if (last)
           put4_scaled(yb + q * qstride, r, alpha, beta);
         else
-          put4(outb + (item ^ cv.st_lane[h] ^ cv.st_j[j]), r[0], r[1], r[2], r[3]);
+          put4(outb + (item ^ cv.st_lane[h] ^ cv.st_j[j]), r[0], r[1], r[2], r[3], h0);
       }
   }
 };

@@ -61,14 +61,21 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   for (int i = last + 1; i < n; ++i) I *= P;
   const bool line = I == 1;
   const int warps = P == 16 ? 8 : 4;
-  const int64_t T0 = std::max<int64_t>(line ? 1 : 8, 32 * warps * P / bin / NS);
+  // (the half types: column tiles of 16 i or more, 32-byte runs)
+  const int ti_min = sizeof(T) == 2 ? 16 : 8;
+  const int64_t T0 = std::max<int64_t>(line ? 1 : ti_min, 32 * warps * P / bin / NS);
   int64_t TT = T0;
   if (line && P == 8) TT = 4 * T0;
   if (line && P == 16) TT = std::max<int64_t>(T0, 2);
-  if (!line && P == 16) TT = std::max<int64_t>(T0, 32);
+  if (!line && (P == 16 || sizeof(T) == 2)) TT = std::max<int64_t>(T0, 32);
+  const bool buf2_ = NS > 1 && count > 1;
+  auto smem_of = [&](int64_t tt) {
+    return size_t(count * P * P + tt * bin * (stages + (buf2_ ? 1 : 0))) * sizeof(T);
+  };
   if (!line) {
-    while (TT > 8 && I % TT) TT /= 2;
-    if (TT < 8 || I % TT || (bin / P * TT) % 32 || TT / 4 > 32 * warps) return false;
+    while (TT > ti_min && smem_of(TT) > 200 * 1024) TT /= 2;
+    while (TT > ti_min && I % TT) TT /= 2;
+    if (TT < ti_min || I % TT || (bin / P * TT) % 32 || TT / 4 > 32 * warps) return false;
   } else if ((TT * bin / P) % 32) {
     return false;
   }
@@ -178,6 +185,9 @@ static void check(const char *name, int64_t M, int n, std::vector<int> counts, d
 template <class T>
 static void suite(const char *name, double tol) {
   check<T, 8>(name, 5, 5, {3, 2}, 1.0, 0.0, tol);
+  check<T, 8>(name, 2, 6, {3, 3}, 1.0, 0.0, tol);     // column tiles of 32 i (half)
+  check<T, 16>(name, 1, 5, {3, 2}, 0.5, 1.0, tol);    // column tiles of 32 i, 2 steps
+  check<T, 32>(name, 1, 4, {2, 2}, 1.0, 0.0, tol, 3); // column tiles of 32 / 16 i
   check<T, 8>(name, 3, 4, {2, 2}, 0.5, 2.0, tol, 3);
   check<T, 16>(name, 3, 3, {2, 1}, 1.0, 0.0, tol);
   check<T, 16>(name, 2, 3, {1, 2}, -1.5, 0.5, tol);

@@ -138,8 +138,11 @@ def _cpu_sliced(problem, s_e, prof):
         b_out = math.prod(factors[i][1] for i in g)
         S = n_in // b_in
         n_out = S * b_out
-        # axes (instances, output stride is 1): right products j (S), left products the columns
-        contiguous = S if S >= lanes else 0
+        # axes (instances, output stride is 1): right products j (S), left products the columns;
+        # a pass over whole rows (S == 1) puts the rows on the lanes and, with AVX-512, stores
+        # them through register transposes
+        whole_rows = S == 1 and M >= lanes and prof.simd_bytes == 64
+        contiguous = S if S >= lanes else (M if whole_rows else 0)
         along = S if S >= lanes else max(M, S)
         use = _lane_use(along, lanes)
         nbytes = M * (n_in + n_out) * s_e
@@ -218,15 +221,34 @@ def _simt_flops(prof, dtype):
     return rate
 
 
+# The natural-order tensor-core kernels' factor sizes (kron_cuda_natural*.cuh): P x P factors.
+_NATURAL_P = (8, 16, 32, 64)
+
+
 def cuda_flops(prof, dtype, factors, fp32_mode):
-    """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except float32 in the 3xTF32 mode
-    (kron.float32_precision) when every P is a multiple of 8 and every Q at least 16 (the
-    kernel's rule, kron_cuda.cu pick_kernel): three TF32 products per product, a third of the
-    tensor cores' TF32 rate (never below the CUDA-core rate it replaces)."""
+    """Flop rate of the fused CUDA kernels: CUDA-core FMAs, except on tensor cores
+    (kron_cuda.cu pick_kernel / natural_kernel):
+
+    * float32 in the 3xTF32 mode (kron.float32_precision) when every P is a multiple of 8 and
+      every Q at least 16: three TF32 products per product, a third of the TF32 rate;
+    * float64 on sm_90 and newer when every factor is P x P with P in 8, 16, 32, 64 (the
+      natural-order kernel on DMMA), the FP64 tensor-core rate;
+    * float16 / bfloat16 when every P is a multiple of 8, their tensor-core rate;
+
+    never below the CUDA-core rate they replace."""
     simt = _simt_flops(prof, dtype)
+    rate = prof.units * prof.clock_hz
+    if dtype == "float64":
+        dmma = (prof.cc and tuple(prof.cc) >= (9, 0)
+                and all(p == q and p in _NATURAL_P for p, q in factors))
+        return max(simt, prof.tc_ops.get("fp64", 0.0) * rate) if dmma else simt
+    if dtype in ("float16", "bfloat16"):
+        if any(p % 8 for p, _ in factors):
+            return simt
+        return max(simt, prof.tc_ops.get("fp16" if dtype == "float16" else "bf16", 0.0) * rate)
     if dtype != "float32" or any(p % 8 or q < 16 for p, q in factors) or fp32_mode != "tf32x3":
         return simt
-    return max(simt, prof.tc_ops.get("tf32", 0.0) * prof.units * prof.clock_hz / 3.0)
+    return max(simt, prof.tc_ops.get("tf32", 0.0) * rate / 3.0)
 
 
 def _cuda_plan(problem):
