@@ -3,14 +3,15 @@
 # gpu-run.sh has built the checkout: the kron_large table in four dtypes (kron_gpu_compare.py),
 # their GPU tests and compute-sanitizer (memcheck, racecheck) on small shapes; logs and JSON to
 # $OUT.  Each step gets what is left of a ~400 s call (the parent's elapsed time counts).
-#   bash .wheelhouse/gpu-run.sh bash benchmarks/kron_precision_session.sh [bench|tests|san]...
+#   bash .wheelhouse/gpu-run.sh bash benchmarks/kron_precision_session.sh \
+#     [bench|tests|san|sweep|tests_kron]...
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 BUDGET=${BUDGET:-405}
 left() { echo $((BUDGET - $(ps -o etimes= -p $PPID | tr -d ' '))); }
 limit() { local l; l=$(left); echo $(( $1 < l - 5 ? $1 : l - 5 )); }
 steps=${*:-bench tests san}
-ONLY=${ONLY:-1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x8^8,16x16^6,16x32^5,16x64^4}
+ONLY=${ONLY:-}  # (empty: all of kron_large)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/session.txt"
 for s in $steps; do
   echo "== $s at $(date -u +%T), $(left) s left" | tee -a "$OUT/session.txt"
@@ -19,13 +20,29 @@ for s in $steps; do
       t=$(limit 170); [ "$t" -gt 20 ] || continue
       timeout "$t" python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
         --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --no-ieee \
-        --dtypes float32,float64,float16,bfloat16 --only "$ONLY" \
+        --dtypes float32,float64,float16,bfloat16 ${ONLY:+--only "$ONLY"} \
         --json "$OUT/kron_precision.json" 2>&1 | tee "$OUT/kron_precision.txt" ;;
     tests)
       t=$(limit 120); [ "$t" -gt 20 ] || continue
       timeout "$t" python -m pytest tests/test_kron_cuda.py -q -x -p no:cacheprovider \
-        -k "mma_natural or is_planned or pick_their_kernels" 2>&1 | tail -25 \
+        -k "natural or pick_their_kernels or dtypes_and_sides or many_passes" 2>&1 | tail -25 \
         | tee "$OUT/tests.txt" ;;
+    sweep)  # the natural-order knobs on the half types and float64 (defaults: the bench rows)
+      for v in "KRONLINALG_KRON_NATURAL_TI=32" "KRONLINALG_KRON_NATURAL_STAGES=3" \
+               "KRONLINALG_KRON_NATURAL_TI=16"; do
+        t=$(limit 40); [ "$t" -gt 15 ] || continue
+        echo "-- $v" >> "$OUT/sweep.txt"
+        env $v timeout "$t" python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
+          --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --no-shuffle \
+          --dtypes bfloat16,float64 --only 1024x16^5,1024x32^4,16x32^5,16x64^4,16x16^6 2>&1 \
+          | grep -E "bfloat16|float64" | grep -v median >> "$OUT/sweep.txt"
+      done
+      t=$(limit 40); [ "$t" -gt 15 ] || continue
+      echo "-- f64 KRONLINALG_KRON_NATURAL_TI_MIN=4 KRONLINALG_KRON_NATURAL_TI=4" >> "$OUT/sweep.txt"
+      KRONLINALG_KRON_NATURAL_TI_MIN=4 KRONLINALG_KRON_NATURAL_TI=4 timeout "$t" python \
+        benchmarks/kron_gpu_compare.py --cases $D/cases.json --anchors \
+        $D/h100-anchors-2026-11-22.json --sets kron_large --no-shuffle --dtypes float64 \
+        --only 1024x32^4,16x32^5,16x64^4 2>&1 | grep float64 | grep -v median >> "$OUT/sweep.txt" ;;
     tests_kron)
       t=$(limit 90); [ "$t" -gt 20 ] || continue
       timeout "$t" python -m pytest tests/test_kron.py -q -m gpu -p no:cacheprovider 2>&1 \
