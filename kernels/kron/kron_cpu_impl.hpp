@@ -211,25 +211,34 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
     return;
   }
 #ifdef KL_AVX512_PATHS
-  if (a.ies == 1 && nv == LW) {  // LW/2 lanes x LW/2 elements at a time, transposed in registers
+  if (a.ies == 1) {
+    // LW/2 lanes x LW/2 elements at a time, transposed in registers: lanes past nv read as zeros
+    // (idle lanes compute on zeros), a last run of fewer elements through masked loads.
     constexpr int H = LW / 2;
-    int64_t e0 = 0;
-    for (; e0 + H <= a.Bin; e0 += H)
+    for (int64_t e0 = 0; e0 < a.Bin; e0 += H) {
+      const int ne = int(std::min<int64_t>(H, a.Bin - e0));
+      const unsigned mask = ne == H ? (1u << H) - 1 : (1u << ne) - 1;
       for (int h = 0; h < 2; ++h) {
+        const int rows = std::max(0, std::min(H, nv - h * H));
         if constexpr (sizeof(T) == 4) {
           __m512 r[16];
-          for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + (h * 16 + i) * ls + e0);
+          for (int i = 0; i < 16; ++i)
+            r[i] = i >= rows  ? _mm512_setzero_ps()
+                   : ne == H ? _mm512_loadu_ps(src + (h * 16 + i) * ls + e0)
+                             : _mm512_maskz_loadu_ps(__mmask16(mask), src + (h * 16 + i) * ls + e0);
           transpose16(r);
-          for (int i = 0; i < 16; ++i) _mm512_store_ps(b + (e0 + i) * LW + h * 16, r[i]);
+          for (int i = 0; i < ne; ++i) _mm512_store_ps(b + (e0 + i) * LW + h * 16, r[i]);
         } else {
           __m512d r[8];
-          for (int i = 0; i < 8; ++i) r[i] = _mm512_loadu_pd(src + (h * 8 + i) * ls + e0);
+          for (int i = 0; i < 8; ++i)
+            r[i] = i >= rows  ? _mm512_setzero_pd()
+                   : ne == H ? _mm512_loadu_pd(src + (h * 8 + i) * ls + e0)
+                             : _mm512_maskz_loadu_pd(__mmask8(mask), src + (h * 8 + i) * ls + e0);
           transpose8(r);
-          for (int i = 0; i < 8; ++i) _mm512_store_pd(b + (e0 + i) * LW + h * 8, r[i]);
+          for (int i = 0; i < ne; ++i) _mm512_store_pd(b + (e0 + i) * LW + h * 8, r[i]);
         }
       }
-    for (int l = 0; l < LW; ++l)
-      for (int64_t e = e0; e < a.Bin; ++e) b[e * LW + l] = src[l * ls + e];
+    }
     return;
   }
 #endif
@@ -303,41 +312,79 @@ static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec
     return;
   }
 #ifdef KL_AVX512_PATHS
-  if (ks == 1) {  // lanes on rows, each lane's outputs contiguous: transpose back in registers
+  if (ls == 1) {  // a partial group of contiguous lanes: masked vector stores
+    constexpr int H = LW / 2;
+    const unsigned mlo = (1u << std::min(nv, H)) - 1, mhi = (1u << std::max(0, nv - H)) - 1;
+    for (int64_t k = 0; k < a.Bout; ++k) {
+      T *d = dst0 + k * ks;
+      if constexpr (sizeof(T) == 4) {
+        __m512 lo = _mm512_mul_ps((__m512)buf[k].lo, _mm512_set1_ps(a.alpha));
+        __m512 hi = _mm512_mul_ps((__m512)buf[k].hi, _mm512_set1_ps(a.alpha));
+        if (a.beta != T(0)) {
+          lo = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(__mmask16(mlo), d), _mm512_set1_ps(a.beta), lo);
+          hi = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(__mmask16(mhi), d + H), _mm512_set1_ps(a.beta), hi);
+        }
+        _mm512_mask_storeu_ps(d, __mmask16(mlo), lo);
+        _mm512_mask_storeu_ps(d + H, __mmask16(mhi), hi);
+      } else {
+        __m512d lo = _mm512_mul_pd((__m512d)buf[k].lo, _mm512_set1_pd(a.alpha));
+        __m512d hi = _mm512_mul_pd((__m512d)buf[k].hi, _mm512_set1_pd(a.alpha));
+        if (a.beta != T(0)) {
+          lo = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(__mmask8(mlo), d), _mm512_set1_pd(a.beta), lo);
+          hi = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(__mmask8(mhi), d + H), _mm512_set1_pd(a.beta), hi);
+        }
+        _mm512_mask_storeu_pd(d, __mmask8(mlo), lo);
+        _mm512_mask_storeu_pd(d + H, __mmask8(mhi), hi);
+      }
+    }
+    return;
+  }
+  if (ks == 1) {
+    // Lanes on rows, each lane's outputs contiguous: transposed back in registers, LW/2 lanes x
+    // LW/2 elements at a time, a last run of fewer elements through masked stores.
     constexpr int H = LW / 2;
     const T alpha = a.alpha, beta = a.beta;
-    int64_t k0 = 0;
-    for (; k0 + H <= a.Bout; k0 += H)
+    for (int64_t k0 = 0; k0 < a.Bout; k0 += H) {
+      const int ne = int(std::min<int64_t>(H, a.Bout - k0));
+      const unsigned mask = (1u << ne) - 1;
       for (int h = 0; h < 2 && h * H < nv; ++h) {
         const int rows = std::min(H, nv - h * H);
         if constexpr (sizeof(T) == 4) {
           __m512 r[16];
-          for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(b + (k0 + i) * LW + h * 16);
+          for (int i = 0; i < 16; ++i)
+            r[i] = i < ne ? _mm512_load_ps(b + (k0 + i) * LW + h * 16) : _mm512_setzero_ps();
           transpose16(r);
           const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
           for (int i = 0; i < rows; ++i) {
             float *d = dst0 + (h * 16 + i) * ls + k0;
             __m512 v = _mm512_mul_ps(r[i], va);
-            if (beta != T(0)) v = _mm512_fmadd_ps(_mm512_loadu_ps(d), vb, v);
-            _mm512_storeu_ps(d, v);
+            if (ne == H) {
+              if (beta != T(0)) v = _mm512_fmadd_ps(_mm512_loadu_ps(d), vb, v);
+              _mm512_storeu_ps(d, v);
+              continue;
+            }
+            if (beta != T(0)) v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(__mmask16(mask), d), vb, v);
+            _mm512_mask_storeu_ps(d, __mmask16(mask), v);
           }
         } else {
           __m512d r[8];
-          for (int i = 0; i < 8; ++i) r[i] = _mm512_load_pd(b + (k0 + i) * LW + h * 8);
+          for (int i = 0; i < 8; ++i)
+            r[i] = i < ne ? _mm512_load_pd(b + (k0 + i) * LW + h * 8) : _mm512_setzero_pd();
           transpose8(r);
           const __m512d va = _mm512_set1_pd(alpha), vb = _mm512_set1_pd(beta);
           for (int i = 0; i < rows; ++i) {
             double *d = dst0 + (h * 8 + i) * ls + k0;
             __m512d v = _mm512_mul_pd(r[i], va);
-            if (beta != T(0)) v = _mm512_fmadd_pd(_mm512_loadu_pd(d), vb, v);
-            _mm512_storeu_pd(d, v);
+            if (ne == H) {
+              if (beta != T(0)) v = _mm512_fmadd_pd(_mm512_loadu_pd(d), vb, v);
+              _mm512_storeu_pd(d, v);
+              continue;
+            }
+            if (beta != T(0)) v = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(__mmask8(mask), d), vb, v);
+            _mm512_mask_storeu_pd(d, __mmask8(mask), v);
           }
         }
       }
-    for (int l = 0; l < nv; ++l) {
-      T *dst = dst0 + l * ls;
-      for (int64_t k = k0; k < a.Bout; ++k)
-        dst[k] = beta != T(0) ? alpha * b[k * LW + l] + beta * dst[k] : alpha * b[k * LW + l];
     }
     return;
   }
