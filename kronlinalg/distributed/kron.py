@@ -57,9 +57,12 @@ def kron_bytes(m, factor_shapes, grid, rank, itemsize, algorithm="fastkron") -> 
 
 def kron_grid(m, factor_shapes, comm_or_size, *, dtype="float32", device="cpu",
               latency_s=None, bandwidth=None):
-    """The (G_M, G_K) grid the cost model picks for X (m × ∏P) on that many ranks."""
+    """The (G_M, G_K) grid the cost model picks for X (m × ∏P) on that many ranks (a size or
+    a communicator).  device: 'cpu', 'cuda' or a GPU profile name such as 'h100-sxm'; the link
+    is latency_s / bandwidth, else the last ``calibrate()`` of that device kind, else a table
+    value (NVLink 4 for 'cuda', shared memory for 'cpu')."""
     size = comm_or_size if isinstance(comm_or_size, int) else communicator(comm_or_size).size
-    kind = "cuda" if str(device).startswith("cuda") or str(device).startswith("h") else "cpu"
+    kind = "cpu" if str(device) == "cpu" else "cuda"  # 'cuda', 'cuda:N' or a GPU profile name
     return costs.choose_grid(int(m), tuple((int(p), int(q)) for p, q in factor_shapes), size,
                              dtype=dtype, device=device, kind=kind, latency_s=latency_s,
                              bandwidth=bandwidth)
