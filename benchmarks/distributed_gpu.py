@@ -123,14 +123,14 @@ def cupy_nccl_check():
         return f"failed: {type(e).__name__}: {e}"
 
 
-def kron_point(grp, members, m_total, p, n, grid, alg, reps):
+def kron_point(grp, members, m_total, p, n, grid, alg, reps, pipeline=1):
     r = members.index(dist.get_rank())
     k = p ** n
     rows = kd.rows_split(m_total, grid[0], r // grid[1])
     x = randn((rows[1] - rows[0], k // grid[1]), torch.float32, 100 + r)
     fs = [randn((p, p), torch.float32, 7 + i) / p ** 0.5 for i in range(n)]
     comm = kd.communicator(grp)
-    fn = (lambda: kd.kron_matmul(x, fs, comm=comm, grid=grid, algorithm=alg))
+    fn = (lambda: kd.kron_matmul(x, fs, comm=comm, grid=grid, algorithm=alg, pipeline=pipeline))
     t = timed(fn, grp, reps)
     del x
     if not CPU:
@@ -179,6 +179,8 @@ def main():
                                                            "fastkron", reps)
                     entry["t_split_per_factor"] = kron_point(grp, members, m_row * g, p, n, (1, g),
                                                              "per_factor", reps)
+                    entry["t_split_fastkron_pipeline4"] = kron_point(
+                        grp, members, m_row * g, p, n, (1, g), "fastkron", reps, pipeline=4)
             dist.barrier()
             if rank == 0:
                 if g == 1:

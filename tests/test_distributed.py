@@ -188,13 +188,14 @@ def kron_problems(draw):
               for _ in range(n)]
     m = draw(st.integers(size // g_k, 9))
     alg = draw(st.sampled_from(["fastkron", "per_factor"]))
-    return size, (size // g_k, g_k), shapes, m, alg
+    pipeline = draw(st.integers(1, 3))
+    return size, (size // g_k, g_k), shapes, m, alg, pipeline
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kron_problems(), st.integers(0, 2 ** 31))
 def test_kron_matmul_equals_single_process(problem, seed):
-    size, grid, shapes, m, alg = problem
+    size, grid, shapes, m, alg, pipeline = problem
     try:
         rounds = kd.kron_rounds(shapes, grid, alg)
     except ValueError:
@@ -207,7 +208,8 @@ def test_kron_matmul_equals_single_process(problem, seed):
     def work(comm):
         xs = kd.kron_shard(x, grid, comm.rank).copy()
         before = xs.copy()
-        y = kd.kron_matmul(xs, factors, comm=comm, grid=grid, algorithm=alg)
+        y = kd.kron_matmul(xs, factors, comm=comm, grid=grid, algorithm=alg,
+                           pipeline=pipeline)
         assert np.array_equal(xs, before)
         return y, comm.bytes_sent
 
@@ -275,6 +277,8 @@ def test_bad_input_same_error_on_every_thread_rank():
         kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=(1, 1), algorithm="x")
     with pytest.raises(TypeError, match="grid"):
         kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=3)
+    with pytest.raises(ValueError, match="pipeline"):
+        kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=(1, 1), pipeline=0)
 
 
 def test_calibrate_on_thread_ranks():

@@ -69,9 +69,12 @@ class MPICommunicator(Communicator):
         self.size = comm.Get_size()
 
     def _exchange(self, sends, recvs):
+        self._start(sends, recvs)()
+
+    def _start(self, sends, recvs):
         reqs = [self.comm.Irecv(_host_buffer(b), source=q, tag=_TAG) for q, b in recvs.items()]
         reqs += [self.comm.Isend(_host_buffer(b), dest=p, tag=_TAG) for p, b in sends.items()]
-        self._MPI.Request.Waitall(reqs)
+        return lambda: self._MPI.Request.Waitall(reqs)
 
     def _allreduce(self, buf):
         self.comm.Allreduce(self._MPI.IN_PLACE, _host_buffer(buf), op=self._MPI.SUM)
@@ -113,11 +116,21 @@ class TorchCommunicator(Communicator):
         return self._dist.get_global_rank(self.group, r)
 
     def _exchange(self, sends, recvs):
+        self._start(sends, recvs)()
+
+    def _start(self, sends, recvs):
+        # NCCL runs these on its own stream: the caller's next kernels overlap them, and
+        # wait() only orders the caller's stream after them
         dist = self._dist
         ops = [dist.P2POp(dist.irecv, b, self._peer(q), self.group) for q, b in recvs.items()]
         ops += [dist.P2POp(dist.isend, b, self._peer(p), self.group) for p, b in sends.items()]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        works = dist.batch_isend_irecv(ops)
+
+        def finish():
+            for work in works:
+                work.wait()
+
+        return finish
 
     def _allreduce(self, buf):
         self._dist.all_reduce(buf, group=self.group)

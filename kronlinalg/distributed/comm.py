@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-__all__ = ["Communicator", "SelfCommunicator", "agree", "nbytes", "contiguous", "empty_like_shape",
+__all__ = ["Communicator", "SelfCommunicator", "Pending", "agree", "nbytes", "contiguous", "empty_like_shape",
            "fingerprint", "copy_into", "DEFAULT_TIMEOUT"]
 
 DEFAULT_TIMEOUT = 60.0  # seconds a rank waits for the others at the metadata agreement
@@ -106,6 +106,12 @@ class Communicator:
         recv_shapes an array of shape recv_shapes[q] (like's dtype and device), or into
         recv_shapes[q] itself when that is a contiguous array (a caller's buffer).  Returns
         {q: array}; the piece a rank sends itself is passed through without a copy."""
+        return self.exchange_start(sends, recv_shapes, like).wait()
+
+    def exchange_start(self, sends: dict, recv_shapes: dict, like) -> "Pending":
+        """exchange() begun: returns a Pending whose wait() gives exchange()'s result.  Where
+        the library allows (mpi4py, torch.distributed) the transfer proceeds while the caller
+        computes; the send buffers must not change before wait()."""
         out = {}
         remote_sends = {}
         for p, a in sends.items():
@@ -120,10 +126,9 @@ class Communicator:
         if self.rank in recv_shapes and not isinstance(recv_shapes[self.rank], tuple):
             copy_into(recv_shapes[self.rank], out[self.rank])  # a caller's buffer: fill it
             out[self.rank] = recv_shapes[self.rank]
-        if remote_sends or recvs:
-            self._exchange(remote_sends, recvs)
+        finish = self._start(remote_sends, recvs) if (remote_sends or recvs) else None
         out.update(recvs)
-        return out
+        return Pending(out, finish, remote_sends)
 
     def send(self, buf, dest: int) -> None:
         self.exchange({dest: buf}, {}, buf)
@@ -162,6 +167,11 @@ class Communicator:
     def _exchange(self, sends: dict, recvs: dict) -> None:
         raise NotImplementedError
 
+    def _start(self, sends: dict, recvs: dict):
+        """Begin the transfers; return a callable that completes them (default: blocking)."""
+        self._exchange(sends, recvs)
+        return None
+
     def _allreduce(self, buf) -> None:
         raise NotImplementedError
 
@@ -184,6 +194,20 @@ class Communicator:
                 raise TimeoutError
             time.sleep(pause)
             pause = min(pause * 2, 1e-2)
+
+
+class Pending:
+    """An exchange under way: wait() completes it and returns {peer: array}."""
+
+    def __init__(self, result: dict, finish, keep):
+        self._result, self._finish, self._keep = result, finish, keep
+
+    def wait(self) -> dict:
+        if self._finish is not None:
+            self._finish()
+            self._finish = None
+        self._keep = None  # the send buffers may go now
+        return self._result
 
 
 class SelfCommunicator(Communicator):

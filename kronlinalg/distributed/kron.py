@@ -18,7 +18,7 @@ import array_api_compat
 from ..planner.costs import distributed as costs
 from . import checks
 from .adapters import communicator
-from .comm import agree, contiguous, empty_like_shape, fingerprint
+from .comm import agree, contiguous, copy_into, empty_like_shape, fingerprint
 
 __all__ = ["kron_matmul", "kron_grid", "kron_rounds", "kron_bytes"]
 
@@ -68,6 +68,12 @@ def kron_grid(m, factor_shapes, comm_or_size, *, dtype="float32", device="cpu",
                              bandwidth=bandwidth)
 
 
+def _count(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"pipeline: expected an int, got {type(v).__name__}")
+    return v
+
+
 def _check(table, size, factor_shapes):
     g_m = checks.same(table, "g_m", "grid", "the grids")
     g_k = checks.same(table, "g_k", "grid", "the grids")
@@ -96,7 +102,8 @@ def _check(table, size, factor_shapes):
     return g_m, g_k, m
 
 
-def kron_matmul(x, factors, /, *, comm, grid, algorithm="fastkron", timeout=None):
+def kron_matmul(x, factors, /, *, comm, grid, algorithm="fastkron", pipeline=1,
+                timeout=None):
     """This rank's block of ``X @ (F_1 ⊗ … ⊗ F_N)`` for X distributed over `grid`.
 
     Parameters
@@ -111,6 +118,9 @@ def kron_matmul(x, factors, /, *, comm, grid, algorithm="fastkron", timeout=None
     grid : (G_M, G_K) with G_M · G_K = comm's size; ``distributed.kron_grid`` picks one.
     algorithm : "fastkron" (local multiplies, then one exchange per round) or "per_factor"
         (an exchange after every factor: the baseline).
+    pipeline : row parts per round (default 1): with k > 1 a round multiplies and sends its
+        rows in k parts, so part i's exchange runs while part i + 1 is multiplied (NCCL and
+        MPI); the same on every rank (checked).
     timeout : seconds to wait for every rank at the metadata check (default 60).
 
     Returns this rank's block of Y (M × ∏Q) in the same layout.  Bad input (shards that do
@@ -134,14 +144,17 @@ def kron_matmul(x, factors, /, *, comm, grid, algorithm="fastkron", timeout=None
     fields = {"rows": x.shape[0], "cols": x.shape[1], "g_m": g_m, "g_k": g_k,
               "algorithm": ALGORITHMS.index(algorithm),
               "dtype": checks.dtype_code(_dtype_name(x)), "nfactors": len(factors),
-              "factors": fingerprint(factors)}
+              "factors": fingerprint(factors), "pipeline": _count(pipeline)}
     table = agree(c, "distributed.kron_matmul", fields, timeout)
     g_m, g_k, m = _check(table, c.size, shapes)
     rounds = kron_rounds(shapes, (g_m, g_k), algorithm)
-    return _run(c, xp, x, factors, rounds, g_k)
+    pipeline = checks.same(table, "pipeline", "pipeline", "the pipeline counts")
+    if pipeline < 1:
+        raise ValueError(f"pipeline: expected a positive count of row parts, got {pipeline}")
+    return _run(c, xp, x, factors, rounds, g_k, pipeline)
 
 
-def _run(c, xp, x, factors, rounds, g_k):
+def _run(c, xp, x, factors, rounds, g_k, pipeline=1):
     local_mm = _public_kron_matmul()
     rows = x.shape[0]
     row0 = (c.rank // g_k) * g_k  # the first rank of this grid row
@@ -149,21 +162,46 @@ def _run(c, xp, x, factors, rounds, g_k):
     for rnd in rounds:
         block = rnd.k_in // g_k
         width = block // rnd.t
-        local = local_mm(xp.reshape(y, (rows * width, rnd.t)), factors[rnd.first:rnd.stop])
+        fs = factors[rnd.first:rnd.stop]
         if g_k == 1:  # the rotation alone (none when the round takes every factor)
+            local = local_mm(xp.reshape(y, (rows * width, rnd.t)), fs)
             if width > 1:
                 local = xp.permute_dims(xp.reshape(local, (rows, width, rnd.c)), (0, 2, 1))
             y = xp.reshape(local, (rows, width * rnd.c))
             continue
         w = rnd.c // g_k
-        # the piece for block d: the new columns [d·w, (d+1)·w) of every prefix position
-        send = contiguous(xp.permute_dims(xp.reshape(local, (rows, width, g_k, w)), (2, 0, 1, 3)))
-        del local
-        recv = empty_like_shape(send, (g_k, rows, width, w))
-        c.exchange({row0 + d: send[d, ...] for d in range(g_k)},
-                   {row0 + s: recv[s, ...] for s in range(g_k)}, send)
-        del send
-        # block layout after the round: (new column in w, source block, prefix position)
-        y = xp.reshape(xp.permute_dims(recv, (1, 3, 0, 2)), (rows, w * g_k * width))
-        del recv
+        parts = [costs.rows_split(rows, pipeline, i) for i in range(pipeline)]
+        parts = [(r0, r1) for r0, r1 in parts if r1 > r0] or [(0, rows)]
+        out = None
+        pending = []
+        for r0, r1 in parts:
+            n = r1 - r0
+            local = local_mm(xp.reshape(y[r0:r1, ...], (n * width, rnd.t)), fs)
+            # the piece for block d: the new columns [d·w, (d+1)·w) of every prefix position
+            send = contiguous(xp.permute_dims(xp.reshape(local, (n, width, g_k, w)), (2, 0, 1, 3)))
+            del local
+            recv = empty_like_shape(send, (g_k, n, width, w))
+            started = c.exchange_start({row0 + d: send[d, ...] for d in range(g_k)},
+                                       {row0 + s: recv[s, ...] for s in range(g_k)}, send)
+            pending.append((r0, r1, started, recv))
+            del send
+            if len(pending) > 1:  # this part's compute is queued: finish the one before
+                out = _finish(xp, pending.pop(0), out, rows, w * g_k * width)
+        for item in pending:
+            out = _finish(xp, item, out, rows, w * g_k * width)
+        y = out
     return y
+
+
+def _finish(xp, item, out, rows, new_width):
+    """Complete one part's exchange and unpack it: block layout after the round is (new
+    column in w, source block, prefix position)."""
+    r0, r1, started, recv = item
+    started.wait()
+    part = xp.reshape(xp.permute_dims(recv, (1, 3, 0, 2)), (r1 - r0, new_width))
+    if r0 == 0 and r1 == rows:
+        return part
+    if out is None:
+        out = empty_like_shape(recv, (rows, new_width))
+    copy_into(out[r0:r1, ...], part)
+    return out
