@@ -217,7 +217,7 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
     constexpr int H = LW / 2;
     for (int64_t e0 = 0; e0 < a.Bin; e0 += H) {
       const int ne = int(std::min<int64_t>(H, a.Bin - e0));
-      const unsigned mask = ne == H ? (1u << H) - 1 : (1u << ne) - 1;
+      const unsigned mask = (1u << ne) - 1;
       for (int h = 0; h < 2; ++h) {
         const int rows = std::max(0, std::min(H, nv - h * H));
         if constexpr (sizeof(T) == 4) {
