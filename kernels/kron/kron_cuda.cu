@@ -388,7 +388,11 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   const int stages = tune.stages ? tune.stages : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
   auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * es; };
-  while (T > T0 && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;  // two blocks per SM
+  // two blocks per SM; (but float64 P = 16 column tiles of 32 i, one 8-warp block: on the H100
+  // 1024 x 16^5 12.38 ms against 13.25 with two blocks of 16 i, 16 x 16^6 4.69 against 5.12;
+  // for P = 32 and 64 larger tiles lost, 1024 x 32^4 17.6 against 15.7)
+  const bool one_block = es == 8 && !line && P == 16;
+  while (T > T0 && !one_block && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;
   if (line && tune.T > 0) T = tune.T;
   if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
@@ -418,6 +422,25 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
 bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out);
 
+// Whether the natural-order kernel takes this group less its first factor: then float64 and the
+// half types leave the whole group to shorter natural passes, not to the sliced kernels.  (H100,
+// 1024 x 8^7 bfloat16: a 4-factor sliced pass and 3 natural steps took 30.8 ms, float32 in
+// 3 + 2 + 2 19.6; P = 8 groups on the natural kernel stop at 3)
+bool natural_takes_shorter(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                           const PassShape &sh) {
+  if (dtype == KL_FLOAT32 || !sh.natural || sh.count < 2) return false;
+  const int first = sh.last - sh.count + 1;
+  const int64_t P = p->P[sh.last];
+  for (int i = first; i <= sh.last; ++i)  // (groups of one P x P only: mixed ones as before)
+    if (p->P[i] != P || p->Q[i] != P) return false;
+  PassShape shorter = sh;
+  shorter.count = sh.count - 1;
+  shorter.O = sh.O * p->P[first];  // (the modes before the group: one more)
+  shorter.rows = sh.rows * p->P[first];
+  PassCfg unused;
+  return configure_natural(p, dtype, dev, shorter, &unused);
+}
+
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
 // (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
 // cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
@@ -426,6 +449,7 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out) {
   if (configure_natural(p, dtype, dev, sh, out)) return true;
+  if (natural_takes_shorter(p, dtype, dev, sh)) return false;
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
