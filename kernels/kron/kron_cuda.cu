@@ -3,8 +3,9 @@
 // cores: float32, float64, half fallback), kron_cuda_mma.cuh (tensor cores: float16, bfloat16),
 // kron_cuda_tf32.cuh (tensor cores: float32 as 3xTF32) and kron_cuda_natural.cuh (float32 as
 // 3xTF32 on row-contiguous x with P x P factors: tiles in the tensor's own order, see
-// configure_natural); the tables of compiled configurations in kron_cuda_{f32,f64,f16,bf16}.cu
-// and kron_cuda_f32_natural.cu.
+// configure_natural) and kron_cuda_natural_mma.cuh (the same for float64 on DMMA and the half
+// types); the tables of compiled configurations in kron_cuda_{f32,f64,f16,bf16}.cu,
+// kron_cuda_f32_natural.cu and kron_cuda_mma_natural.cu.
 //
 // choose_config() in a sentence: group consecutive factors (from the last) into as few passes as
 // fit on chip — a pass is feasible when its tile of L lines, transformed in place step after step,
