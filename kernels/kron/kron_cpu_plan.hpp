@@ -37,7 +37,8 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
   // j of a row, whose outputs are contiguous (vector stores).  Fusing down to fewer than `lanes`
   // prefixes would move the lanes onto the rows, whose outputs lie a row apart with a stride
   // (one scalar store per element): one more pass over the data is cheaper.  A whole row is the
-  // exception: each lane's outputs are then contiguous, stored by in-register transposes.
+  // exception: each lane's outputs are then contiguous, stored by in-register transposes in the
+  // AVX-512 build (element by element in the others, as every whole-row pass was before).
   const bool lanes_on_prefixes = p->y_es == 1 || p->m2 == 1;
   int i = n - 1;
   // Whether factors [0, from] fit one pass that takes whole rows (blocks of the full row length
