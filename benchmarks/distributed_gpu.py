@@ -32,6 +32,9 @@ from kronlinalg import distributed as kd
 
 CPU = "--cpu" in sys.argv
 OUT = os.environ.get("OUT", "/tmp/out")
+# ONLY=strassen: the correctness check, the link and the Strassen–Winograd part alone
+ONLY = os.environ.get("ONLY", "")
+PIPELINES = (1, 2, 4, 8)  # column chunks of the Strassen engine (1: no overlap)
 
 
 def log(*a):
@@ -163,7 +166,7 @@ def main():
     cases = [(16, 3), (8, 4)] if CPU else [(16, 5), (32, 4)]
     reps = 3 if CPU else 10
     rows = []
-    for p, n in cases:
+    for p, n in ([] if ONLY == "strassen" else cases):
         base = None
         for g in sizes:
             grp, members = groups[g]
@@ -197,43 +200,11 @@ def main():
     # Strassen–Winograd FP64
     n_mm = 1024 if CPU else 32768
     if world >= 4:
-        grp, members = groups[4]
-        g = 4
-        r = members.index(rank)
-        a = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 200 + r)
-        b = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 300 + r)
-        comm = kd.communicator(grp)
-        sw = {}
-        for alg in ("strassen_winograd", "classical"):
-            comm.reset_counters()
-            sw[alg] = timed(lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg), grp, 3)
-            sw[alg + "_bytes_per_call"] = comm.bytes_sent / 4
-        # the leaves through the single-GPU Strassen (workspace-free) instead of the library GEMM
-        sw["strassen_winograd_strassen_leaf"] = timed(
-            lambda: kd.strassen_matmul(a, b, comm=comm, leaf="strassen"), grp, 3)
-        del a, b
-        if not CPU:
-            torch.cuda.empty_cache()
-        dist.barrier()
-        if rank == 0:
-            A = randn((n_mm, n_mm), torch.float64, 1)
-            B = randn((n_mm, n_mm), torch.float64, 2)
-            sw["one_gpu_matmul"] = timed(lambda: torch.matmul(A, B), groups[1][0], 3)
-            del A, B
-            sw["speedup_vs_one_gpu"] = sw["one_gpu_matmul"] / sw["strassen_winograd"]
-            sw["speedup_vs_classical"] = sw["classical"] / sw["strassen_winograd"]
-            sw["strassen_leaf_vs_one_gpu"] = (sw["one_gpu_matmul"]
-                                              / sw["strassen_winograd_strassen_leaf"])
-            sw["strassen_leaf_vs_classical"] = (sw["classical"]
-                                                / sw["strassen_winograd_strassen_leaf"])
-            sw["classical_vs_one_gpu"] = sw["one_gpu_matmul"] / sw["classical"]
-            log("strassen:", sw)
-        dist.barrier()
-        res["strassen"] = sw
+        res["strassen"] = strassen_part(groups, n_mm, rank)
     save(res)
     # too big for one GPU: 1024 x 16^6 on 4 GPUs vs one GPU's 256 x 16^6
     big_m, big_p, big_n = (64, 8, 5) if CPU else (1024, 16, 6)
-    if world >= 4:
+    if world >= 4 and ONLY != "strassen":
         grp, members = groups[4]
         one = kron_point(groups[1][0], [0], big_m // 4, big_p, big_n, (1, 1), "fastkron",
                          3) if rank == 0 else None
@@ -256,7 +227,7 @@ def main():
             log(entry)
         res["kron_big"] = entry
     save(res)
-    if not CPU:
+    if not CPU and ONLY != "strassen":
         res["cupy_nccl"] = cupy_nccl_check()
         log("cupy nccl adapter:", res["cupy_nccl"])
     if rank == 0:
@@ -270,6 +241,62 @@ def main():
     dist.destroy_process_group()
 
 
+def strassen_part(groups, n_mm, rank):
+    """FP64 N × N on 4 ranks: Strassen–Winograd and the classical split, each without
+    (pipeline=1) and with the exchanges overlapping the products (pipeline=k), one GPU's
+    torch.matmul, and one half-size product a rank alone (the products' floor)."""
+    grp, members = groups[4]
+    g = 4
+    r = members.index(rank)
+    a = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 200 + r)
+    b = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 300 + r)
+    comm = kd.communicator(grp)
+    sw = {"pipelines": list(PIPELINES), "n": n_mm}
+    for alg in ("strassen_winograd", "classical"):
+        for k in PIPELINES:
+            comm.reset_counters()
+            t = timed(lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=k),
+                      grp, 5)
+            sw[f"{alg}_p{k}"] = t
+            sw[f"{alg}_p{k}_bytes_per_call"] = comm.bytes_sent / 6
+            log(f"strassen: {alg} pipeline={k}: {t * 1e3:.1f} ms")
+        # the overlap changes no value: pipeline=4 against pipeline=1 at this size
+        one = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=1)
+        four = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=4)
+        diff = torch.tensor([float((one - four).abs().max() / one.abs().max())], device=DEV,
+                            dtype=torch.float64)
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=grp)
+        sw[f"{alg}_p4_vs_p1_max_rel"] = float(diff)
+        del one, four
+    # the floor: one product of half-size blocks a rank (all ranks at once), no exchange
+    h = n_mm // 2
+    x, y = randn((h, h), torch.float64, 400 + r), randn((h, h), torch.float64, 500 + r)
+    sw["one_product_per_rank"] = timed(lambda: torch.matmul(x, y), grp, 3)
+    del x, y, a, b
+    if not CPU:
+        torch.cuda.empty_cache()
+    dist.barrier()
+    if rank == 0:
+        A = randn((n_mm, n_mm), torch.float64, 1)
+        B = randn((n_mm, n_mm), torch.float64, 2)
+        sw["one_gpu_matmul"] = timed(lambda: torch.matmul(A, B), groups[1][0], 3)
+        del A, B
+        best = {alg: min(PIPELINES, key=lambda k: sw[f"{alg}_p{k}"])
+                for alg in ("strassen_winograd", "classical")}
+        sw["best_pipeline"] = best
+        for key in ("strassen_winograd", "classical"):
+            sw[key] = sw[f"{key}_p{best[key]}"]
+        sw["speedup_vs_one_gpu"] = sw["one_gpu_matmul"] / sw["strassen_winograd"]
+        sw["speedup_vs_classical"] = sw["classical"] / sw["strassen_winograd"]
+        sw["speedup_vs_classical_p1"] = sw["classical_p1"] / sw["strassen_winograd"]
+        sw["speedup_p1_vs_classical_p1"] = sw["classical_p1"] / sw["strassen_winograd_p1"]
+        sw["floor_strassen_winograd"] = 1.75 * sw["one_product_per_rank"]
+        sw["floor_classical"] = 2.0 * sw["one_product_per_rank"]
+        log("strassen:", sw)
+    dist.barrier()
+    return sw
+
+
 def save(res):
     if dist.get_rank() == 0:
         os.makedirs(OUT, exist_ok=True)
@@ -281,10 +308,12 @@ def markdown(res):
     ms = lambda t: f"{t * 1e3:.2f}" if isinstance(t, float) else str(t)  # noqa: E731
     lines = [f"device: {res['device']} × {res['ranks']}; link: latency "
              f"{res['link']['latency_s'] * 1e6:.1f} us, {res['link']['bandwidth'] / 1e9:.1f} GB/s "
-             "a rank (all-to-all)", "",
-             "| case | GPUs | grid (model) | t model grid ms | eff. | t (1,G) fastkron ms | "
-             "eff. | t (1,G) per_factor ms | fastkron speed-up |", "|---|---|---|---|---|---|---|---|---|"]
-    for e in res["kron_weak"]:
+             "a rank (all-to-all)"]
+    if res.get("kron_weak"):
+        lines += ["", "| case | GPUs | grid (model) | t model grid ms | eff. | t (1,G) fastkron ms | "
+                  "eff. | t (1,G) per_factor ms | fastkron speed-up |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+    for e in res.get("kron_weak", []):
         lines.append(f"| {e['case']} | {e['gpus']} | {tuple(e['auto_grid'])} | {ms(e['t_auto'])} | "
                      f"{e['efficiency_auto']:.0%} | {ms(e.get('t_split_fastkron', '-'))} | "
                      f"{e['efficiency_split']:.0%} | " if e["gpus"] > 1 else
@@ -293,18 +322,22 @@ def markdown(res):
                       if e["gpus"] > 1 else "- | - |")
     if "kron_big" in res:
         lines += ["", "big: " + json.dumps(res["kron_big"])]
-    if "strassen" in res:
+    if "strassen" in res and "one_gpu_matmul" in res["strassen"]:
         s = res["strassen"]
-        lines += ["", "| FP64 N | 1 GPU torch.matmul ms | classical 2×2 on 4 ms | Strassen–Winograd on 4 ms "
-                  "| SW vs 1 GPU | SW vs classical |", "|---|---|---|---|---|---|",
-                  f"| 32768 | {ms(s['one_gpu_matmul'])} | {ms(s['classical'])} | "
-                  f"{ms(s['strassen_winograd'])} | {s['speedup_vs_one_gpu']:.2f}× | "
-                  f"{s['speedup_vs_classical']:.2f}× |"]
-        if "strassen_leaf_vs_classical" in s:
-            lines += [f"| 32768, SW with Strassen leaves | | | "
-                      f"{ms(s['strassen_winograd_strassen_leaf'])} | "
-                      f"{s['strassen_leaf_vs_one_gpu']:.2f}× | "
-                      f"{s['strassen_leaf_vs_classical']:.2f}× |"]
+        lines += ["", f"FP64 N = {s['n']}, 4 ranks; one GPU torch.matmul {ms(s['one_gpu_matmul'])} "
+                  f"ms; one half-size product a rank {ms(s['one_product_per_rank'])} ms (floor: "
+                  f"SW 1.75×, classical 2×)", "",
+                  "| pipeline | classical 2×2 ms | Strassen–Winograd ms | SW vs classical (same k) "
+                  "| SW vs 1 GPU |", "|---|---|---|---|---|"]
+        for k in s["pipelines"]:
+            sw_t, cl_t = s[f"strassen_winograd_p{k}"], s[f"classical_p{k}"]
+            lines.append(f"| {k} | {ms(cl_t)} | {ms(sw_t)} | {cl_t / sw_t:.3f}× | "
+                         f"{s['one_gpu_matmul'] / sw_t:.2f}× |")
+        lines += ["", f"best: {s['best_pipeline']}; SW best vs classical best "
+                  f"{s['speedup_vs_classical']:.3f}×, vs classical pipeline=1 "
+                  f"{s['speedup_vs_classical_p1']:.3f}×; pipeline 4 vs 1 max rel. difference: "
+                  f"SW {s['strassen_winograd_p4_vs_p1_max_rel']:.1e}, classical "
+                  f"{s['classical_p4_vs_p1_max_rel']:.1e}"]
     return "\n".join(lines) + "\n"
 
 

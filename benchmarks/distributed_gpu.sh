@@ -2,6 +2,8 @@
 # kronlinalg.distributed on 4 GPUs in one device call: build (sm_90a), the CPU test file, then
 # benchmarks/distributed_gpu.py under torchrun (NCCL; NVLink multicast off).  Logs to $OUT.
 #   run(command="bash benchmarks/distributed_gpu.sh", carry=[".wheelhouse"], kind="nvidia-h100-x4")
+# ONLY=strassen: the benchmark's Strassen–Winograd part alone (with and without the overlap,
+# pipeline 1/2/4/8), after the correctness check; BENCH_S caps the benchmark's seconds.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 root=$(pwd)

@@ -106,7 +106,7 @@ def _dense(factors):
 def case_strassen(comm, c):
     rank, size = c.rank, c.size
     rng = np.random.default_rng(99 + size)
-    report = {"checked": 0, "ratios": []}
+    report = {"checked": 0, "ratios": [], "bytes_ok": True}
     for m, k, n in ((14, 10, 12), (32, 32, 32), (2 * size + 6, 2 * size + 2, 4 * size + 2)):
         a = rng.standard_normal((m, k))
         b = rng.standard_normal((k, n))
@@ -116,7 +116,11 @@ def case_strassen(comm, c):
             for alg in ("classical", "strassen_winograd"):
                 a_s = kd.quadrant_shard(a.astype(dtype), size, rank)
                 b_s = kd.quadrant_shard(b.astype(dtype), size, rank)
-                c_s = kd.strassen_matmul(a_s, b_s, comm=comm, algorithm=alg)
+                c.reset_counters()
+                pipeline = 1 + report["checked"] % 3  # 2, 3: chunks in flight beside products
+                c_s = kd.strassen_matmul(a_s, b_s, comm=c, algorithm=alg, pipeline=pipeline)
+                want = kd.strassen_bytes(m, k, n, size, rank, np.dtype(dtype).itemsize, alg)
+                report["bytes_ok"] &= c.bytes_sent == want
                 full = kd.quadrant_assemble(comm.allgather(np.asarray(c_s)), np)
                 assert full.dtype == dtype, full.dtype
                 res[alg] = float(np.abs(full - ref).max() / (np.abs(a).max() * np.abs(b).max() * k))

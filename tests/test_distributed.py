@@ -12,6 +12,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -226,23 +227,29 @@ def test_kron_matmul_equals_single_process(problem, seed):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 7), st.integers(1, 6), st.integers(1, 6), st.integers(1, 6),
-       st.sampled_from(["strassen_winograd", "classical"]), st.integers(0, 2 ** 31))
-def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, seed):
+       st.sampled_from(["strassen_winograd", "classical"]), st.integers(1, 5),
+       st.integers(0, 2 ** 31))
+def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, pipeline, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((2 * m2, 2 * k2))
     b = rng.standard_normal((2 * k2, 2 * n2))
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
 
     def work(comm):
-        return kd.strassen_matmul(kd.quadrant_shard(a32, size, comm.rank),
-                                  kd.quadrant_shard(b32, size, comm.rank), comm=comm,
-                                  algorithm=alg)
+        a_s = kd.quadrant_shard(a32, size, comm.rank)
+        b_s = kd.quadrant_shard(b32, size, comm.rank)
+        before = (a_s.copy(), b_s.copy())
+        c_s = kd.strassen_matmul(a_s, b_s, comm=comm, algorithm=alg, pipeline=pipeline)
+        assert np.array_equal(a_s, before[0]) and np.array_equal(b_s, before[1])
+        return c_s, comm.bytes_sent
 
     out = run_ranks(size, work)
     for r in out:
         if isinstance(r, Exception):
             raise r
-    got = kd.quadrant_assemble(out, np)
+    for r, (_, sent) in enumerate(out):  # the same bytes for every pipeline count
+        assert sent == kd.strassen_bytes(2 * m2, 2 * k2, 2 * n2, size, r, 4, alg)
+    got = kd.quadrant_assemble([c for c, _ in out], np)
     assert got.dtype == np.float32
     classical = a32 @ b32
     ref = a @ b
@@ -252,6 +259,51 @@ def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, seed):
     err = np.abs(got - ref).max() / scale
     err_classical = max(np.abs(classical - ref).max() / scale, eps)
     assert err <= 6 * err_classical, (err, err_classical)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+def test_strassen_pipeline_changes_no_value(size):
+    # chunks of columns give each product column the same sums: the result of every pipeline
+    # count equals pipeline=1's to rounding (bitwise where the BLAS's columns do not depend on
+    # the block width), and the counter the formula
+    rng = np.random.default_rng(size)
+    a, b = rng.standard_normal((18, 26)), rng.standard_normal((26, 34))
+
+    def work(pipeline):
+        def body(comm):
+            c_s = kd.strassen_matmul(kd.quadrant_shard(a, size, comm.rank),
+                                     kd.quadrant_shard(b, size, comm.rank), comm=comm,
+                                     pipeline=pipeline)
+            return c_s, comm.bytes_sent
+        out = run_ranks(size, body)
+        for r in out:
+            if isinstance(r, Exception):
+                raise r
+        return kd.quadrant_assemble([c for c, _ in out], np), [s for _, s in out]
+
+    one, sent_one = work(1)
+    np.testing.assert_allclose(one, a @ b, rtol=1e-13, atol=1e-13 * np.abs(a @ b).max())
+    for pipeline in (2, 3, 9, 40):  # 40: more chunks than a rank has columns
+        got, sent = work(pipeline)
+        np.testing.assert_allclose(got, one, rtol=1e-14, atol=1e-14 * np.abs(one).max())
+        assert sent == sent_one == [kd.strassen_bytes(18, 26, 34, size, r, 8)
+                                    for r in range(size)]
+
+
+def test_strassen_bytes_formula_by_hand():
+    # 4 ranks, n/2 = k/2 = 8 (strips of 2 columns): Strassen–Winograd's 56 product columns,
+    # 14 a rank; rank 0 owns Q0 and Q1[:, 0:6] and holds columns 0:2 of every T_i and S_i
+    m2, k2, n2 = 5, 8, 8
+    per = {}
+    # to rank 1: T1, T2, T3 strips (5 × 2 each) + S2 cols 0:2 + S3 cols 0:2 (8 × 2 each)
+    per[1] = 3 * m2 * 2 + 2 * k2 * 2
+    # to rank 2 (Q3[:, 4:8], Q4, Q5[:, 0:2]): T3, T4, T5 strips + S4 cols 0:2 + S5 cols 0:2
+    per[2] = 3 * m2 * 2 + 2 * k2 * 2
+    # to rank 3 (Q5[:, 2:8], Q6): T5, T6 strips + S6 cols 0:2
+    per[3] = 2 * m2 * 2 + k2 * 2
+    # back from its own pieces Q0 (8 columns) and Q1[:, 0:6]: all but its own columns 0:2
+    back = m2 * (8 - 2) + m2 * (6 - 2)
+    assert kd.strassen_bytes(2 * m2, 2 * k2, 2 * n2, 4, 0, 8) == 8 * (sum(per.values()) + back)
 
 
 def test_bad_input_same_error_on_every_thread_rank():
@@ -279,6 +331,17 @@ def test_bad_input_same_error_on_every_thread_rank():
         kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=3)
     with pytest.raises(ValueError, match="pipeline"):
         kd.kron_matmul(x, factors, comm=kd.SelfCommunicator(), grid=(1, 1), pipeline=0)
+
+    a = rng.standard_normal((4, 8))
+    with pytest.raises(ValueError, match="pipeline: expected a positive count"):
+        kd.strassen_matmul(a, a.T.copy(), comm=kd.SelfCommunicator(), pipeline=0)
+    with pytest.raises(TypeError, match="pipeline: expected an int"):
+        kd.strassen_matmul(a, a.T.copy(), comm=kd.SelfCommunicator(), pipeline=True)
+    out = run_ranks(3, lambda comm: kd.strassen_matmul(
+        kd.quadrant_shard(a, 3, comm.rank), kd.quadrant_shard(a.T.copy(), 3, comm.rank),
+        comm=comm, pipeline=1 + (comm.rank == 1)))
+    assert all(isinstance(e, ValueError) for e in out) and len({str(e) for e in out}) == 1
+    assert str(out[0]).startswith("pipeline: the pipeline counts differ")
 
 
 def test_calibrate_on_thread_ranks():
@@ -332,7 +395,7 @@ def test_mpi_kron_matmul(n):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])
 def test_mpi_strassen_winograd(n):
     rep = _report(_launch(n, "strassen"))
-    assert rep["checked"] == 12
+    assert rep["checked"] == 12 and rep["bytes_ok"]
 
 
 @pytest.mark.parametrize("case,argument", [("bad_shapes", "x: every rank must hold"),
@@ -342,11 +405,9 @@ def test_mpi_strassen_winograd(n):
                                            ("strassen_bad", "b: rank 0 holds")])
 def test_mpi_bad_input_same_error_everywhere(case, argument):
     proc = _launch(3, case, timeout=60)
-    errs = {}
-    for ln in proc.stdout.splitlines():
-        if ln.startswith("ERR "):
-            _, rank, msg = ln.split(" ", 2)
-            errs[int(rank)] = msg
+    # the ranks' lines reach mpiexec's stdout interleaved, at times two on one line
+    errs = {int(m[1]): m[2] for m in re.finditer(r"ERR (\d+) (.*?)(?=ERR \d+ |\n|$)",
+                                                  proc.stdout)}
     ranks = {0, 1} if case == "missing_rank" else {0, 1, 2}
     assert set(errs) == ranks, proc.stdout + proc.stderr
     assert len(set(errs.values())) == 1, errs

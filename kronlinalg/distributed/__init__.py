@@ -19,11 +19,11 @@ from .comm import Communicator, SelfCommunicator
 from .kron import kron_bytes, kron_grid, kron_matmul, kron_rounds
 from .layout import (cols_split, kron_assemble, kron_block, kron_shard, quadrant_assemble,
                      quadrant_columns, quadrant_shard, rows_split)
-from .strassen import strassen_matmul
+from .strassen import strassen_bytes, strassen_matmul
 from . import registration as _registration  # noqa: F401  (the planner's candidates)
 
 __all__ = ["Communicator", "SelfCommunicator", "MPICommunicator", "TorchCommunicator",
            "CupyNcclCommunicator", "communicator", "calibrate", "kron_matmul", "kron_grid",
-           "kron_rounds", "kron_bytes", "strassen_matmul", "kron_block", "kron_shard",
+           "kron_rounds", "kron_bytes", "strassen_matmul", "strassen_bytes", "kron_block", "kron_shard",
            "kron_assemble", "quadrant_columns", "quadrant_shard", "quadrant_assemble",
            "rows_split", "cols_split"]

@@ -3,7 +3,7 @@ every rank, so each check raises the same ValueError on every rank."""
 
 from __future__ import annotations
 
-__all__ = ["dtype_code", "dtype_of_code", "same", "group_text"]
+__all__ = ["dtype_code", "dtype_of_code", "same", "group_text", "count"]
 
 _DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int32",
            "int64")
@@ -31,3 +31,11 @@ def same(table, field, argument, what, show=str) -> int:
     if len(values) != 1:
         raise ValueError(f"{argument}: {what} differ between ranks ({group_text(table, field, show)})")
     return table[0][field]
+
+
+def count(value, argument: str) -> int:
+    """value as a count (an int, not a bool); a TypeError naming argument otherwise (this
+    rank's own argument: checked before the agreement, so the ranks then compare it)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument}: expected an int, got {type(value).__name__}")
+    return value

@@ -68,12 +68,6 @@ def kron_grid(m, factor_shapes, comm_or_size, *, dtype="float32", device="cpu",
                              bandwidth=bandwidth)
 
 
-def _count(v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"pipeline: expected an int, got {type(v).__name__}")
-    return v
-
-
 def _check(table, size, factor_shapes):
     g_m = checks.same(table, "g_m", "grid", "the grids")
     g_k = checks.same(table, "g_k", "grid", "the grids")
@@ -144,7 +138,7 @@ def kron_matmul(x, factors, /, *, comm, grid, algorithm="fastkron", pipeline=1,
     fields = {"rows": x.shape[0], "cols": x.shape[1], "g_m": g_m, "g_k": g_k,
               "algorithm": ALGORITHMS.index(algorithm),
               "dtype": checks.dtype_code(_dtype_name(x)), "nfactors": len(factors),
-              "factors": fingerprint(factors), "pipeline": _count(pipeline)}
+              "factors": fingerprint(factors), "pipeline": checks.count(pipeline, "pipeline")}
     table = agree(c, "distributed.kron_matmul", fields, timeout)
     g_m, g_k, m = _check(table, c.size, shapes)
     rounds = kron_rounds(shapes, (g_m, g_k), algorithm)

@@ -11,6 +11,12 @@
    planner's ``kronlinalg.matmul``, or ``kronlinalg.strassen_matmul``), and sends each rank
    its strip of the piece back (a second exchange).
 3. Post-additions, data-parallel, into C's strips.
+
+With ``pipeline=k`` every rank's pieces are cut into k runs of columns (``costs.
+chunk_segments``, the same k on every rank) and step 2 runs as a pipeline: chunk j + 1's
+operands are on their way while chunk j is multiplied, and chunk j's result goes back while
+chunk j + 1 is multiplied.  A T_i goes to its owner once, with the owner's first chunk of
+product i.  The bytes are those of k = 1 (``strassen_bytes``).
 """
 
 from __future__ import annotations
@@ -20,9 +26,13 @@ import array_api_compat
 from ..planner.costs import distributed as costs
 from . import checks
 from .adapters import communicator
-from .comm import agree, contiguous
+from ..common.backend import on_cuda
+from .comm import agree, contiguous, copy_into, empty_like_shape
 
-__all__ = ["strassen_matmul", "WINOGRAD", "CLASSICAL", "ALGORITHMS", "LEAVES"]
+__all__ = ["strassen_matmul", "strassen_bytes", "WINOGRAD", "CLASSICAL", "ALGORITHMS",
+           "LEAVES", "GPU_PIPELINE"]
+
+GPU_PIPELINE = 4  # chunks on GPUs when pipeline=None (host arrays: 1, nothing to overlap)
 
 # A program: (pre-additions of A, pre-additions of B, products (T name, S name), post-additions).
 # Each addition: (target, ((coefficient, source), ...)); sources A0..A3 / B0..B3 / earlier ones.
@@ -96,8 +106,36 @@ def _check(table, size):
     return m // 2, k2, n2
 
 
+def _check(table, size):
+    for field, what in (("m", "the row counts of a"), ("k", "the row counts of b")):
+        checks.same(table, field, "a" if field == "m" else "b", what)
+    checks.same(table, "dtype", "a", "the dtypes", checks.dtype_of_code)
+    checks.same(table, "algorithm", "algorithm", "the algorithms")
+    checks.same(table, "leaf", "leaf", "the leaves")
+    pipeline = checks.same(table, "pipeline", "pipeline", "the pipeline counts")
+    if pipeline < 1:
+        raise ValueError(f"pipeline: expected a positive count of column chunks, got {pipeline}")
+    m, k = table[0]["m"], table[0]["k"]
+    if m % 2 or k % 2:
+        raise ValueError(f"a: Strassen over ranks needs even m and k, got m = {m}, k = {k}")
+    k2 = sum(row["acols"] for row in table) // 2
+    n2 = sum(row["bcols"] for row in table) // 2
+    if k2 * 2 != k:
+        raise ValueError(f"a: the strips' widths add up to {2 * k2} columns, b has {k} rows; "
+                         f"held widths: {checks.group_text(table, 'acols')}")
+    for field, half, name in (("acols", k2, "a"), ("bcols", n2, "b")):
+        for r, row in enumerate(table):
+            c0, c1 = costs.cols_split(half, size, r)
+            if row[field] != 2 * (c1 - c0):
+                raise ValueError(
+                    f"{name}: rank {r} holds {row[field]} columns; the quadrant-strip layout "
+                    f"of {2 * half} columns over {size} ranks gives it {2 * (c1 - c0)} "
+                    f"(held: {checks.group_text(table, field)})")
+    return m // 2, k2, n2, pipeline
+
+
 def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="library",
-                    timeout=None):
+                    pipeline=None, timeout=None):
     """This rank's strips of ``A @ B`` by Strassen–Winograd (7 products) or the classical
     2 × 2 split (8), over every rank of comm.
 
@@ -106,6 +144,10 @@ def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="libra
     algorithm : "strassen_winograd" or "classical".
     leaf : "library" (the array library's matmul), "auto" (kronlinalg.matmul, the
         planner's choice) or "strassen" (kronlinalg.strassen_matmul) for each product piece.
+    pipeline : column chunks each rank's products are cut into; with k > 1 chunk j + 1's
+        operands move while chunk j is multiplied, and chunk j's result while chunk j + 1 is
+        (NCCL, MPI).  None: ``GPU_PIPELINE`` (4) on GPU arrays, 1 on host arrays.  The same
+        on every rank (checked); the bytes sent do not depend on it.
 
     Returns this rank's strips of C (m × n), same layout.  Bad input is the same ValueError on
     every rank before any data moves.
@@ -121,15 +163,43 @@ def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="libra
     if a.shape[1] % 2 or b.shape[1] % 2:
         raise ValueError("a: a strip holds two halves (left and right quadrants): an even "
                          f"width is needed, got {a.shape[1]} and {b.shape[1]}")
+    if pipeline is None:
+        pipeline = GPU_PIPELINE if on_cuda(a) else 1
     fields = {"m": a.shape[0], "k": b.shape[0], "acols": a.shape[1], "bcols": b.shape[1],
               "dtype": checks.dtype_code(_dtype_name(a)) * 16
               + checks.dtype_code(_dtype_name(b)),
-              "algorithm": sorted(ALGORITHMS).index(algorithm), "leaf": LEAVES.index(leaf)}
+              "algorithm": sorted(ALGORITHMS).index(algorithm), "leaf": LEAVES.index(leaf),
+              "pipeline": checks.count(pipeline, "pipeline")}
     table = agree(c, "distributed.strassen_matmul", fields, timeout)
-    m2, k2, n2 = _check(table, c.size)
+    m2, k2, n2, pipeline = _check(table, c.size)
     if _dtype_name(a) != _dtype_name(b):
         raise TypeError(f"b: its dtype {_dtype_name(b)} differs from a's {_dtype_name(a)}")
-    return _run(c, xp, a, b, ALGORITHMS[algorithm], _leaf(leaf, xp), m2, k2, n2)
+    return _Engine(c, xp, a, ALGORITHMS[algorithm], (m2, k2, n2), pipeline).run(
+        b, _leaf(leaf, xp))
+
+
+def strassen_bytes(m, k, n, size, rank, itemsize, algorithm="strassen_winograd") -> int:
+    """Bytes `rank` sends in one call of A (m × k) @ B (k × n) over `size` ranks (the formula
+    the byte counter is checked against; the same for every pipeline count): to each owner
+    of a piece, its T_i strip once and the S_i columns it holds, then to each rank the part of
+    its own pieces that rank's strips cover."""
+    products = ALGORITHMS[algorithm][2]
+    m2, k2, n2 = m // 2, k // 2, n // 2
+    k0, k1 = costs.cols_split(k2, size, rank)
+    segs = costs.product_segments(len(products), n2, size)
+    values = 0
+    for o, pieces in enumerate(segs):
+        for _, c0, c1 in pieces:
+            cut = [_overlap(c0, c1, costs.cols_split(n2, size, q)) for q in range(size)]
+            if o != rank:
+                values += m2 * (k1 - k0) + k2 * max(0, cut[rank][1] - cut[rank][0])
+            else:
+                values += sum(m2 * max(0, hi - lo) for q, (lo, hi) in enumerate(cut) if q != o)
+    return values * itemsize
+
+
+def _overlap(c0, c1, strip):
+    return max(c0, strip[0]), min(c1, strip[1])
 
 
 def _quadrants(x, rows2, prefix):
@@ -138,109 +208,164 @@ def _quadrants(x, rows2, prefix):
             f"{prefix}2": x[rows2:, :w], f"{prefix}3": x[rows2:, w:]}
 
 
-def _run(c, xp, a, b, program, leaf, m2, k2, n2):
-    pre_a, pre_b, products, post = program
-    size, me = c.size, c.rank
-    env = {**_quadrants(a, m2, "A"), **_quadrants(b, k2, "B")}
-    for target, terms in pre_a + pre_b:
-        env[target] = _add(terms, env)
-    segs = costs.product_segments(len(products), n2, size)
-    kstrip = [costs.cols_split(k2, size, r) for r in range(size)]
-    nstrip = [costs.cols_split(n2, size, r) for r in range(size)]
+class _Engine:
+    """One call's plan (identical on every rank) and this rank's side of it."""
 
-    def overlap(lo, hi, r):
-        s0, s1 = nstrip[r]
-        return max(lo, s0), min(hi, s1)
+    def __init__(self, c, xp, like, program, dims, pipeline):
+        self.c, self.xp, self.like = c, xp, like
+        self.program, (self.m2, self.k2, self.n2) = program, dims
+        size = c.size
+        self.products = program[2]
+        self.chunks = costs.chunk_segments(len(self.products), self.n2, size, pipeline)
+        self.kstrip = [costs.cols_split(self.k2, size, r) for r in range(size)]
+        self.nstrip = [costs.cols_split(self.n2, size, r) for r in range(size)]
+        # the chunk in which each owner gets T_i (its first chunk of product i)
+        self.first = [{} for _ in range(size)]
+        for o in range(size):
+            for u, pieces in enumerate(self.chunks[o]):
+                for i, _, _ in pieces:
+                    self.first[o].setdefault(i, u)
+        self.last = {}  # this rank's last chunk of product i: T_i may go after it
+        for u, pieces in enumerate(self.chunks[c.rank]):
+            for i, _, _ in pieces:
+                self.last[i] = u
 
-    # exchange 1: the owner of each piece gets every rank's T_i strip and the S_i columns
-    sends, shapes = {}, {}
-    for o in range(size):
-        for i, c0, c1 in segs[o]:
-            t_name, s_name = products[i]
-            lo, hi = overlap(c0, c1, me)
-            parts = [env[t_name]] + ([env[s_name][:, lo - nstrip[me][0]:hi - nstrip[me][0]]]
-                                     if lo < hi else [])
-            sends.setdefault(o, []).extend(parts)
-    for q in range(size):
-        for i, c0, c1 in segs[me]:
-            lo, hi = overlap(c0, c1, q)
-            shapes.setdefault(q, []).append((m2, kstrip[q][1] - kstrip[q][0]))
-            if lo < hi:
-                shapes[q].append((k2, hi - lo))
-    got = _exchange_lists(c, xp, sends, shapes, a)
-    # the products of this rank's pieces
-    mine = []
-    for j, (i, c0, c1) in enumerate(segs[me]):
-        t_parts, s_parts = [], []
+    def cut(self, c0, c1, r):
+        """The columns of piece c0:c1 in rank r's strip (empty when lo >= hi)."""
+        return _overlap(c0, c1, self.nstrip[r])
+
+    def run(self, b, leaf):
+        xp, a, me = self.xp, self.like, self.c.rank
+        pre_a, pre_b, _, post = self.program
+        env = {**_quadrants(a, self.m2, "A"), **_quadrants(b, self.k2, "B")}
+        for target, terms in pre_a + pre_b:
+            env[target] = _add(terms, env)
+        t_full, strips = {}, {}
+        operands = self.send_operands(0, env)
+        back = None
+        for u in range(len(self.chunks[me])):
+            got = operands()
+            if u + 1 < len(self.chunks[me]):
+                # started before chunk u's products are queued: on NCCL's stream it waits
+                # for nothing but the packing, so it runs beside them
+                operands = self.send_operands(u + 1, env)
+            results = self.multiply(u, got, t_full, leaf)
+            del got
+            returning = self.send_results(u, results)
+            del results
+            if back is not None:
+                self.keep_results(back(), strips)
+            back = returning
+        self.keep_results(back(), strips)
+        for i in range(len(self.products)):
+            parts = [x for _, x in sorted(strips.get(i, ()), key=lambda p: p[0])]
+            parts = parts or [a[:self.m2, :0]]  # an empty strip (fewer columns than ranks)
+            env[f"Q{i}"] = xp.concat(parts, axis=1) if len(parts) > 1 else parts[0]
+        for target, terms in post:
+            env[target] = _add(terms, env)
+        top = xp.concat([env["C0"], env["C1"]], axis=1)
+        bottom = xp.concat([env["C2"], env["C3"]], axis=1)
+        return xp.concat([top, bottom], axis=0)
+
+    def send_operands(self, u, env):
+        """Chunk u's exchange 1: each owner gets the T_i strips it has not had yet and the
+        S_i columns of its chunk-u pieces that this rank holds."""
+        me, size = self.c.rank, self.c.size
+        sends, shapes = {}, {}
+        for o in range(size):
+            for i, c0, c1 in self.chunks[o][u]:
+                t_name, s_name = self.products[i]
+                if self.first[o][i] == u:
+                    sends.setdefault(o, []).append(env[t_name])
+                lo, hi = self.cut(c0, c1, me)
+                if lo < hi:
+                    n0 = self.nstrip[me][0]
+                    sends.setdefault(o, []).append(env[s_name][:, lo - n0:hi - n0])
         for q in range(size):
-            items = got[q]
-            t_parts.append(items[_index(segs[me], j, q, overlap)[0]])
-            si = _index(segs[me], j, q, overlap)[1]
-            if si is not None:
-                s_parts.append(items[si])
-        t_full = xp.concat(t_parts, axis=1) if len(t_parts) > 1 else t_parts[0]
-        s_cols = xp.concat(s_parts, axis=1) if len(s_parts) > 1 else s_parts[0]
-        mine.append(leaf(t_full, s_cols))
-    del got
-    # exchange 2: every rank gets its strip of each product piece
-    sends, shapes = {}, {}
-    for j, (i, c0, c1) in enumerate(segs[me]):
-        for q in range(size):
-            lo, hi = overlap(c0, c1, q)
-            if lo < hi:
-                sends.setdefault(q, []).append(mine[j][:, lo - c0:hi - c0])
-    for o in range(size):
-        for i, c0, c1 in segs[o]:
-            lo, hi = overlap(c0, c1, me)
-            if lo < hi:
-                shapes.setdefault(o, []).append((m2, hi - lo))
-    got = _exchange_lists(c, xp, sends, shapes, a)
-    strips = {}
-    for o in range(size):
-        items = iter(got.get(o, []))
-        for i, c0, c1 in segs[o]:
-            lo, hi = overlap(c0, c1, me)
-            if lo < hi:
-                strips.setdefault(i, []).append(next(items))
-    for i in range(len(products)):
-        parts = strips.get(i) or [a[:m2, :0]]  # an empty strip (fewer columns than ranks)
-        env[f"Q{i}"] = xp.concat(parts, axis=1) if len(parts) > 1 else parts[0]
-    for target, terms in post:
-        env[target] = _add(terms, env)
-    top = xp.concat([env["C0"], env["C1"]], axis=1)
-    bottom = xp.concat([env["C2"], env["C3"]], axis=1)
-    return xp.concat([top, bottom], axis=0)
+            for i, c0, c1 in self.chunks[me][u]:
+                if self.first[me][i] == u:
+                    k0, k1 = self.kstrip[q]
+                    shapes.setdefault(q, []).append((self.m2, k1 - k0))
+                lo, hi = self.cut(c0, c1, q)
+                if lo < hi:
+                    shapes.setdefault(q, []).append((self.k2, hi - lo))
+        return _start_lists(self.c, self.xp, sends, shapes, self.like)
+
+    def multiply(self, u, got, t_full, leaf):
+        """This rank's chunk-u pieces, [(product, c0, c1, T_i @ S_i[:, c0:c1])]."""
+        xp, size = self.xp, self.c.size
+        items = {q: iter(parts) for q, parts in got.items()}
+        out = []
+        for i, c0, c1 in self.chunks[self.c.rank][u]:
+            if self.first[self.c.rank][i] == u:
+                t_parts = [next(items[q]) for q in range(size)]
+                t_full[i] = xp.concat(t_parts, axis=1) if size > 1 else t_parts[0]
+            s_parts = [next(items[q]) for q in range(size) if
+                       self.cut(c0, c1, q)[0] < self.cut(c0, c1, q)[1]]
+            s_cols = xp.concat(s_parts, axis=1) if len(s_parts) > 1 else s_parts[0]
+            out.append((i, c0, c1, leaf(t_full[i], s_cols)))
+            if self.last[i] == u:
+                del t_full[i]
+        return out
+
+    def send_results(self, u, results):
+        """Chunk u's exchange 2: every rank gets its strip's columns of the chunk's pieces."""
+        me, size = self.c.rank, self.c.size
+        sends, shapes = {}, {}
+        for i, c0, c1, q_piece in results:
+            for q in range(size):
+                lo, hi = self.cut(c0, c1, q)
+                if lo < hi:
+                    sends.setdefault(q, []).append(q_piece[:, lo - c0:hi - c0])
+        for o in range(size):
+            for i, c0, c1 in self.chunks[o][u]:
+                lo, hi = self.cut(c0, c1, me)
+                if lo < hi:
+                    shapes.setdefault(o, []).append((self.m2, hi - lo))
+        pending = _start_lists(self.c, self.xp, sends, shapes, self.like)
+        return lambda: (u, pending())
+
+    def keep_results(self, done, strips):
+        u, got = done
+        me = self.c.rank
+        for o in range(self.c.size):
+            items = iter(got.get(o, ()))
+            for i, c0, c1 in self.chunks[o][u]:
+                lo, hi = self.cut(c0, c1, me)
+                if lo < hi:
+                    strips.setdefault(i, []).append((lo, next(items)))
 
 
-def _index(pieces, j, q, overlap):
-    """Positions, in the list received from rank q, of piece j's T strip and S columns."""
+def _pack(xp, parts, like):
+    """One flat contiguous buffer holding the 2-D parts one after another (row-major)."""
+    if len(parts) == 1:
+        return xp.reshape(contiguous(parts[0]), (-1,))
+    sizes = [int(x.shape[0]) * int(x.shape[1]) for x in parts]
+    buf = empty_like_shape(like, (sum(sizes),))
     pos = 0
-    for jj, (i, c0, c1) in enumerate(pieces):
-        lo, hi = overlap(c0, c1, q)
-        if jj == j:
-            return pos, (pos + 1 if lo < hi else None)
-        pos += 1 + (1 if lo < hi else 0)
-    raise IndexError(j)
+    for x, n in zip(parts, sizes):
+        copy_into(xp.reshape(buf[pos:pos + n], tuple(x.shape)), x)
+        pos += n
+    return buf
 
 
-def _exchange_lists(c, xp, sends, shapes, like):
-    """Send each peer a list of 2-D arrays (packed into one flat buffer), receive lists of
-    the given shapes: {peer: [arrays]}."""
-    flat_sends = {}
-    for p, parts in sends.items():
-        if p == c.rank:
-            continue
-        flats = [xp.reshape(contiguous(x), (-1,)) for x in parts]
-        flat_sends[p] = contiguous(xp.concat(flats)) if len(flats) > 1 else flats[0]
+def _start_lists(c, xp, sends, shapes, like):
+    """Begin sending each peer a list of 2-D arrays (packed into one flat buffer) and
+    receiving lists of the given shapes; returns a callable giving {peer: [arrays]} (the
+    rank's own list passed through)."""
+    flat_sends = {p: _pack(xp, parts, like) for p, parts in sends.items() if p != c.rank}
     recv_shapes = {q: (sum(r * w for r, w in s),) for q, s in shapes.items() if q != c.rank}
-    got = c.exchange(flat_sends, recv_shapes, like)
-    out = {}
-    if c.rank in sends:
-        out[c.rank] = list(sends[c.rank])
-    for q, buf in got.items():
-        items, pos = [], 0
-        for r, w in shapes[q]:
-            items.append(xp.reshape(buf[pos:pos + r * w], (r, w)))
-            pos += r * w
-        out[q] = items
-    return out
+    pending = c.exchange_start(flat_sends, recv_shapes, like)
+
+    def finish():
+        got = pending.wait()
+        out = {c.rank: list(sends[c.rank])} if c.rank in sends else {}
+        for q, buf in got.items():
+            items, pos = [], 0
+            for r, w in shapes[q]:
+                items.append(xp.reshape(buf[pos:pos + r * w], (r, w)))
+                pos += r * w
+            out[q] = items
+        return out
+
+    return finish

@@ -27,7 +27,8 @@ from typing import NamedTuple
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 __all__ = ["Round", "kron_rounds", "kron_bytes_per_rank", "rows_split", "cols_split",
-           "grids", "predict_kron", "choose_grid", "product_segments", "predict_matmul",
+           "grids", "predict_kron", "choose_grid", "product_segments", "chunk_segments",
+           "predict_matmul",
            "DEFAULT_LINKS", "normalise_kron", "normalise_matmul"]
 
 # (latency s, bytes/s a rank sends while all send) by device kind: NVLink 4 (H100 SXM, NCCL
@@ -169,21 +170,36 @@ def choose_grid(m, shapes, size, dtype="float32", device="cpu", kind="cpu", late
     return best[1]
 
 
+def _line_pieces(lo: int, hi: int, cols: int) -> tuple:
+    """The (product, col0, col1) pieces of the positions [lo, hi) on the line of products'
+    columns laid end to end (`cols` a product)."""
+    pieces = []
+    pos = lo
+    while pos < hi:
+        i, c0 = divmod(pos, cols)
+        c1 = min(cols, c0 + hi - pos)
+        pieces.append((i, c0, c1))
+        pos += c1 - c0
+    return tuple(pieces)
+
+
 def product_segments(n_products: int, cols: int, size: int):
     """Per rank, its (product, col0, col1) pieces: the products' `cols` columns laid end to end
     (n_products · cols) and cut into `size` near-equal segments."""
     total = n_products * cols
+    return tuple(_line_pieces(*rows_split(total, size, r), cols) for r in range(size))
+
+
+def chunk_segments(n_products: int, cols: int, size: int, chunks: int):
+    """Per rank, its segment (``product_segments``) cut into `chunks` near-equal runs of
+    columns, each a tuple of (product, col0, col1) pieces (empty where the segment is shorter
+    than `chunks`): out[rank][chunk].  One chunk is the segment itself."""
+    total = n_products * cols
     out = []
     for r in range(size):
         lo, hi = rows_split(total, size, r)
-        pieces = []
-        pos = lo
-        while pos < hi:
-            i, c0 = divmod(pos, cols)
-            c1 = min(cols, c0 + hi - pos)
-            pieces.append((i, c0, c1))
-            pos += c1 - c0
-        out.append(tuple(pieces))
+        out.append(tuple(_line_pieces(lo + c0, lo + c1, cols)
+                         for c0, c1 in (rows_split(hi - lo, chunks, u) for u in range(chunks))))
     return tuple(out)
 
 
