@@ -34,7 +34,7 @@ CPU = "--cpu" in sys.argv
 OUT = os.environ.get("OUT", "/tmp/out")
 # ONLY=strassen: the correctness check, the link and the Strassen–Winograd part alone
 ONLY = os.environ.get("ONLY", "")
-PIPELINES = (1, 2, 4, 8)  # column chunks of the Strassen engine (1: no overlap)
+PIPELINES = (1, 2, 4, 8, 16)  # column chunks of the Strassen engine (1: no overlap)
 
 
 def log(*a):

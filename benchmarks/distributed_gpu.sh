@@ -3,7 +3,8 @@
 # benchmarks/distributed_gpu.py under torchrun (NCCL; NVLink multicast off).  Logs to $OUT.
 #   run(command="bash benchmarks/distributed_gpu.sh", carry=[".wheelhouse"], kind="nvidia-h100-x4")
 # ONLY=strassen: the benchmark's Strassen–Winograd part alone (with and without the overlap,
-# pipeline 1/2/4/8), after the correctness check; BENCH_S caps the benchmark's seconds.
+# pipeline 1/2/4/8/16), after the correctness check, and the tests after the benchmark;
+# BENCH_S caps the benchmark's seconds.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 root=$(pwd)
@@ -20,7 +21,11 @@ python3 -m pip install -q --no-build-isolation --no-deps -Csetup-args=-Dgpu_arch
   -Cbuild-dir=/tmp/kl-build --target /tmp/new-site . > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
 export PYTHONPATH=/tmp/new-site:/tmp/site
 echo "build: $((SECONDS - start)) s"
-(cd tests && timeout 45 python3 -m pytest -q -p no:cacheprovider test_distributed.py > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt")
-cd /tmp && timeout ${BENCH_S:-230} python3 -m torch.distributed.run --standalone \
-  --nproc-per-node ${NGPU:-4} "$root/benchmarks/distributed_gpu.py" 2>&1 | tee "$OUT/bench.txt" | grep -v "^\[rank[123]\]"
+tests() {
+  (cd "$root/tests" && timeout 45 python3 -m pytest -q -p no:cacheprovider test_distributed.py > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt")
+}
+[ -n "$ONLY" ] || tests  # ONLY=...: the benchmark first, then the tests
+(cd /tmp && timeout ${BENCH_S:-230} python3 -m torch.distributed.run --standalone \
+  --nproc-per-node ${NGPU:-4} "$root/benchmarks/distributed_gpu.py" 2>&1 | tee "$OUT/bench.txt" | grep -v "^\[rank[123]\]")
+[ -z "$ONLY" ] || tests
 echo "total: $((SECONDS - start)) s"
