@@ -288,8 +288,7 @@ def _library_one(xp, a, b, c, call):
     cdt = backend.kernel_dtype(call.result) if not backend.on_cuda(a) else call.result
     out = xp.matmul(_cast(xp, a, cdt), _cast(xp, b, cdt))
     if call.alpha != 1.0 or c is not None:
-        # the alpha/beta epilogue of a half-type product in float32, rounded once at the end
-        # (in the half type, alpha·(a@b), beta·c and their sum would each round: three more)
+        # half types: the alpha/beta epilogue in float32, one rounding at the end (not 3 more)
         edt = "float32" if cdt in HALF else cdt
         out = _cast(xp, out, edt)
         if call.alpha != 1.0:

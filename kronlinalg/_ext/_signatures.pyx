@@ -1,7 +1,6 @@
 # cython: language_level=3
-"""arrays_signature compiled: the key of a repeated call's arrays, read on every call of every
-operation's fast path (kronlinalg/common/signatures.py documents it and keeps the Python twin
-the tests compare it with)."""
+"""The keys of a repeated call's arrays, read on every call of every operation's fast path
+(kronlinalg/common/signatures.py), compiled: a tiny product is host-bound."""
 
 import sys
 
@@ -13,7 +12,11 @@ cdef object _torch_tensor = None
 
 
 def arrays_signature(arrays, bint host):
-    """See kronlinalg.common.signatures.arrays_signature."""
+    """Tuple of the arrays' keys — (type, shape, strides, dtype, device) for CuPy arrays and CUDA
+    torch tensors that need no autograd, (type, shape, strides, dtype) with host=True for NumPy
+    arrays — all of one library (exact types, no subclasses); None for anything else.  The
+    library is resolved once, from the first array; each array costs its four attribute
+    reads."""
     global _cupy_ndarray, _torch_tensor
     if not arrays:
         return None

@@ -8,10 +8,7 @@ what the first call found.  Planner changes (calibration, new coefficients) clea
 
 from __future__ import annotations
 
-import sys
 import threading
-
-import numpy as np
 
 from .._ext import load
 
@@ -74,46 +71,6 @@ class SignatureCache:
         return tuple(self._entries)
 
 
-def arrays_signature_python(arrays, host: bool):
-    """Tuple of the arrays' keys — (type, shape, strides, dtype, device) for CuPy arrays and CUDA
-    torch tensors that need no autograd, (type, shape, strides, dtype) with host=True for NumPy
-    arrays — all of one library; None for anything else (the full path).
-
-    The hot path of every repeated call: the library is resolved once, from the first array,
-    and each array costs its four attribute reads (a tiny product is host-bound)."""
-    if not arrays:
-        return None
-    t = type(arrays[0])
-    if t is np.ndarray:
-        if not host:
-            return None
-        keys = []
-        for a in arrays:
-            if type(a) is not t:
-                return None
-            keys.append((t, a.shape, a.strides, a.dtype))
-        return tuple(keys)
-    modules = sys.modules
-    cupy = modules.get("cupy")
-    if cupy is not None and t is cupy.ndarray:
-        keys = []
-        for a in arrays:
-            if type(a) is not t:
-                return None
-            keys.append((t, a.shape, a.strides, a.dtype, a.data.device_id))
-        return tuple(keys)
-    torch = modules.get("torch")
-    if torch is not None and t is torch.Tensor:
-        keys = []
-        for a in arrays:
-            if type(a) is not t or not a.is_cuda or a.requires_grad:
-                return None
-            keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
-        return tuple(keys)
-    return None
-
-
-# the compiled twin (kronlinalg/_ext/_signatures.pyx) where the build has it: the same keys for
-# about half the host time (tests/test_signatures.py compares the two)
-_compiled = load("signatures")
-arrays_signature = _compiled.arrays_signature if _compiled is not None else arrays_signature_python
+# arrays_signature(arrays, host) -> the arrays' keys, or None (the full path): the hot path of
+# every repeated call, compiled (kronlinalg/_ext/_signatures.pyx says what the keys are).
+arrays_signature = load("signatures").arrays_signature
