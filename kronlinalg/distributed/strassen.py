@@ -26,13 +26,10 @@ import array_api_compat
 from ..planner.costs import distributed as costs
 from . import checks
 from .adapters import communicator
-from ..common.backend import on_cuda
 from .comm import agree, contiguous, copy_into, empty_like_shape
 
 __all__ = ["strassen_matmul", "strassen_bytes", "WINOGRAD", "CLASSICAL", "ALGORITHMS",
-           "LEAVES", "GPU_PIPELINE"]
-
-GPU_PIPELINE = 4  # chunks on GPUs when pipeline=None (host arrays: 1, nothing to overlap)
+           "LEAVES"]
 
 # A program: (pre-additions of A, pre-additions of B, products (T name, S name), post-additions).
 # Each addition: (target, ((coefficient, source), ...)); sources A0..A3 / B0..B3 / earlier ones.
@@ -135,7 +132,7 @@ def _check(table, size):
 
 
 def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="library",
-                    pipeline=None, timeout=None):
+                    pipeline=1, timeout=None):
     """This rank's strips of ``A @ B`` by Strassen–Winograd (7 products) or the classical
     2 × 2 split (8), over every rank of comm.
 
@@ -146,8 +143,9 @@ def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="libra
         planner's choice) or "strassen" (kronlinalg.strassen_matmul) for each product piece.
     pipeline : column chunks each rank's products are cut into; with k > 1 chunk j + 1's
         operands move while chunk j is multiplied, and chunk j's result while chunk j + 1 is
-        (NCCL, MPI).  None: ``GPU_PIPELINE`` (4) on GPU arrays, 1 on host arrays.  The same
-        on every rank (checked); the bytes sent do not depend on it.
+        (NCCL, MPI).  Default 1: on 4 H100s (NCCL, FP64 N = 32768) k = 2 … 16 were 3–7 %
+        slower than 1 (docs/performance.md).  The same on every rank (checked); neither the
+        bytes sent nor, with cuBLAS, the result depend on it.
 
     Returns this rank's strips of C (m × n), same layout.  Bad input is the same ValueError on
     every rank before any data moves.
@@ -163,8 +161,6 @@ def strassen_matmul(a, b, /, *, comm, algorithm="strassen_winograd", leaf="libra
     if a.shape[1] % 2 or b.shape[1] % 2:
         raise ValueError("a: a strip holds two halves (left and right quadrants): an even "
                          f"width is needed, got {a.shape[1]} and {b.shape[1]}")
-    if pipeline is None:
-        pipeline = GPU_PIPELINE if on_cuda(a) else 1
     fields = {"m": a.shape[0], "k": b.shape[0], "acols": a.shape[1], "bcols": b.shape[1],
               "dtype": checks.dtype_code(_dtype_name(a)) * 16
               + checks.dtype_code(_dtype_name(b)),
