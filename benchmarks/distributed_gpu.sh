@@ -4,7 +4,8 @@
 #   run(command="bash benchmarks/distributed_gpu.sh", carry=[".wheelhouse"], kind="nvidia-h100-x4")
 # ONLY=strassen: the benchmark's Strassen–Winograd part alone (with and without the overlap,
 # pipeline 1/2/4/8/16), after the correctness check, and the tests after the benchmark;
-# BENCH_S caps the benchmark's seconds.
+# BENCH_S caps the benchmark's seconds.  On GPUs the Strassen part then times pipeline 1/4/8
+# again on a group with a high-priority NCCL stream (the overlap's next try; not yet run).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 root=$(pwd)
