@@ -29,6 +29,8 @@ CASES = [
     ("2x2^12", [(2, 2)] * 12, 5),
     ("32x16,3x5", [(32, 16), (3, 5)], 13),
     ("1xQ,Px1", [(1, 6), (5, 1), (7, 7)], 3),
+    # 27 prefixes a row on 32 float lanes (a partial, masked group of contiguous lanes)
+    ("3x3^7", [(3, 3)] * 7, 7),
 ]
 IDS = [c[0] for c in CASES]
 

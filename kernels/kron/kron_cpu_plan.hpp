@@ -34,11 +34,12 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
   const int cap = p->max_fused > 0 ? p->max_fused : n;
   const int64_t rows = p->m1 * p->m2;
   // Row-major results (right products): a pass computes its lanes side by side along the prefixes
-  // j of a row, whose outputs are contiguous (vector stores).  Fusing down to fewer than `lanes`
-  // prefixes would move the lanes onto the rows, whose outputs lie a row apart with a stride
-  // (one scalar store per element): one more pass over the data is cheaper.  A whole row is the
-  // exception: each lane's outputs are then contiguous, stored by in-register transposes in the
-  // AVX-512 build (element by element in the others, as every whole-row pass was before).
+  // j of a row, whose outputs are contiguous (vector stores).  Fusing down to fewer than three
+  // quarters of `lanes` prefixes (TileMap's rule) would move the lanes onto the rows, whose
+  // outputs lie a row apart with a stride (one scalar store per element): one more pass over the
+  // data is cheaper.  A whole row is the exception: each lane's outputs are then contiguous,
+  // stored by in-register transposes in the AVX-512 build (element by element in the others, as
+  // every whole-row pass was before).
   const bool lanes_on_prefixes = p->y_es == 1 || p->m2 == 1;
   int i = n - 1;
   // Whether factors [0, from] fit one pass that takes whole rows (blocks of the full row length
@@ -68,8 +69,8 @@ inline std::vector<PassPlan> plan_passes(const kl_kron_problem *p, int64_t lane_
       const int64_t peak = std::max<int64_t>(g.maxblock * p->P[i], done_q * p->Q[i]);
       if (g.count > 0 && 2 * peak * lane_bytes > kBlockBudgetBytes) break;
       if (g.count > 0 && 4 * rows * (len / bin) < lanes) break;
-      if (g.count > 0 && lanes_on_prefixes && !whole_row && len / bin < lanes &&
-          len / g.Bin >= lanes)
+      if (g.count > 0 && lanes_on_prefixes && !whole_row && 4 * (len / bin) < 3 * lanes &&
+          4 * (len / g.Bin) >= 3 * lanes)
         break;
       g.Bin = bin;
       g.maxblock = peak;
