@@ -142,8 +142,9 @@ def _cpu_sliced(problem, s_e, prof):
         # a pass over whole rows (S == 1) puts the rows on the lanes and, with AVX-512, stores
         # them through register transposes
         whole_rows = S == 1 and M >= lanes and prof.simd_bytes == 64
-        contiguous = S if S >= lanes else (M if whole_rows else 0)
-        along = S if S >= lanes else max(M, S)
+        on_prefixes = 4 * S >= 3 * lanes  # the kernel's TileMap rule
+        contiguous = S if on_prefixes else (M if whole_rows else 0)
+        along = S if on_prefixes else max(M, S)
         use = _lane_use(along, lanes)
         nbytes = M * (n_in + n_out) * s_e
         c, d = _split(nbytes, nbytes, prof)
