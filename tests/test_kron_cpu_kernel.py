@@ -8,6 +8,12 @@ forgets to write, or a ``beta == 0`` that still reads Y, shows up as NaN.
 from __future__ import annotations
 
 import math
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -276,3 +282,52 @@ def test_large_inputs_with_fetch_ahead(rng, side, dtype):
     assert x.nbytes >= 4 * 2**20
     out = kronlinalg.kron_matmul(x, fs, side=side, algorithm="sliced")
     assert _rel(out, kron_matmul_ref(x, fs, side)) <= RTOL[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# every ISA build, not only the one this CPU dispatches to
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_ISA_BUILDS = {  # name: (KL_VEC_BYTES, compiler flags as in kernels/meson.build, CPU flags)
+    "generic": (16, [], []),
+    "avx2": (32, ["-mavx2", "-mfma"], ["avx2", "fma"]),
+    "avx512": (64, ["-mavx512f", "-mavx512vl", "-mavx2", "-mfma", "-mprefer-vector-width=512"],
+               ["avx512f", "avx512vl", "avx2", "fma"]),
+}
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.mark.parametrize("isa", sorted(_ISA_BUILDS))
+def test_every_isa_build_matches_float64_reference(tmp_path, isa):
+    """kernels/kron/kron_cpu_isa_check.cpp, compiled for one ISA: 17 odd shapes, both dtypes,
+    beta 0 (NaN-poisoned y) and 0.5, rows a gap apart, one and two threads."""
+    source = _ROOT / "kernels" / "kron" / "kron_cpu_isa_check.cpp"
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if not source.exists() or compiler is None or sys.platform != "linux":
+        pytest.skip("needs the source tree and a C++ compiler with OpenMP (Linux)")
+    vec_bytes, flags, needs = _ISA_BUILDS[isa]
+    if isa != "generic" and (platform.machine() not in ("x86_64", "AMD64")
+                             or not set(needs) <= _cpu_flags()):
+        pytest.skip(f"this CPU cannot run the {isa} build")
+    kernels = _ROOT / "kernels"
+    exe = tmp_path / f"check_{isa}"
+    cmd = [compiler, "-O2", "-std=c++17", "-fopenmp", *flags, "-DKL_X86_ISAS", f"-DKL_ISA={isa}",
+           f"-DKL_VEC_BYTES={vec_bytes}", f"-I{kernels / 'kron'}", f"-I{kernels / 'include'}",
+           f"-I{kernels / 'common'}", str(source), str(kernels / "common" / "status.cpp"),
+           str(kernels / "common" / "scratch.cpp"), "-o", str(exe)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert ran.stdout.strip().startswith("ok ")

@@ -269,7 +269,6 @@ static void gather(const PassArgs<T> &a, const T *src, int64_t ls, int nv, vec_t
 template <class T>
 static void scatter(const PassArgs<T> &a, T *dst0, int64_t ls, int nv, const vec_t<T> *buf) {
   constexpr int LW = Lanes<T>::width;
-  typedef vec_t<T> V;
   const T *b = reinterpret_cast<const T *>(buf);
   const int64_t ks = a.S * a.oes;  // output element k of an instance sits k*S*oes further on
   if (nv == LW && ls == 1) {
