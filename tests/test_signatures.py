@@ -53,3 +53,24 @@ def test_cuda_keys():
     assert arrays_signature([x, x.T], False) == tuple(
         (cupy.ndarray, v.shape, v.strides, v.dtype, v.data.device_id) for v in (x, x.T))
     assert arrays_signature([x, np.ones(2)], False) is None
+
+
+@pytest.mark.gpu
+def test_replayed_signature_then_torch_func():
+    """A signature cached outside a transform, then the same per-example shapes under
+    torch.func.vmap / grad on CUDA: the full path (a replay would read the wrappers' pointers)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA torch")
+    import kronlinalg
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(5, 16, device="cuda", dtype=torch.float64, generator=g)
+    fs = [torch.randn(4, 4, device="cuda", dtype=torch.float64, generator=g) for _ in range(2)]
+    kron = torch.kron(fs[0], fs[1])
+    for _ in range(2):  # the second call replays
+        kronlinalg.kron_matmul(x[0], fs)
+    got = torch.func.vmap(lambda r: kronlinalg.kron_matmul(r, fs))(x)
+    torch.testing.assert_close(got, x @ kron, rtol=1e-12, atol=1e-12)
+    grad = torch.func.grad(lambda r: kronlinalg.kron_matmul(r, fs).sum())(x[0])
+    torch.testing.assert_close(grad, kron.sum(dim=1), rtol=1e-12, atol=1e-12)

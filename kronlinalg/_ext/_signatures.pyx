@@ -9,6 +9,7 @@ import numpy as np
 cdef object _ndarray = np.ndarray
 cdef object _cupy_ndarray = None  # resolved once CuPy is imported
 cdef object _torch_tensor = None
+cdef object _functorch_level = None  # torch._C._functorch.maybe_current_level, if torch has it
 
 
 def arrays_signature(arrays, bint host):
@@ -17,7 +18,7 @@ def arrays_signature(arrays, bint host):
     arrays — all of one library (exact types, no subclasses); None for anything else.  The
     library is resolved once, from the first array; each array costs its four attribute
     reads."""
-    global _cupy_ndarray, _torch_tensor
+    global _cupy_ndarray, _torch_tensor, _functorch_level
     if not arrays:
         return None
     t = type(arrays[0])
@@ -44,7 +45,14 @@ def arrays_signature(arrays, bint host):
         torch = sys.modules.get("torch")
         if torch is not None:
             _torch_tensor = torch.Tensor
+            _functorch_level = getattr(getattr(torch._C, "_functorch", None),
+                                       "maybe_current_level", None)
     if t is _torch_tensor:
+        # inside torch.func's grad/vmap the tensors are wrappers of the same Python type (and
+        # per-example shape), without storage of their own: never a replay's (the full path
+        # sees the transform and runs an algorithm torch can see through)
+        if _functorch_level is not None and _functorch_level() is not None:
+            return None
         for a in arrays:
             if type(a) is not t or not a.is_cuda or a.requires_grad:
                 return None
