@@ -12,12 +12,13 @@ cdef object _torch_tensor = None
 cdef object _functorch_level = None  # torch._C._functorch.maybe_current_level, if torch has it
 
 
-def arrays_signature(arrays, bint host):
+def arrays_signature(arrays, bint host, bint torch_cpu=False):
     """Tuple of the arrays' keys — (type, shape, strides, dtype, device) for CuPy arrays and CUDA
     torch tensors that need no autograd, (type, shape, strides, dtype) with host=True for NumPy
-    arrays — all of one library (exact types, no subclasses); None for anything else.  The
-    library is resolved once, from the first array; each array costs its four attribute
-    reads."""
+    arrays and, with torch_cpu=True, (type, shape, strides, dtype, -1) for CPU torch tensors
+    that need no autograd — all of one library and device kind (exact types, no subclasses);
+    None for anything else.  The library is resolved once, from the first array; each array
+    costs its four attribute reads."""
     global _cupy_ndarray, _torch_tensor, _functorch_level
     if not arrays:
         return None
@@ -53,8 +54,11 @@ def arrays_signature(arrays, bint host):
         # sees the transform and runs an algorithm torch can see through)
         if _functorch_level is not None and _functorch_level() is not None:
             return None
+        cuda = arrays[0].is_cuda
+        if not cuda and not torch_cpu:
+            return None
         for a in arrays:
-            if type(a) is not t or not a.is_cuda or a.requires_grad:
+            if type(a) is not t or a.is_cuda != cuda or a.requires_grad:
                 return None
             keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
         return tuple(keys)

@@ -95,7 +95,8 @@ def to_numpy(a) -> np.ndarray:
     if isinstance(a, np.ndarray):
         n = a
     elif is_torch(a):
-        n = a.detach().numpy() if a.requires_grad else a.numpy()
+        # (lazy negated/conjugated views have no NumPy form: resolving copies only those)
+        n = (a.detach() if a.requires_grad else a).resolve_neg().resolve_conj().numpy()
     else:
         try:
             n = np.from_dlpack(a)
