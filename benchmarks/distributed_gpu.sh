@@ -14,14 +14,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 nvidia-smi topo -m | head -8
-mkdir -p /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .wheelhouse/*.whl
-export PYTHONPATH=/tmp/site
 start=$SECONDS
-python3 -m pip install -q --no-build-isolation --no-deps -Csetup-args=-Dgpu_arch=90a \
-  -Cbuild-dir=/tmp/kl-build --target /tmp/new-site . > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
-export PYTHONPATH=/tmp/new-site:/tmp/site
-echo "build: $((SECONDS - start)) s"
+source benchmarks/device_build.sh
 tests() {
   (cd "$root/tests" && timeout 45 python3 -m pytest -q -p no:cacheprovider test_distributed.py > "$OUT/tests.txt" 2>&1; tail -3 "$OUT/tests.txt")
 }

@@ -6,14 +6,8 @@
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KRONLINALG_CACHE_DIR=$OUT/kl-cache
-mkdir -p /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .wheelhouse/*.whl
-export PYTHONPATH=/tmp/site
 start=$SECONDS
-python3 -m pip install -q --no-build-isolation --no-deps -Csetup-args=-Dgpu_arch=90a \
-  -Cbuild-dir=/tmp/kl-build --target /tmp/new-site . > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
-export PYTHONPATH=/tmp/new-site:/tmp/site
-echo "build: $((SECONDS - start)) s"
+source benchmarks/device_build.sh
 files=${*:-tests/test_kron_cuda.py tests/test_structured.py tests/test_structured_packed.py tests/test_kron.py tests/test_strassen.py tests/test_planner.py tests/test_properties.py tests/test_hardening.py tests/test_namespace.py tests/test_structured_tiles.py tests/test_autograd.py tests/test_batched.py tests/test_blocksparse.py tests/test_cublaslt.py tests/test_kron_operator.py tests/test_demo.py tests/test_tensor.py tests/test_signatures.py}
 t0=$SECONDS
 for f in $files; do

@@ -14,16 +14,15 @@ import os
 import statistics
 import time
 
+import sys
+
 import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+from kron_gpu_compare import shapes_of  # noqa: E402  (the shared sets' case reader)
+
 CASES = os.path.join(_HERE, "..", "..", "shared", "bench", "cases.json")
-
-
-def shapes_of(spec):
-    if isinstance(spec[0], list) and len(spec) == 2 and isinstance(spec[1], int):
-        return [tuple(spec[0])] * spec[1]
-    return [tuple(s) for s in spec]
 
 
 def main():
@@ -59,8 +58,8 @@ def main():
             ts.append(time.perf_counter() - t0)
         return statistics.median(ts) * 1e6
 
-    for m, spec in cases:
-        shapes = shapes_of(spec)
+    for case in cases:
+        m, shapes, _ = shapes_of("kron_small", case)
         k = int(np.prod([p for p, _ in shapes]))
         for dt in ("float32", "float64"):
             x = conv(rng.standard_normal((m, k)).astype(dt))

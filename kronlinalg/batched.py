@@ -286,16 +286,17 @@ def _library(call):
 
 def _library_one(xp, a, b, c, call):
     cdt = backend.kernel_dtype(call.result) if not backend.on_cuda(a) else call.result
-    out = xp.matmul(_cast(xp, a, cdt), _cast(xp, b, cdt))
-    if call.alpha != 1.0 or c is not None:
-        # half types: the alpha/beta epilogue in float32, one rounding at the end (not 3 more)
-        edt = "float32" if cdt in HALF else cdt
-        out = _cast(xp, out, edt)
-        if call.alpha != 1.0:
-            out = call.alpha * out
-        if c is not None:
-            out = out + call.beta * _cast(xp, c, edt)
+    out = _epilogue(xp, xp.matmul(_cast(xp, a, cdt), _cast(xp, b, cdt)), call.alpha, call.beta, c)
     return _cast(xp, out, call.result)
+
+
+def _epilogue(xp, out, alpha, beta, c):
+    """alpha·out + beta·c, for half types in float32 (one rounding at the end, not 3 more)."""
+    if alpha == 1.0 and c is None:
+        return out
+    edt = "float32" if (dt := backend.dtype_name(out.dtype)) in HALF else dt
+    out = alpha * _cast(xp, out, edt)
+    return _cast(xp, out if c is None else out + beta * _cast(xp, c, edt), dt)
 
 
 def _library_packed(call):
@@ -639,14 +640,13 @@ def _replay_library(call):
             or backend.dtype_name(call.a.dtype) != call.result
             or backend.dtype_name(call.b.dtype) != call.result or call.result != _compute(call)):
         return out, None
-    matmul = call.xp.matmul
+    xp, matmul = call.xp, call.xp.matmul
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         if (c is not None or beta != 0 or type(alpha) not in (float, int)
                 or any(v is not None for v in rest.values())):
             return None
-        r = matmul(a, b)
-        return r if alpha == 1 else alpha * r
+        return _epilogue(xp, matmul(a, b), alpha, 0.0, None)
 
     return out, replayer
 

@@ -209,13 +209,7 @@ def _torch_address(a) -> int:
 
 def cuda_stream(a) -> int:
     """Handle of the stream the caller's library is working on (no synchronisation)."""
-    if is_cupy(a):
-        return _cupy().cuda.get_current_stream().ptr
-    torch = _torch()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton uses: no objects
-    if raw is not None:
-        return raw(a.get_device())
-    return torch.cuda.current_stream(a.device).cuda_stream
+    return current_stream_getter(a)(device_index(a))
 
 
 def device_index(a) -> int:
@@ -223,13 +217,9 @@ def device_index(a) -> int:
     return a.data.device_id if is_cupy(a) else a.get_device()
 
 
-def array_type(a):
-    """The array type of a's library (cupy.ndarray, torch.Tensor): a replay's allocator."""
-    return _cupy().ndarray if is_cupy(a) else _torch().Tensor
-
-
 def current_device_getter(a):
-    """device() -> index of the current GPU in a's library, resolved once for a replay."""
+    """device() -> index of the current GPU in a's library, resolved once for a replay (torch:
+    its C entry point; torch.cuda.current_device() adds microseconds of Python checks)."""
     if is_cupy(a):
         return _cupy().cuda.runtime.getDevice
     torch = _torch()
@@ -271,16 +261,9 @@ def cuda_device_scope(a):
         if a.data.device_id == _cupy().cuda.runtime.getDevice():
             return _NO_SWITCH
         return a.device
-    torch = _torch()
-    if _torch_current_device(torch) == a.get_device():  # the usual case: nothing to switch
+    if current_device_getter(a)() == a.get_device():  # the usual case: nothing to switch
         return _NO_SWITCH
-    return torch.cuda.device(a.device)
-
-
-def _torch_current_device(torch) -> int:
-    # torch's C entry point (torch.cuda.current_device() adds microseconds of Python checks)
-    get = getattr(torch._C, "_cuda_getDevice", None)
-    return get() if get is not None else torch.cuda.current_device()
+    return _torch().cuda.device(a.device)
 
 
 def allocator(a, dtype_name_: str):

@@ -84,31 +84,6 @@ def _check(table, size):
     checks.same(table, "dtype", "a", "the dtypes", checks.dtype_of_code)
     checks.same(table, "algorithm", "algorithm", "the algorithms")
     checks.same(table, "leaf", "leaf", "the leaves")
-    m, k = table[0]["m"], table[0]["k"]
-    if m % 2 or k % 2:
-        raise ValueError(f"a: Strassen over ranks needs even m and k, got m = {m}, k = {k}")
-    k2 = sum(row["acols"] for row in table) // 2
-    n2 = sum(row["bcols"] for row in table) // 2
-    if k2 * 2 != k:
-        raise ValueError(f"a: the strips' widths add up to {2 * k2} columns, b has {k} rows; "
-                         f"held widths: {checks.group_text(table, 'acols')}")
-    for field, half, name in (("acols", k2, "a"), ("bcols", n2, "b")):
-        for r, row in enumerate(table):
-            c0, c1 = costs.cols_split(half, size, r)
-            if row[field] != 2 * (c1 - c0):
-                raise ValueError(
-                    f"{name}: rank {r} holds {row[field]} columns; the quadrant-strip layout "
-                    f"of {2 * half} columns over {size} ranks gives it {2 * (c1 - c0)} "
-                    f"(held: {checks.group_text(table, field)})")
-    return m // 2, k2, n2
-
-
-def _check(table, size):
-    for field, what in (("m", "the row counts of a"), ("k", "the row counts of b")):
-        checks.same(table, field, "a" if field == "m" else "b", what)
-    checks.same(table, "dtype", "a", "the dtypes", checks.dtype_of_code)
-    checks.same(table, "algorithm", "algorithm", "the algorithms")
-    checks.same(table, "leaf", "leaf", "the leaves")
     pipeline = checks.same(table, "pipeline", "pipeline", "the pipeline counts")
     if pipeline < 1:
         raise ValueError(f"pipeline: expected a positive count of column chunks, got {pipeline}")
