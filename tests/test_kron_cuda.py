@@ -905,8 +905,6 @@ def test_mma_natural_kernel_is_planned(gxp, monkeypatch, dtype):
     assert set(_kernels_of(dtype, [(32, 32)] * 4, 1024)) == {f"{name}.natural.p32"}
     assert set(_kernels_of(dtype, [(64, 64)] * 3, 1024)) == {f"{name}.natural.p64"}
     assert _kernels_of(dtype, [(8, 8)] * 6, 1024)[0] == f"{name}.natural.p8"
-    # (8^7: 3 + 2 + 2 natural steps, not a 4-factor group on the sliced kernels)
-    assert _kernels_of(dtype, [(8, 8)] * 7, 1024) == [f"{name}.natural.p8"] * 3
     assert not any("natural" in k for k in _kernels_of(dtype, [(24, 24)] * 2, 64))
     _natural_on(monkeypatch, False)
     assert not any("natural" in k for k in _kernels_of(dtype, [(32, 32)] * 4, 1024))

@@ -423,25 +423,6 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
 bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out);
 
-// Whether the natural-order kernel takes this group less its first factor: then float64 and the
-// half types leave the whole group to shorter natural passes, not to the sliced kernels.  (H100,
-// 1024 x 8^7 bfloat16: a 4-factor sliced pass and 3 natural steps took 30.8 ms, float32 in
-// 3 + 2 + 2 19.6; P = 8 groups on the natural kernel stop at 3)
-bool natural_takes_shorter(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
-                           const PassShape &sh) {
-  if (dtype == KL_FLOAT32 || !sh.natural || sh.count < 2) return false;
-  const int first = sh.last - sh.count + 1;
-  const int64_t P = p->P[sh.last];
-  for (int i = first; i <= sh.last; ++i)  // (groups of one P x P only: mixed ones as before)
-    if (p->P[i] != P || p->Q[i] != P) return false;
-  PassShape shorter = sh;
-  shorter.count = sh.count - 1;
-  shorter.O = sh.O * p->P[first];  // (the modes before the group: one more)
-  shorter.rows = sh.rows * p->P[first];
-  PassCfg unused;
-  return configure_natural(p, dtype, dev, shorter, &unused);
-}
-
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
 // (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
 // cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
@@ -450,7 +431,6 @@ bool natural_takes_shorter(const kl_kron_problem *p, int dtype, const DeviceInfo
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out) {
   if (configure_natural(p, dtype, dev, sh, out)) return true;
-  if (natural_takes_shorter(p, dtype, dev, sh)) return false;
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
