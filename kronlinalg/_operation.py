@@ -117,6 +117,11 @@ class Operation:
             self.names += (algorithm.name,)
         return algorithm
 
+    @property
+    def fast_cache(self) -> signatures.SignatureCache:
+        """signature -> replayer of this operation's fast path (a compiled front reads it)."""
+        return self._fast
+
     def _runner(self, name):
         def run(*arrays, **options):
             return self(*arrays, algorithm=name, **options)

@@ -18,7 +18,7 @@ import numpy as np
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .common import backend, dtypes, precision, validation
-from .common.signatures import arrays_signature
+from .common.signatures import ScaledFront, arrays_signature, scaled_call
 from .planner.costs import kron as costs
 
 __all__ = ["kron", "kron_matmul", "float32_precision"]
@@ -519,6 +519,11 @@ for _kind, _lib in (("cpu", "BLAS"), ("cuda", "cuBLAS (CuPy / torch)")):
         doc=f"reshape–matmul–transpose per factor through the array library's {_lib}"))
 
 
+# the public call's first step, compiled: a repeated signature replays without the skeleton's
+# Python frames (NumPy arrays and CPU torch tensors have replays too)
+_FRONT = ScaledFront(OPERATION, OPERATION.fast_cache, True, True)
+
+
 def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, algorithm="auto"):
     """``alpha * x @ (F1 ⊗ … ⊗ FN) + beta * y`` (side="right") or
     ``alpha * (F1 ⊗ … ⊗ FN) @ x + beta * y`` (side="left"), without forming the Kronecker product.
@@ -544,7 +549,7 @@ def kron_matmul(x, factors, /, *, side="right", alpha=1.0, beta=0.0, y=None, alg
     bfloat16 are computed in float32 and returned in their own dtype).  Differentiable for
     torch tensors (every order: the backward is made of kron_matmul calls).
     """
-    return OPERATION(x, factors, side=side, alpha=alpha, beta=beta, y=y, algorithm=algorithm)
+    return scaled_call(_FRONT, x, factors, side, alpha, beta, y, algorithm)
 
 
 def kron(a, b, /):

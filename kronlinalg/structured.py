@@ -262,29 +262,42 @@ def _run_cuda(spec: _KSCall, want_recipe=False):
     if not want_recipe:
         return out
     recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, tuple(spec.out_shape),
-                                tuple(steps), backend.allocator(x, cdt),
-                                backend.address_getter(x))) if clean else None)
+                                tuple(steps), _recipe_allocator(x, cdt),
+                                backend.address_getter(x), backend.device_index(x),
+                                backend.current_device_getter(x),
+                                backend.current_stream_getter(x))) if clean else None)
     return out, recipe
+
+
+def _recipe_allocator(x, cdt):
+    """empty(like, shape) in x's library, on the current device, in cdt — resolved once: a clean
+    recipe computes in x's own dtype, and replays run only with x's device current."""
+    if backend.is_cupy(x):
+        ndarray, dtype = type(x), np.dtype(cdt)
+        return lambda like, shape: ndarray(shape, dtype)  # (what cupy.empty makes)
+    return type(x).new_empty  # torch: like's dtype and device, without torch.empty's parsing
 
 
 def _launch_recipe(recipe, x, chain, forms=None):
     """_run_cuda's launches again, for arrays whose signature matches the recipe's call: the
     kernels read and write through pointers (x's rows are x's memory, intermediate results flat
     buffers, the last one allocated in the result's shape), so no array views are made — a
-    tiny product is host-bound."""
-    rows, layout, code, out_shape, steps, empty, ptr = recipe
+    tiny product is host-bound.  None (the full path, which switches devices) when another GPU
+    than x's is current."""
+    rows, layout, code, out_shape, steps, empty, ptr, device, current_device, stream_of = recipe
+    if current_device() != device:
+        return None
+    stream = stream_of(device)
+    src = ptr(x)
     last = len(steps) - 1
-    with backend.cuda_device_scope(x):
-        stream = backend.cuda_stream(x)
-        src = ptr(x)
-        for i, (f, (pattern, vstrides, ld, out_2d)) in enumerate(zip(reversed(chain), steps)):
-            # (an intermediate is freed once the next launch is enqueued: the pool's blocks are
-            # stream-ordered, so no later work on this stream sees it reused too early)
-            out = empty(out_shape if i == last else (out_2d[0] * out_2d[1],))
-            dst = ptr(out)
-            ks_cuda.matmul(pattern, rows, layout, (ptr(f.values),) + vstrides, (src, ld),
-                           (dst, out_2d[1]), code, stream)
-            src = dst
+    for i, (f, (pattern, vstrides, ld, out_2d)) in enumerate(zip(reversed(chain), steps)):
+        # (an intermediate is freed once the next launch is enqueued: the pool's blocks are
+        # stream-ordered, so no later work on this stream sees it reused too early)
+        out = empty(x, out_shape if i == last else (out_2d[0] * out_2d[1],))
+        dst = ptr(out)
+        ks_cuda.matmul(pattern, rows, layout, (ptr(f.values),) + vstrides, (src, ld),
+                       (dst, out_2d[1]), code, stream)
+        src = dst
     return out
 
 

@@ -74,3 +74,33 @@ def test_replayed_signature_then_torch_func():
     torch.testing.assert_close(got, x @ kron, rtol=1e-12, atol=1e-12)
     grad = torch.func.grad(lambda r: kronlinalg.kron_matmul(r, fs).sum())(x[0])
     torch.testing.assert_close(grad, kron.sum(dim=1), rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_front_replays_only_what_the_full_path_would():
+    """kron_matmul's compiled front (ScaledFront): after one call remembered the signature,
+    repeated calls with every kind of scalar and option give the full path's answer — or its
+    error — never a replay of something else."""
+    import kronlinalg
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((5, 12))
+    fs = [rng.standard_normal((3, 2)), rng.standard_normal((4, 3))]
+    dense = np.kron(fs[0], fs[1])
+    y = rng.standard_normal((5, 6))
+    kronlinalg.kron_matmul(x, fs)  # remembered
+    for alpha in (1.0, 2, np.float64(0.25), -3.5):
+        out = kronlinalg.kron_matmul(x, fs, alpha=alpha)
+        np.testing.assert_allclose(out, float(alpha) * (x @ dense), rtol=1e-13, atol=1e-13)
+    for beta in (0, 0.0, np.float32(0.0)):
+        np.testing.assert_allclose(kronlinalg.kron_matmul(x, fs, beta=beta), x @ dense,
+                                   rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(kronlinalg.kron_matmul(x, tuple(fs), alpha=0.5, beta=-1.0, y=y),
+                               0.5 * (x @ dense) - y, rtol=1e-13, atol=1e-13)
+    x2 = rng.standard_normal((5, 12))  # new values, same signature: the replay reads them
+    np.testing.assert_allclose(kronlinalg.kron_matmul(x2, fs), x2 @ dense, rtol=1e-13, atol=1e-13)
+    with pytest.raises((TypeError, ValueError)):
+        kronlinalg.kron_matmul(x, fs, alpha="2")
+    with pytest.raises((TypeError, ValueError)):
+        kronlinalg.kron_matmul(x, fs, side=["right"])
+    with pytest.raises(ValueError, match="algorithm"):
+        kronlinalg.kron_matmul(x, fs, algorithm="nope")

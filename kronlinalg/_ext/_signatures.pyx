@@ -63,3 +63,50 @@ def arrays_signature(arrays, bint host, bint torch_cpu=False):
             keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
         return tuple(keys)
     return None
+
+
+cdef object _EXACT = 2 ** 53  # ints beyond it: the full path (validation) judges them
+
+
+cdef class ScaledFront:
+    """The compiled first step of a public ``op(x, factors, *, side, alpha, beta, y, algorithm)``
+    call (see scaled_call): the operation whose full path runs on a miss, its per-signature
+    cache, and which arrays its keys take (host: NumPy; torch_cpu: CPU torch tensors)."""
+
+    cdef readonly object operation
+    cdef readonly object cache
+    cdef readonly bint host, torch_cpu
+
+    def __init__(self, operation, cache, bint host, bint torch_cpu):
+        self.operation = operation
+        self.cache = cache
+        self.host = host
+        self.torch_cpu = torch_cpu
+
+
+def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
+    """``front.operation(x, factors, side=…, alpha=…, beta=…, y=…, algorithm=…)``, replayed
+    without a Python frame of the skeleton when the call is the common repeated one: factors a
+    list or tuple, y None, beta an exact 0 and alpha a plain number (Python float or int).  The
+    key is the one the operation's own signature gives — (side, algorithm, arrays' keys) — so
+    the entries its full path remembers are the ones found here; anything else (NumPy scalars,
+    a stale replay that answers None) takes the full path, which decides and says what is wrong."""
+    cdef object tf = type(factors), ta = type(alpha), tb = type(beta)
+    cdef list arrays
+    if (y is None and (tb is float or tb is int) and beta == 0
+            and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)
+            and (tf is list or tf is tuple)):
+        arrays = [x]
+        arrays.extend(factors)
+        sig = arrays_signature(arrays, front.host, front.torch_cpu)
+        if sig is not None:
+            try:
+                replayer = front.cache.entries.get((side, algorithm, sig))
+            except TypeError:  # an unhashable option (side=["right"]): the full path says so
+                replayer = None
+            if replayer is not None:
+                out = replayer(x, factors, side=side, alpha=alpha, beta=beta, y=y)
+                if out is not None:
+                    return out
+    return front.operation(x, factors, side=side, alpha=alpha, beta=beta, y=y,
+                           algorithm=algorithm)

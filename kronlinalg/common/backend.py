@@ -266,17 +266,6 @@ def cuda_device_scope(a):
     return _torch().cuda.device(a.device)
 
 
-def allocator(a, dtype_name_: str):
-    """empty(shape) for arrays of a's library, dtype and device, its arguments resolved once (a
-    fast path allocates with it on every call)."""
-    import functools
-
-    if is_cupy(a):
-        return functools.partial(_cupy().empty, dtype=dtype_name_)
-    torch = _torch()
-    return functools.partial(torch.empty, dtype=getattr(torch, dtype_name_), device=a.device)
-
-
 def empty_like_lib(a, shape, dtype_name_: str):
     """Uninitialised array of `shape` in a's library, on a's device."""
     if is_cupy(a):

@@ -36,17 +36,18 @@ class SignatureCache:
 
     Safe under threads without relying on the GIL: writers and the eviction hold a lock; a
     reader sees an entry or None (a dict read of one key is atomic in CPython and the
-    free-threaded build alike)."""
+    free-threaded build alike).  ``entries`` is the current dict (replaced, never mutated in
+    place by clear): the compiled fronts (ScaledFront) read it directly."""
 
     def __init__(self, limit: int = 4096):
         self.limit = limit
-        self._entries: dict = {}
+        self.entries: dict = {}
         self._lock = threading.Lock()
         on_change(self.clear)
 
     def get(self, key):
         try:
-            return self._entries.get(key)
+            return self.entries.get(key)
         except TypeError:  # an unhashable argument (side=["right"]): the full path says what
             return None
 
@@ -56,21 +57,27 @@ class SignatureCache:
         except TypeError:
             return
         with self._lock:
-            if len(self._entries) >= self.limit:
-                self._entries = {}
-            self._entries[key] = entry
+            if len(self.entries) >= self.limit:
+                self.entries = {}
+            self.entries[key] = entry
 
     def clear(self) -> None:
         with self._lock:
-            self._entries = {}
+            self.entries = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def keys(self) -> tuple:
-        return tuple(self._entries)
+        return tuple(self.entries)
 
 
 # arrays_signature(arrays, host) -> the arrays' keys, or None (the full path): the hot path of
 # every repeated call, compiled (kronlinalg/_ext/_signatures.pyx says what the keys are).
-arrays_signature = load("signatures").arrays_signature
+_compiled = load("signatures")
+arrays_signature = _compiled.arrays_signature
+
+# ScaledFront(operation, cache, host, torch_cpu) and scaled_call(front, x, factors, side, alpha,
+# beta, y, algorithm): an operation's public call with the fast path compiled (kron_matmul's).
+ScaledFront = _compiled.ScaledFront
+scaled_call = _compiled.scaled_call
