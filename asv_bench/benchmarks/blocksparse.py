@@ -1,7 +1,7 @@
 """spmm / spgemm on the CPU: our kernels against scipy.sparse BSR @ dense (the issue's CPU
 criterion: >= 3x at density <= 0.1 on 2 cores) and the dense BLAS product.  Small cases: N =
-2048, 16 x 16 blocks, random block patterns.  The GPU comparison is
-benchmarks/blocksparse_gpu.py."""
+2048, 16 x 16 blocks, random block patterns.  SpmmGPU: N = 16384 on the GPU against dense cuBLAS
+and torch BSR (the full GPU comparison is benchmarks/blocksparse_gpu.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import numpy as np
 
 import kronlinalg
 from kronlinalg import BlockSparseMatrix
+
+from . import gpu_timing
 
 
 def _matrix(n, density, b=16, seed=0):
@@ -56,3 +58,42 @@ class SpgemmCPU:
 
     def time_spgemm(self, density, algorithm):
         self.fn()
+
+
+class SpmmGPU:
+    """spmm at N = 16384 (16 x 16 blocks, random block patterns) against dense cuBLAS
+    (torch.mm) and torch's BSR, torch CUDA tensors: the issue's table, a subset."""
+
+    params = ([0.05, 0.1], [64, 256], ["float16", "float32"], ["kronlinalg", "dense", "torch_bsr"])
+    param_names = ["density", "rhs", "dtype", "algorithm"]
+    timeout = 300
+    n = 16384
+
+    def setup(self, density, rhs, dtype, algorithm):
+        self.torch = torch = gpu_timing.cuda_torch()
+        n, b = self.n, 16
+        g = torch.Generator(device="cuda").manual_seed(0)
+        mask = torch.rand((n // b, n // b), generator=g, device="cuda") < density
+        dense = (gpu_timing.randn(torch, (n, n), dtype, 1)
+                 * mask.repeat_interleave(b, 0).repeat_interleave(b, 1).to(getattr(torch, dtype)))
+        self.x = gpu_timing.randn(torch, (n, rhs), dtype, 2)
+        if algorithm == "dense":
+            self.fn = lambda: dense @ self.x
+        elif algorithm == "torch_bsr":
+            bsr = dense.to_sparse_bsr((b, b))
+            self.fn = lambda: bsr @ self.x
+        else:
+            A = BlockSparseMatrix.from_dense(dense, block=b)
+            del dense
+            self.fn = lambda: kronlinalg.spmm(A, self.x)
+        self.fn()
+        torch.cuda.synchronize()
+
+    def teardown(self, density, rhs, dtype, algorithm):
+        self.fn = self.x = None
+        gpu_timing.free(self.torch)
+
+    def track_gpu_ms(self, density, rhs, dtype, algorithm):
+        return gpu_timing.event_ms(self.torch, self.fn)
+
+    track_gpu_ms.unit = "ms"

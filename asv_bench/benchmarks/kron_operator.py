@@ -1,12 +1,15 @@
 """KroneckerOperator on the CPU (NumPy): a repeated solve with a noise shift, logdet and the
 first solve (its per-factor eigendecompositions included) on a 32 x 32 x 16 grid, against
-the dense Cholesky solve of a 16 x 16 x 8 grid for scale."""
+the dense Cholesky solve of a 16 x 16 x 8 grid for scale; KroneckerOperatorGPU: matmul, solve
+and logdet on torch CUDA."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kronlinalg import KroneckerOperator
+
+from . import gpu_timing
 
 
 def _spd(rng, n, dtype):
@@ -40,3 +43,44 @@ class KroneckerOperatorCPU:
     def time_dense_cholesky_solve_2048(self, dtype):
         c = np.linalg.cholesky(self.dense)
         np.linalg.solve(c.T, np.linalg.solve(c, self.b_small))
+
+
+class KroneckerOperatorGPU:
+    """KroneckerOperator on torch CUDA, float64, a 32³ grid: matmul, the repeated solve with a
+    noise shift (the decompositions cached) and logdet — the issue's GP workload."""
+
+    params = [["float64", "float32"]]
+    param_names = ["dtype"]
+    timeout = 300
+
+    def setup(self, dtype):
+        import numpy as np
+
+        self.torch = torch = gpu_timing.cuda_torch()
+        rng = np.random.default_rng(0)
+        tdt = getattr(torch, dtype)
+        self.factors = [torch.as_tensor(_spd(rng, 32, "float64"), device="cuda").to(tdt)
+                        for _ in range(3)]
+        self.op = KroneckerOperator(self.factors)
+        self.b = gpu_timing.randn(torch, (32 ** 3, 1), dtype, 1)
+        self.op.solve(self.b, 0.1)
+        torch.cuda.synchronize()
+
+    def teardown(self, dtype):
+        self.op = self.factors = self.b = None
+        gpu_timing.free(self.torch)
+
+    def track_matmul_ms(self, dtype):
+        return gpu_timing.event_ms(self.torch, lambda: self.op @ self.b)
+
+    track_matmul_ms.unit = "ms"
+
+    def track_solve_repeated_ms(self, dtype):
+        return gpu_timing.event_ms(self.torch, lambda: self.op.solve(self.b, 0.1))
+
+    track_solve_repeated_ms.unit = "ms"
+
+    def track_logdet_ms(self, dtype):
+        return gpu_timing.event_ms(self.torch, lambda: self.op.logdet(0.1))
+
+    track_logdet_ms.unit = "ms"

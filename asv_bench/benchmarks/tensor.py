@@ -1,11 +1,14 @@
 """kronlinalg.tensor on the CPU: a mode product, MTTKRP and a CP-ALS iteration at 64³ rank 16,
-against the direct NumPy contraction (and TensorLy's where it is installed)."""
+against the direct NumPy contraction (and TensorLy's where it is installed); TensorGPU: the
+issue's 640³ rank-64 CP-ALS, MTTKRP and Tucker on torch CUDA."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kronlinalg import tensor as kt
+
+from . import gpu_timing
 
 N, RANK = 64, 16
 
@@ -46,3 +49,46 @@ class TensorCPU:
                     m = np.einsum(sub, self.x, *o, optimize=True)
                     g = (o[0].T @ o[0]) * (o[1].T @ o[1])
                     f[n] = np.linalg.solve(g, m.T).T
+
+
+class TensorGPU:
+    """The issue's CP-ALS problem on the GPU (torch CUDA, 640³ float32, rank 64): ten ALS
+    iterations (time per call / 10 is the per-iteration figure), MTTKRP of mode 0 and a Tucker
+    (HOSVD + HOOI) of rank 64³."""
+
+    params = [["float32"]]
+    param_names = ["dtype"]
+    timeout = 300
+    n, rank = 640, 64
+
+    def setup(self, dtype):
+        self.torch = torch = gpu_timing.cuda_torch()
+        n, r = self.n, self.rank
+        self.x = gpu_timing.randn(torch, (n, n, n), dtype, 1)
+        self.factors = [gpu_timing.randn(torch, (n, r), dtype, 2 + i) for i in range(3)]
+        self.weights = torch.ones(r, device="cuda", dtype=getattr(torch, dtype))
+        self.cp = lambda: kt.parafac(self.x, r, n_iter_max=10, init="random", random_state=0,
+                                     tol=0.0)
+        self.cp()
+        torch.cuda.synchronize()
+
+    def teardown(self, dtype):
+        self.x = self.factors = None
+        gpu_timing.free(self.torch)
+
+    def track_parafac_ms_per_iteration(self, dtype):
+        return gpu_timing.event_ms(self.torch, self.cp, reps=3) / 10
+
+    track_parafac_ms_per_iteration.unit = "ms"
+
+    def track_mttkrp_ms(self, dtype):
+        return gpu_timing.event_ms(self.torch, lambda: kt.unfolding_dot_khatri_rao(
+            self.x, (self.weights, self.factors), 0))
+
+    track_mttkrp_ms.unit = "ms"
+
+    def track_tucker_ms(self, dtype):
+        return gpu_timing.event_ms(self.torch, lambda: kt.tucker(
+            self.x, (64, 64, 64), n_iter_max=2, init="svd", tol=0.0), reps=3)
+
+    track_tucker_ms.unit = "ms"

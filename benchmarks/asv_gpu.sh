@@ -1,0 +1,30 @@
+#!/bin/bash
+# The asv GPU history: one `asv run` of the GPU benchmark classes (asv_bench/benchmarks: *GPU,
+# *Gpu) on the device machine, recorded for the checked-out commit under
+# asv_bench/results/<machine>/ (copied to $OUT: bring it back into the repository).
+# Needs: the build on PYTHONPATH (source benchmarks/device_build.sh first), asv's wheels in
+# .asvwheels (asv, asv_runner, json5, Pympler, importlib_metadata, virtualenv, distlib,
+# platformdirs: `pip download --no-deps` for cp312 manylinux), and the repository's history as
+# a bundle in .asvwheels/main.bundle (`git bundle create .asvwheels/main.bundle main`; asv
+# reads the commit's date from git).
+#   run: source benchmarks/device_build.sh && bash benchmarks/asv_gpu.sh [bench regex] [machine]
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+BENCH=${1:-"GPU|Gpu"}
+MACHINE=${2:-h100-sxm-80gb}
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/asv-site \
+  .asvwheels/*.whl || exit 1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/asv-site
+# asv reads commits from ../ (asv.conf.json "repo"): give the copied tree its git history
+if [ ! -d .git ]; then
+  git init -q . && git fetch -q .asvwheels/main.bundle "main:main" && git symbolic-ref HEAD refs/heads/main
+fi
+commit=$(git rev-parse main)
+echo "asv: commit $commit, machine $MACHINE, bench '$BENCH'"
+cd asv_bench
+python3 -m asv machine --yes --machine "$MACHINE" --os "$(uname -sr)" --arch x86_64 \
+  --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
+  --num_cpu "$(nproc)" --ram "$(free -g | awk '/Mem/ {print $2 " GB"}')" > /dev/null
+timeout ${ASV_S:-420} python3 -m asv run --python=same --quick --show-stderr --launch-method forkserver --machine "$MACHINE" \
+  --set-commit-hash "$commit" --bench "$BENCH" 2>&1 | tee "$OUT/asv_gpu.txt" | grep -v "^ *$" | tail -60
+tar cf "$OUT/asv_results_$MACHINE.tar" -C results "$MACHINE"
