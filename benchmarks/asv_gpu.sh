@@ -27,4 +27,4 @@ python3 -m asv machine --yes --machine "$MACHINE" --os "$(uname -sr)" --arch x86
   --num_cpu "$(nproc)" --ram "$(free -g | awk '/Mem/ {print $2 " GB"}')" > /dev/null
 timeout ${ASV_S:-420} python3 -m asv run --python=same --quick --show-stderr --launch-method forkserver --machine "$MACHINE" \
   --set-commit-hash "$commit" --bench "$BENCH" 2>&1 | tee "$OUT/asv_gpu.txt" | grep -v "^ *$" | tail -60
-tar cf "$OUT/asv_results_$MACHINE.tar" -C results "$MACHINE"
+tar cf "$OUT/asv_results_$MACHINE.tar" -C results "$MACHINE" benchmarks.json
