@@ -3,8 +3,8 @@
 # *Gpu) on the device machine, recorded for the checked-out commit under
 # asv_bench/results/<machine>/ (copied to $OUT: bring it back into the repository).
 # Needs: the build on PYTHONPATH (source benchmarks/device_build.sh first), asv's wheels in
-# .asvwheels (asv, asv_runner, json5, Pympler, importlib_metadata, virtualenv, distlib,
-# platformdirs: `pip download --no-deps` for cp312 manylinux), and the repository's history as
+# .asvwheels (asv, asv_runner, json5, Pympler, importlib_metadata 8.5: `pip download --no-deps`
+# for cp312 manylinux; the device has the rest), and the repository's history as
 # a bundle in .asvwheels/main.bundle (`git bundle create .asvwheels/main.bundle main`; asv
 # reads the commit's date from git).
 #   run: source benchmarks/device_build.sh && bash benchmarks/asv_gpu.sh [bench regex] [machine]
@@ -15,11 +15,12 @@ MACHINE=${2:-h100-sxm-80gb}
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/asv-site \
   .asvwheels/*.whl || exit 1
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/asv-site
-# asv reads commits from ../ (asv.conf.json "repo"): give the copied tree its git history
-if [ ! -d .git ]; then
-  git init -q . && git fetch -q .asvwheels/main.bundle "main:main" && git symbolic-ref HEAD refs/heads/main
-fi
-commit=$(git rev-parse main)
+# asv reads the commit's date from git in ../ (asv.conf.json "repo"): the bundle's main, fetched
+# into the copied tree's repository (made if the copy has none)
+[ -d .git ] || git init -q .
+commit=$(git bundle list-heads .asvwheels/main.bundle refs/heads/main | cut -d' ' -f1)
+git fetch -q .asvwheels/main.bundle "+refs/heads/main:refs/heads/main" 2>/dev/null \
+  || git fetch -q .asvwheels/main.bundle "+refs/heads/main:refs/asv/main" || exit 1
 echo "asv: commit $commit, machine $MACHINE, bench '$BENCH'"
 cd asv_bench
 python3 -m asv machine --yes --machine "$MACHINE" --os "$(uname -sr)" --arch x86_64 \
