@@ -621,4 +621,12 @@ def structured_matmul(x, factors, /, *, layout="batch_first", algorithm="auto"):
     / ``(M,)`` (batch_last), M = a·b·d of the first factor, in the promoted dtype of x and the
     values (float16/bfloat16 accumulate in float32; on the CPU they are computed in float32).
     """
+    if _FRONT is not None:
+        return ks_cuda.chain_call(_FRONT, x, factors, layout, algorithm)
     return OPERATION(x, factors, layout=layout, algorithm=algorithm)
+
+
+# the public call's first step, compiled with the CUDA extension (the fast path is CUDA-only):
+# a repeated signature replays without the skeleton's Python frames
+_FRONT = (ks_cuda.ChainFront(OPERATION, OPERATION.fast_cache, KSFactor, KSChain, KSPacked)
+          if ks_cuda is not None else None)

@@ -1162,6 +1162,8 @@ def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
     with pytest.raises(ValueError, match="x"):  # same factors, a wrong x: still validated
         bad = x[..., :-1] if layout == "batch_first" else x[:-1, ...]
         structured_matmul(bad, chain, layout=layout, algorithm=algorithm)
+    with pytest.raises((TypeError, ValueError)):  # an unhashable option: the full path's error
+        structured_matmul(x, chain, layout=[layout], algorithm=algorithm)
 
 
 @pytest.mark.gpu

@@ -84,3 +84,60 @@ def tile(pattern, int64_t batch, int layout, int dtype, int units):
         status = kl_ks_cuda_tile(&p, dtype, units, out)
     check_status(status)
     return (out[0], out[1], out[2], out[3], out[4])
+
+
+# -- the public call's first step, compiled (structured_matmul's fast path on CUDA arrays) -------
+
+from kronlinalg._ext._signatures import arrays_signature
+
+
+cdef class ChainFront:
+    """What chain_call needs: the operation whose full path runs on a miss, its per-signature
+    cache, and the exact operand types (KSFactor, KSChain, KSPacked) it unpacks."""
+
+    cdef readonly object operation, cache, factor_type, chain_type, packed_type
+
+    def __init__(self, operation, cache, factor_type, chain_type, packed_type):
+        self.operation = operation
+        self.cache = cache
+        self.factor_type = factor_type
+        self.chain_type = chain_type
+        self.packed_type = packed_type
+
+
+def chain_call(ChainFront front, x, factors, layout, algorithm):
+    """``front.operation(x, factors, layout=…, algorithm=…)``, replayed without a Python frame of
+    the skeleton when factors is a KSFactor, KSChain, KSPacked or list/tuple of KSFactor (exact
+    types) whose key — the operation's own: (layout, algorithm, packed, arrays' keys, patterns)
+    — was remembered; anything else, or a replay that answers None, takes the full path."""
+    cdef object tf = type(factors), chain = None, ft = front.factor_type
+    cdef bint packed = False
+    if tf is ft:
+        chain = (factors,)
+    elif tf is front.chain_type:
+        chain = factors.factors
+    elif tf is front.packed_type:
+        chain = factors.factors
+        packed = True
+    elif tf is list or tf is tuple:
+        for f in factors:
+            if type(f) is not ft:
+                break
+        else:
+            chain = factors
+    if chain is not None:
+        arrays = [x]
+        for f in chain:
+            arrays.append(f.values)
+        sig = arrays_signature(arrays, False)
+        if sig is not None:
+            key = (layout, algorithm, packed, sig, tuple([f.pattern for f in chain]))
+            try:
+                replayer = front.cache.entries.get(key)
+            except TypeError:  # an unhashable option: the full path says what is wrong
+                replayer = None
+            if replayer is not None:
+                out = replayer(x, factors, layout=layout)
+                if out is not None:
+                    return out
+    return front.operation(x, factors, layout=layout, algorithm=algorithm)
