@@ -346,20 +346,28 @@ class BlockSparseMatrix:
         enc = np.where(split, -rows - 1, rows)
         return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
 
-    def tile_lists(self) -> tuple:
-        """(tile_row_ptr, tiles, tile rows) of a Morton-order matrix: tiles holds 3 int64 per
-        non-empty warp tile (first block, end block, tile column), by tile row then column."""
+    def tile_row_steps(self) -> tuple:
+        """(step_ptr, steps, tile rows) of a Morton-order matrix, the 2D CUDA kernel's work list:
+        the blocks of each tile row (q block rows) grouped by block column, one step per column
+        present, 1 + q int64 each (the column, then the storage position of local row 0..q-1's
+        block in it, -1 where none); steps by tile row, then column; step_ptr indexes them."""
         if self._order != "morton":
-            raise ValueError("order: tile lists exist in Morton order only")
-        tp, tc = self._tile_ptr, self._tile_coords
-        keep = tp[1:] > tp[:-1]
-        start, end, ti, tj = tp[:-1][keep], tp[1:][keep], tc[keep, 0], tc[keep, 1]
-        order = np.lexsort((tj, ti))
-        rows = -(-self.block_grid[0] // self._tile)
-        trp = np.zeros(rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(ti, minlength=rows), out=trp[1:])
-        tiles = np.stack([start[order], end[order], tj[order]], axis=1).astype(np.int64).ravel()
-        return trp, tiles, rows
+            raise ValueError("order: tile rows are stepped in Morton order only")
+        q = self._tile
+        rows, cols = self._storage_rows(), self._storage_cols()
+        ti = rows // q
+        order = np.lexsort((cols, ti))  # storage positions by tile row, then column
+        ti_s, c_s = ti[order], cols[order]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = (ti_s[1:] != ti_s[:-1]) | (c_s[1:] != c_s[:-1])
+        step = np.cumsum(new) - 1
+        steps = np.full((int(new.sum()), 1 + q), -1, dtype=np.int64)
+        steps[step, 0] = c_s
+        steps[step, 1 + rows[order] % q] = order
+        nrows = -(-self.block_grid[0] // q)
+        ptr = np.zeros(nrows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ti_s[new], minlength=nrows), out=ptr[1:])
+        return ptr, steps.ravel(), nrows
 
     def __repr__(self):
         return (f"BlockSparseMatrix(shape={self._shape}, block={self._b}, "

@@ -193,7 +193,7 @@ def _ours_applies(problem) -> bool:
 def _morton_applies(problem) -> bool:
     info = problem.info
     return (problem.kind == "cuda" and info["order"] == "morton" and info["tile"] == 4
-            and info["gpu_tile"] > 0)
+            and info["block"] == 16 and info["gpu_tile"] > 0)
 
 
 def _run_morton(call: SpmmCall):
@@ -203,19 +203,18 @@ def _run_morton(call: SpmmCall):
     m, k = A.shape
     with _backend.cuda_device_scope(call.B):
         val, B, ldb, n = _cuda_operands(call)
-        trp, tiles, rows = _cached(A, "tiles_host", A.tile_lists)
+        trp, tiles, rows = _cached(A, "steps_host", A.tile_row_steps)
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0:
             c = _cast(xp, call.c, cdt)
             out[...] = call.beta * (xp.reshape(c, (m, 1)) if call.vector and c.ndim == 1 else c)
         ptr = _backend.address_getter(B)
         dtrp = A._index("tile_row_ptr", trp)
-        dtiles = A._index("tiles", tiles) if tiles.size else None
+        dtiles = A._index("steps", tiles) if tiles.size else None
         rp = A._index("row_ptr", A.host_structure()[0])
         ptrs = (ptr(rp), ptr(A.col_idx) if A.nnz_blocks else 0, 0,
                 ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
-        tptrs = (ptr(dtrp), ptr(dtiles) if dtiles is not None else 0,
-                 ptr(A.row_idx) if A.nnz_blocks else 0)
+        tptrs = (ptr(dtrp), ptr(dtiles) if dtiles is not None else 0, 0)
         bs_cuda.spmm2d((m, k, n, A.block), ptrs, (ldb, n), call.alpha, 0.0,
                        int(call.beta != 0.0), A.tile, rows, tptrs, KERNEL_CODE[cdt],
                        _backend.cuda_stream(B))

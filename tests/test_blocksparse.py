@@ -176,6 +176,72 @@ def test_spmm_float32_modes(xp, rng):
         float32_precision(prev)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [40, 64, 100, 130, 257])
+def test_spmm_cuda_kernels_every_tile(xp, rng, n):
+    """The panel kernel (1D; 64/128/256-column CTA tiles), the warp-per-row kernel and the 2D
+    Morton kernel at every width they take, in every dtype and float32 mode, on poisoned output
+    memory: edge blocks, empty rows, a full row cut into pieces (added atomically), beta."""
+    if not xp.is_cuda:
+        pytest.skip("the CUDA kernels")
+    from kronlinalg.blocksparse import bs_cuda
+
+    a, _ = block_pattern(rng, 150, 595, 16, 0.1)
+    a[16:32] = rng.standard_normal((16, 595))  # 38 blocks > max(32, 4 x mean): two pieces
+    prev_mode, prev_kernel = float32_precision(), bs_cuda.spmm_variant()
+    try:
+        for dtype in dtypes_of(xp):
+            x = to_xp(xp, rng.standard_normal((595, n)), dtype)
+            c = to_xp(xp, rng.standard_normal((150, n)), dtype)
+            xe, ce = to_numpy(x).astype(np.float64), to_numpy(c).astype(np.float64)
+            for order in ORDERS:
+                A, ae = bsm_on(xp, a, 16, dtype, order)
+                ref = ae @ xe
+                runs = [("blocksparse", v, m) for v in (0, 1, 2)
+                        for m in (("tf32x3", "ieee") if dtype == "float32" else (None,))]
+                if order == "morton":
+                    runs.append(("morton", 0, None))
+                for algorithm, variant, mode in runs:
+                    bs_cuda.spmm_variant(variant)
+                    if mode:
+                        float32_precision(mode)
+                    what = f"{dtype} {order} {algorithm} kernel {variant} {mode}: "
+                    poison = to_xp(xp, np.full(150 * n + 4096, np.nan), dtype)
+                    del poison  # its memory goes back to the pool the result comes from
+                    assert_close(spmm(A, x, algorithm=algorithm), ref, xp, dtype, msg=what)
+                    assert_close(spmm(A, x, alpha=0.5, beta=-2.0, c=c, algorithm=algorithm),
+                                 0.5 * ref - 2.0 * ce, xp, dtype, msg=what + "beta ")
+    finally:
+        float32_precision(prev_mode)
+        bs_cuda.spmm_variant(prev_kernel)
+
+
+def test_tile_row_steps(rng):
+    """The 2D kernel's work list: every stored block once, in the step of its column and tile
+    row, at its local row; columns increasing inside a tile row."""
+    a, mask = block_pattern(rng, 16 * 13 - 5, 16 * 9, 16, 0.4)
+    A = BlockSparseMatrix.from_dense(a, order="morton")
+    ptr, steps, nrows = A.tile_row_steps()
+    steps = steps.reshape(-1, 5)
+    rows, cols = to_numpy(A.row_idx), to_numpy(A.col_idx)
+    assert nrows == 4 and ptr[-1] == steps.shape[0]
+    seen = np.zeros(A.nnz_blocks, dtype=int)
+    for ti in range(nrows):
+        seg = steps[ptr[ti]:ptr[ti + 1]]
+        assert np.all(np.diff(seg[:, 0]) > 0)
+        assert seg.shape[0] == mask[4 * ti:4 * ti + 4].any(axis=0).sum()
+        for step in seg:
+            for li, pos in enumerate(step[1:]):
+                if pos >= 0:
+                    seen[pos] += 1
+                    assert rows[pos] == 4 * ti + li and cols[pos] == step[0]
+                else:
+                    assert 4 * ti + li >= mask.shape[0] or not mask[4 * ti + li, step[0]]
+    assert np.all(seen == 1)
+    with pytest.raises(ValueError, match="order"):
+        BlockSparseMatrix.from_dense(a).tile_row_steps()
+
+
 # ---------------------------------------------------------------------------------------------
 # spgemm
 

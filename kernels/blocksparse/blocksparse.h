@@ -79,6 +79,10 @@ int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void 
 int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n);
 /* The float32 mode (0: 3xTF32, 1: IEEE; anything else only queries); the previous mode. */
 int kl_bs_float32_mode(int mode);
+/* Which CUDA kernel runs b = 16 SpMM with more than 32 RHS columns: 0 the panel kernel (the
+ * default), 1 the warp-per-row kernel, 2 the panel kernel with 128-column half-precision tiles;
+ * sets it when 0..2 (anything else only queries); the previous. */
+int kl_bs_spmm_variant(int variant);
 int kl_bs_cuda_device_check(void);
 
 #ifdef __cplusplus
