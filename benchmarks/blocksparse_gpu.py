@@ -135,6 +135,7 @@ def spmm_section(res, budget):
                     row["ours_p128_ms"] = with_kernel(2, lambda: cuda_time(ours))
                 row["ours_morton_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="blocksparse"))
                 row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"))
+                row["ours_2d_row_ms"] = cuda_time(lambda: spmm(A, X, algorithm="morton"))
                 row["x_2d_over_1d"] = row["ours_morton_ms"] / row["ours_2d_ms"]
                 if dname == "fp32":
                     prev = float32_precision("ieee")
@@ -235,6 +236,7 @@ def spgemm_section(budget):
                                       nnz_a=A.nnz_blocks, nnz_b=A.nnz_blocks,
                                       lib="torch")[0].name
         row["auto_ms"] = cuda_time(lambda: spgemm(A, A), reps=3)
+        row["dense_alg_ms"] = cuda_time(lambda: spgemm(A, A, algorithm="dense"), reps=3)
         row["auto_over_best"] = row["auto_ms"] / min(row["ours_ms"], row["dense_ms"])
         if cp is not None and dname == "fp32":
             csr = cupyx_csr(dense)
@@ -281,10 +283,14 @@ def batched_section(budget):
         row = {"batch": batch, "order": order, "nnzb": A.nnz_blocks,
                "ours_ms": cuda_time(lambda: spmm(A, X, algorithm="blocksparse"), reps=3),
                "bmm_ms": cuda_time(lambda: torch.bmm(dense, Xb), reps=3)}
+        Am = A.with_order("morton")
+        row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"), reps=3)
+        row["ratio_2d"] = row["ours_2d_ms"] / row["bmm_ms"]
         row["ratio"] = row["ours_ms"] / row["bmm_ms"]
         ref = torch.bmm(dense.float(), Xb.float()).reshape(batch * order, order)
         row["err_ours"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
-        del A, X, dense, Xb, ref, val, mask
+        row["err_2d"] = rel(spmm(Am, X, algorithm="morton"), ref)
+        del A, Am, X, dense, Xb, ref, val, mask
         torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -320,6 +326,7 @@ def main():
     print(f"\n{res['device']}, {res['date']}; ms, median of >= 10 (CUDA events)\n")
     print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_call_ms",
                               "ours_warp_ms", "ours_p128_ms", "ours_morton_ms", "ours_2d_ms",
+                              "ours_2d_row_ms",
                               "ours_ieee_ms", "dense_ms", "torch_bsr_ms", "cusparse_csr_ms",
                               "x_torch_bsr", "x_dense", "x_cusparse", "x_2d_over_1d", "auto",
                               "auto_morton", "err_ours", "err_2d", "err_warp"]))
@@ -330,11 +337,12 @@ def main():
     print()
     print(table(res["spgemm"], ["N", "dtype", "density", "out_density", "out_nnzb", "ours_ms",
                                 "symbolic_ms", "symbolic_share", "cusparse_csr_spgemm_ms",
-                                "cusparse_out_nnz", "x_cusparse", "dense_ms", "auto", "auto_ms",
+                                "cusparse_out_nnz", "x_cusparse", "dense_ms", "dense_alg_ms",
+                                "auto", "auto_ms",
                                 "auto_over_best", "err_ours", "err_cusparse"]))
     print()
-    print(table(res["batched"], ["batch", "order", "nnzb", "ours_ms", "bmm_ms", "ratio",
-                                 "err_ours"]))
+    print(table(res["batched"], ["batch", "order", "nnzb", "ours_ms", "ours_2d_ms", "bmm_ms",
+                                 "ratio", "ratio_2d", "err_ours", "err_2d"]))
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ for dt in DTYPES:
                     if mode:
                         float32_precision(mode)
                     check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], (dt, b, m, k, n))
-                    if order == "morton":
+                    if b == 16:  # the 2D kernel (4- and 8-row panels by n)
                         check(spmm(A, x, algorithm="morton"), ae @ xe, TOL[dt], ("2d", dt, b, m))
                     c = torch.randn((m, n), device="cuda").to(dt)
                     check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),

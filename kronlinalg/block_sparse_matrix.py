@@ -346,28 +346,25 @@ class BlockSparseMatrix:
         enc = np.where(split, -rows - 1, rows)
         return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
 
-    def tile_row_steps(self) -> tuple:
-        """(step_ptr, steps, tile rows) of a Morton-order matrix, the 2D CUDA kernel's work list:
-        the blocks of each tile row (q block rows) grouped by block column, one step per column
-        present, 1 + q int64 each (the column, then the storage position of local row 0..q-1's
-        block in it, -1 where none); steps by tile row, then column; step_ptr indexes them."""
-        if self._order != "morton":
-            raise ValueError("order: tile rows are stepped in Morton order only")
-        q = self._tile
-        rows, cols = self._storage_rows(), self._storage_cols()
-        ti = rows // q
-        order = np.lexsort((cols, ti))  # storage positions by tile row, then column
-        ti_s, c_s = ti[order], cols[order]
+    def row_steps(self, rows: int) -> tuple:
+        """(step_ptr, steps, panels): the 2D CUDA kernel's work list.  The blocks of each panel
+        of `rows` block rows grouped by block column, one step per column present, 1 + rows
+        int64 each (the column, then the storage position of the panel's i-th block row's
+        block in it, -1 where none); steps by panel, then column; step_ptr indexes them."""
+        rows_, cols = self._storage_rows(), self._storage_cols()
+        panel = rows_ // rows
+        order = np.lexsort((cols, panel))  # storage positions by panel, then column
+        p_s, c_s = panel[order], cols[order]
         new = np.ones(order.size, dtype=bool)
-        new[1:] = (ti_s[1:] != ti_s[:-1]) | (c_s[1:] != c_s[:-1])
+        new[1:] = (p_s[1:] != p_s[:-1]) | (c_s[1:] != c_s[:-1])
         step = np.cumsum(new) - 1
-        steps = np.full((int(new.sum()), 1 + q), -1, dtype=np.int64)
+        steps = np.full((int(new.sum()), 1 + rows), -1, dtype=np.int64)
         steps[step, 0] = c_s
-        steps[step, 1 + rows[order] % q] = order
-        nrows = -(-self.block_grid[0] // q)
-        ptr = np.zeros(nrows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(ti_s[new], minlength=nrows), out=ptr[1:])
-        return ptr, steps.ravel(), nrows
+        steps[step, 1 + rows_[order] % rows] = order
+        panels = -(-self.block_grid[0] // rows)
+        ptr = np.zeros(panels + 1, dtype=np.int64)
+        np.cumsum(np.bincount(p_s[new], minlength=panels), out=ptr[1:])
+        return ptr, steps.ravel(), panels
 
     def __repr__(self):
         return (f"BlockSparseMatrix(shape={self._shape}, block={self._b}, "
@@ -448,8 +445,9 @@ class BlockSparseMatrix:
         if (R * b, C * b) != (m, n):
             padded = xp.zeros((R * b, C * b), dtype=a.dtype, device=dev)
             padded[:m, :n] = a
-        grid = xp.permute_dims(xp.reshape(padded, (R, b, C, b)), (0, 2, 1, 3))
-        mask = xp.any(grid != 0, axis=(2, 3))
+        blocked = xp.reshape(padded, (R, b, C, b))
+        mask = xp.any(blocked != 0, axis=(1, 3))  # the scan reads memory in order
+        grid = xp.permute_dims(blocked, (0, 2, 1, 3))
         rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(mask))
         val = grid[_like(a, rows), _like(a, cols)] if rows.size else xp.zeros(
             (0, b, b), dtype=a.dtype, device=dev)

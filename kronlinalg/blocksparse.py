@@ -192,31 +192,30 @@ def _ours_applies(problem) -> bool:
 
 def _morton_applies(problem) -> bool:
     info = problem.info
-    return (problem.kind == "cuda" and info["order"] == "morton" and info["tile"] == 4
-            and info["block"] == 16 and info["gpu_tile"] > 0)
+    return problem.kind == "cuda" and info["block"] == 16 and info["gpu_tile"] > 0
 
 
 def _run_morton(call: SpmmCall):
-    """The 2D kernel over the Morton warp tiles of A (CUDA)."""
+    """The 2D kernel over panels of block rows (CUDA; either order: the steps name storage
+    positions, which Morton order keeps together)."""
     bs_cuda.device_check()
     A, xp, cdt = call.A, call.xp, call.compute
     m, k = A.shape
     with _backend.cuda_device_scope(call.B):
         val, B, ldb, n = _cuda_operands(call)
-        trp, tiles, rows = _cached(A, "steps_host", A.tile_row_steps)
+        P = bs_cuda.spmm2d_rows(KERNEL_CODE[cdt], n)
+        ptr_h, steps_h, panels = _cached(A, ("steps_host", P), lambda: A.row_steps(P))
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0:
             c = _cast(xp, call.c, cdt)
             out[...] = call.beta * (xp.reshape(c, (m, 1)) if call.vector and c.ndim == 1 else c)
         ptr = _backend.address_getter(B)
-        dtrp = A._index("tile_row_ptr", trp)
-        dtiles = A._index("steps", tiles) if tiles.size else None
-        rp = A._index("row_ptr", A.host_structure()[0])
-        ptrs = (ptr(rp), ptr(A.col_idx) if A.nnz_blocks else 0, 0,
-                ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
-        tptrs = (ptr(dtrp), ptr(dtiles) if dtiles is not None else 0, 0)
+        dptr = A._index(f"step_ptr{P}", ptr_h)
+        dsteps = A._index(f"steps{P}", steps_h) if steps_h.size else None
+        ptrs = (0, 0, 0, ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
+        tptrs = (ptr(dptr), ptr(dsteps) if dsteps is not None else 0, 0)
         bs_cuda.spmm2d((m, k, n, A.block), ptrs, (ldb, n), call.alpha, 0.0,
-                       int(call.beta != 0.0), A.tile, rows, tptrs, KERNEL_CODE[cdt],
+                       int(call.beta != 0.0), P, panels, tptrs, KERNEL_CODE[cdt],
                        _backend.cuda_stream(B))
     return _finish(call, out)
 
@@ -668,8 +667,9 @@ def _run_spgemm_ours(call: SpgemmCall):
 def _run_spgemm_dense(call: SpgemmCall):
     A, B = call.A, call.B
     xp = array_api_compat.array_namespace(A.val)
-    da = _cast(xp, A.to_dense(), call.compute)
-    db = _cast(xp, B.to_dense(), call.compute)
+    dense = lambda M: _cached(M, ("dense", call.compute),  # noqa: E731 (shared with spmm)
+                              lambda: _cast(xp, M.to_dense(), call.compute))
+    da, db = dense(A), dense(B)
     out = BlockSparseMatrix.from_dense(xp.matmul(da, db), block=A.block)
     return out if call.compute == call.result else out.astype(getattr(xp, call.result))
 

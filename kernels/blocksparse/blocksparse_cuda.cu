@@ -421,34 +421,34 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
       }
 }
 
-// The 2D kernel over Morton warp tiles (b = 16, q = 4): a CTA of 4 warps owns a tile row (4
-// block rows) and an RHS tile of 4 * WN columns.  Its work list holds one step per block column
-// present in the tile row (the tile row's warp tiles in order, each tile's blocks grouped by
-// column): the step stages that column's B block row once, with the tile's blocks of that
-// column (up to one per local row), and every warp multiplies each staged block into the C
-// tile of its block row over its WN columns.  A B block row met by r block rows of the tile is
-// read from L2 once, not r times (the 1D kernel's cost); pipelined S stages deep like the panel
+// The 2D kernel (b = 16): a CTA of NW warps owns a panel of P block rows (one or two Morton
+// tile rows) and an RHS tile of NW * WN columns.  Its work list holds one step per block column
+// present in the panel: the step stages that column's B block row once, with the panel's blocks
+// of that column (up to one per block row), and every warp multiplies each staged block into the
+// C tile of its block row over its WN columns.  A B block row met by r block rows of the panel is
+// read from L2 once, not r times (the 1D kernels' cost: on random patterns the L2 -> shared
+// memory traffic, ~4.5 TB/s on the H100, bounds them); pipelined S stages deep like the panel
 // kernel.
-template <int MODE, int BM, int WN, int S>
+template <int MODE, int BM, int WN, int S, int P, int NW>
 struct Panel2d {
   using TL = Tile<MODE, BM, WN>;
   using T = typename TL::T;
-  static constexpr int Q = kWarps;
-  static constexpr int NTC = kWarps * WN;
+  static constexpr int NTC = NW * WN;
   static constexpr int AP = TL::AP;
   static constexpr int BP = NTC + (MODE == kF64 ? 4 : 8);
-  static constexpr int kStage = BM * BP + Q * BM * AP;  // B block row, then Q blocks
+  static constexpr int kStage = BM * BP + P * BM * AP;  // B block row, then P blocks
   static constexpr size_t smem_bytes() {
     return size_t(S) * kStage * sizeof(T) + size_t(S) * sizeof(int);  // + a mask per stage
   }
 };
 
-template <int MODE, int BM, int WN, int S>
-__global__ void __launch_bounds__(kWarps * 32, 3) spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
-  using PL = Panel2d<MODE, BM, WN, S>;
+template <int MODE, int BM, int WN, int S, int P, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
+    spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+  using PL = Panel2d<MODE, BM, WN, S, P, NW>;
   using TL = typename PL::TL;
   using T = typename PL::T;
-  constexpr int Q = PL::Q, E = TL::kElem16, ACH = BM / E, BCH = PL::NTC / E, NTH = kWarps * 32;
+  constexpr int Q = P, E = TL::kElem16, ACH = BM / E, BCH = PL::NTC / E, NTH = NW * 32;
   constexpr int ROWS_PER_PASS = NTH / BCH, BPASSES = BM * BCH / NTH;
   constexpr int APASSES = Q * BM * ACH / NTH;
   static_assert(NTH % BCH == 0 && (BM * BCH) % NTH == 0, "B chunks must tile the CTA");
@@ -681,7 +681,9 @@ int panel_wn(int mode, int b, int64_t n) {
   const int v = g_variant.load(std::memory_order_relaxed);
   if (b != 16 || n <= 32 || v == 1) return 0;
   if (mode == kHalf || mode == kBf16) return n > 128 && v != 2 ? 64 : n > 64 ? 32 : 16;
-  return n > 64 ? 32 : 16;
+  // FP32 at 64 columns: the warp kernel measured 1.15-1.26x faster (H100, 2026-11-26)
+  if (mode == kF64) return n > 64 ? 32 : 16;
+  return n > 64 ? 32 : 0;
 }
 
 // The RHS tile of the SpMM kernel: as wide as the registers allow (one pass over A per tile),
@@ -776,13 +778,13 @@ int spmm_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   return p.b == 16 ? spmm_bm<MODE, 16>(p, s) : spmm_bm<MODE, 32>(p, s);
 }
 
-template <int MODE, int WN, int S>
+template <int MODE, int WN, int S, int P, int NW>
 int launch_spmm2d(const kl_bs_spmm_problem &p, cudaStream_t stream) {
-  using PL = Panel2d<MODE, 16, WN, S>;
+  using PL = Panel2d<MODE, 16, WN, S, P, NW>;
   const size_t smem = PL::smem_bytes();
   static bool configured = false;
   if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(spmm2d_kernel<MODE, 16, WN, S>,
+    cudaError_t e = cudaFuncSetAttribute(spmm2d_kernel<MODE, 16, WN, S, P, NW>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return cuda_fail(e, "spmm2d: shared memory");
     configured = true;
@@ -790,17 +792,24 @@ int launch_spmm2d(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.tile_rows;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm2d: grid too large");
-  spmm2d_kernel<MODE, 16, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  spmm2d_kernel<MODE, 16, WN, S, P, NW><<<unsigned(blocks), NW * 32, smem, stream>>>(p, ntn);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm2d launch");
 }
 
-// The 2D kernel's columns per warp: its accumulators hold 4 block rows, so half the 1D panel's
-// width for half types (FP64: 16 columns, 3 stages of 19 KB).
+// The 2D kernel's shapes (kl_bs_spmm2d_rows says which P the caller builds steps for): 8 block
+// rows, 8 warps of 16 columns for 2- and 4-byte types wider than 64 columns (the accumulators of
+// 8 block rows fill the registers at 16 columns); otherwise 4 block rows, 4 warps (FP64 16
+// columns, 3 stages of 19 KB).
+int rows2d(int mode, int64_t n) { return mode != kF64 && n > 64 ? 8 : 4; }
+
 template <int MODE>
 int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
-  if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3>(p, s);
-  else return p.n > 64 ? launch_spmm2d<MODE, 32, 4>(p, s) : launch_spmm2d<MODE, 16, 4>(p, s);
+  if (p.tile != rows2d(MODE, p.n))
+    return fail(KL_ERR_INVALID, "blocksparse spmm2d: steps built for another panel height");
+  if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
+  else if (p.n > 64) return launch_spmm2d<MODE, 16, MODE == kHalf || MODE == kBf16 ? 6 : 4, 8, 8>(p, s);
+  else return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
 }
 
 template <int MODE, int BM>
@@ -842,6 +851,11 @@ extern "C" int kl_bs_cuda_device_check(void) {
 
 extern "C" int kl_bs_float32_mode(int mode) { return kl::bs::g_fp32.set(mode); }
 
+extern "C" int kl_bs_spmm2d_rows(int dtype, int64_t n) {
+  const int mode = kl::bs::mode_of(dtype);
+  return mode < 0 ? 0 : kl::bs::rows2d(mode, n);
+}
+
 extern "C" int kl_bs_spmm_variant(int variant) {
   const int prev = kl::bs::g_variant.load();
   if (variant >= 0 && variant <= 2) kl::bs::g_variant.store(variant);
@@ -876,10 +890,9 @@ extern "C" int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *str
 
 extern "C" int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream) {
   using namespace kl::bs;
-  if (!p || p->b != 16 || p->tile != kWarps || p->m < 0 || p->k < 0 || p->n < 0 ||
-      p->tile_rows < 0 || !p->tile_row_ptr)
-    return kl::fail(KL_ERR_INVALID,
-                    "blocksparse spmm2d (CUDA): invalid problem (b 16, Morton tiles of 4)");
+  if (!p || p->b != 16 || p->m < 0 || p->k < 0 || p->n < 0 || p->tile_rows < 0 ||
+      !p->tile_row_ptr)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spmm2d (CUDA): invalid problem (b must be 16)");
   if (p->m == 0 || p->n == 0 || p->tile_rows == 0) return KL_OK;
   const size_t item = dtype == 1 ? 8 : dtype == 0 ? 4 : 2;
   if ((reinterpret_cast<uintptr_t>(p->B) | reinterpret_cast<uintptr_t>(p->val)) % 16 != 0 ||

@@ -24,7 +24,7 @@ import math
 from ...common.dtypes import ITEMSIZE
 from ..roofline import roofline
 
-__all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense",
+__all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense", "panel_rows",
            "predict_spmm_torch_bsr",
            "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate"]
 
@@ -36,7 +36,8 @@ _HOST_OURS = 50e-6
 _HOST_DENSE = 10e-6
 _L2_FACTOR = 1.5  # L2 -> shared memory bandwidth over DRAM bandwidth
 _BSR_OVER_OURS = 3.5  # torch BSR / ours, measured 2.7-6.3x
-_2D_OVER_1D = 2.4  # the 2D Morton kernel / the 1D one, measured 1.5-3.2x
+_2D_OVER_1D = 1.15  # the 2D kernel's cost per byte over the 1D one's, 8-row panels (provisional)
+_2D_OVER_1D_NARROW = 1.6  # 4-row panels (FP64, 64 columns or fewer): fewer CTAs, measured 1.3-2.0
 _EFF = {"float16": 0.45, "bfloat16": 0.45, "float32": 0.5, "float64": 0.6}
 
 
@@ -80,17 +81,28 @@ def predict_spmm_ours(problem, prof):
                      "terms": {"flop": flops / rate, "mem": nbytes / prof.bandwidth}}
 
 
+def panel_rows(dtype: str, n: int) -> int:
+    """Block rows of the 2D kernel's panel (as kl_bs_spmm2d_rows: 8, or 4 for FP64 and RHS of
+    64 columns or fewer)."""
+    return 8 if dtype != "float64" and n > 64 else 4
+
+
 def predict_spmm_morton(problem, prof):
-    """The 2D kernel stages each warp tile's B rows once for its block rows (the L2 term divided
-    by the blocks per distinct column of a tile), but pays a CTA barrier and an unpipelined
-    load per tile: on the H100 it ran 1.5-3.2x slower than the 1D kernel at densities 0.05-0.25
-    (measured factor used; the reuse is reported in the details)."""
+    """The 2D kernel stages each B block row once per panel of P block rows: its L2 term is the
+    1D kernel's divided by the blocks per column present in a panel (random patterns: P d /
+    (1 - (1 - d)^P)), times a fitted overhead (the A blocks staged per step, a barrier per
+    column, fewer CTAs)."""
     i = problem.info
-    q, d = max(1, i["tile"]), i["density"]
-    cols = q * (1.0 - (1.0 - d) ** q)  # distinct block columns of a tile
-    reuse = max(1.0, q * q * d / cols) if cols > 0 else 1.0
+    P, d = panel_rows(problem.dtype, i["n"]), i["density"]
+    present = 1.0 - (1.0 - d) ** P
+    reuse = max(1.0, P * d / present) if present > 0 else 1.0
     seconds, details = predict_spmm_ours(problem, prof)
-    return seconds * _2D_OVER_1D, {**details, "reuse": reuse}
+    t = details.get("terms", {})
+    if "l2" not in t:
+        return seconds * _2D_OVER_1D, {**details, "reuse": reuse}
+    core = max(t["tensor cores"], t["dram"], t["l2"] / reuse) * _imbalance(i)
+    over = _2D_OVER_1D if P == 8 else _2D_OVER_1D_NARROW
+    return core * over + t["launch"], {**details, "reuse": reuse}
 
 
 def predict_spmm_torch_bsr(problem, prof):
