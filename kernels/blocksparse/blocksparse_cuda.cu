@@ -306,6 +306,55 @@ __global__ void __launch_bounds__(kWarps * 32) spmm_kernel(kl_bs_spmm_problem p,
       }
 }
 
+// A work list read ahead through shared memory: the E int64 entries of step t come from one of
+// two 32-step chunks; chunk c + 1 is loaded into registers when step 32 c is issued and stored
+// 16 steps later, so no cp.async waits on an index fetched from memory.  (The panel kernels'
+// first version fetched the next step's indices one step ahead: every step then waited one
+// L2/DRAM round trip, ~1.2 us on the H100, whatever the pipeline depth.)  Callers pass
+// src(t, e), the entry's value, and call advance() after each iteration's barrier.
+template <int E, int NTH>
+struct IndexRing {
+  static constexpr int kSteps = 32, kEnt = kSteps * E, K = (kEnt + NTH - 1) / NTH;
+  static constexpr size_t bytes() { return size_t(2) * kEnt * sizeof(int64_t); }
+  int64_t *buf;  // shared: two chunks
+  int64_t reg[K];
+  __device__ __forceinline__ int64_t get(int t, int e) const {
+    return buf[((t >> 5) & 1) * kEnt + (t & 31) * E + e];
+  }
+  template <class F>
+  __device__ __forceinline__ void fetch(int c, int nsteps, F src) {
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      const int j = int(threadIdx.x) + q * NTH, t = c * kSteps + j / E;
+      reg[q] = j < kEnt && t < nsteps ? src(t, j % E) : int64_t(-1);
+    }
+  }
+  __device__ __forceinline__ void store(int c) {
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      const int j = int(threadIdx.x) + q * NTH;
+      if (j < kEnt) buf[(c & 1) * kEnt + j] = reg[q];
+    }
+  }
+  template <class F>
+  __device__ __forceinline__ void prime(int nsteps, F src) {  // chunks 0 and 1, then a barrier
+    fetch(0, nsteps, src);
+    store(0);
+    if (nsteps > kSteps) {
+      fetch(1, nsteps, src);
+      store(1);
+    }
+    __syncthreads();
+  }
+  template <class F>
+  __device__ __forceinline__ void advance(int t, int nsteps, F src) {  // t: the step just issued
+    if (t >= kSteps && (t & 31) == 0 && ((t >> 5) + 1) * kSteps < nsteps)
+      fetch((t >> 5) + 1, nsteps, src);
+    else if (t >= kSteps + kSteps / 2 && (t & 31) == 16 && ((t >> 5) + 1) * kSteps < nsteps)
+      store((t >> 5) + 1);
+  }
+};
+
 // The panel SpMM kernel (b = 16, RHS wider than 32; the default): a CTA of 4 warps owns one work
 // item and an RHS tile of 4 * WN columns, warp w the columns [w WN, (w + 1) WN).  The CTA stages
 // each A block once for its four warps and the B block row it meets across the whole tile, S
@@ -321,7 +370,8 @@ struct Panel {
   static constexpr int AP = TL::AP;
   static constexpr int BP = NTC + (MODE == kF64 ? 4 : 8);  // conflict-free fragment loads
   static constexpr int kStage = BM * AP + BM * BP;
-  static constexpr size_t smem_bytes() { return size_t(S) * kStage * sizeof(T); }
+  using Ring = IndexRing<2, kWarps * 32>;  // (column, storage position) per block
+  static constexpr size_t smem_bytes() { return size_t(S) * kStage * sizeof(T) + Ring::bytes(); }
 };
 
 template <int MODE, int BM, int WN, int S>
@@ -365,10 +415,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
                            ok ? bbytes : 0);
     }
   };
-  auto fetch = [&](int t, int64_t &kcol, int64_t &blk) {
-    kcol = __ldg(p.col_idx + start + t);
-    blk = p.perm ? __ldg(p.perm + start + t) : start + t;
+  auto src = [&](int t, int e) -> int64_t {
+    return e == 0 ? __ldg(p.col_idx + start + t) : p.perm ? __ldg(p.perm + start + t) : start + t;
   };
+  typename PL::Ring ring;
+  ring.buf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
+  ring.prime(nblk, src);
 
   typename TL::Acc acc[TL::MT][WN / 8][TL::NV];
 #pragma unroll
@@ -380,22 +432,16 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nblk) {
-      int64_t kc, bk;
-      fetch(s, kc, bk);
-      load(s, kc, bk);
-    }
+    if (s < nblk) load(s, ring.get(s, 0), ring.get(s, 1));
     cu::cp_async_commit();
   }
-  int64_t pc = 0, pb = 0;  // the column and storage position of block i + S - 1
-  if (S - 1 < nblk) fetch(S - 1, pc, pb);
   for (int i = 0; i < nblk; ++i) {
     cu::cp_async_wait<S - 2>();
     __syncthreads();  // block i landed for every thread; slot (i - 1) % S is free
     const int nx = i + S - 1;
-    if (nx < nblk) load(nx % S, pc, pb);
+    if (nx < nblk) load(nx % S, ring.get(nx, 0), ring.get(nx, 1));
     cu::cp_async_commit();
-    if (nx + 1 < nblk) fetch(nx + 1, pc, pb);
+    ring.advance(nx, nblk, src);
     const T *sa = st + (i % S) * PL::kStage;
     tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa, sa + BM * PL::AP + warp * WN, acc);
   }
@@ -437,8 +483,9 @@ struct Panel2d {
   static constexpr int AP = TL::AP;
   static constexpr int BP = NTC + (MODE == kF64 ? 4 : 8);
   static constexpr int kStage = BM * BP + P * BM * AP;  // B block row, then P blocks
-  static constexpr size_t smem_bytes() {
-    return size_t(S) * kStage * sizeof(T) + size_t(S) * sizeof(int);  // + a mask per stage
+  using Ring = IndexRing<1 + P, NW * 32>;  // a step: the column, P storage positions
+  static constexpr size_t smem_bytes() {  // stages, the ring, a mask per stage
+    return size_t(S) * kStage * sizeof(T) + Ring::bytes() + size_t(S) * sizeof(int);
   }
 };
 
@@ -455,7 +502,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
   static_assert((Q * BM * ACH) % NTH == 0, "A chunks must tile the CTA");
   KL_DYNAMIC_SMEM(smem_raw);
   T *st = reinterpret_cast<T *>(smem_raw);
-  int *mask = reinterpret_cast<int *>(st + S * PL::kStage);
+  typename PL::Ring ring;
+  ring.buf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
+  int *mask = reinterpret_cast<int *>(ring.buf + 2 * PL::Ring::kEnt);
   const int tid = threadIdx.x, warp = tid >> 5;
   const int64_t tile_n = blockIdx.x % ntn, ti = blockIdx.x / ntn;
   const int64_t n0 = tile_n * PL::NTC;
@@ -468,10 +517,10 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
   const int bc = tid % BCH, br0 = tid / BCH;
   const int64_t bcol = n0 + int64_t(bc) * E;
   const int bbytes = bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
-  auto load = [&](int slot, const int64_t (&sv)[1 + Q]) {
+  auto load = [&](int slot, int t) {  // step t's B block row and blocks into slot
     T *sb = st + slot * PL::kStage;
     T *sa = sb + BM * PL::BP;
-    const int64_t k0 = sv[0] * BM;
+    const int64_t k0 = ring.get(t, 0) * BM;
 #pragma unroll
     for (int q = 0; q < BPASSES; ++q) {
       const int rr = br0 + q * ROWS_PER_PASS;
@@ -483,10 +532,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
     for (int q = 0; q < APASSES; ++q) {
       const int c = tid + q * NTH, l = c / (BM * ACH), rem = c % (BM * ACH);
       const int ar = rem / ACH, ac = rem % ACH;
-      int64_t pos = -1;  // sv[1 + l] without a dynamic index (which would put sv in memory)
-#pragma unroll
-      for (int e = 0; e < Q; ++e)
-        if (e == l) pos = sv[1 + e];
+      const int64_t pos = ring.get(t, 1 + l);
       if (pos >= 0)
         cu::cp_async_16(sa + (l * BM + ar) * PL::AP + ac * E, val + pos * BM * BM + ar * BM + ac * E,
                         true);
@@ -494,14 +540,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
     if (tid == 0) {
       int m = 0;
 #pragma unroll
-      for (int l = 0; l < Q; ++l) m |= int(sv[1 + l] >= 0) << l;
+      for (int l = 0; l < Q; ++l) m |= int(ring.get(t, 1 + l) >= 0) << l;
       mask[slot] = m;
     }
   };
-  auto fetch = [&](int t, int64_t (&sv)[1 + Q]) {
-#pragma unroll
-    for (int e = 0; e < 1 + Q; ++e) sv[e] = __ldg(steps + int64_t(t) * (1 + Q) + e);
-  };
+  auto src = [&](int t, int e) -> int64_t { return __ldg(steps + int64_t(t) * (1 + Q) + e); };
+  ring.prime(nsteps, src);
 
   typename TL::Acc acc[Q][TL::MT][WN / 8][TL::NV];
 #pragma unroll
@@ -515,22 +559,16 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nsteps) {
-      int64_t sv[1 + Q];
-      fetch(s, sv);
-      load(s, sv);
-    }
+    if (s < nsteps) load(s, s);
     cu::cp_async_commit();
   }
-  int64_t pv[1 + Q];  // step i + S - 1, fetched a step ahead
-  if (S - 1 < nsteps) fetch(S - 1, pv);
   for (int i = 0; i < nsteps; ++i) {
     cu::cp_async_wait<S - 2>();
     __syncthreads();  // step i landed for every thread; slot (i - 1) % S is free
     const int nx = i + S - 1;
-    if (nx < nsteps) load(nx % S, pv);
+    if (nx < nsteps) load(nx % S, nx);
     cu::cp_async_commit();
-    if (nx + 1 < nsteps) fetch(nx + 1, pv);
+    ring.advance(nx, nsteps, src);
     const T *sb = st + (i % S) * PL::kStage;
     const T *sa = sb + BM * PL::BP;
     const int m = mask[i % S];
@@ -681,9 +719,7 @@ int panel_wn(int mode, int b, int64_t n) {
   const int v = g_variant.load(std::memory_order_relaxed);
   if (b != 16 || n <= 32 || v == 1) return 0;
   if (mode == kHalf || mode == kBf16) return n > 128 && v != 2 ? 64 : n > 64 ? 32 : 16;
-  // FP32 at 64 columns: the warp kernel measured 1.15-1.26x faster (H100, 2026-11-26)
-  if (mode == kF64) return n > 64 ? 32 : 16;
-  return n > 64 ? 32 : 0;
+  return n > 64 ? 32 : 16;
 }
 
 // The RHS tile of the SpMM kernel: as wide as the registers allow (one pass over A per tile),
