@@ -10,11 +10,10 @@
 
 Algorithms (the planner ranks them; ``algorithm=`` forces one):
 
-- spmm: "blocksparse" (our kernels: C++ on the CPU; on CUDA a warp per block row walks its
-  blocks on tensor cores), "morton" (CUDA, Morton-order matrices: a CTA per tile row stages
-  each warp tile's blocks and B rows once for all its block rows), "torch_bsr" (torch's BSR
-  matmul, CUDA torch tensors), "dense"
-  (the library's GEMM on the densified matrix, kept on the matrix for the next call).
+- spmm: "blocksparse" (C++ on the CPU; on CUDA a CTA or a warp per block row walks its blocks
+  on tensor cores), "morton" (CUDA, the 2D kernel: a CTA per panel of 4 or 8 block rows stages
+  each B block row once for the panel; either order), "torch_bsr" (torch's BSR matmul, CUDA
+  torch tensors), "dense" (the library's GEMM on the densified matrix, kept on the matrix).
 - spgemm: "blocksparse" (symbolic phase — count, scan, sorted column lists — then numeric) and
   "dense" (densify, GEMM, blockify: blocks that come out all zero are dropped).
 """
@@ -468,7 +467,7 @@ _SPMM = Operation("spmm", prepare=_prepare_spmm, plan_query=_plan_spmm,
 _SPMM.register(Algorithm("blocksparse", _run_ours, _costs.predict_spmm_ours,
                          devices=("cpu", "cuda"),
                          applies=_ours_applies, replay=_replay_ours,
-                         doc="our kernels (C++ on the CPU; CUDA: a warp per block row)"))
+                         doc="our kernels (C++ on the CPU; CUDA: a CTA or warp per block row)"))
 _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices=("cpu", "cuda"),
                          autograd=("autograd",), replay=_replay_dense,
                          doc="the library's GEMM on the densified matrix"))
@@ -477,7 +476,7 @@ _SPMM.register(Algorithm("torch_bsr", _run_torch_bsr, _costs.predict_spmm_torch_
                          doc="torch's sparse BSR matmul (cuSPARSE bsrmm)"))
 _SPMM.register(Algorithm("morton", _run_morton, _costs.predict_spmm_morton, devices=("cuda",),
                          applies=_morton_applies,
-                         doc="2D kernel over Morton warp tiles (B rows staged once per tile)"))
+                         doc="2D kernel over panels of block rows (B rows staged once per panel)"))
 _SPMM.grad_algorithm = "dense"
 
 
