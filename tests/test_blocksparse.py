@@ -548,3 +548,30 @@ def test_property_coo_round_trip(nnz, m, n, b, seed):
     assert A.nnz_blocks == len({(r // b, c // b) for r, c in zip(rows, cols)})
     back = A.to_scipy("coo")
     assert np.array_equal(back.toarray(), ref)
+
+
+@hyp.given(m=st.integers(0, 90), k=st.integers(0, 90), n=st.integers(1, 5),
+           density=st.floats(0.0, 1.0), rows=st.sampled_from([1, 4, 8]),
+           order=st.sampled_from(ORDERS), seed=st.integers(0, 2**32 - 1))
+def test_property_row_steps_product(m, k, n, density, rows, order, seed):
+    """The 2D kernel's algorithm on its work list, in NumPy: for each panel, each step's B block
+    row times the staged block of each of the panel's rows, is the product."""
+    rng = np.random.default_rng(seed)
+    a, _ = block_pattern(rng, m, k, 16, density)
+    A = BlockSparseMatrix.from_dense(a, order=order)
+    x = rng.standard_normal((k, n))
+    R, C = A.block_grid
+    xp_ = np.zeros((C * 16, n))
+    xp_[:k] = x
+    out = np.zeros((R * 16, n))
+    val = to_numpy(A.val)
+    ptr, steps, panels = A.row_steps(rows)
+    steps = steps.reshape(-1, 1 + rows)
+    for pi in range(panels):
+        for step in steps[ptr[pi]:ptr[pi + 1]]:
+            brow = xp_[step[0] * 16:(step[0] + 1) * 16]
+            for li, pos in enumerate(step[1:]):
+                if pos >= 0:
+                    r = pi * rows + li
+                    out[r * 16:(r + 1) * 16] += val[pos] @ brow
+    assert rel_err(out[:m], a @ x) < 1e-12
