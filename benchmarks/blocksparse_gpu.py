@@ -3,14 +3,15 @@
     python benchmarks/blocksparse_gpu.py --out blocksparse.json [--budget 150]
 
 CUDA events on warm inputs: the median over 5 batches of 10 back-to-back calls (calls over
-20 ms: 3 single calls); "call" columns time one call from an idle GPU (host work included).  Random 16 x 16
-block patterns (torch CUDA tensors).  Sections, each skipped once the budget is spent (the JSON
-is written after every one):
+20 ms: 3 single calls); "call" columns time one call from an idle GPU (host work included).
+Random 16 x 16 block patterns (torch CUDA tensors).  Sections, each skipped once the budget is
+spent (the JSON is written after every one):
 
 1. SpMM, N = 16384, RHS 64 / 256, density 0.05 / 0.1 / 0.25, FP16 / FP32 (3xTF32 and IEEE) /
-   FP64: ours on a row-order matrix and on a Morton-order one (the same 1D kernel through the
-   row permutation), dense torch.mm (cuBLAS), torch BSR (to_sparse_bsr((16, 16)) @ dense),
-   cuSPARSE CSR through cupyx (FP32/FP64); what "auto" picks; the error against dense.
+   FP64: ours on a row-order matrix (the default 1D kernel, and the warp kernel), on a
+   Morton-order one (the same 1D kernel through the row permutation), the 2D kernel, dense
+   torch.mm (cuBLAS), torch BSR (to_sparse_bsr((16, 16)) @ dense), cuSPARSE CSR through cupyx
+   (FP32/FP64); what "auto" picks; the error against dense.
 2. N = 4096: "auto" against dense at densities 0.05 .. 0.5.
 3. SpGEMM, N = 16384, density 0.005 / 0.02: ours (symbolic timed apart), cupyx CSR A @ A (its
    nnz and values checked), dense A @ A, auto; FP32, FP16 and FP64; N = 4096 at 0.5 (FP32).

@@ -399,7 +399,8 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   // this thread's chunks: B column chunk bc of rows br0 + ROWS_PER_PASS * pass; A chunk tid
   const int bc = tid % BCH, br0 = tid / BCH;
   const int64_t bcol = n0 + int64_t(bc) * E;
-  const int bbytes = bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
+  const int bbytes =
+      bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
   const int ar = tid / ACH, ac = tid % ACH;
   auto load = [&](int slot, int64_t kcol, int64_t blk) {
     T *sa = st + slot * PL::kStage;
@@ -516,7 +517,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
 
   const int bc = tid % BCH, br0 = tid / BCH;
   const int64_t bcol = n0 + int64_t(bc) * E;
-  const int bbytes = bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
+  const int bbytes =
+      bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
   auto load = [&](int slot, int t) {  // step t's B block row and blocks into slot
     T *sb = st + slot * PL::kStage;
     T *sa = sb + BM * PL::BP;
@@ -534,8 +536,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
       const int ar = rem / ACH, ac = rem % ACH;
       const int64_t pos = ring.get(t, 1 + l);
       if (pos >= 0)
-        cu::cp_async_16(sa + (l * BM + ar) * PL::AP + ac * E, val + pos * BM * BM + ar * BM + ac * E,
-                        true);
+        cu::cp_async_16(sa + (l * BM + ar) * PL::AP + ac * E,
+                        val + pos * BM * BM + ar * BM + ac * E, true);
     }
     if (tid == 0) {
       int m = 0;
@@ -847,7 +849,8 @@ int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   if (p.tile != rows2d(MODE, p.n))
     return fail(KL_ERR_INVALID, "blocksparse spmm2d: steps built for another panel height");
   if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
-  else if (p.n > 64) return launch_spmm2d<MODE, 16, MODE == kHalf || MODE == kBf16 ? 6 : 4, 8, 8>(p, s);
+  else if (p.n > 64)
+    return launch_spmm2d<MODE, 16, MODE == kHalf || MODE == kBf16 ? 6 : 4, 8, 8>(p, s);
   else return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
 }
 
