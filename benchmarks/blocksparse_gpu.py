@@ -2,17 +2,20 @@
 
     python benchmarks/blocksparse_gpu.py --out blocksparse.json [--budget 150]
 
-CUDA events on warm inputs, median of >= 10 runs (5 for calls over 20 ms).  Random 16 x 16
-block patterns (torch CUDA tensors).  Sections, each skipped once the budget is spent (the JSON
-is written after every one):
+CUDA events on warm inputs: the median over 5 batches of 10 back-to-back calls (calls over
+20 ms: 3 single calls); "call" columns time one call from an idle GPU (host work included).
+Random 16 x 16 block patterns (torch CUDA tensors).  Sections, each skipped once the budget is
+spent (the JSON is written after every one):
 
 1. SpMM, N = 16384, RHS 64 / 256, density 0.05 / 0.1 / 0.25, FP16 / FP32 (3xTF32 and IEEE) /
-   FP64: ours on a row-order matrix and on a Morton-order one (the same 1D kernel through the
-   row permutation), dense torch.mm (cuBLAS), torch BSR (to_sparse_bsr((16, 16)) @ dense),
-   cuSPARSE CSR through cupyx (FP32/FP64); what "auto" picks; the error against dense.
+   FP64: ours on a row-order matrix (the default 1D kernel, and the warp kernel), on a
+   Morton-order one (the same 1D kernel through the row permutation), the 2D kernel, dense
+   torch.mm (cuBLAS), torch BSR (to_sparse_bsr((16, 16)) @ dense), cuSPARSE CSR through cupyx
+   (FP32/FP64); what "auto" picks; the error against dense.
 2. N = 4096: "auto" against dense at densities 0.05 .. 0.5.
 3. SpGEMM, N = 16384, density 0.005 / 0.02: ours (symbolic timed apart), cupyx CSR A @ A (its
-   nnz checked), dense A @ A; FP32, FP16 and FP64.
+   nnz and values checked), dense A @ A, auto; FP32, FP16 and FP64; N = 4096 at 0.5 (FP32).
+4. Batched small block-sparse (FP16, batch 10^4, orders 64 / 128 / 256, 50 %) against bmm.
 Prints markdown tables; the JSON holds every number.
 """
 
@@ -27,7 +30,7 @@ import torch
 
 import kronlinalg
 from kronlinalg import BlockSparseMatrix, spgemm, spmm
-from kronlinalg.blocksparse import float32_precision, symbolic
+from kronlinalg.blocksparse import bs_cuda, float32_precision, symbolic
 
 try:
     import cupy as cp
@@ -39,19 +42,32 @@ START = time.time()
 DT = {"fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
 
-def cuda_time(fn, reps=10, warm=2):
+def cuda_time(fn, reps=10, warm=2, batches=5):
+    """ms per call, warm: the median over `batches` of `reps` back-to-back calls between two
+    CUDA events (the host's per-call work overlaps the GPU's, as in a loop of calls); calls
+    over 20 ms are timed one at a time, 3 times."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    fn()
-    e1.record()
-    e1.synchronize()
-    if e0.elapsed_time(e1) > 20:
-        reps = 5
+    if call_time(fn, 1) > 20:
+        reps, batches = 1, 3
+    times = []
+    for _ in range(batches):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            fn()
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) / reps)
+    return float(np.median(times))
+
+
+def call_time(fn, reps=5):
+    """ms of one call from an idle GPU (the host's per-call work included), median of reps."""
     times = []
     for _ in range(reps):
+        torch.cuda.synchronize()
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         fn()
@@ -59,6 +75,16 @@ def cuda_time(fn, reps=10, warm=2):
         e1.synchronize()
         times.append(e0.elapsed_time(e1))
     return float(np.median(times))
+
+
+def with_kernel(variant, fn):
+    """fn() with the b = 16 SpMM kernel `variant` (0 panel, 1 warp per row, 2 panel, 128-column
+    half tiles)."""
+    prev = bs_cuda.spmm_variant(variant)
+    try:
+        return fn()
+    finally:
+        bs_cuda.spmm_variant(prev)
 
 
 def random_bsm(N, density, dtype, b=16, seed=0, order="row"):
@@ -102,9 +128,13 @@ def spmm_section(res, budget):
                 X = torch.randn((16384, n), device="cuda").to(dt)
                 row = {"N": 16384, "density": density, "dtype": dname, "rhs": n,
                        "nnzb": A.nnz_blocks}
-                row["ours_ms"] = cuda_time(lambda: spmm(A, X, algorithm="blocksparse"))
+                ours = lambda: spmm(A, X, algorithm="blocksparse")  # noqa: E731
+                row["ours_ms"] = cuda_time(ours)
+                row["ours_call_ms"] = call_time(ours)
+                row["ours_warp_ms"] = with_kernel(1, lambda: cuda_time(ours))
                 row["ours_morton_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="blocksparse"))
                 row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"))
+                row["x_2d_over_1d"] = row["ours_morton_ms"] / row["ours_2d_ms"]
                 if dname == "fp32":
                     prev = float32_precision("ieee")
                     row["ours_ieee_ms"] = cuda_time(lambda: spmm(A, X, algorithm="blocksparse"))
@@ -122,6 +152,7 @@ def spmm_section(res, budget):
                 row["err_ours"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
                 row["err_morton"] = rel(spmm(Am, X, algorithm="blocksparse"), ref)
                 row["err_2d"] = rel(spmm(Am, X, algorithm="morton"), ref)
+                row["err_warp"] = with_kernel(1, lambda: rel(ours(), ref))
                 row["auto_morton"] = kronlinalg.plan(
                     "spmm", (16384, 16384), (16384, n), dtype=str(dt).split(".")[-1],
                     device=X, block=16, nnzb=A.nnz_blocks, skew=1.0, lib="torch", beta=0,
@@ -150,52 +181,114 @@ def auto_section(budget):
             X = torch.randn((4096, 256), device="cuda").to(dt)
             spmm(A, X)  # the first auto call may densify (kept on A)
             row = {"N": 4096, "density": density, "dtype": dname, "rhs": 256,
+                   "auto": kronlinalg.plan("spmm", (4096, 4096), (4096, 256),
+                                           dtype=str(dt).split(".")[-1], device=X, block=16,
+                                           nnzb=A.nnz_blocks, skew=1.0, lib="torch", beta=0,
+                                           order="row", tile=0)[0].name,
+                   "auto_call_ms": call_time(lambda: spmm(A, X)),
+                   "dense_call_ms": call_time(lambda: dense @ X),
                    "auto_ms": cuda_time(lambda: spmm(A, X)),
                    "ours_ms": cuda_time(lambda: spmm(A, X, algorithm="blocksparse")),
                    "dense_ms": cuda_time(lambda: dense @ X)}
             row["auto_over_dense"] = row["auto_ms"] / row["dense_ms"]
+            row["auto_call_over_dense"] = row["auto_call_ms"] / row["dense_call_ms"]
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
 
 
+def cupyx_csr(dense):
+    tc = dense.to_sparse_csr()
+    return cpsp.csr_matrix((cp.asarray(tc.values()), cp.asarray(tc.col_indices().to(torch.int32)),
+                            cp.asarray(tc.crow_indices().to(torch.int32))),
+                           shape=tuple(dense.shape))
+
+
 def spgemm_section(budget):
+    """N = 16384 at block densities 0.005 / 0.02 (FP32, FP16, FP64), and N = 4096 at 0.5 (the
+    output dense: auto should take dense; cupyx returned an empty matrix there once)."""
     rows = []
-    for dname, density in (("fp32", 0.005), ("fp32", 0.02), ("fp16", 0.005), ("fp16", 0.02),
-                           ("fp64", 0.005), ("fp64", 0.02)):
+    for N, dname, density in ((16384, "fp32", 0.005), (16384, "fp32", 0.02),
+                              (4096, "fp32", 0.5), (16384, "fp16", 0.005),
+                              (16384, "fp16", 0.02), (16384, "fp64", 0.005),
+                              (16384, "fp64", 0.02)):
         if time.time() - START > budget:
             return rows
         dt = DT[dname]
-        A = random_bsm(16384, density, dt, seed=11)
-        row = {"N": 16384, "density": density, "dtype": dname, "nnzb": A.nnz_blocks}
+        A = random_bsm(N, density, dt, seed=11)
+        R = N // 16
+        row = {"N": N, "density": density, "dtype": dname, "nnzb": A.nnz_blocks}
         C = spgemm(A, A, algorithm="blocksparse")
         row["out_nnzb"] = C.nnz_blocks
-        row["out_density"] = C.nnz_blocks / (1024 * 1024)
-        row["ours_ms"] = cuda_time(lambda: spgemm(A, A, algorithm="blocksparse"), reps=10)
-        row["symbolic_ms"] = cuda_time(lambda: symbolic(A, A), reps=10)
+        row["out_density"] = C.nnz_blocks / (R * R)
+        row["ours_ms"] = cuda_time(lambda: spgemm(A, A, algorithm="blocksparse"), reps=5)
+        row["symbolic_ms"] = cuda_time(lambda: symbolic(A, A), reps=5)
         row["symbolic_share"] = row["symbolic_ms"] / row["ours_ms"]
         dense = A.to_dense()
         ref = dense.double() @ dense.double() if dname != "fp16" else None
         if ref is not None:
             row["err_ours"] = rel(C.to_dense(), ref)
-            del ref
-        row["dense_ms"] = cuda_time(lambda: dense @ dense, reps=5)
-        if cp is not None and dname == "fp32":
-            tc = dense.to_sparse_csr()
-            csr = cpsp.csr_matrix((cp.asarray(tc.values()),
-                                   cp.asarray(tc.col_indices().to(torch.int32)),
-                                   cp.asarray(tc.crow_indices().to(torch.int32))),
-                                  shape=tuple(dense.shape))
-            out = csr @ csr
-            row["cusparse_out_nnz"] = int(out.nnz)
-            row["cusparse_csr_spgemm_ms"] = cuda_time(lambda: csr @ csr, reps=5)
-            row["x_cusparse"] = row["cusparse_csr_spgemm_ms"] / row["ours_ms"]
-            del tc, csr, out
-        row["auto"] = kronlinalg.plan("spgemm", (16384, 16384), (16384, 16384),
+        row["dense_ms"] = cuda_time(lambda: dense @ dense, reps=3)
+        row["auto"] = kronlinalg.plan("spgemm", (N, N), (N, N),
                                       dtype=str(dt).split(".")[-1], device=dense, block=16,
                                       nnz_a=A.nnz_blocks, nnz_b=A.nnz_blocks,
                                       lib="torch")[0].name
-        del dense, C
+        row["auto_ms"] = cuda_time(lambda: spgemm(A, A), reps=3)
+        row["dense_alg_ms"] = cuda_time(lambda: spgemm(A, A, algorithm="dense"), reps=3)
+        row["auto_over_best"] = row["auto_ms"] / min(row["ours_ms"], row["dense_ms"])
+        if cp is not None and dname == "fp32":
+            csr = cupyx_csr(dense)
+            out = csr @ csr
+            row["cusparse_out_nnz"] = int(out.nnz)
+            if ref is not None:
+                got = torch.as_tensor(out.toarray(), device="cuda")
+                row["err_cusparse"] = rel(got, ref)
+                del got
+            row["cusparse_csr_spgemm_ms"] = cuda_time(lambda: csr @ csr, reps=1, batches=3)
+            row["x_cusparse"] = row["cusparse_csr_spgemm_ms"] / row["ours_ms"]
+            del csr, out
+        del dense, C, ref
+        torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def batched_section(budget):
+    """Batched small block-sparse products, FP16, batch 10^4, orders 64-256, 50 % block density:
+    the stack is one block-diagonal BlockSparseMatrix (matrix i's blocks at block rows and
+    columns offset by i * order / 16) times the stacked right-hand sides, one spmm call,
+    against torch.bmm of the dense stacks (the same order)."""
+    rows = []
+    batch, b = 10_000, 16
+    for order in (64, 128, 256):
+        if time.time() - START > budget:
+            return rows
+        q = order // b
+        g = torch.Generator(device="cuda").manual_seed(order)
+        mask = torch.rand((batch, q, q), device="cuda", generator=g) < 0.5
+        mi, ri, ci = torch.nonzero(mask, as_tuple=True)  # sorted by matrix, row, column
+        val = torch.randn((mi.numel(), b, b), device="cuda", generator=g).half()
+        brow, bcol = mi * q + ri, mi * q + ci
+        rp = torch.zeros(batch * q + 1, dtype=torch.int64, device="cuda")
+        rp[1:] = torch.cumsum(torch.bincount(brow, minlength=batch * q), 0)
+        A = BlockSparseMatrix(val, rp, bcol.to(torch.int64), shape=(batch * order,) * 2)
+        X = torch.randn((batch * order, order), device="cuda").half()
+        dense = torch.zeros((batch, q, q, b, b), device="cuda", dtype=torch.float16)
+        dense[mi, ri, ci] = val
+        dense = dense.permute(0, 1, 3, 2, 4).reshape(batch, order, order)
+        Xb = X.reshape(batch, order, order)
+        row = {"batch": batch, "order": order, "nnzb": A.nnz_blocks,
+               "ours_ms": cuda_time(lambda: spmm(A, X, algorithm="blocksparse"), reps=3),
+               "bmm_ms": cuda_time(lambda: torch.bmm(dense, Xb), reps=3)}
+        Am = A  # the 2D kernel takes either order (a Morton copy of 10^6 blocks costs seconds)
+        row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"), reps=3)
+        row["ratio_2d"] = row["ours_2d_ms"] / row["bmm_ms"]
+        row["ratio"] = row["ours_ms"] / row["bmm_ms"]
+        ref = torch.bmm(dense.float(), Xb.float()).reshape(batch * order, order)
+        row["err_ours"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
+        row["err_2d"] = rel(spmm(Am, X, algorithm="morton"), ref)
+        del A, Am, X, dense, Xb, ref, val, mask
         torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -220,25 +313,33 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
            "command": "python benchmarks/blocksparse_gpu.py"}
     save = lambda: json.dump(res, open(args.out, "w"), indent=1)  # noqa: E731
-    res["spmm"] = spmm_section(res, args.budget * 0.6)
+    res["spmm"] = spmm_section(res, args.budget * 0.5)
     save()
-    res["auto_4096"] = auto_section(args.budget * 0.7)
+    res["auto_4096"] = auto_section(args.budget * 0.6)
     save()
-    res["spgemm"] = spgemm_section(args.budget)
+    res["spgemm"] = spgemm_section(args.budget * 0.8)
+    save()
+    res["batched"] = batched_section(args.budget)
     save()
     print(f"\n{res['device']}, {res['date']}; ms, median of >= 10 (CUDA events)\n")
-    print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_2d_ms",
-                              "ours_morton_ms", "ours_ieee_ms", "dense_ms", "torch_bsr_ms",
-                              "cusparse_csr_ms",
-                              "x_torch_bsr", "x_dense", "x_cusparse", "auto", "auto_morton",
-                              "err_ours", "err_2d"]))
+    print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_call_ms",
+                              "ours_warp_ms", "ours_morton_ms", "ours_2d_ms",
+                              "ours_ieee_ms", "dense_ms", "torch_bsr_ms", "cusparse_csr_ms",
+                              "x_torch_bsr", "x_dense", "x_cusparse", "x_2d_over_1d", "auto",
+                              "auto_morton", "err_ours", "err_2d", "err_warp"]))
     print()
-    print(table(res["auto_4096"], ["dtype", "density", "auto_ms", "ours_ms", "dense_ms",
-                                   "auto_over_dense"]))
+    print(table(res["auto_4096"], ["dtype", "density", "auto", "auto_ms", "ours_ms", "dense_ms",
+                                   "auto_over_dense", "auto_call_ms", "dense_call_ms",
+                                   "auto_call_over_dense"]))
     print()
-    print(table(res["spgemm"], ["dtype", "density", "out_density", "ours_ms", "symbolic_ms",
-                                "symbolic_share", "cusparse_csr_spgemm_ms", "cusparse_out_nnz",
-                                "x_cusparse", "dense_ms", "auto", "err_ours"]))
+    print(table(res["spgemm"], ["N", "dtype", "density", "out_density", "out_nnzb", "ours_ms",
+                                "symbolic_ms", "symbolic_share", "cusparse_csr_spgemm_ms",
+                                "cusparse_out_nnz", "x_cusparse", "dense_ms", "dense_alg_ms",
+                                "auto", "auto_ms",
+                                "auto_over_best", "err_ours", "err_cusparse"]))
+    print()
+    print(table(res["batched"], ["batch", "order", "nnzb", "ours_ms", "ours_2d_ms", "bmm_ms",
+                                 "ratio", "ratio_2d", "err_ours", "err_2d"]))
 
 
 if __name__ == "__main__":

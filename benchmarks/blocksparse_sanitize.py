@@ -4,7 +4,10 @@
 
 Dtypes FP16/BF16/FP32 (3xTF32, IEEE)/FP64, b = 16 and 32, RHS tiles 32/64/128, row and Morton
 order, shapes not divisible by b, empty rows, a heavy row cut into pieces (atomics), beta, the
-three SpGEMM phases.  Exits non-zero on a wrong answer."""
+three SpGEMM phases.  Exits non-zero on a wrong answer.  ``--quick`` (for racecheck): FP16 and
+FP32, b = 16, the panel and 2D kernels' tiles only."""
+
+import sys
 
 import numpy as np
 import torch
@@ -34,9 +37,13 @@ def check(got, ref, tol, what):
 
 
 TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
-for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-    for b in (16, 32):
-        for (m, k, n) in ((70, 90, 5), (64, 130, 130)):
+QUICK = "--quick" in sys.argv
+DTYPES = (torch.float16, torch.float32) if QUICK else (torch.float16, torch.bfloat16,
+                                                        torch.float32, torch.float64)
+SHAPES = ((64, 130, 130), (40, 70, 60)) if QUICK else ((70, 90, 5), (64, 130, 130), (40, 70, 60))
+for dt in DTYPES:
+    for b in ((16,) if QUICK else (16, 32)):
+        for (m, k, n) in SHAPES:
             a = pattern(m, k, b, 0.4)
             for order in ("row", "morton"):
                 A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt), block=b,
@@ -49,12 +56,14 @@ for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
                     if mode:
                         float32_precision(mode)
                     check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], (dt, b, m, k, n))
-                    if order == "morton":
+                    if b == 16:  # the 2D kernel (4- and 8-row panels by n)
                         check(spmm(A, x, algorithm="morton"), ae @ xe, TOL[dt], ("2d", dt, b, m))
                     c = torch.randn((m, n), device="cuda").to(dt)
                     check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),
                           ae @ xe + 0.5 * c.double().cpu().numpy(), TOL[dt], ("beta", dt, b))
                 float32_precision("tf32x3")
+        if QUICK:
+            continue
         # a heavy row (80 blocks against a mean of ~4): cut into pieces added atomically
         h = pattern(4 * b, 80 * b - 3, b, 0.02)
         h[:b, :] = rng.standard_normal((b, h.shape[1]))

@@ -346,20 +346,25 @@ class BlockSparseMatrix:
         enc = np.where(split, -rows - 1, rows)
         return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
 
-    def tile_lists(self) -> tuple:
-        """(tile_row_ptr, tiles, tile rows) of a Morton-order matrix: tiles holds 3 int64 per
-        non-empty warp tile (first block, end block, tile column), by tile row then column."""
-        if self._order != "morton":
-            raise ValueError("order: tile lists exist in Morton order only")
-        tp, tc = self._tile_ptr, self._tile_coords
-        keep = tp[1:] > tp[:-1]
-        start, end, ti, tj = tp[:-1][keep], tp[1:][keep], tc[keep, 0], tc[keep, 1]
-        order = np.lexsort((tj, ti))
-        rows = -(-self.block_grid[0] // self._tile)
-        trp = np.zeros(rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(ti, minlength=rows), out=trp[1:])
-        tiles = np.stack([start[order], end[order], tj[order]], axis=1).astype(np.int64).ravel()
-        return trp, tiles, rows
+    def row_steps(self, rows: int) -> tuple:
+        """(step_ptr, steps, panels): the 2D CUDA kernel's work list.  The blocks of each panel
+        of `rows` block rows grouped by block column, one step per column present, 1 + rows
+        int64 each (the column, then the storage position of the panel's i-th block row's
+        block in it, -1 where none); steps by panel, then column; step_ptr indexes them."""
+        rows_, cols = self._storage_rows(), self._storage_cols()
+        panel = rows_ // rows
+        order = np.lexsort((cols, panel))  # storage positions by panel, then column
+        p_s, c_s = panel[order], cols[order]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = (p_s[1:] != p_s[:-1]) | (c_s[1:] != c_s[:-1])
+        step = np.cumsum(new) - 1
+        steps = np.full((int(new.sum()), 1 + rows), -1, dtype=np.int64)
+        steps[step, 0] = c_s
+        steps[step, 1 + rows_[order] % rows] = order
+        panels = -(-self.block_grid[0] // rows)
+        ptr = np.zeros(panels + 1, dtype=np.int64)
+        np.cumsum(np.bincount(p_s[new], minlength=panels), out=ptr[1:])
+        return ptr, steps.ravel(), panels
 
     def __repr__(self):
         return (f"BlockSparseMatrix(shape={self._shape}, block={self._b}, "
@@ -440,8 +445,9 @@ class BlockSparseMatrix:
         if (R * b, C * b) != (m, n):
             padded = xp.zeros((R * b, C * b), dtype=a.dtype, device=dev)
             padded[:m, :n] = a
-        grid = xp.permute_dims(xp.reshape(padded, (R, b, C, b)), (0, 2, 1, 3))
-        mask = xp.any(grid != 0, axis=(2, 3))
+        blocked = xp.reshape(padded, (R, b, C, b))
+        mask = xp.any(blocked != 0, axis=(1, 3))  # the scan reads memory in order
+        grid = xp.permute_dims(blocked, (0, 2, 1, 3))
         rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(mask))
         val = grid[_like(a, rows), _like(a, cols)] if rows.size else xp.zeros(
             (0, b, b), dtype=a.dtype, device=dev)

@@ -10,11 +10,10 @@
 
 Algorithms (the planner ranks them; ``algorithm=`` forces one):
 
-- spmm: "blocksparse" (our kernels: C++ on the CPU; on CUDA a warp per block row walks its
-  blocks on tensor cores), "morton" (CUDA, Morton-order matrices: a CTA per tile row stages
-  each warp tile's blocks and B rows once for all its block rows), "torch_bsr" (torch's BSR
-  matmul, CUDA torch tensors), "dense"
-  (the library's GEMM on the densified matrix, kept on the matrix for the next call).
+- spmm: "blocksparse" (C++ on the CPU; on CUDA a CTA or a warp per block row walks its blocks
+  on tensor cores), "morton" (CUDA, the 2D kernel: a CTA per panel of 4 or 8 block rows stages
+  each B block row once for the panel; either order), "torch_bsr" (torch's BSR matmul, CUDA
+  torch tensors), "dense" (the library's GEMM on the densified matrix, kept on the matrix).
 - spgemm: "blocksparse" (symbolic phase — count, scan, sorted column lists — then numeric) and
   "dense" (densify, GEMM, blockify: blocks that come out all zero are dropped).
 """
@@ -192,32 +191,30 @@ def _ours_applies(problem) -> bool:
 
 def _morton_applies(problem) -> bool:
     info = problem.info
-    return (problem.kind == "cuda" and info["order"] == "morton" and info["tile"] == 4
-            and info["gpu_tile"] > 0)
+    return problem.kind == "cuda" and info["block"] == 16 and info["gpu_tile"] > 0
 
 
 def _run_morton(call: SpmmCall):
-    """The 2D kernel over the Morton warp tiles of A (CUDA)."""
+    """The 2D kernel over panels of block rows (CUDA; either order: the steps name storage
+    positions, which Morton order keeps together)."""
     bs_cuda.device_check()
     A, xp, cdt = call.A, call.xp, call.compute
     m, k = A.shape
     with _backend.cuda_device_scope(call.B):
         val, B, ldb, n = _cuda_operands(call)
-        trp, tiles, rows = _cached(A, "tiles_host", A.tile_lists)
+        P = bs_cuda.spmm2d_rows(KERNEL_CODE[cdt], n)
+        ptr_h, steps_h, panels = _cached(A, ("steps_host", P), lambda: A.row_steps(P))
         out = _backend.empty_like_lib(B, (m, n), cdt)
         if call.beta != 0.0:
             c = _cast(xp, call.c, cdt)
             out[...] = call.beta * (xp.reshape(c, (m, 1)) if call.vector and c.ndim == 1 else c)
         ptr = _backend.address_getter(B)
-        dtrp = A._index("tile_row_ptr", trp)
-        dtiles = A._index("tiles", tiles) if tiles.size else None
-        rp = A._index("row_ptr", A.host_structure()[0])
-        ptrs = (ptr(rp), ptr(A.col_idx) if A.nnz_blocks else 0, 0,
-                ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
-        tptrs = (ptr(dtrp), ptr(dtiles) if dtiles is not None else 0,
-                 ptr(A.row_idx) if A.nnz_blocks else 0)
+        dptr = A._index(f"step_ptr{P}", ptr_h)
+        dsteps = A._index(f"steps{P}", steps_h) if steps_h.size else None
+        ptrs = (0, 0, 0, ptr(val) if A.nnz_blocks else 0, ptr(B), ptr(out), 0)
+        tptrs = (ptr(dptr), ptr(dsteps) if dsteps is not None else 0, 0)
         bs_cuda.spmm2d((m, k, n, A.block), ptrs, (ldb, n), call.alpha, 0.0,
-                       int(call.beta != 0.0), A.tile, rows, tptrs, KERNEL_CODE[cdt],
+                       int(call.beta != 0.0), P, panels, tptrs, KERNEL_CODE[cdt],
                        _backend.cuda_stream(B))
     return _finish(call, out)
 
@@ -470,7 +467,7 @@ _SPMM = Operation("spmm", prepare=_prepare_spmm, plan_query=_plan_spmm,
 _SPMM.register(Algorithm("blocksparse", _run_ours, _costs.predict_spmm_ours,
                          devices=("cpu", "cuda"),
                          applies=_ours_applies, replay=_replay_ours,
-                         doc="our kernels (C++ on the CPU; CUDA: a warp per block row)"))
+                         doc="our kernels (C++ on the CPU; CUDA: a CTA or warp per block row)"))
 _SPMM.register(Algorithm("dense", _run_dense, _costs.predict_spmm_dense, devices=("cpu", "cuda"),
                          autograd=("autograd",), replay=_replay_dense,
                          doc="the library's GEMM on the densified matrix"))
@@ -479,7 +476,7 @@ _SPMM.register(Algorithm("torch_bsr", _run_torch_bsr, _costs.predict_spmm_torch_
                          doc="torch's sparse BSR matmul (cuSPARSE bsrmm)"))
 _SPMM.register(Algorithm("morton", _run_morton, _costs.predict_spmm_morton, devices=("cuda",),
                          applies=_morton_applies,
-                         doc="2D kernel over Morton warp tiles (B rows staged once per tile)"))
+                         doc="2D kernel over panels of block rows (B rows staged once per panel)"))
 _SPMM.grad_algorithm = "dense"
 
 
@@ -669,8 +666,9 @@ def _run_spgemm_ours(call: SpgemmCall):
 def _run_spgemm_dense(call: SpgemmCall):
     A, B = call.A, call.B
     xp = array_api_compat.array_namespace(A.val)
-    da = _cast(xp, A.to_dense(), call.compute)
-    db = _cast(xp, B.to_dense(), call.compute)
+    dense = lambda M: _cached(M, ("dense", call.compute),  # noqa: E731 (shared with spmm)
+                              lambda: _cast(xp, M.to_dense(), call.compute))
+    da, db = dense(A), dense(B)
     out = BlockSparseMatrix.from_dense(xp.matmul(da, db), block=A.block)
     return out if call.compute == call.result else out.astype(getattr(xp, call.result))
 

@@ -80,7 +80,8 @@ def test_spmm_matches_dense(xp, rng, order, m, k, n, b):
         if xp.is_cuda and order == "morton":
             algorithms.append("morton")
         for algorithm in algorithms:
-            if xp.is_cuda and b not in (16, 32) and algorithm != "dense":
+            if xp.is_cuda and (b != 16 if algorithm == "morton" else b not in (16, 32)) \
+                    and algorithm != "dense":
                 with pytest.raises(ValueError, match="algorithm"):
                     spmm(A, x, algorithm=algorithm)
                 continue
@@ -174,6 +175,77 @@ def test_spmm_float32_modes(xp, rng):
             assert_close(spmm(A, x, algorithm="blocksparse"), ref, xp, "float32", msg=mode)
     finally:
         float32_precision(prev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [40, 64, 100, 130, 257])
+def test_spmm_cuda_kernels_every_tile(xp, rng, n):
+    """The panel kernel (1D; 64/128/256-column CTA tiles), the warp-per-row kernel and the 2D
+    kernel (4- and 8-row panels, row and Morton order) at every width they take, in every dtype and float32 mode, on poisoned output
+    memory: edge blocks, empty rows, a full row cut into pieces (added atomically), beta."""
+    if not xp.is_cuda:
+        pytest.skip("the CUDA kernels")
+    from kronlinalg.blocksparse import bs_cuda
+
+    a, _ = block_pattern(rng, 150, 595, 16, 0.1)
+    a[16:32] = rng.standard_normal((16, 595))  # 38 blocks > max(32, 4 x mean): two pieces
+    prev_mode, prev_kernel = float32_precision(), bs_cuda.spmm_variant()
+    try:
+        for dtype in dtypes_of(xp):
+            x = to_xp(xp, rng.standard_normal((595, n)), dtype)
+            c = to_xp(xp, rng.standard_normal((150, n)), dtype)
+            xe, ce = to_numpy(x).astype(np.float64), to_numpy(c).astype(np.float64)
+            for order in ORDERS:
+                A, ae = bsm_on(xp, a, 16, dtype, order)
+                ref = ae @ xe
+                runs = [("blocksparse", v, m) for v in (0, 1, 2)
+                        for m in (("tf32x3", "ieee") if dtype == "float32" else (None,))]
+                runs.append(("morton", 0, None))  # the 2D kernel takes either order
+                for algorithm, variant, mode in runs:
+                    bs_cuda.spmm_variant(variant)
+                    if mode:
+                        float32_precision(mode)
+                    what = f"{dtype} {order} {algorithm} kernel {variant} {mode}: "
+                    poison = to_xp(xp, np.full(150 * n + 4096, np.nan), dtype)
+                    del poison  # its memory goes back to the pool the result comes from
+                    assert_close(spmm(A, x, algorithm=algorithm), ref, xp, dtype, msg=what)
+                    assert_close(spmm(A, x, alpha=0.5, beta=-2.0, c=c, algorithm=algorithm),
+                                 0.5 * ref - 2.0 * ce, xp, dtype, msg=what + "beta ")
+    finally:
+        float32_precision(prev_mode)
+        bs_cuda.spmm_variant(prev_kernel)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("rows", [4, 8])
+def test_row_steps(rng, order, rows):
+    """The 2D kernel's work list: every stored block once, in the step of its column and panel,
+    at its row in the panel; columns increasing inside a panel."""
+    a, mask = block_pattern(rng, 16 * 13 - 5, 16 * 9, 16, 0.4)
+    A = BlockSparseMatrix.from_dense(a, order=order)
+    ptr, steps, panels = A.row_steps(rows)
+    steps = steps.reshape(-1, 1 + rows)
+    rp, cols_r, perm = A.host_structure()
+    pos_of = np.arange(A.nnz_blocks) if perm is None else perm  # row-order index -> storage
+    where = {}
+    for r in range(A.block_grid[0]):
+        for t in range(rp[r], rp[r + 1]):
+            where[int(pos_of[t])] = (r, int(cols_r[t]))
+    assert panels == -(-13 // rows) and ptr[-1] == steps.shape[0]
+    seen = np.zeros(A.nnz_blocks, dtype=int)
+    for pi in range(panels):
+        seg = steps[ptr[pi]:ptr[pi + 1]]
+        assert np.all(np.diff(seg[:, 0]) > 0)
+        assert seg.shape[0] == mask[rows * pi:rows * pi + rows].any(axis=0).sum()
+        for step in seg:
+            for li, pos in enumerate(step[1:]):
+                r = rows * pi + li
+                if pos >= 0:
+                    seen[pos] += 1
+                    assert where[int(pos)] == (r, step[0])
+                else:
+                    assert r >= mask.shape[0] or not mask[r, step[0]]
+    assert np.all(seen == 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,3 +548,30 @@ def test_property_coo_round_trip(nnz, m, n, b, seed):
     assert A.nnz_blocks == len({(r // b, c // b) for r, c in zip(rows, cols)})
     back = A.to_scipy("coo")
     assert np.array_equal(back.toarray(), ref)
+
+
+@hyp.given(m=st.integers(0, 90), k=st.integers(0, 90), n=st.integers(1, 5),
+           density=st.floats(0.0, 1.0), rows=st.sampled_from([1, 4, 8]),
+           order=st.sampled_from(ORDERS), seed=st.integers(0, 2**32 - 1))
+def test_property_row_steps_product(m, k, n, density, rows, order, seed):
+    """The 2D kernel's algorithm on its work list, in NumPy: for each panel, each step's B block
+    row times the staged block of each of the panel's rows, is the product."""
+    rng = np.random.default_rng(seed)
+    a, _ = block_pattern(rng, m, k, 16, density)
+    A = BlockSparseMatrix.from_dense(a, order=order)
+    x = rng.standard_normal((k, n))
+    R, C = A.block_grid
+    xp_ = np.zeros((C * 16, n))
+    xp_[:k] = x
+    out = np.zeros((R * 16, n))
+    val = to_numpy(A.val)
+    ptr, steps, panels = A.row_steps(rows)
+    steps = steps.reshape(-1, 1 + rows)
+    for pi in range(panels):
+        for step in steps[ptr[pi]:ptr[pi + 1]]:
+            brow = xp_[step[0] * 16:(step[0] + 1) * 16]
+            for li, pos in enumerate(step[1:]):
+                if pos >= 0:
+                    r = pi * rows + li
+                    out[r * 16:(r + 1) * 16] += val[pos] @ brow
+    assert rel_err(out[:m], a @ x) < 1e-12

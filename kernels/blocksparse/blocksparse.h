@@ -35,10 +35,11 @@ typedef struct {
   const int64_t *items;
   int64_t nitems;
   int32_t accumulate;
-  /* the 2D (Morton) kernel: tile = q (4), tile_rows = ceil(R / q); tile_row_ptr (tile_rows + 1)
-   * indexes tiles (3 int64 per non-empty warp tile, by tile row then tile column: first block,
-   * end block, tile column); row_idx / col_idx then give each stored block's block row and
-   * column in storage (Morton) order, and val is in storage order (perm unused). */
+  /* the 2D kernel: tile = P, the block rows of a panel (kl_bs_spmm2d_rows), tile_rows =
+   * ceil(R / P) panels; tile_row_ptr (tile_rows + 1) indexes tiles, the steps: 1 + P int64 per
+   * block column present in a panel, by panel then column (the column, then the storage
+   * position in val of each of the panel's block rows' block in it, -1 where none).  row_idx
+   * unused; so are row_ptr, col_idx and perm. */
   int32_t tile;
   int64_t tile_rows;
   const int64_t *tile_row_ptr;
@@ -69,16 +70,21 @@ int kl_bs_spmm_cpu(const kl_bs_spmm_problem *p, int dtype, int num_threads);
 int kl_bs_spgemm_cpu(const kl_bs_spgemm_problem *p, int phase, int dtype, int num_threads);
 
 int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream);
-/* The 2D kernel over Morton warp tiles (q = 4): a CTA of q warps per tile row stages each
- * tile's blocks and the B block rows they meet once, and every block row of the tile reuses
- * them (see the fields above). */
+/* The 2D kernel (b = 16): a CTA per panel of P block rows stages each B block row the panel
+ * meets once, and every block row of the panel reuses it (see the fields above). */
 int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream);
+/* The panel height P the 2D kernel takes for (dtype, n); 0: none. */
+int kl_bs_spmm2d_rows(int dtype, int64_t n);
 int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void *stream);
 /* The right-hand-side tile width the CUDA SpMM kernel takes for (dtype, b, n); 0 when no
  * kernel runs that (dtype, b). */
 int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n);
 /* The float32 mode (0: 3xTF32, 1: IEEE; anything else only queries); the previous mode. */
 int kl_bs_float32_mode(int mode);
+/* Which CUDA kernel runs b = 16 SpMM with more than 32 RHS columns: 0 the panel kernel (the
+ * default), 1 the warp-per-row kernel, 2 the panel kernel with 128-column half-precision tiles;
+ * sets it when 0..2 (anything else only queries); the previous. */
+int kl_bs_spmm_variant(int variant);
 int kl_bs_cuda_device_check(void);
 
 #ifdef __cplusplus

@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 #include <type_traits>
 
@@ -95,13 +96,15 @@ __device__ __forceinline__ void acc_pos(int i, int j, int v, int &row, int &col)
   }
 }
 
-// acc += As (BM x BM, pitch AP) @ Bs (BM x NT, pitch BP), both in shared memory.
-template <int MODE, int BM, int NT>
+// acc += As (BM x BM, pitch AP) @ Bs (BM x NT, pitch BP), both in shared memory.  The pitches
+// default to Tile's; the panel kernel passes those of its CTA-wide B stage.
+template <int MODE, int BM, int NT, int AP = Tile<MODE, BM, NT>::AP,
+          int BP = Tile<MODE, BM, NT>::BP>
 __device__ __forceinline__ void tile_mma(const typename ModeT<MODE>::T *As,
                                          const typename ModeT<MODE>::T *Bs,
                                          typename Tile<MODE, BM, NT>::Acc (&acc)[Tile<MODE, BM, NT>::MT][NT / 8][Tile<MODE, BM, NT>::NV]) {
   using TL = Tile<MODE, BM, NT>;
-  constexpr int AP = TL::AP, BP = TL::BP, MT = TL::MT, NTL = NT / 8;
+  constexpr int MT = TL::MT, NTL = NT / 8;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   if constexpr (MODE == kHalf || MODE == kBf16) {
 #pragma unroll
@@ -303,96 +306,300 @@ __global__ void __launch_bounds__(kWarps * 32) spmm_kernel(kl_bs_spmm_problem p,
       }
 }
 
-// The 2D kernel over Morton warp tiles: a CTA of Q = 4 warps owns a tile row (Q block rows) and
-// an RHS tile; for each non-empty warp tile of that row it stages the tile's blocks (one
-// contiguous range of val in Morton order) and the B block rows of the columns present, once,
-// and warp w multiplies the blocks of local row w.  A B block row met by several block rows of
-// the tile is read from L2 once, not once per block row (the 1D kernel's cost).
-template <int MODE, int BM, int NT>
-struct Tile2d {
-  using TL = Tile<MODE, BM, NT>;
-  static constexpr int Q = kWarps;
-  static constexpr int kA = Q * Q * BM * TL::AP;  // elements of the staged blocks
-  static constexpr size_t smem_bytes() {
-    return (size_t(kA) + size_t(Q) * BM * TL::BP) * sizeof(typename TL::T);
+// A work list read ahead through shared memory: the E int64 entries of step t come from one of
+// two 32-step chunks; chunk c + 1 is loaded into registers when step 32 c is issued and stored
+// 16 steps later, so no cp.async waits on an index fetched from memory.  (The panel kernels'
+// first version fetched the next step's indices one step ahead: every step then waited one
+// L2/DRAM round trip, ~1.2 us on the H100, whatever the pipeline depth.)  Callers pass
+// src(t, e), the entry's value, and call advance() after each iteration's barrier.
+template <int E, int NTH>
+struct IndexRing {
+  static constexpr int kSteps = 32, kEnt = kSteps * E, K = (kEnt + NTH - 1) / NTH;
+  static constexpr size_t bytes() { return size_t(2) * kEnt * sizeof(int64_t); }
+  int64_t *buf;  // shared: two chunks
+  int64_t reg[K];
+  __device__ __forceinline__ int64_t get(int t, int e) const {
+    return buf[((t >> 5) & 1) * kEnt + (t & 31) * E + e];
+  }
+  template <class F>
+  __device__ __forceinline__ void fetch(int c, int nsteps, F src) {
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      const int j = int(threadIdx.x) + q * NTH, t = c * kSteps + j / E;
+      reg[q] = j < kEnt && t < nsteps ? src(t, j % E) : int64_t(-1);
+    }
+  }
+  __device__ __forceinline__ void store(int c) {
+#pragma unroll
+    for (int q = 0; q < K; ++q) {
+      const int j = int(threadIdx.x) + q * NTH;
+      if (j < kEnt) buf[(c & 1) * kEnt + j] = reg[q];
+    }
+  }
+  template <class F>
+  __device__ __forceinline__ void prime(int nsteps, F src) {  // chunks 0 and 1, then a barrier
+    fetch(0, nsteps, src);
+    store(0);
+    if (nsteps > kSteps) {
+      fetch(1, nsteps, src);
+      store(1);
+    }
+    __syncthreads();
+  }
+  template <class F>
+  __device__ __forceinline__ void advance(int t, int nsteps, F src) {  // t: the step just issued
+    if (t >= kSteps && (t & 31) == 0 && ((t >> 5) + 1) * kSteps < nsteps)
+      fetch((t >> 5) + 1, nsteps, src);
+    else if (t >= kSteps + kSteps / 2 && (t & 31) == 16 && ((t >> 5) + 1) * kSteps < nsteps)
+      store((t >> 5) + 1);
   }
 };
 
-template <int MODE, int BM, int NT>
-__global__ void __launch_bounds__(kWarps * 32) spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
-  using TL = Tile<MODE, BM, NT>;
-  using T2 = Tile2d<MODE, BM, NT>;
+// The panel SpMM kernel (b = 16, RHS wider than 32; the default): a CTA of 4 warps owns one work
+// item and an RHS tile of 4 * WN columns, warp w the columns [w WN, (w + 1) WN).  The CTA stages
+// each A block once for its four warps and the B block row it meets across the whole tile, S
+// stages deep (one barrier per block), so S - 1 blocks per CTA are in flight from L2 while the
+// warps multiply.  The warp-per-row kernel above had one block in flight per warp, and each
+// load first waited for the column index it needed (an L2 round trip per block); here the
+// next block's column and storage position are fetched into registers a block ahead.
+template <int MODE, int BM, int WN, int S>
+struct Panel {
+  using TL = Tile<MODE, BM, WN>;
   using T = typename TL::T;
-  constexpr int Q = T2::Q, E = TL::kElem16, ACH = BM / E, BCH = NT / E;
-  constexpr int AP = TL::AP, BP = TL::BP;
+  static constexpr int NTC = kWarps * WN;  // columns of the CTA's RHS tile
+  static constexpr int AP = TL::AP;
+  static constexpr int BP = NTC + (MODE == kF64 ? 4 : 8);  // conflict-free fragment loads
+  static constexpr int kStage = BM * AP + BM * BP;
+  using Ring = IndexRing<2, kWarps * 32>;  // (column, storage position) per block
+  static constexpr size_t smem_bytes() { return size_t(S) * kStage * sizeof(T) + Ring::bytes(); }
+};
+
+template <int MODE, int BM, int WN, int S>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    spmm_panel_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+  using PL = Panel<MODE, BM, WN, S>;
+  using TL = typename PL::TL;
+  using T = typename PL::T;
+  constexpr int E = TL::kElem16, ACH = BM / E, BCH = PL::NTC / E, NTH = kWarps * 32;
+  constexpr int ROWS_PER_PASS = NTH / BCH, BPASSES = BM * BCH / NTH;
+  static_assert(NTH % BCH == 0 && (BM * BCH) % NTH == 0, "B chunks must tile the CTA");
+  static_assert(BM * ACH <= NTH, "one A chunk per thread at most");
   KL_DYNAMIC_SMEM(smem_raw);
-  T *As = reinterpret_cast<T *>(smem_raw);
-  T *Bs = As + T2::kA;
-  const int warp = threadIdx.x >> 5;
-  const int64_t tile_n = blockIdx.x % ntn, ti = blockIdx.x / ntn;
-  const int64_t n0 = tile_n * NT;
+  T *st = reinterpret_cast<T *>(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int64_t tile_n = blockIdx.x % ntn, item = blockIdx.x / ntn;
+  const int64_t enc = p.items[3 * item], start = p.items[3 * item + 1];
+  const int nblk = int(p.items[3 * item + 2] - start);
+  const bool split = enc < 0;
+  const int64_t r = split ? -enc - 1 : enc;
+  const int64_t n0 = tile_n * PL::NTC;
   const T *val = static_cast<const T *>(p.val);
   const T *B = static_cast<const T *>(p.B);
-  typename TL::Acc acc[TL::MT][NT / 8][TL::NV];
+
+  // this thread's chunks: B column chunk bc of rows br0 + ROWS_PER_PASS * pass; A chunk tid
+  const int bc = tid % BCH, br0 = tid / BCH;
+  const int64_t bcol = n0 + int64_t(bc) * E;
+  const int bbytes =
+      bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
+  const int ar = tid / ACH, ac = tid % ACH;
+  auto load = [&](int slot, int64_t kcol, int64_t blk) {
+    T *sa = st + slot * PL::kStage;
+    if (tid < BM * ACH)
+      cu::cp_async_16(sa + ar * PL::AP + ac * E, val + blk * BM * BM + ar * BM + ac * E, true);
+    T *sb = sa + BM * PL::AP;
+    const int64_t k0 = kcol * BM;
+#pragma unroll
+    for (int q = 0; q < BPASSES; ++q) {
+      const int rr = br0 + q * ROWS_PER_PASS;
+      const bool ok = k0 + rr < p.k && bbytes > 0;
+      cu::cp_async_16_part(sb + rr * PL::BP + bc * E, ok ? B + (k0 + rr) * p.ldb + bcol : B,
+                           ok ? bbytes : 0);
+    }
+  };
+  auto src = [&](int t, int e) -> int64_t {
+    return e == 0 ? __ldg(p.col_idx + start + t) : p.perm ? __ldg(p.perm + start + t) : start + t;
+  };
+  typename PL::Ring ring;
+  ring.buf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
+  ring.prime(nblk, src);
+
+  typename TL::Acc acc[TL::MT][WN / 8][TL::NV];
 #pragma unroll
   for (int i = 0; i < TL::MT; ++i)
 #pragma unroll
-    for (int j = 0; j < NT / 8; ++j)
+    for (int j = 0; j < WN / 8; ++j)
 #pragma unroll
       for (int v = 0; v < TL::NV; ++v) acc[i][j][v] = 0;
 
-  for (int64_t tt = p.tile_row_ptr[ti]; tt < p.tile_row_ptr[ti + 1]; ++tt) {
-    const int64_t start = p.tiles[3 * tt], tj = p.tiles[3 * tt + 2];
-    const int nb = int(p.tiles[3 * tt + 1] - start);  // <= Q * Q
-    unsigned present = 0;  // local block columns of the tile that hold a block
-    for (int k = 0; k < nb; ++k) present |= 1u << int(p.col_idx[start + k] - tj * Q);
-    __syncthreads();  // every warp is done with the previous tile's stage
-    for (int c = threadIdx.x; c < nb * BM * ACH; c += blockDim.x) {
-      const int k = c / (BM * ACH), rem = c % (BM * ACH), r = rem / ACH, cc = rem % ACH;
-      cu::cp_async_16(As + k * BM * AP + r * AP + cc * E,
-                      val + (start + k) * BM * BM + r * BM + cc * E, true);
-    }
-    for (int c = threadIdx.x; c < Q * BM * BCH; c += blockDim.x) {
-      const int lj = c / (BM * BCH);
-      if (!((present >> lj) & 1u)) continue;
-      const int rem = c % (BM * BCH), r = rem / BCH, cc = rem % BCH;
-      const int64_t row = (tj * Q + lj) * BM + r, col = n0 + int64_t(cc) * E;
-      int bytes = 0;
-      const T *src = B;
-      if (row < p.k && col < p.n) {
-        bytes = int(p.n - col < E ? p.n - col : int64_t(E)) * int(sizeof(T));
-        src = B + row * p.ldb + col;
-      }
-      cu::cp_async_16_part(Bs + (lj * BM + r) * BP + cc * E, src, bytes);
-    }
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nblk) load(s, ring.get(s, 0), ring.get(s, 1));
     cu::cp_async_commit();
-    cu::cp_async_wait_all();
-    __syncthreads();
-    for (int k = 0; k < nb; ++k) {
-      if (int(p.row_idx[start + k] - ti * Q) != warp) continue;
-      const int lj = int(p.col_idx[start + k] - tj * Q);
-      tile_mma<MODE, BM, NT>(As + k * BM * AP, Bs + lj * BM * BP, acc);
-    }
   }
+  for (int i = 0; i < nblk; ++i) {
+    cu::cp_async_wait<S - 2>();
+    __syncthreads();  // block i landed for every thread; slot (i - 1) % S is free
+    const int nx = i + S - 1;
+    if (nx < nblk) load(nx % S, ring.get(nx, 0), ring.get(nx, 1));
+    cu::cp_async_commit();
+    ring.advance(nx, nblk, src);
+    const T *sa = st + (i % S) * PL::kStage;
+    tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa, sa + BM * PL::AP + warp * WN, acc);
+  }
+  cu::cp_async_wait_all();
 
-  const int64_t r = ti * Q + warp;
   T *C = static_cast<T *>(p.C);
 #pragma unroll
   for (int i = 0; i < TL::MT; ++i)
 #pragma unroll
-    for (int j = 0; j < NT / 8; ++j)
+    for (int j = 0; j < WN / 8; ++j)
 #pragma unroll
       for (int v = 0; v < TL::NV; ++v) {
         int rr, cc;
         acc_pos<MODE>(i, j, v, rr, cc);
-        const int64_t row = r * BM + rr, col = n0 + cc;
+        const int64_t row = r * BM + rr, col = n0 + warp * WN + cc;
         if (row >= p.m || col >= p.n) continue;
         T *c = C + row * p.ldc + col;
         const double x = p.alpha * double(acc[i][j][v]);
-        if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
+        if (split) atomic_add(c, x);
+        else if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
         else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
         else *c = from_f<T>(x);
       }
+}
+
+// The 2D kernel (b = 16): a CTA of NW warps owns a panel of P block rows (one or two Morton
+// tile rows) and an RHS tile of NW * WN columns.  Its work list holds one step per block column
+// present in the panel: the step stages that column's B block row once, with the panel's blocks
+// of that column (up to one per block row), and every warp multiplies each staged block into the
+// C tile of its block row over its WN columns.  A B block row met by r block rows of the panel is
+// read from L2 once, not r times (the 1D kernels' cost: on random patterns the L2 -> shared
+// memory traffic, ~4.5 TB/s on the H100, bounds them); pipelined S stages deep like the panel
+// kernel.
+template <int MODE, int BM, int WN, int S, int P, int NW>
+struct Panel2d {
+  using TL = Tile<MODE, BM, WN>;
+  using T = typename TL::T;
+  static constexpr int NTC = NW * WN;
+  static constexpr int AP = TL::AP;
+  static constexpr int BP = NTC + (MODE == kF64 ? 4 : 8);
+  static constexpr int kStage = BM * BP + P * BM * AP;  // B block row, then P blocks
+  using Ring = IndexRing<1 + P, NW * 32>;  // a step: the column, P storage positions
+  static constexpr size_t smem_bytes() {  // stages, the ring, a mask per stage
+    return size_t(S) * kStage * sizeof(T) + Ring::bytes() + size_t(S) * sizeof(int);
+  }
+};
+
+template <int MODE, int BM, int WN, int S, int P, int NW>
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
+    spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+  using PL = Panel2d<MODE, BM, WN, S, P, NW>;
+  using TL = typename PL::TL;
+  using T = typename PL::T;
+  constexpr int Q = P, E = TL::kElem16, ACH = BM / E, BCH = PL::NTC / E, NTH = NW * 32;
+  constexpr int ROWS_PER_PASS = NTH / BCH, BPASSES = BM * BCH / NTH;
+  constexpr int APASSES = Q * BM * ACH / NTH;
+  static_assert(NTH % BCH == 0 && (BM * BCH) % NTH == 0, "B chunks must tile the CTA");
+  static_assert((Q * BM * ACH) % NTH == 0, "A chunks must tile the CTA");
+  KL_DYNAMIC_SMEM(smem_raw);
+  T *st = reinterpret_cast<T *>(smem_raw);
+  typename PL::Ring ring;
+  ring.buf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
+  int *mask = reinterpret_cast<int *>(ring.buf + 2 * PL::Ring::kEnt);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int64_t tile_n = blockIdx.x % ntn, ti = blockIdx.x / ntn;
+  const int64_t n0 = tile_n * PL::NTC;
+  const int64_t s0 = p.tile_row_ptr[ti];
+  const int nsteps = int(p.tile_row_ptr[ti + 1] - s0);
+  const int64_t *steps = p.tiles + s0 * (1 + Q);
+  const T *val = static_cast<const T *>(p.val);
+  const T *B = static_cast<const T *>(p.B);
+
+  const int bc = tid % BCH, br0 = tid / BCH;
+  const int64_t bcol = n0 + int64_t(bc) * E;
+  const int bbytes =
+      bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
+  auto load = [&](int slot, int t) {  // step t's B block row and blocks into slot
+    T *sb = st + slot * PL::kStage;
+    T *sa = sb + BM * PL::BP;
+    const int64_t k0 = ring.get(t, 0) * BM;
+#pragma unroll
+    for (int q = 0; q < BPASSES; ++q) {
+      const int rr = br0 + q * ROWS_PER_PASS;
+      const bool ok = k0 + rr < p.k && bbytes > 0;
+      cu::cp_async_16_part(sb + rr * PL::BP + bc * E, ok ? B + (k0 + rr) * p.ldb + bcol : B,
+                           ok ? bbytes : 0);
+    }
+#pragma unroll
+    for (int q = 0; q < APASSES; ++q) {
+      const int c = tid + q * NTH, l = c / (BM * ACH), rem = c % (BM * ACH);
+      const int ar = rem / ACH, ac = rem % ACH;
+      const int64_t pos = ring.get(t, 1 + l);
+      if (pos >= 0)
+        cu::cp_async_16(sa + (l * BM + ar) * PL::AP + ac * E,
+                        val + pos * BM * BM + ar * BM + ac * E, true);
+    }
+    if (tid == 0) {
+      int m = 0;
+#pragma unroll
+      for (int l = 0; l < Q; ++l) m |= int(ring.get(t, 1 + l) >= 0) << l;
+      mask[slot] = m;
+    }
+  };
+  auto src = [&](int t, int e) -> int64_t { return __ldg(steps + int64_t(t) * (1 + Q) + e); };
+  ring.prime(nsteps, src);
+
+  typename TL::Acc acc[Q][TL::MT][WN / 8][TL::NV];
+#pragma unroll
+  for (int l = 0; l < Q; ++l)
+#pragma unroll
+    for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int v = 0; v < TL::NV; ++v) acc[l][i][j][v] = 0;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nsteps) load(s, s);
+    cu::cp_async_commit();
+  }
+  for (int i = 0; i < nsteps; ++i) {
+    cu::cp_async_wait<S - 2>();
+    __syncthreads();  // step i landed for every thread; slot (i - 1) % S is free
+    const int nx = i + S - 1;
+    if (nx < nsteps) load(nx % S, nx);
+    cu::cp_async_commit();
+    ring.advance(nx, nsteps, src);
+    const T *sb = st + (i % S) * PL::kStage;
+    const T *sa = sb + BM * PL::BP;
+    const int m = mask[i % S];
+#pragma unroll
+    for (int l = 0; l < Q; ++l)
+      if ((m >> l) & 1)
+        tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa + l * BM * PL::AP, sb + warp * WN, acc[l]);
+  }
+  cu::cp_async_wait_all();
+
+  T *C = static_cast<T *>(p.C);
+#pragma unroll
+  for (int l = 0; l < Q; ++l)
+#pragma unroll
+    for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+      for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+        for (int v = 0; v < TL::NV; ++v) {
+          int rr, cc;
+          acc_pos<MODE>(i, j, v, rr, cc);
+          const int64_t row = (ti * Q + l) * BM + rr, col = n0 + warp * WN + cc;
+          if (row >= p.m || col >= p.n) continue;
+          T *c = C + row * p.ldc + col;
+          const double x = p.alpha * double(acc[l][i][j][v]);
+          if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
+          else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
+          else *c = from_f<T>(x);
+        }
 }
 
 // -- SpGEMM ------------------------------------------------------------------------------------
@@ -504,10 +711,27 @@ int mode_of(int dtype) {
   }
 }
 
+// Which SpMM kernel runs b = 16 with an RHS wider than 32: 0 the panel kernel (default), 1 the
+// warp-per-row kernel, 2 the panel kernel with half-width half-precision tiles (for comparison).
+std::atomic<int> g_variant{0};
+
+// The panel kernel's columns per warp (its CTA tile is 4 x that; 0: the panel kernel does not
+// take this case) and its pipeline depth.
+int panel_wn(int mode, int b, int64_t n) {
+  const int v = g_variant.load(std::memory_order_relaxed);
+  if (b != 16 || n <= 32 || v == 1) return 0;
+  if (mode == kHalf || mode == kBf16) return n > 128 && v != 2 ? 64 : n > 64 ? 32 : 16;
+  // FP32 at 64 columns or fewer: the warp kernel ran 1.11-1.26x faster in all three H100 runs
+  // of 2026-11-26 (the panel's 16-column warps do a third as many TF32 MMAs per staged block)
+  if (mode == kTf32x3 || mode == kIeee) return n > 64 ? 32 : 0;
+  return n > 64 ? 32 : 16;
+}
+
 // The RHS tile of the SpMM kernel: as wide as the registers allow (one pass over A per tile),
 // narrower for narrow right-hand sides (fewer idle columns).
 int tile_n(int mode, int b, int64_t n) {
   if (b != 16 && b != 32) return 0;
+  if (const int wn = panel_wn(mode, b, n)) return kWarps * wn;
   const bool half = mode == kHalf || mode == kBf16;
   if (half && b == 16 && n > 64) return 128;
   if (n > 32 && !(mode == kF64 && b == 32)) return 64;
@@ -554,47 +778,80 @@ int spmm_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
   return fail(KL_ERR_INVALID, "blocksparse spmm: no kernel for this tile");
 }
 
+template <int MODE, int BM, int WN, int S>
+int launch_panel(const kl_bs_spmm_problem &p, cudaStream_t stream) {
+  using PL = Panel<MODE, BM, WN, S>;
+  const size_t smem = PL::smem_bytes();
+  static bool configured = false;  // benign race: every caller sets the same value
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(spmm_panel_kernel<MODE, BM, WN, S>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spmm panel: shared memory");
+    configured = true;
+  }
+  const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
+  const int64_t blocks = ntn * p.nitems;
+  if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm: grid too large");
+  spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm panel launch");
+}
+
+// Pipeline depth: about 9-10 KB a stage for 2-byte and 4-byte types, 4 stages (5-6 CTAs an
+// SM); FP64's wide tile is 19 KB a stage, 3 stages.
+template <int MODE>
+int spmm_panel(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  switch (panel_wn(MODE, 16, p.n)) {
+    case 16: return launch_panel<MODE, 16, 16, 4>(p, s);
+    case 32:
+      if constexpr (MODE == kF64) return launch_panel<MODE, 16, 32, 3>(p, s);
+      else return launch_panel<MODE, 16, 32, 4>(p, s);
+    case 64:
+      if constexpr (MODE == kHalf || MODE == kBf16) return launch_panel<MODE, 16, 64, 4>(p, s);
+      break;
+  }
+  return fail(KL_ERR_INVALID, "blocksparse spmm: no panel kernel for this tile");
+}
+
 template <int MODE>
 int spmm_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
+  if (panel_wn(MODE, p.b, p.n)) return spmm_panel<MODE>(p, s);
   return p.b == 16 ? spmm_bm<MODE, 16>(p, s) : spmm_bm<MODE, 32>(p, s);
 }
 
-template <int MODE, int BM, int NT>
+template <int MODE, int WN, int S, int P, int NW>
 int launch_spmm2d(const kl_bs_spmm_problem &p, cudaStream_t stream) {
-  const size_t smem = Tile2d<MODE, BM, NT>::smem_bytes();
+  using PL = Panel2d<MODE, 16, WN, S, P, NW>;
+  const size_t smem = PL::smem_bytes();
   static bool configured = false;
   if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(spmm2d_kernel<MODE, BM, NT>,
+    cudaError_t e = cudaFuncSetAttribute(spmm2d_kernel<MODE, 16, WN, S, P, NW>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return cuda_fail(e, "spmm2d: shared memory");
     configured = true;
   }
-  const int64_t ntn = (p.n + NT - 1) / NT;
+  const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.tile_rows;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm2d: grid too large");
-  spmm2d_kernel<MODE, BM, NT><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  spmm2d_kernel<MODE, 16, WN, S, P, NW><<<unsigned(blocks), NW * 32, smem, stream>>>(p, ntn);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm2d launch");
 }
 
-template <int MODE, int BM>
-int spmm2d_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
-  switch (tile_n(MODE, BM, p.n)) {
-    case 32: return launch_spmm2d<MODE, BM, 32>(p, s);
-    case 64:
-      if constexpr (!(MODE == kF64 && BM == 32)) return launch_spmm2d<MODE, BM, 64>(p, s);
-      break;
-    case 128:
-      if constexpr ((MODE == kHalf || MODE == kBf16) && BM == 16)
-        return launch_spmm2d<MODE, BM, 128>(p, s);
-      break;
-  }
-  return fail(KL_ERR_INVALID, "blocksparse spmm2d: no kernel for this tile");
-}
+// The 2D kernel's shapes (kl_bs_spmm2d_rows says which P the caller builds steps for): 8 block
+// rows, 8 warps of 16 columns for 2- and 4-byte types wider than 64 columns (the accumulators of
+// 8 block rows fill the registers at 16 columns); otherwise 4 block rows, 4 warps (FP64 16
+// columns, 3 stages of 19 KB).
+int rows2d(int mode, int64_t n) { return mode != kF64 && n > 64 ? 8 : 4; }
 
 template <int MODE>
 int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
-  return p.b == 16 ? spmm2d_bm<MODE, 16>(p, s) : spmm2d_bm<MODE, 32>(p, s);
+  if (p.tile != rows2d(MODE, p.n))
+    return fail(KL_ERR_INVALID, "blocksparse spmm2d: steps built for another panel height");
+  if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
+  else if (p.n > 64)
+    return launch_spmm2d<MODE, 16, MODE == kHalf || MODE == kBf16 ? 6 : 4, 8, 8>(p, s);
+  else return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
 }
 
 template <int MODE, int BM>
@@ -636,6 +893,17 @@ extern "C" int kl_bs_cuda_device_check(void) {
 
 extern "C" int kl_bs_float32_mode(int mode) { return kl::bs::g_fp32.set(mode); }
 
+extern "C" int kl_bs_spmm2d_rows(int dtype, int64_t n) {
+  const int mode = kl::bs::mode_of(dtype);
+  return mode < 0 ? 0 : kl::bs::rows2d(mode, n);
+}
+
+extern "C" int kl_bs_spmm_variant(int variant) {
+  const int prev = kl::bs::g_variant.load();
+  if (variant >= 0 && variant <= 2) kl::bs::g_variant.store(variant);
+  return prev;
+}
+
 extern "C" int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n) {
   const int mode = kl::bs::mode_of(dtype);
   return mode < 0 ? 0 : kl::bs::tile_n(mode, b, n);
@@ -664,10 +932,9 @@ extern "C" int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *str
 
 extern "C" int kl_bs_spmm2d_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream) {
   using namespace kl::bs;
-  if (!p || (p->b != 16 && p->b != 32) || p->tile != kWarps || p->m < 0 || p->k < 0 ||
-      p->n < 0 || p->tile_rows < 0 || !p->tile_row_ptr)
-    return kl::fail(KL_ERR_INVALID,
-                    "blocksparse spmm2d (CUDA): invalid problem (b 16 or 32, Morton tiles of 4)");
+  if (!p || p->b != 16 || p->m < 0 || p->k < 0 || p->n < 0 || p->tile_rows < 0 ||
+      !p->tile_row_ptr)
+    return kl::fail(KL_ERR_INVALID, "blocksparse spmm2d (CUDA): invalid problem (b must be 16)");
   if (p->m == 0 || p->n == 0 || p->tile_rows == 0) return KL_OK;
   const size_t item = dtype == 1 ? 8 : dtype == 0 ? 4 : 2;
   if ((reinterpret_cast<uintptr_t>(p->B) | reinterpret_cast<uintptr_t>(p->val)) % 16 != 0 ||

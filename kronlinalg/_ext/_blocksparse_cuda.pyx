@@ -7,7 +7,7 @@ from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_cuda_de
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
                                kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
                                kl_bs_spmm_problem,
-                               kl_last_error)
+                               kl_bs_spmm_variant, kl_bs_spmm2d_rows, kl_last_error)
 
 
 def device_check():
@@ -57,3 +57,14 @@ def tile_n(int dtype, int b, long long n):
 def float32_mode(int mode=-1):
     """The float32 mode (0 3xTF32, 1 IEEE); sets it when mode is 0 or 1; returns the previous."""
     return kl_bs_float32_mode(mode)
+
+
+def spmm_variant(int variant=-1):
+    """Which kernel runs b = 16 SpMM wider than 32 columns (0 panel, 1 warp per row, 2 panel with
+    half-width half-precision tiles); sets it when 0..2; returns the previous."""
+    return kl_bs_spmm_variant(variant)
+
+
+def spmm2d_rows(int dtype, long long n):
+    """The block rows of the 2D kernel's panel for (dtype, n): the steps' height; 0: none."""
+    return kl_bs_spmm2d_rows(dtype, n)

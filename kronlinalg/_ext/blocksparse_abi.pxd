@@ -48,6 +48,8 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_spgemm_cuda(const kl_bs_spgemm_problem *p, int phase, int dtype, void *stream)
     int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n)
     int kl_bs_float32_mode(int mode)
+    int kl_bs_spmm_variant(int variant)
+    int kl_bs_spmm2d_rows(int dtype, int64_t n)
     int kl_bs_cuda_device_check()
     const char *kl_last_error()
 

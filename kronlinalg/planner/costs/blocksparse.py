@@ -11,8 +11,9 @@ array library.  Terms:
   stages its B rows (b x tile) from L2; tensor cores at a fraction of peak (mma.sync from
   shared memory: ~45 % for FP16, 3 products for 3xTF32, DMMA ~60 %).
 - ours, CPU: the vectorised loop reaches about a quarter of the BLAS rate per flop.
-- ours 2D (Morton warp tiles): the 1D time times the measured ratio (its B reuse does not pay
-  for its per-tile barriers at these densities).
+- ours 2D (panels of 4 or 8 block rows): the L2 term divided by the panel's reuse (blocks per
+  column present), times a fitted overhead, never below 1.2x the 1D time (it was 1.2-2.3x
+  slower in every measured case).
 - torch BSR: our time times the measured ratio.
 - dense: the library's GEMM on m x k x n (roofline), plus densifying A once.
 """
@@ -24,19 +25,25 @@ import math
 from ...common.dtypes import ITEMSIZE
 from ..roofline import roofline
 
-__all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense",
+__all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense", "panel_rows",
            "predict_spmm_torch_bsr",
            "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate"]
 
-# Fitted to the H100 run of 2026-11-26 (docs/blocksparse.md): the CUDA kernel moved 4-6 TB/s
-# from L2 into shared memory (B rows and A blocks staged per block), and a call cost ~50 us
-# beyond its traffic (launch, Python, the first block's latency); torch.mm on the kept dense
-# matrix ~10 us beyond cuBLAS's roofline.
-_HOST_OURS = 50e-6
+# Fitted to the H100 runs of 2026-11-26 (docs/blocksparse.md; timed as loops of calls): the 1D
+# kernels moved 4.4-5.9 TB/s from L2 into shared memory (B block rows staged per block: on
+# random patterns that traffic, not DRAM or the tensor cores, bounds them), ~10 us a call
+# beyond its traffic plus ~15 us of Python for one call; torch.mm on the kept dense matrix
+# ~10 us beyond cuBLAS's roofline.
+_HOST_OURS = 15e-6
 _HOST_DENSE = 10e-6
-_L2_FACTOR = 1.5  # L2 -> shared memory bandwidth over DRAM bandwidth
-_BSR_OVER_OURS = 3.5  # torch BSR / ours, measured 2.7-6.3x
-_2D_OVER_1D = 2.4  # the 2D Morton kernel / the 1D one, measured 1.5-3.2x
+_L2_FACTOR = 1.6  # L2 -> shared memory bandwidth over DRAM bandwidth (4.7 TB/s on the H100)
+_BSR_OVER_OURS = 2.5  # torch BSR / ours, measured 1.9-7.0x
+# the 2D kernel's time per byte over the 1D one's: fitted as (2D / 1D) x reuse, 8-row panels
+# 2.1-2.9, 4-row panels 1.7-2.5 (it never beat the 1D kernel in a measured case; the floor keeps
+# the planner from picking it on the strength of the reuse alone)
+_2D_OVER_1D = 2.5
+_2D_OVER_1D_NARROW = 2.1
+_2D_MIN_RATIO = 1.2
 _EFF = {"float16": 0.45, "bfloat16": 0.45, "float32": 0.5, "float64": 0.6}
 
 
@@ -80,17 +87,29 @@ def predict_spmm_ours(problem, prof):
                      "terms": {"flop": flops / rate, "mem": nbytes / prof.bandwidth}}
 
 
+def panel_rows(dtype: str, n: int) -> int:
+    """Block rows of the 2D kernel's panel (as kl_bs_spmm2d_rows: 8, or 4 for FP64 and RHS of
+    64 columns or fewer)."""
+    return 8 if dtype != "float64" and n > 64 else 4
+
+
 def predict_spmm_morton(problem, prof):
-    """The 2D kernel stages each warp tile's B rows once for its block rows (the L2 term divided
-    by the blocks per distinct column of a tile), but pays a CTA barrier and an unpipelined
-    load per tile: on the H100 it ran 1.5-3.2x slower than the 1D kernel at densities 0.05-0.25
-    (measured factor used; the reuse is reported in the details)."""
+    """The 2D kernel stages each B block row once per panel of P block rows: its L2 term is the
+    1D kernel's divided by the blocks per column present in a panel (random patterns: P d /
+    (1 - (1 - d)^P)), times a fitted overhead (the A blocks staged per step, a barrier per
+    column, fewer CTAs), and at least 1.2x the 1D time (never faster in a measured case)."""
     i = problem.info
-    q, d = max(1, i["tile"]), i["density"]
-    cols = q * (1.0 - (1.0 - d) ** q)  # distinct block columns of a tile
-    reuse = max(1.0, q * q * d / cols) if cols > 0 else 1.0
+    P, d = panel_rows(problem.dtype, i["n"]), i["density"]
+    present = 1.0 - (1.0 - d) ** P
+    reuse = max(1.0, P * d / present) if present > 0 else 1.0
     seconds, details = predict_spmm_ours(problem, prof)
-    return seconds * _2D_OVER_1D, {**details, "reuse": reuse}
+    t = details.get("terms", {})
+    if "l2" not in t:
+        return seconds * _2D_OVER_1D, {**details, "reuse": reuse}
+    core = max(t["tensor cores"], t["dram"], t["l2"] / reuse) * _imbalance(i)
+    over = _2D_OVER_1D if P == 8 else _2D_OVER_1D_NARROW
+    ours_core = seconds - t["launch"]
+    return max(core * over, ours_core * _2D_MIN_RATIO) + t["launch"], {**details, "reuse": reuse}
 
 
 def predict_spmm_torch_bsr(problem, prof):
