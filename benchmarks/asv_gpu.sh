@@ -15,6 +15,9 @@ MACHINE=${2:-h100-sxm-80gb}
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/asv-site \
   .asvwheels/*.whl || exit 1
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/asv-site
+# (asv drops PYTHONPATH from the benchmarks' environment and passes ASV_PYTHONPATH instead: the
+# build in /tmp/new-site must come before the source tree, which asv's runner can see)
+export ASV_PYTHONPATH=$PYTHONPATH
 # asv reads the commit's date from git in ../ (asv.conf.json "repo"): the bundle's main, fetched
 # into the copied tree's repository (made if the copy has none)
 [ -d .git ] || git init -q .
