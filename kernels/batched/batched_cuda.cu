@@ -34,8 +34,10 @@ int check_device() {
 
 int launch(int shape, int dtype, int mma, const Args &args, cudaStream_t stream) {
   cudaError_t e;
+  DeviceInfo d;
+  if (mma == kDmma && query_device(&d) == cudaSuccess && d.cc_major >= 9) mma = kDmma16;
   switch (dtype) {
-    case KL_BATCHED_F64: e = launch_f64(shape, args, stream); break;
+    case KL_BATCHED_F64: e = launch_f64(shape, mma, args, stream); break;
     case KL_BATCHED_F32: e = launch_f32(shape, mma, args, stream); break;
     case KL_BATCHED_F16: e = launch_f16(shape, false, args, stream); break;
     case KL_BATCHED_BF16: e = launch_f16(shape, true, args, stream); break;

@@ -76,6 +76,20 @@ __device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
                : "+d"(c[0]), "+d"(c[1])
                : "d"(a), "d"(b));
 }
+// m16n8k8 float64 (sm_90): the fragments of TF32 m16n8k8 in 64-bit registers (A[g][t],
+// A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C[g][2t..], C[g+8][2t..]).
+__device__ __forceinline__ void dmma_1688(double (&c)[4], const double (&a)[4], double b0,
+                                          double b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+#else
+  __trap();  // the launcher takes kDmma16 on compute capability 9.0 and newer only
+#endif
+}
 #endif
 
 template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T>
@@ -85,24 +99,33 @@ struct Cfg {
   static constexpr int WM = BM / WGM, WN = BN / WGN;
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   static constexpr int MM = MMA == kDmma ? 8 : 16;  // rows of one MMA (FFMA: 8 lanes x TM)
-  static constexpr int KS = MMA == kDmma ? 4 : MMA == kHmma ? 16 : MMA == kTf32x3 ? 8 : 4;
+  static constexpr int KS = MMA == kDmma ? 4 : MMA == kHmma ? 16 : MMA == kFfma ? 4 : 8;
+  static constexpr bool F64 = MMA == kDmma || MMA == kDmma16;
   static constexpr int MI = WM / MM, NI = WN / 8;
   // pitches (elements): fragment loads conflict-free (DMMA: ≡ 4 mod 16 doubles; TF32: A ≡ 4,
   // B ≡ 8 mod 32 floats; HMMA: A ≡ 8 mod 64 halves for 32-bit loads, B rows in distinct
   // 16-byte bank groups for ldmatrix), every row start 16-byte aligned
   static constexpr int PA = MMA == kHmma ? BK + 8 : BK + 4;
-  static constexpr int PB = MMA == kDmma ? BN + 4 : BN + 8;
+  static constexpr int PB = F64 ? BN + 4 : BN + 8;
   static constexpr int PC = BN + (sizeof(Acc) == 8 ? 2 : 4);
   static constexpr int STAGE = (BM * PA + BK * PB) * int(sizeof(T));
+  // 2- and 4-byte types on 64 x 64 tiles: a staging area per buffer where rows at any offset land by
+  // 16-byte cp.async as the aligned chunks that hold them (pitches: a panel row plus a chunk),
+  // shifted into place once they are in (realign_panel)
+  static constexpr int VEC = 16 / int(sizeof(T));
+  static constexpr bool RAW = sizeof(T) <= 4 && BM >= 64;  // float64: 8-byte cp.async instead
+  static constexpr int RPA = BK + VEC, RPB = BN + VEC;
+  static constexpr int RAWBYTES = RAW ? (BM * RPA + BK * RPB) * int(sizeof(T)) : 0;
   static constexpr int CBYTES = BM * PC * int(sizeof(Acc));
   // two buffers a group: one k-panel is computed while the next streams in (cp.async); the
   // epilogue's C tile reuses the buffer just computed
-  static constexpr int BUF = ((STAGE > CBYTES ? STAGE : CBYTES) + 15) / 16 * 16;
+  static constexpr int BUF = ((STAGE + RAWBYTES > CBYTES ? STAGE + RAWBYTES : CBYTES) + 15) / 16 * 16;
   static constexpr int GROUP_BYTES = 2 * BUF;
   static constexpr int SMEM = G * GROUP_BYTES;
   // registers: up to 128 a thread (the current and the next tile's descriptors, 32
   // accumulators a lane for 64 x 64 tiles); shared memory allows 3-6 blocks an SM anyway
-  static constexpr int MIN_BLOCKS = sizeof(T) == 8 && BM >= 64 ? 3 : 4;  // 64 x 64 FP64: 3 fit
+  // 64 x 64 tiles: 3 blocks (up to 168 registers; at 128, 64-byte panels spilled 270-300 bytes)
+  static constexpr int MIN_BLOCKS = BM >= 64 ? 3 : 4;
   static_assert(WM % MM == 0 && WN % 8 == 0 && BK % KS == 0, "tile shape");
 };
 
@@ -119,6 +142,42 @@ __device__ __forceinline__ void group_sync(int grp) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(grp + 1), "r"(P * 32) : "memory");
 #endif
   }
+}
+
+// Elements row[c .. c+VEC) of a row of 2- or 4-byte elements at any element offset (those from
+// cv on read as zero) as one 16-byte vector: the one or two aligned 16-byte chunks that hold
+// them, shifted into place.  A chunk is read only where it holds an element below cv, so no read
+// leaves the 16-byte granules of the operand's own elements (allocations are 16-byte aligned).
+// From global memory these are synchronous loads (cp.async cannot shift), 16 bytes each where
+// element loads moved 2; from a staging area (stage_rows) they are shared-memory reads.
+template <class T>
+__device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(row + c);
+  const int shift = int(at & 15);  // bytes, even
+  const uint4 *q = reinterpret_cast<const uint4 *>(at - uintptr_t(shift));
+  const int nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));  // wanted bytes, 2..16
+  const uint4 lo = *q;
+  const uint4 hi = shift + nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
+  uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int ws = shift >> 2, bits = (shift & 2) * 8;  // whole words, then 0 or 16 bits
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // selects, not a dynamically indexed (local-memory) array
+    uint32_t a = w[j], b = w[j + 1];
+#pragma unroll
+    for (int s2 = 1; s2 < 4; ++s2)
+      if (ws == s2) a = w[j + s2], b = w[j + s2 + 1];
+    o[j] = uint32_t(((uint64_t(b) << 32) | a) >> bits);
+  }
+  if (nb < 16) {  // zero the bytes past cv
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (4 * j >= nb) o[j] = 0;
+      else if (4 * j + 2 >= nb) o[j] &= 0xffffu;
+    }
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 // dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C, all by
@@ -172,6 +231,14 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
       else
         *reinterpret_cast<uint32_t *>(dst + r * DP + c) = 0u;
     }
+  } else if (cs == 1) {  // 2-byte rows at any offset (packed odd sizes): realigned 16-byte loads
+#pragma unroll 2
+    for (int i = gtid; i < R * (C / VEC); i += GT) {
+      const int r = i / (C / VEC), c = (i - r * (C / VEC)) * VEC;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < rv && c < cv) v = load_realigned(src + r * rs, c, cv);
+      *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
+    }
   } else if (rs == 1) {  // contiguous down the columns (a transposed operand): r fastest
 #pragma unroll 4
     for (int i = gtid; i < R * C; i += GT) {
@@ -184,6 +251,51 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
       const int r = i / C, c = i - r * C;
       dst[r * DP + c] = (r < rv && c < cv) ? src[r * rs + c * cs] : T(0.0f);
     }
+  }
+}
+
+// Whether a panel of contiguous rows (cs == 1) misses load_tile's 16-byte path: with a staging
+// area (K::RAW) it then goes through stage_rows / realign_rows.
+template <class T>
+__device__ __forceinline__ bool unaligned_rows(const T *src, int64_t rs, int64_t cs, int cv) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  return cs == 1 &&
+         !(cv % VEC == 0 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0);
+}
+
+// Row r < rv of the panel: the aligned 16-byte chunks holding src[r*rs .. r*rs + cv) into raw
+// row r (pitch RP elements), asynchronously.
+template <class T, int R, int C, int GT, int RP>
+__device__ __forceinline__ void stage_rows(T *__restrict raw, const T *__restrict src, int64_t rs,
+                                           int rv, int cv, int gtid) {
+  constexpr int VEC = 16 / int(sizeof(T)), CH = C / VEC + 1;
+#pragma unroll 1
+  for (int i = gtid; i < R * CH; i += GT) {
+    const int r = i / CH, j = i - r * CH;
+    if (r >= rv) continue;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(src + r * rs);
+    const int shift = int(at & 15);
+    if (j * 16 < shift + cv * int(sizeof(T)))  // the chunk holds a wanted element
+      kl::cu::cp_async_16(raw + r * RP + j * VEC, reinterpret_cast<const void *>(at - shift + 16 * j), true);
+  }
+}
+
+// The staged rows shifted into place: dst[r][c] (pitch DP) = src[r*rs + c] for r < rv, c < cv,
+// zero elsewhere in R x C.
+template <class T, int R, int C, int GT, int DP, int RP>
+__device__ __forceinline__ void realign_rows(T *__restrict dst, const T *__restrict raw,
+                                             const T *src, int64_t rs, int rv, int cv, int gtid) {
+  constexpr int VEC = 16 / int(sizeof(T));
+#pragma unroll 2
+  for (int i = gtid; i < R * (C / VEC); i += GT) {
+    const int r = i / (C / VEC), c = (i - r * (C / VEC)) * VEC;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rv && c < cv) {
+      const int shift = int(reinterpret_cast<uintptr_t>(src + r * rs) & 15);
+      v = load_realigned(reinterpret_cast<const T *>(
+                             reinterpret_cast<const unsigned char *>(raw + r * RP) + shift), c, cv);
+    }
+    *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
   }
 }
 
@@ -210,8 +322,47 @@ __device__ __forceinline__ void issue_panel(unsigned char *buf, const Tile<T> &t
   T *As = reinterpret_cast<T *>(buf);
   T *Bs = As + K::BM * K::PA;
   const int kv = int(t.k - k0 < K::BK ? t.k - k0 : K::BK);
-  load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, t.A + k0 * t.a_cs, t.a_rs, t.a_cs, t.mv, kv, gtid);
-  load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, t.B + k0 * t.b_rs, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  const T *a = t.A + k0 * t.a_cs, *b = t.B + k0 * t.b_rs;
+  if constexpr (K::RAW) {
+    T *rawA = reinterpret_cast<T *>(buf + K::STAGE), *rawB = rawA + K::BM * K::RPA;
+    if (unaligned_rows(a, t.a_rs, t.a_cs, kv))
+      stage_rows<T, K::BM, K::BK, K::GT, K::RPA>(rawA, a, t.a_rs, t.mv, kv, gtid);
+    else
+      load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, a, t.a_rs, t.a_cs, t.mv, kv, gtid);
+    if (unaligned_rows(b, t.b_rs, t.b_cs, t.nv))
+      stage_rows<T, K::BK, K::BN, K::GT, K::RPB>(rawB, b, t.b_rs, kv, t.nv, gtid);
+    else
+      load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, b, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  } else {
+    load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, a, t.a_rs, t.a_cs, t.mv, kv, gtid);
+    load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, b, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  }
+}
+
+// After panel k0 of tile t has landed in buf: shifts its staged rows into place (K::RAW only).
+// Returns whether it did (the caller then synchronises the group before reading the panel).
+template <class T, class K>
+__device__ __forceinline__ bool realign_panel(unsigned char *buf, const Tile<T> &t, int64_t k0,
+                                              int gtid) {
+  if constexpr (!K::RAW) {
+    return false;
+  } else {
+    T *As = reinterpret_cast<T *>(buf);
+    T *Bs = As + K::BM * K::PA;
+    const T *rawA = reinterpret_cast<const T *>(buf + K::STAGE), *rawB = rawA + K::BM * K::RPA;
+    const int kv = int(t.k - k0 < K::BK ? t.k - k0 : K::BK);
+    const T *a = t.A + k0 * t.a_cs, *b = t.B + k0 * t.b_rs;
+    bool did = false;
+    if (unaligned_rows(a, t.a_rs, t.a_cs, kv)) {
+      realign_rows<T, K::BM, K::BK, K::GT, K::PA, K::RPA>(As, rawA, a, t.a_rs, t.mv, kv, gtid);
+      did = true;
+    }
+    if (unaligned_rows(b, t.b_rs, t.b_cs, t.nv)) {
+      realign_rows<T, K::BK, K::BN, K::GT, K::PB, K::RPB>(Bs, rawB, b, t.b_rs, kv, t.nv, gtid);
+      did = true;
+    }
+    return did;
+  }
 }
 
 // One tile of one product: D = alpha * A @ B + beta * C on rows < mv, columns < nv of the tile.
@@ -261,6 +412,7 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
     kl::cu::cp_async_commit();
     kl::cu::cp_async_wait<1>();  // this panel's copies (all but the newest group) have landed
     group_sync<K::P, K::G>(grp);
+    if (realign_panel<T, K>(smem + cur * K::BUF, tl, k0, gtid)) group_sync<K::P, K::G>(grp);
     const T *As = reinterpret_cast<const T *>(smem + cur * K::BUF);
     const T *Bs = As + K::BM * K::PA;
     cur ^= 1;
@@ -278,6 +430,31 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
           for (int ni = 0; ni < K::NI; ++ni)
             if (mi < mi_n && ni < ni_n) dmma_884(acc[mi][ni], a[mi], b[ni]);
+      }
+    } else if constexpr (MMA == kDmma16) {
+#pragma unroll 1  // unrolled, the fragments of several k-steps spilled (168 registers)
+      for (int kk = 0; kk < kc; kk += 8) {
+        double a[K::MI][4], b[K::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi) {
+          const double *r0 = As + (wr0 + mi * 16 + g) * K::PA + kk + t;
+          const double *r1 = r0 + 8 * K::PA;
+          a[mi][0] = r0[0];
+          a[mi][1] = r1[0];
+          a[mi][2] = r0[4];
+          a[mi][3] = r1[4];
+        }
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni) {
+          const double *c0 = Bs + (kk + t) * K::PB + wc0 + ni * 8 + g;
+          b[ni][0] = c0[0];
+          b[ni][1] = c0[4 * K::PB];
+        }
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni)
+            if (mi < mi_n && ni < ni_n) dmma_1688(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
       }
     } else if constexpr (MMA == kHmma) {
       for (int kk = 0; kk < kc; kk += 16) {
@@ -588,6 +765,10 @@ cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
 // The five shapes of batched_config.hpp for one element type and MMA kind.
 template <class T, int MMA>
 cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
+  // 64 x 64 tiles take k-panels of 64 bytes a row (32 doubles or floats, 64 halves): a quarter
+  // to half the barriers and panel turns of 16-wide panels, whose one or two MMA k-steps a warp
+  // could not hide a panel's latency behind
+  constexpr int kBigK = sizeof(T) == 2 ? 64 : 32;
   int64_t items = 0;
   auto count_items = [&](int bm, int bn) {
     if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
@@ -610,12 +791,12 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
       return launch_one<T, MMA, K>(args, items, stream);
     }
     case kM64: {
-      using K = Cfg<MMA, 16, 64, 64, 4, 1, 1, T>;
+      using K = Cfg<MMA, kBigK, 64, 64, 4, 1, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
     default: {
-      using K = Cfg<MMA, 16, 64, 64, 2, 2, 1, T>;
+      using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
@@ -623,7 +804,7 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
 }
 
 // per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
-cudaError_t launch_f64(int shape, const Args &args, cudaStream_t stream);
+cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
 
