@@ -88,8 +88,22 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
   args.count = count;
   args.table = static_cast<const kl_batched_entry *>(table);
   args.tm_max = (max_order + cfg.tile_m - 1) / cfg.tile_m;
-  return launch(shape, dtype, mma_kind(dtype, g_fp32.get()), args,
-                static_cast<cudaStream_t>(stream));
+  // the groups' work counter (VariableCursor: dynamic claims), stream-ordered: concurrent calls
+  // on other streams get their own; without one the kernel splits the items statically
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  void *counter = nullptr;
+  if (cudaMallocAsync(&counter, sizeof(unsigned long long), s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    counter = nullptr;
+  } else if (cudaMemsetAsync(counter, 0, sizeof(unsigned long long), s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaFreeAsync(counter, s);
+    counter = nullptr;
+  }
+  args.counter = static_cast<unsigned long long *>(counter);
+  const int status = launch(shape, dtype, mma_kind(dtype, g_fp32.get()), args, s);
+  if (counter) (void)cudaFreeAsync(counter, s);
+  return status;
 }
 
 extern "C" int kl_batched_float32_mode(int mode) { return kl::batched::g_fp32.set(mode); }
