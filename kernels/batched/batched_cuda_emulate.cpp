@@ -371,7 +371,6 @@ static void check_variable(const char *name, int shape, double tol, bool claim) 
         scale = std::max(scale, std::fabs(s));
       }
     if (m * n) worst = std::max(worst, k ? err / scale : err);
-    if (getenv("KL_EMU_DEBUG")) std::printf("  product %d err %g scale %g\n", i, err, scale);
     untouched &= to_d(D[i][m * n]) == to_d(from_d<T>(777.0));
   }
   const bool ok = worst <= tol && untouched;
