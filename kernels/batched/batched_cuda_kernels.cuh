@@ -123,13 +123,10 @@ struct Cfg {
   static constexpr int RPA = BK + VEC, RPB = BN + VEC;
   static constexpr int RAWBYTES = RAW ? (BM * RPA + BK * RPB) * int(sizeof(T)) : 0;
   static constexpr int CBYTES = BM * PC * int(sizeof(Acc));
-  // S buffers a group: one k-panel is computed while the next S - 1 stream in (cp.async); the
-  // epilogue's C tile reuses the buffer just computed.  Four on 64 x 64 tiles of 2- and 4-byte
-  // types without a staging area (3 blocks of 74 KB an SM: registers allow 3 anyway), two
-  // elsewhere (float64's 72 KB of two buffers already fill an SM with 3 blocks)
-  static constexpr int S = BM >= 64 && !RAW && sizeof(T) <= 4 ? 4 : 2;
+  // two buffers a group: one k-panel is computed while the next streams in (cp.async); the
+  // epilogue's C tile reuses the buffer just computed
   static constexpr int BUF = ((STAGE + RAWBYTES > CBYTES ? STAGE + RAWBYTES : CBYTES) + 15) / 16 * 16;
-  static constexpr int GROUP_BYTES = S * BUF;
+  static constexpr int GROUP_BYTES = 2 * BUF;
   static constexpr int SMEM = G * GROUP_BYTES;
   // registers: up to 128 a thread (the current and the next tile's descriptors, 32
   // accumulators a lane for 64 x 64 tiles); shared memory allows 3-6 blocks an SM anyway
@@ -374,31 +371,13 @@ __device__ __forceinline__ bool realign_panel(unsigned char *buf, const Tile<T> 
   }
 }
 
-// Waits until at most `n` (0..S-1) of the newest cp.async groups are still in flight.
-template <int S>
-__device__ __forceinline__ void cp_async_wait_dyn(int n) {
-  if (n <= 0) kl::cu::cp_async_wait<0>();
-  else if (S > 2 && n == 1) kl::cu::cp_async_wait<1>();
-  else if (S > 3 && n == 2) kl::cu::cp_async_wait<2>();
-  else kl::cu::cp_async_wait<(S > 1 ? S - 1 : 0)>();
-}
-
-// A group's panel pipeline: panels go into the S buffers in turn, one cp.async group each; the
-// panel computed next sits in buffer `head`, `pend` panels of the tile being started are
-// already requested (buffers head, head + 1, ...).
-struct Pipe {
-  int head = 0, pend = 0;
-};
-
 // One tile of one product: D = alpha * A @ B + beta * C on rows < mv, columns < nv of the tile.
-// The pipeline: on entry, pipe.pend panels of t are already requested (from buffer pipe.head
-// on); each step requests panels, the rest of this tile's and then the next tile's (nx), until
-// S are in flight counting the one computed now, then waits for this one (the oldest group) and
-// computes it; on exit the panels of nx requested so far are nx's pipe.pend.  The epilogue
-// stages C in the buffer just computed (never one in flight).
+// The pipeline: on entry, panel 0 of t (if t.k > 0) is already requested into buffer `cur`;
+// each step requests the next panel, of this tile or of the next tile `nx`, into the other
+// buffer before computing this one; on exit the next tile's panel 0 is requested into `cur`.
 template <class T, int MMA, class K>
 __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid, const Tile<T> &tl,
-                                         const Tile<T> &nx, bool has_next, Pipe &pipe,
+                                         const Tile<T> &nx, bool has_next, int &cur,
                                          typename K::Acc alpha,
                                          typename K::Acc beta) {
   using Acc = typename K::Acc;
@@ -421,41 +400,29 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
       for (int e = 0; e < (MMA == kFfma ? 1 : NACC); ++e) acc[i][j][e] = Acc(0);
 
-  const int np_t = int((tl.k + K::BK - 1) / K::BK);
-  const int np_n = has_next ? int((nx.k + K::BK - 1) / K::BK) : 0;
-  int issued_t = pipe.pend, issued_n = 0, out = pipe.pend;  // out: requested, not computed
-  int head = pipe.head;
-  if (np_t == 0) {  // no panels: only the next tile's to request
-    group_sync<K::P, K::G>(grp);  // the last epilogue no longer reads its buffer
-    for (; out < K::S - 1 && issued_n < np_n; ++out, ++issued_n) {
-      issue_panel<T, K>(smem + ((head + out) % K::S) * K::BUF, nx, int64_t(issued_n) * K::BK,
-                        gtid);
-      kl::cu::cp_async_commit();
-    }
+  if (tl.k == 0) {  // no panels: only the next tile's first one to request, into the buffer
+    // that then becomes `cur` (the epilogue below stages C in the other one)
+    group_sync<K::P, K::G>(grp);
+    if (has_next && nx.k > 0) issue_panel<T, K>(smem + (cur ^ 1) * K::BUF, nx, 0, gtid);
+    kl::cu::cp_async_commit();
+    cur ^= 1;
   }
-  for (int pi = 0; pi < np_t; ++pi) {
-    const int64_t k0 = int64_t(pi) * K::BK;
+  for (int64_t k0 = 0; k0 < tl.k; k0 += K::BK) {
     const int kv = int(tl.k - k0 < K::BK ? tl.k - k0 : K::BK);
     const int kc = (kv + K::KS - 1) / K::KS * K::KS;
-    group_sync<K::P, K::G>(grp);  // the buffer computed last (or staging C) is no longer read
-    for (; out < K::S; ++out) {  // up to S panels in flight, this one included
-      unsigned char *buf = smem + ((head + out) % K::S) * K::BUF;
-      if (issued_t < np_t) {
-        issue_panel<T, K>(buf, tl, int64_t(issued_t++) * K::BK, gtid);
-      } else if (issued_n < np_n) {
-        issue_panel<T, K>(buf, nx, int64_t(issued_n++) * K::BK, gtid);
-      } else {
-        break;
-      }
-      kl::cu::cp_async_commit();
-    }
-    cp_async_wait_dyn<K::S>(out - 1);  // this panel's group (the oldest) has landed
+    group_sync<K::P, K::G>(grp);  // the other buffer is no longer read (compute or epilogue)
+    unsigned char *other = smem + (cur ^ 1) * K::BUF;
+    if (k0 + K::BK < tl.k)
+      issue_panel<T, K>(other, tl, k0 + K::BK, gtid);
+    else if (has_next && nx.k > 0)
+      issue_panel<T, K>(other, nx, 0, gtid);
+    kl::cu::cp_async_commit();
+    kl::cu::cp_async_wait<1>();  // this panel's copies (all but the newest group) have landed
     group_sync<K::P, K::G>(grp);
-    if (realign_panel<T, K>(smem + head * K::BUF, tl, k0, gtid)) group_sync<K::P, K::G>(grp);
-    const T *As = reinterpret_cast<const T *>(smem + head * K::BUF);
+    if (realign_panel<T, K>(smem + cur * K::BUF, tl, k0, gtid)) group_sync<K::P, K::G>(grp);
+    const T *As = reinterpret_cast<const T *>(smem + cur * K::BUF);
     const T *Bs = As + K::BM * K::PA;
-    head = (head + 1) % K::S;
-    --out;
+    cur ^= 1;
     if (!active) continue;
     const int t = t4;
     if constexpr (MMA == kDmma) {
@@ -570,9 +537,7 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
   }
 
   group_sync<K::P, K::G>(grp);  // every warp is done with the panel: Cs reuses its buffer
-  pipe.head = head;
-  pipe.pend = issued_n;  // == out: every panel still in flight is nx's
-  Acc *Cs = reinterpret_cast<Acc *>(smem + ((head + K::S - 1) % K::S) * K::BUF);
+  Acc *Cs = reinterpret_cast<Acc *>(smem + (cur ^ 1) * K::BUF);
   const int t = t4;
   if (active) {
 #pragma unroll
@@ -800,16 +765,13 @@ __global__ void __launch_bounds__(K::THREADS, K::MIN_BLOCKS) batched_kernel(cons
   if (!cur_item.valid()) return;
   Tile<T> t, nx{};
   cur_item.tile(t);
-  Pipe pipe;
-  const int np0 = int((t.k + K::BK - 1) / K::BK);
-  for (; pipe.pend < K::S - 1 && pipe.pend < np0; ++pipe.pend) {
-    issue_panel<T, K>(smem + pipe.pend * K::BUF, t, int64_t(pipe.pend) * K::BK, gtid);
-    kl::cu::cp_async_commit();
-  }
+  int cur = 0;
+  if (t.k > 0) issue_panel<T, K>(smem, t, 0, gtid);
+  kl::cu::cp_async_commit();
   for (;;) {
     const bool more = cur_item.next();
     if (more) cur_item.tile(nx);
-    run_tile<T, MMA, K>(smem, grp, gtid, t, nx, more, pipe, alpha, beta);
+    run_tile<T, MMA, K>(smem, grp, gtid, t, nx, more, cur, alpha, beta);
     if (!more) break;
     t = nx;
   }
