@@ -5,7 +5,11 @@ case (orders uniform in 8..256) ran than the same flops at that rate; torch.bmm'
 copy bandwidth by order.  Prints the tables to paste (the model is edited by hand: a reviewer
 sees every change).
 
-    python benchmarks/batched_calibrate.py benchmarks/data/batched_h100_2026-11-26.json
+    python benchmarks/batched_calibrate.py benchmarks/data/batched_h100_2026-11-26.json [--check]
+
+--check: plans every uniform case of the file with the planner as it is now (profile
+"h100-sxm") and prints its pick against the fastest measured candidate (torch.bmm for
+"library"): the pick within 10 % of the fastest or not.
 """
 
 from __future__ import annotations
@@ -55,5 +59,29 @@ def main(path):
     print("}")
 
 
+def check(path):
+    import kronlinalg
+
+    rows = json.load(open(path))["rows"]
+    good = total = 0
+    for r in rows:
+        if r["case"] not in ("batch 1e4", "batch 1e3", "low rank"):
+            continue
+        times = {"library": r["torch_bmm_us"], "kami1d": r.get("kami1d_us"),
+                 "kami2d": r.get("kami2d_us")}
+        times = {k: v for k, v in times.items() if v}
+        plan = kronlinalg.plan("batched_matmul", (r["batch"], r["m"], r["k"]),
+                               (r["batch"], r["k"], r["n"]), dtype=r["dtype"], device="h100-sxm")
+        pick = plan[0].name
+        best = min(times.values())
+        ok = times.get(pick, float("inf")) <= 1.1 * best
+        good += ok
+        total += 1
+        print(f"{r['case']:9} {r['dtype']:8} {r['m']}x{r['k']}x{r['n']:<4} pick {pick:7} "
+              f"{times.get(pick, float('nan')):9.1f} us, fastest {min(times, key=times.get):7} "
+              f"{best:9.1f} us {'ok' if ok else 'MISS'}")
+    print(f"pick within 10 % of the fastest: {good} of {total}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    check(sys.argv[1]) if "--check" in sys.argv else main(sys.argv[1])

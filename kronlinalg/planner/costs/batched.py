@@ -27,7 +27,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 from .matmul import _predict_library as _library_roofline, normalise as matmul_normalise
 
 __all__ = ["normalise", "matmul_normalise", "COEF", "predict_library", "predict_blocked",
-           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION", "KAMI_MEASURED",
+           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION",
+           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED",
            "MAX_ORDER"]
 
 MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, correctly)
@@ -64,6 +65,10 @@ LIBRARY_BW_FRACTION = {
     "float32": {16: 0.373, 32: 0.726, 64: 0.786, 128: 0.534, 256: 0.38},
     "float16": {16: 0.145, 32: 0.565, 64: 0.968, 128: 0.968, 256: 0.967},
 }
+
+# ... but low-rank products (k <= min(m, n) / 4) stream worse than that size says, float64 most:
+# m = n = 128, k = 16 and 32, batch 10⁴ (same run as KAMI_MEASURED, 2026-11-26, H100)
+LIBRARY_LOW_RANK_FRACTION = {"float64": 0.76, "float32": 0.72, "float16": 0.90}
 
 # Our kernels (H100, 2026-11-26, the kernels of this tree; benchmarks/batched_calibrate.py
 # prints these from a run's JSON): the fraction of the copy bandwidth where they are memory-bound
@@ -163,6 +168,8 @@ def predict_library(problem, prof):
     if info.get("variable"):
         size = info["order"]
     frac = _fraction(LIBRARY_BW_FRACTION.get(dt, LIBRARY_BW_FRACTION["float32"]), size)
+    if not info.get("variable") and 4 * info["k"] <= min(info["m"], info["n"]):
+        frac = min(frac, LIBRARY_LOW_RANK_FRACTION.get(dt, frac))  # see the table
     nbytes = _bytes(info, problem.dtype, problem.options)
     mem = nbytes / (prof.bandwidth * frac)
     comp = info["flops"] / prof.flops(problem.dtype)
