@@ -6,7 +6,7 @@
 #   OUT=/tmp/out BM_ONLY=variable,large bash benchmarks/batched_session.sh
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== benchmark ($SECONDS s)"
-timeout ${BM_BENCH_S:-200} python benchmarks/batched_gpu.py --only "${BM_ONLY:-small,b1e3,fp32err,lowrank,variable,large}" \
+timeout ${BM_BENCH_S:-200} python benchmarks/batched_gpu.py --only "${BM_ONLY:-small,b1e3,fp32err,lowrank,variable,variable8,large}" \
   --out "$OUT/batched.json" 2>&1 | tee "$OUT/batched_bench.txt" | grep -v "^|" | tail -60
 echo "== tests ($SECONDS s)"
 timeout ${BM_TEST_S:-100} python -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/test_batched.py \
