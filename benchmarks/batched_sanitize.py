@@ -58,6 +58,15 @@ for dtype in dtypes:
                       / ref.abs().max().clamp_min(1e-30))
             worst[str(dtype)] = max(worst[str(dtype)], e)
             off += o * o
+        # many products (groups claim several), k = 0 and m = 0 rows among them
+        gen = np.random.default_rng(5)
+        sz = gen.integers(1, 70, (300, 3))
+        sz[::7, 2] = 0
+        sz[3::11, 0] = 0
+        na, nb, nd = (int((sz[:, i] * sz[:, j]).sum()) for i, j in ((0, 2), (2, 1), (0, 1)))
+        abuf, bbuf = torch.randn(na, device=dev).to(dtype), torch.randn(nb, device=dev).to(dtype)
+        kronlinalg.batched_matmul(abuf, bbuf, sizes=torch.from_numpy(sz).to(dev), out_size=nd,
+                                  algorithm=algo)
 torch.cuda.synchronize()
 print("worst relative error by dtype:", worst)
 bad = {k: v for k, v in worst.items() if v > (1e-12 if "64" in k else 1e-5 if "32" in k else 2e-2)}

@@ -10,6 +10,7 @@
 // The warp-collective instructions follow the PTX ISA's fragment layouts, lane (g, t) =
 // (lane / 4, lane % 4):
 //   mma m8n8k4 f64:  A[g][t]; B[t][g]; C[g][2t], C[g][2t+1]
+//   mma m16n8k8 f64: as m16n8k8 tf32 below, in 64-bit registers
 //   mma m16n8k16:    A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];
 //                    B[2t..2t+1][g], B[2t+8..2t+9][g]; C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
 //   mma m16n8k8 tf32: A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C as above
