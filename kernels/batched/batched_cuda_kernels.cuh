@@ -112,13 +112,13 @@ struct Cfg {
   static constexpr int PB = F64 ? BN + 4 : BN + 8;
   static constexpr int PC = BN + (sizeof(Acc) == 8 ? 2 : 4);
   static constexpr int STAGE = (BM * PA + BK * PB) * int(sizeof(T));
-  // 2- and 4-byte types on 64 x 64 tiles: a staging area per buffer where rows at any offset land by
-  // 16-byte cp.async as the aligned chunks that hold them (pitches: a panel row plus a chunk),
-  // shifted into place once they are in (realign_panel)
+  // Raw (the variable form's kernels), 2- and 4-byte types, 64 x 64 tiles: a staging area per
+  // buffer where rows at any offset land by 16-byte cp.async as the aligned chunks that hold
+  // them (pitches: a panel row plus a chunk), shifted into place once they are in
+  // (realign_panel).  Not in uniform stacks: there the doubled buffers cost more occupancy than
+  // they gained (H100: order 64 float16 133 -> 146 µs, order 256 3.9 -> 4.4 ms); float64 takes
+  // 8-byte cp.async instead (its two buffers already fill an SM with 3 blocks).
   static constexpr int VEC = 16 / int(sizeof(T));
-  // the variable form only (Raw): in uniform stacks the doubled buffers cost more occupancy than
-  // they gained (order 64 float16: 133 -> 146 µs, order 256: 3.9 -> 4.4 ms); float64 takes
-  // 8-byte cp.async instead
   static constexpr bool RAW = RAW_ && sizeof(T) <= 4 && BM >= 64;
   static constexpr int RPA = BK + VEC, RPB = BN + VEC;
   static constexpr int RAWBYTES = RAW ? (BM * RPA + BK * RPB) * int(sizeof(T)) : 0;
@@ -128,9 +128,9 @@ struct Cfg {
   static constexpr int BUF = ((STAGE + RAWBYTES > CBYTES ? STAGE + RAWBYTES : CBYTES) + 15) / 16 * 16;
   static constexpr int GROUP_BYTES = 2 * BUF;
   static constexpr int SMEM = G * GROUP_BYTES;
-  // registers: up to 128 a thread (the current and the next tile's descriptors, 32
-  // accumulators a lane for 64 x 64 tiles); shared memory allows 3-6 blocks an SM anyway
-  // 64 x 64 tiles: 3 blocks (up to 168 registers; at 128, 64-byte panels spilled 270-300 bytes)
+  // registers (the current and the next tile's descriptors, the accumulators): up to 128 a
+  // thread on the small tiles (4 blocks), 168 on 64 x 64 tiles (3 blocks; at 128 their 64-byte
+  // panels spilled 270-300 bytes); shared memory allows 3-6 blocks an SM anyway
   static constexpr int MIN_BLOCKS = BM >= 64 ? 3 : 4;
   static_assert(WM % MM == 0 && WN % 8 == 0 && BK % KS == 0, "tile shape");
 };
