@@ -104,9 +104,9 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
     torch.cuda.empty_cache()
 
 
-def variable_case(dtype, count, rows, lo=8, hi=256):
+def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
     rng = np.random.default_rng(1)
-    orders = rng.integers(lo, hi + 1, count)
+    orders = rng.integers(lo, hi + 1, count) // step * step  # step 8: every operand aligned
     dt = DT[dtype]
     sizes = np.stack([orders, orders, orders], axis=1).astype(np.int64)
     na = int((orders ** 2).sum())
@@ -114,8 +114,8 @@ def variable_case(dtype, count, rows, lo=8, hi=256):
     b = torch.randn(na, device="cuda").to(dt)
     dsizes = torch.from_numpy(sizes).cuda()
     nbytes = 3 * na * SE[dtype]
-    row = {"case": "variable", "dtype": dtype, "count": count, "orders": f"{lo}..{hi}",
-           "bytes": nbytes}
+    row = {"case": "variable", "dtype": dtype, "count": count,
+           "orders": f"{lo}..{hi}" + (f" step {step}" if step > 1 else ""), "bytes": nbytes}
     # ours: the packed form, sizes on the device, out_size known (no synchronisation)
     for algo in ("auto", "kami1d", "kami2d"):
         try:
@@ -225,7 +225,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="batched_gpu.json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="small,b1e3,fp32err,lowrank,variable,large",
+                    help="comma-separated groups: small (batch 1e4, n <= 64), b1e3, fp32err, "
+                         "lowrank, variable, variable8 (orders multiples of 8), large (n 128, 256)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     rows: list = []
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
     dtypes = ("float64", "float32", "float16", "bfloat16")
@@ -234,29 +238,31 @@ if __name__ == "__main__":
         with open(args.out, "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
 
-    for dtype in dtypes:
+    for dtype in dtypes if "small" in only else ():
         for n in (16, 32, 64):
             uniform_case(dtype, 10_000, n, n, n, rows, "batch 1e4")
         save()
-    for dtype in dtypes:
+    for dtype in dtypes if "b1e3" in only else ():
         for n in (16, 32, 64):
             uniform_case(dtype, 1_000, n, n, n, rows, "batch 1e3")
     save()
     try:
-        fp32_error(rows)
+        if "fp32err" in only:
+            fp32_error(rows)
     except Exception as exc:  # noqa: BLE001
         print("fp32 error case failed:", exc, file=sys.stderr)
-    for dtype in ("float64", "float32", "float16"):
+    for dtype in ("float64", "float32", "float16") if "lowrank" in only else ():
         for k in (16, 32):
             uniform_case(dtype, 10_000, 128, 128, k, rows, "low rank")
     save()
-    for dtype in dtypes:
-        try:
-            variable_case(dtype, 10_000 if not args.quick else 2_000, rows)
-        except Exception as exc:  # noqa: BLE001
-            print("variable case failed:", dtype, exc, file=sys.stderr)
-        save()
-    if not args.quick:
+    for step in [s for s in (1, 8) if ("variable" if s == 1 else "variable8") in only]:
+        for dtype in dtypes:
+            try:
+                variable_case(dtype, 10_000 if not args.quick else 2_000, rows, step=step)
+            except Exception as exc:  # noqa: BLE001
+                print("variable case failed:", dtype, exc, file=sys.stderr)
+            save()
+    if not args.quick and "large" in only:
         for dtype in dtypes:
             for n in (128, 256):
                 uniform_case(dtype, 10_000, n, n, n, rows, "batch 1e4")

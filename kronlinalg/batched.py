@@ -30,14 +30,14 @@ from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .common import backend, precision, validation
 from .common.dtypes import FLOAT, HALF, ITEMSIZE, KERNEL_CODE
+from .batched_variable import ALGO_CODE, offsets_np, run_var
 from .common.signatures import arrays_signature
 from .planner.costs import batched as costs
 
 __all__ = ["batched_matmul", "float32_precision", "BATCHED"]
 
 batched_cpu, batched_cuda = load("batched_cpu"), load("batched_cuda")
-_ALGO_CODE = {"kami1d": 1, "kami2d": 2}
-_ENTRY_WORDS = 15  # kl_batched_entry
+_ALGO_CODE = ALGO_CODE
 _float32_precision = precision.Float32Precision(batched_cuda, "KRONLINALG_BATCHED_FP32")
 
 
@@ -189,7 +189,7 @@ def _host_table_check(s, a, b, c, out_size):
     if s.shape[1] == 6 and (s[:, 3:] < 0).any():
         raise ValueError("sizes: negative offsets")
     m, n, k = s[:, 0], s[:, 1], s[:, 2]
-    offs = _offsets_np(s)
+    offs = offsets_np(s)
     for name, v, need in (("a", a, offs[0] + m * k), ("b", b, offs[1] + k * n)):
         if need.size and int(need.max()) > v.shape[0]:
             raise ValueError(f"{name}: the size table needs {int(need.max())} elements, "
@@ -198,14 +198,6 @@ def _host_table_check(s, a, b, c, out_size):
     if out_size is not None and need.size and int(need.max()) > out_size:
         raise ValueError(f"out_size: the size table needs {int(need.max())} output elements, "
                          f"got {out_size}")
-
-
-def _offsets_np(s):
-    if s.shape[1] == 6:
-        return s[:, 3], s[:, 4], s[:, 5]
-    m, n, k = s[:, 0], s[:, 1], s[:, 2]
-    return tuple(np.concatenate(([0], np.cumsum(x)[:-1])).astype(np.int64)
-                 for x in (m * k, k * n, m * n))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +294,7 @@ def _epilogue(xp, out, alpha, beta, c):
 def _library_packed(call):
     xp = call.xp
     s = np.asarray(backend.to_numpy(_to_host(call.sizes)), dtype=np.int64)  # synchronises
-    offs = _offsets_np(s)
+    offs = offsets_np(s)
     size = call.out_size if call.out_size is not None else _needed_out(s, offs)
     pieces = xp.zeros((size,), dtype=getattr(xp, call.result), device=_device(call.lead))
     out = pieces
@@ -386,7 +378,7 @@ def _describe(call, views, out_view):
 
 def _run_cpu(call):
     if call.form != "stack":
-        return _run_var(call, cuda=False)
+        return run_var(call, _compute(call), cuda=False)
     xp, cdt = call.xp, _compute(call)
     a = backend.to_numpy(_cast(xp, call.a, cdt))
     b = backend.to_numpy(_cast(xp, call.b, cdt))
@@ -412,7 +404,7 @@ def _need_cuda():
 def _run_cuda(call, algo):
     _need_cuda()
     if call.form != "stack":
-        return _run_var(call, cuda=True, algo=algo)
+        return run_var(call, call.result, cuda=True, algo=algo)
     xp, cdt = call.xp, call.result
     ready = backend.kernel_ready  # layouts the kernels cannot address in elements: copied
     a, b = ready(_cast(xp, call.a, cdt)), ready(_cast(xp, call.b, cdt))
@@ -462,146 +454,6 @@ def _replay(call, algo):
                        (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code, *launch)
         return o
     return out, replayer
-
-
-# ---------------------------------------------------------------------------------------------
-# variable sizes: one table of kl_batched_entry rows
-
-
-def _mat(view, rows, cols):
-    """(address, row stride, column stride) of a matrix broadcast to (rows, cols)."""
-    shape, strides = (1, 1) + tuple(view.shape), (0, 0) + tuple(view.strides)
-    (r, c), (rs, cs) = shape[-2:], strides[-2:]
-    return view.ptr, (rs if r == rows and rows != 1 else 0), (cs if c == cols and cols != 1 else 0)
-
-
-def _run_var(call, cuda, algo="kami1d"):
-    if call.form == "packed":
-        return _run_packed(call, cuda, algo)
-    xp = call.xp
-    cdt = call.result if cuda else _compute(call)
-    view = backend.device_view if cuda else backend.host_view
-    conv = (lambda v: backend.kernel_ready(_cast(xp, v, cdt))) if cuda else (
-        lambda v: backend.to_numpy(_cast(xp, v, cdt)))
-    a = [conv(v) for v in call.a]
-    b = [conv(v) for v in call.b]
-    c = [conv(v) for v in call.c] if call.c is not None else None
-    count = len(a)
-    table = np.zeros((count, _ENTRY_WORDS), dtype=np.int64)
-    shapes = [(int(x.shape[0]), int(y.shape[1])) for x, y in zip(a, b)]
-    sizes = [mm * nn for mm, nn in shapes]
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if count else []
-    total = int(sum(sizes))
-    if cuda:
-        with backend.cuda_device_scope(a[0]):
-            flat = backend.empty_like_lib(a[0], (max(total, 1),), cdt)
-    else:
-        flat = np.empty((max(total, 1),), dtype=cdt)
-    base = view(flat).ptr
-    isz = ITEMSIZE[cdt]
-    for i in range(count):
-        mm, nn = shapes[i]
-        kk = int(a[i].shape[1])
-        row = [mm, nn, kk, *_mat(view(a[i]), mm, kk), *_mat(view(b[i]), kk, nn)]
-        row += list(_mat(view(c[i]), mm, nn)) if c is not None else [0, 0, 0]
-        row += [base + int(starts[i]) * isz, nn, 1]
-        table[i] = row
-    _launch_table(call, table, count, cuda, algo, cdt, a[0] if count else None)
-    if cuda:
-        return [xp.reshape(flat[int(starts[i]):int(starts[i]) + sizes[i]], shapes[i])
-                for i in range(count)]
-    return [_cast(xp, backend.from_host(call.lead, xp, flat[int(starts[i]):int(starts[i]) + sizes[i]]
-                                        .reshape(shapes[i])), call.result) for i in range(count)]
-
-
-def _launch_table(call, table, count, cuda, algo, cdt, like, device_table=None):
-    code = KERNEL_CODE[cdt]
-    if not cuda:
-        batched_cpu.matmul_var(table.ctypes.data, count, call.alpha, call.beta, code)
-        return
-    with backend.cuda_device_scope(like):
-        if device_table is None:
-            device_table = _upload(like, table)
-        ptr = backend.device_view(device_table).ptr
-        batched_cuda.matmul_var(ptr, count, call.max_order, call.alpha, call.beta, code,
-                                _ALGO_CODE[algo], backend.cuda_stream(like))
-
-
-def _upload(like, table):
-    if backend.is_cupy(like):
-        import cupy
-
-        return cupy.asarray(table)
-    import torch
-
-    return torch.from_numpy(table).to(like.device)
-
-
-def _run_packed(call, cuda, algo):
-    xp = call.xp
-    cdt = call.result if cuda else _compute(call)
-    host = backend.to_numpy
-
-    def ready(v):  # the table addresses the buffers as contiguous
-        v = backend.kernel_ready(v) if cuda else host(v)
-        step = (backend.device_view(v) if cuda else backend.host_view(v)).strides[0]
-        return v if step == 1 or v.shape[0] <= 1 else (
-            backend.contiguous(v) if cuda else np.ascontiguousarray(v))
-
-    a, b = ready(_cast(xp, call.a, cdt)), ready(_cast(xp, call.b, cdt))
-    c = ready(_cast(xp, call.c, cdt)) if call.c is not None else None
-    on_device = backend.on_cuda(call.sizes)
-    if on_device and array_api_compat.array_namespace(call.sizes) is not xp:
-        raise TypeError("sizes: a size table on the GPU must come from a's library")
-    s = call.sizes if on_device else np.asarray(backend.to_numpy(call.sizes), dtype=np.int64)
-    sx = xp if on_device else np
-    s = sx.astype(s, sx.int64) if on_device else s
-    m, n, k = s[:, 0], s[:, 1], s[:, 2]
-    if s.shape[1] == 6:
-        ao, bo, do = s[:, 3], s[:, 4], s[:, 5]
-    else:
-        ao, bo, do = (sx.cumulative_sum(x) - x if on_device else _offsets_np(s)[i]
-                      for i, x in enumerate((m * k, k * n, m * n)))
-    size = call.out_size
-    if size is None:  # the output's length: one synchronisation where the table is on the GPU
-        size = int(sx.max(do + m * n)) if s.shape[0] else 0
-    if cuda:
-        with backend.cuda_device_scope(a):
-            out = backend.empty_like_lib(a, (size,), cdt)
-    else:
-        out = np.empty((size,), dtype=cdt)
-    if s.shape[1] == 6:  # explicit offsets may leave gaps: they read as zero
-        out[...] = 0
-    view = backend.device_view if cuda else backend.host_view
-    isz = ITEMSIZE[cdt]
-    # rows whose extents leave the buffers (possible only for a table on the GPU: host tables
-    # were checked in _prepare_packed, with errors naming them): a row whose A or B leaves its
-    # buffer computes an empty product (zeros, or beta * C); one whose output or C leaves its
-    # buffer is not computed
-    bad_d = (m < 0) | (n < 0) | (do < 0) | (do + m * n > size)
-    if c is not None:
-        bad_d = bad_d | (do + m * n > c.shape[0])
-    bad_ab = (k < 0) | (ao < 0) | (bo < 0) | (ao + m * k > a.shape[0]) | (bo + k * n > b.shape[0])
-    m = sx.where(bad_d, sx.zeros_like(m), m)
-    k = sx.where(bad_ab, sx.zeros_like(k), k)
-    one = sx.ones_like(m)
-    zero = sx.zeros_like(m)
-    cptr = (view(c).ptr + do * isz) if c is not None else zero
-    cols = [m, n, k, view(a).ptr + ao * isz, k, one, view(b).ptr + bo * isz, n, one,
-            cptr, n if c is not None else zero, one if c is not None else zero,
-            view(out).ptr + do * isz, n, one]
-    table = sx.stack(cols, axis=1)
-    if on_device:
-        _launch_table(call, None, int(s.shape[0]), cuda, algo, cdt, a, device_table=table)
-    else:
-        table = np.ascontiguousarray(table, dtype=np.int64)
-        if cuda:
-            _launch_table(call, table, int(s.shape[0]), True, algo, cdt, a)
-        else:
-            _launch_table(call, table, int(s.shape[0]), False, algo, cdt, None)
-    if not cuda:
-        return _cast(xp, backend.from_host(call.lead, xp, out), call.result)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

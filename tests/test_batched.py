@@ -220,6 +220,39 @@ def test_variable_packed(xp, rng):
             assert got.shape == (do,)
 
 
+def test_variable_packed_many(xp, rng):
+    """Enough packed products that every group of the GPU kernel claims several (empty ones
+    among them: a k = 0 product once sent the next product's first panel into the buffer its
+    epilogue then staged C in), odd orders up to 80 (rows at every alignment: the staging
+    path), the table on the device where the arrays are, outputs poisoned, alpha and beta."""
+    count = 1500
+    sizes = [tuple(int(v) for v in rng.integers(1, 81, 3)) for _ in range(count)]
+    for i in range(0, count, 7):
+        sizes[i] = (sizes[i][0], sizes[i][1], 0)
+    for i in range(3, count, 11):
+        sizes[i] = (0, sizes[i][1], sizes[i][2])
+    m, n, k = (np.array(v) for v in zip(*sizes))
+    table = np.array(sizes, dtype=np.int64)
+    for dtype in xp.dtypes:
+        a, an = random(xp, rng, (int((m * k).sum()),), dtype)
+        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
+        c, cn = random(xp, rng, (int((m * n).sum()),), dtype)
+        _poison(xp)
+        out = batched_matmul(a, b, c=c, alpha=1.5, beta=-0.5, sizes=to_xp(xp, table),
+                             out_size=int((m * n).sum()))
+        got = to_numpy(out).astype(np.float64)
+        tol = 1e-10 if dtype == "float64" else 3e-2 if dtype in ("float16", "bfloat16") else 1e-4
+        ao = bo = do = 0
+        for mm, nn, kk in sizes:
+            ref = (1.5 * an[ao:ao + mm * kk].reshape(mm, kk) @ bn[bo:bo + kk * nn].reshape(kk, nn)
+                   - 0.5 * cn[do:do + mm * nn].reshape(mm, nn))
+            if ref.size:
+                np.testing.assert_allclose(got[do:do + mm * nn].reshape(mm, nn), ref, rtol=tol,
+                                           atol=tol * max(1, np.abs(ref).max()),
+                                           err_msg=f"{dtype} product {(mm, nn, kk)}")
+            ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
+
+
 def test_variable_packed_offsets(xp, rng):
     a, an = random(xp, rng, (200,), "float64")
     b, bn = random(xp, rng, (200,), "float64")

@@ -72,7 +72,8 @@ enum kl_batched_algo { KL_BATCHED_AUTO = 0, KL_BATCHED_1D = 1, KL_BATCHED_2D = 2
 /* The CUDA kernel configuration for a problem, as the launcher would pick it (pure host code,
  * also in CPU-only builds, so the cost model can ask it): tile rows x columns per work item,
  * k-panel width, warps per item, items (products or tiles) per block, and the tensor-core
- * instruction (0 CUDA cores, 1 DMMA m8n8k4, 2 HMMA m16n8k16, 3 3xTF32 m16n8k8).  max(m, n) of a
+ * instruction (0 CUDA cores, 1 DMMA m8n8k4 -- on sm_90 the launcher runs 64 x 64 tiles on
+ * m16n8k8 instead --, 2 HMMA m16n8k16, 3 3xTF32 m16n8k8).  max(m, n) of a
  * variable batch: pass its largest order (or KL_BATCHED_MAX_ORDER when unknown). */
 typedef struct kl_batched_config {
   int32_t tile_m, tile_n, tile_k, warps, items_per_block, mma, dims;
@@ -82,7 +83,8 @@ int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype, int algo,
 
 /* CUDA: enqueues on `stream` (cudaStream_t; 0 = legacy default) without synchronising.
  * The variable form reads `count` kl_batched_entry rows from device memory at `table`;
- * max_order bounds max(m, n) of every row (it picks the tile; KL_BATCHED_MAX_ORDER is safe). */
+ * max_order bounds max(m, n) of every row (it picks the tile; KL_BATCHED_MAX_ORDER is safe);
+ * it allocates an 8-byte work counter on the stream (cudaMallocAsync, freed after the kernel). */
 int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, int algo, void *stream);
 int kl_batched_matmul_cuda_var(const void *table, int64_t count, int64_t max_order, double alpha,
                                double beta, int dtype, int algo, void *stream);

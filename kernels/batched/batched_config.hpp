@@ -18,7 +18,9 @@ namespace batched {
 //   kM64  64 x 64 tiles, 1D: four warps split the rows (larger orders: tile by tile)
 //   kM64G 64 x 64, 2D: 2 x 2 warp grid
 enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4 };
-enum Mma { kFfma = 0, kDmma = 1, kHmma = 2, kTf32x3 = 3 };
+// kDmma16: float64 on sm_90's m16n8k8 DMMA (twice m8n8k4's work an instruction); the launcher
+// takes it on compute capability 9.0 and newer, descriptions (no device at hand) say kDmma.
+enum Mma { kFfma = 0, kDmma = 1, kHmma = 2, kTf32x3 = 3, kDmma16 = 4 };
 
 inline int mma_kind(int dtype, int fp32_mode) {
   if (dtype == KL_BATCHED_F64) return kDmma;
@@ -45,6 +47,7 @@ inline kl_batched_config describe(int shape, int mma) {
     case kM64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 1; break;
     default: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
   }
+  if (c.tile_m == 64) c.tile_k = mma == kHmma ? 64 : 32;  // 64-byte panels (launch_shape's kBigK)
   return c;
 }
 

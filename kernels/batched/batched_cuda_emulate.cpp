@@ -10,6 +10,7 @@
 // The warp-collective instructions follow the PTX ISA's fragment layouts, lane (g, t) =
 // (lane / 4, lane % 4):
 //   mma m8n8k4 f64:  A[g][t]; B[t][g]; C[g][2t], C[g][2t+1]
+//   mma m16n8k8 f64: as m16n8k8 tf32 below, in 64-bit registers
 //   mma m16n8k16:    A[g][2t..2t+1], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..];
 //                    B[2t..2t+1][g], B[2t+8..2t+9][g]; C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
 //   mma m16n8k8 tf32: A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C as above
@@ -53,6 +54,10 @@ static bool g_rn = kl::knob_set("KRONLINALG_EMULATE_RN");
 
 alignas(16) static unsigned char g_smem[100 * 1024];
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
+#define __shared__ static  // blocks run one after another: one copy serves each in turn
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
 
 static std::unique_ptr<std::barrier<>> g_block;
 static std::unique_ptr<std::barrier<>> g_warp[32];
@@ -131,6 +136,25 @@ inline void dmma_884(double (&c)[2], double a, double b) {
     double s = 0;
     for (int k = 0; k < 4; ++k) s += xa[w][g * 4 + k] * xb[w][(2 * t + j) * 4 + k];
     c[j] += s;
+  }
+  warp_sync();
+}
+// m16n8k8 f64: A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g];
+// C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]
+static double ya[32][32][4], yb[32][32][2];
+inline void dmma_1688(double (&c)[4], const double (&a)[4], double b0, double b1) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) ya[w][lane][e] = a[e];
+  yb[w][lane][0] = b0;
+  yb[w][lane][1] = b1;
+  warp_sync();
+  auto A = [&](int r, int k) { return ya[w][(r % 8) * 4 + k % 4][(r >= 8) + 2 * (k >= 4)]; };
+  auto B = [&](int k, int n) { return yb[w][n * 4 + k % 4][k >= 4]; };
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + 8 * (e >= 2), n = 2 * t + (e & 1);
+    double s = 0;
+    for (int k = 0; k < 8; ++k) s += A(r, k) * B(k, n);
+    c[e] += s;
   }
   warp_sync();
 }
@@ -308,7 +332,7 @@ static void check_uniform(const char *name, int shape, int64_t count, int64_t m,
 }
 
 template <class T, int MMA>
-static void check_variable(const char *name, int shape, double tol) {
+static void check_variable(const char *name, int shape, double tol, bool claim) {
   const int64_t sizes[][3] = {{3, 4, 5}, {0, 2, 2}, {7, 0, 3}, {9, 9, 0}, {33, 17, 65},
                               {70, 66, 20}, {16, 16, 16}};
   const int count = 7;
@@ -332,6 +356,8 @@ static void check_variable(const char *name, int shape, double tol) {
   args.table = table.data();
   const kl_batched_config cfg = describe(shape, 0);
   args.tm_max = (64 + cfg.tile_m - 1) / cfg.tile_m;  // max_order 64 < 70: the last row item
+  unsigned long long counter = 0;
+  if (claim) args.counter = &counter;  // dynamic claims (the CUDA launcher's default)
   launch_shape<T, MMA>(shape, args, nullptr);
   double worst = 0;
   bool untouched = true;
@@ -350,7 +376,61 @@ static void check_variable(const char *name, int shape, double tol) {
   }
   const bool ok = worst <= tol && untouched;
   failures += !ok;
-  std::printf("%-5s %s shape %d  variable (7 products, empty ones)  rel err %.2e%s\n",
+  std::printf("%-5s %s shape %d  variable (7 products, empty ones, %s)  rel err %.2e%s\n",
+              ok ? "ok" : "FAIL", name, shape, claim ? "claimed" : "grid-stride", worst,
+              untouched ? "" : "  WROTE PAST THE END");
+}
+
+// The packed form: every product's operands back to back in one buffer per operand, so odd
+// sizes put most rows at unaligned addresses (the loaders' element and realigning paths).
+template <class T, int MMA>
+static void check_packed(const char *name, int shape, double tol) {
+  const int64_t orders[] = {9, 0, 17, 70, 33, 5, 64, 1, 23};
+  const int count = 9;
+  std::mt19937 rng(11);
+  std::normal_distribution<double> nd;
+  int64_t total = 0;
+  for (int64_t o : orders) total += o * o;
+  std::vector<T> A(size_t(total) + 1), B(size_t(total) + 1), D(size_t(total) + 1, from_d<T>(777.0));
+  for (auto &x : A) x = from_d<T>(nd(rng));
+  for (auto &x : B) x = from_d<T>(nd(rng));
+  std::vector<kl_batched_entry> table(count);
+  int64_t off = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t o = orders[i];
+    table[i] = {o, o, o, int64_t(intptr_t(A.data() + off)), o, 1, int64_t(intptr_t(B.data() + off)),
+                o, 1, 0, 0, 0, int64_t(intptr_t(D.data() + off)), o, 1};
+    off += o * o;
+  }
+  Args args{};
+  args.p.alpha = 1.0;
+  args.count = count;
+  args.table = table.data();
+  const kl_batched_config cfg = describe(shape, 0);
+  args.tm_max = (70 + cfg.tile_m - 1) / cfg.tile_m;
+  unsigned long long counter = 0;
+  args.counter = &counter;
+  launch_shape<T, MMA>(shape, args, nullptr);
+  double worst = 0;
+  off = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t o = orders[i];
+    double scale = 1e-30, err = 0;
+    for (int64_t r = 0; r < o; ++r)
+      for (int64_t c = 0; c < o; ++c) {
+        double s = 0;
+        for (int64_t kk = 0; kk < o; ++kk)
+          s += to_d(A[off + r * o + kk]) * to_d(B[off + kk * o + c]);
+        err = std::max(err, std::fabs(to_d(D[off + r * o + c]) - s));
+        scale = std::max(scale, std::fabs(s));
+      }
+    worst = std::max(worst, err / scale);
+    off += o * o;
+  }
+  const bool untouched = to_d(D[total]) == to_d(from_d<T>(777.0));
+  const bool ok = worst <= tol && untouched;
+  failures += !ok;
+  std::printf("%-5s %s shape %d  packed (9 products, odd offsets)  rel err %.2e%s\n",
               ok ? "ok" : "FAIL", name, shape, worst, untouched ? "" : "  WROTE PAST THE END");
 }
 
@@ -365,12 +445,15 @@ static void suite(const char *name, double tol) {
     check_uniform<T, MMA>(name, shape, 2, 1, 1, 1, true, true, 0.0, false, tol);
     check_uniform<T, MMA>(name, shape, 3, t + 1, t + 3, 9, false, false, 0.0, false, tol);
     check_uniform<T, MMA>(name, shape, 3, t + 1, t + 3, 9, true, true, 0.0, false, tol);
-    check_variable<T, MMA>(name, shape, tol);
+    check_variable<T, MMA>(name, shape, tol, false);
+    check_variable<T, MMA>(name, shape, tol, true);
+    check_packed<T, MMA>(name, shape, tol);
   }
 }
 
 int main() {
   suite<double, kDmma>("f64  dmma", 1e-13);
+  suite<double, kDmma16>("f64  dmma16", 1e-13);
   suite<float, kTf32x3>("f32  3xtf32", 2e-6);
   suite<float, kFfma>("f32  ffma", 2e-6);
   suite<__half, kHmma>("f16  hmma", 4e-3);

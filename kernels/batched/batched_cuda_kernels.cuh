@@ -48,6 +48,7 @@ struct Args {
   int64_t count;                      // products
   const kl_batched_entry *table;      // variable form (nullptr: uniform)
   int64_t tm_max;                     // variable form: row tiles of the largest product
+  unsigned long long *counter;        // variable form: zeroed work counter (nullptr: static)
 };
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -76,33 +77,61 @@ __device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
                : "+d"(c[0]), "+d"(c[1])
                : "d"(a), "d"(b));
 }
+// m16n8k8 float64 (sm_90): the fragments of TF32 m16n8k8 in 64-bit registers (A[g][t],
+// A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C[g][2t..], C[g+8][2t..]).
+__device__ __forceinline__ void dmma_1688(double (&c)[4], const double (&a)[4], double b0,
+                                          double b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+#else
+  __trap();  // the launcher takes kDmma16 on compute capability 9.0 and newer only
+#endif
+}
 #endif
 
-template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T>
+template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T,
+          bool RAW_ = false>
 struct Cfg {
+  using Raw = Cfg<MMA, BK_, BM_, BN_, WGM_, WGN_, G_, T, true>;  // with the staging area
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WGM = WGM_, WGN = WGN_, G = G_;
   static constexpr int P = WGM * WGN, GT = 32 * P, THREADS = GT * G;
   static constexpr int WM = BM / WGM, WN = BN / WGN;
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   static constexpr int MM = MMA == kDmma ? 8 : 16;  // rows of one MMA (FFMA: 8 lanes x TM)
-  static constexpr int KS = MMA == kDmma ? 4 : MMA == kHmma ? 16 : MMA == kTf32x3 ? 8 : 4;
+  static constexpr int KS = MMA == kDmma ? 4 : MMA == kHmma ? 16 : MMA == kFfma ? 4 : 8;
+  static constexpr bool F64 = MMA == kDmma || MMA == kDmma16;
   static constexpr int MI = WM / MM, NI = WN / 8;
   // pitches (elements): fragment loads conflict-free (DMMA: ≡ 4 mod 16 doubles; TF32: A ≡ 4,
   // B ≡ 8 mod 32 floats; HMMA: A ≡ 8 mod 64 halves for 32-bit loads, B rows in distinct
   // 16-byte bank groups for ldmatrix), every row start 16-byte aligned
   static constexpr int PA = MMA == kHmma ? BK + 8 : BK + 4;
-  static constexpr int PB = MMA == kDmma ? BN + 4 : BN + 8;
+  static constexpr int PB = F64 ? BN + 4 : BN + 8;
   static constexpr int PC = BN + (sizeof(Acc) == 8 ? 2 : 4);
   static constexpr int STAGE = (BM * PA + BK * PB) * int(sizeof(T));
+  // Raw (the variable form's kernels), 2- and 4-byte types, 64 x 64 tiles: a staging area per
+  // buffer where rows at any offset land by 16-byte cp.async as the aligned chunks that hold
+  // them (pitches: a panel row plus a chunk), shifted into place once they are in
+  // (realign_panel).  Not in uniform stacks: there the doubled buffers cost more occupancy than
+  // they gained (H100: order 64 float16 133 -> 146 µs, order 256 3.9 -> 4.4 ms); float64 takes
+  // 8-byte cp.async instead (its two buffers already fill an SM with 3 blocks).
+  static constexpr int VEC = 16 / int(sizeof(T));
+  static constexpr bool RAW = RAW_ && sizeof(T) <= 4 && BM >= 64;
+  static constexpr int RPA = BK + VEC, RPB = BN + VEC;
+  static constexpr int RAWBYTES = RAW ? (BM * RPA + BK * RPB) * int(sizeof(T)) : 0;
   static constexpr int CBYTES = BM * PC * int(sizeof(Acc));
   // two buffers a group: one k-panel is computed while the next streams in (cp.async); the
   // epilogue's C tile reuses the buffer just computed
-  static constexpr int BUF = ((STAGE > CBYTES ? STAGE : CBYTES) + 15) / 16 * 16;
+  static constexpr int BUF = ((STAGE + RAWBYTES > CBYTES ? STAGE + RAWBYTES : CBYTES) + 15) / 16 * 16;
   static constexpr int GROUP_BYTES = 2 * BUF;
   static constexpr int SMEM = G * GROUP_BYTES;
-  // registers: up to 128 a thread (the current and the next tile's descriptors, 32
-  // accumulators a lane for 64 x 64 tiles); shared memory allows 3-6 blocks an SM anyway
-  static constexpr int MIN_BLOCKS = sizeof(T) == 8 && BM >= 64 ? 3 : 4;  // 64 x 64 FP64: 3 fit
+  // registers (the current and the next tile's descriptors, the accumulators): up to 128 a
+  // thread on the small tiles (4 blocks), 168 on 64 x 64 tiles (3 blocks; at 128 their 64-byte
+  // panels spilled 270-300 bytes); shared memory allows 3-6 blocks an SM anyway
+  static constexpr int MIN_BLOCKS = BM >= 64 ? 3 : 4;
   static_assert(WM % MM == 0 && WN % 8 == 0 && BK % KS == 0, "tile shape");
 };
 
@@ -119,6 +148,42 @@ __device__ __forceinline__ void group_sync(int grp) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(grp + 1), "r"(P * 32) : "memory");
 #endif
   }
+}
+
+// Elements row[c .. c+VEC) of a row of 2- or 4-byte elements at any element offset (those from
+// cv on read as zero) as one 16-byte vector: the one or two aligned 16-byte chunks that hold
+// them, shifted into place.  A chunk is read only where it holds an element below cv, so no read
+// leaves the 16-byte granules of the operand's own elements (allocations are 16-byte aligned).
+// From global memory these are synchronous loads (cp.async cannot shift), 16 bytes each where
+// element loads moved 2; from a staging area (stage_rows) they are shared-memory reads.
+template <class T>
+__device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(row + c);
+  const int shift = int(at & 15);  // bytes, even
+  const uint4 *q = reinterpret_cast<const uint4 *>(at - uintptr_t(shift));
+  const int nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));  // wanted bytes, 2..16
+  const uint4 lo = *q;
+  const uint4 hi = shift + nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
+  uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int ws = shift >> 2, bits = (shift & 2) * 8;  // whole words, then 0 or 16 bits
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // selects, not a dynamically indexed (local-memory) array
+    uint32_t a = w[j], b = w[j + 1];
+#pragma unroll
+    for (int s2 = 1; s2 < 4; ++s2)
+      if (ws == s2) a = w[j + s2], b = w[j + s2 + 1];
+    o[j] = uint32_t(((uint64_t(b) << 32) | a) >> bits);
+  }
+  if (nb < 16) {  // zero the bytes past cv
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (4 * j >= nb) o[j] = 0;
+      else if (4 * j + 2 >= nb) o[j] &= 0xffffu;
+    }
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 // dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C, all by
@@ -172,6 +237,14 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
       else
         *reinterpret_cast<uint32_t *>(dst + r * DP + c) = 0u;
     }
+  } else if (cs == 1) {  // 2-byte rows at any offset (packed odd sizes): realigned 16-byte loads
+#pragma unroll 2
+    for (int i = gtid; i < R * (C / VEC); i += GT) {
+      const int r = i / (C / VEC), c = (i - r * (C / VEC)) * VEC;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < rv && c < cv) v = load_realigned(src + r * rs, c, cv);
+      *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
+    }
   } else if (rs == 1) {  // contiguous down the columns (a transposed operand): r fastest
 #pragma unroll 4
     for (int i = gtid; i < R * C; i += GT) {
@@ -184,6 +257,51 @@ __device__ __forceinline__ void load_tile(T *__restrict dst, const T *__restrict
       const int r = i / C, c = i - r * C;
       dst[r * DP + c] = (r < rv && c < cv) ? src[r * rs + c * cs] : T(0.0f);
     }
+  }
+}
+
+// Whether a panel of contiguous rows (cs == 1) misses load_tile's 16-byte path: with a staging
+// area (K::RAW) it then goes through stage_rows / realign_rows.
+template <class T>
+__device__ __forceinline__ bool unaligned_rows(const T *src, int64_t rs, int64_t cs, int cv) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  return cs == 1 &&
+         !(cv % VEC == 0 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0);
+}
+
+// Row r < rv of the panel: the aligned 16-byte chunks holding src[r*rs .. r*rs + cv) into raw
+// row r (pitch RP elements), asynchronously.
+template <class T, int R, int C, int GT, int RP>
+__device__ __forceinline__ void stage_rows(T *__restrict raw, const T *__restrict src, int64_t rs,
+                                           int rv, int cv, int gtid) {
+  constexpr int VEC = 16 / int(sizeof(T)), CH = C / VEC + 1;
+#pragma unroll 1
+  for (int i = gtid; i < R * CH; i += GT) {
+    const int r = i / CH, j = i - r * CH;
+    if (r >= rv) continue;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(src + r * rs);
+    const int shift = int(at & 15);
+    if (j * 16 < shift + cv * int(sizeof(T)))  // the chunk holds a wanted element
+      kl::cu::cp_async_16(raw + r * RP + j * VEC, reinterpret_cast<const void *>(at - shift + 16 * j), true);
+  }
+}
+
+// The staged rows shifted into place: dst[r][c] (pitch DP) = src[r*rs + c] for r < rv, c < cv,
+// zero elsewhere in R x C.
+template <class T, int R, int C, int GT, int DP, int RP>
+__device__ __forceinline__ void realign_rows(T *__restrict dst, const T *__restrict raw,
+                                             const T *src, int64_t rs, int rv, int cv, int gtid) {
+  constexpr int VEC = 16 / int(sizeof(T));
+#pragma unroll 2
+  for (int i = gtid; i < R * (C / VEC); i += GT) {
+    const int r = i / (C / VEC), c = (i - r * (C / VEC)) * VEC;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rv && c < cv) {
+      const int shift = int(reinterpret_cast<uintptr_t>(src + r * rs) & 15);
+      v = load_realigned(reinterpret_cast<const T *>(
+                             reinterpret_cast<const unsigned char *>(raw + r * RP) + shift), c, cv);
+    }
+    *reinterpret_cast<uint4 *>(dst + r * DP + c) = v;
   }
 }
 
@@ -210,8 +328,47 @@ __device__ __forceinline__ void issue_panel(unsigned char *buf, const Tile<T> &t
   T *As = reinterpret_cast<T *>(buf);
   T *Bs = As + K::BM * K::PA;
   const int kv = int(t.k - k0 < K::BK ? t.k - k0 : K::BK);
-  load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, t.A + k0 * t.a_cs, t.a_rs, t.a_cs, t.mv, kv, gtid);
-  load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, t.B + k0 * t.b_rs, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  const T *a = t.A + k0 * t.a_cs, *b = t.B + k0 * t.b_rs;
+  if constexpr (K::RAW) {
+    T *rawA = reinterpret_cast<T *>(buf + K::STAGE), *rawB = rawA + K::BM * K::RPA;
+    if (unaligned_rows(a, t.a_rs, t.a_cs, kv))
+      stage_rows<T, K::BM, K::BK, K::GT, K::RPA>(rawA, a, t.a_rs, t.mv, kv, gtid);
+    else
+      load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, a, t.a_rs, t.a_cs, t.mv, kv, gtid);
+    if (unaligned_rows(b, t.b_rs, t.b_cs, t.nv))
+      stage_rows<T, K::BK, K::BN, K::GT, K::RPB>(rawB, b, t.b_rs, kv, t.nv, gtid);
+    else
+      load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, b, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  } else {
+    load_tile<T, K::BM, K::BK, K::GT, K::PA>(As, a, t.a_rs, t.a_cs, t.mv, kv, gtid);
+    load_tile<T, K::BK, K::BN, K::GT, K::PB>(Bs, b, t.b_rs, t.b_cs, kv, t.nv, gtid);
+  }
+}
+
+// After panel k0 of tile t has landed in buf: shifts its staged rows into place (K::RAW only).
+// Returns whether it did (the caller then synchronises the group before reading the panel).
+template <class T, class K>
+__device__ __forceinline__ bool realign_panel(unsigned char *buf, const Tile<T> &t, int64_t k0,
+                                              int gtid) {
+  if constexpr (!K::RAW) {
+    return false;
+  } else {
+    T *As = reinterpret_cast<T *>(buf);
+    T *Bs = As + K::BM * K::PA;
+    const T *rawA = reinterpret_cast<const T *>(buf + K::STAGE), *rawB = rawA + K::BM * K::RPA;
+    const int kv = int(t.k - k0 < K::BK ? t.k - k0 : K::BK);
+    const T *a = t.A + k0 * t.a_cs, *b = t.B + k0 * t.b_rs;
+    bool did = false;
+    if (unaligned_rows(a, t.a_rs, t.a_cs, kv)) {
+      realign_rows<T, K::BM, K::BK, K::GT, K::PA, K::RPA>(As, rawA, a, t.a_rs, t.mv, kv, gtid);
+      did = true;
+    }
+    if (unaligned_rows(b, t.b_rs, t.b_cs, t.nv)) {
+      realign_rows<T, K::BK, K::BN, K::GT, K::PB, K::RPB>(Bs, rawB, b, t.b_rs, kv, t.nv, gtid);
+      did = true;
+    }
+    return did;
+  }
 }
 
 // One tile of one product: D = alpha * A @ B + beta * C on rows < mv, columns < nv of the tile.
@@ -243,9 +400,10 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
       for (int e = 0; e < (MMA == kFfma ? 1 : NACC); ++e) acc[i][j][e] = Acc(0);
 
-  if (tl.k == 0) {  // no panels: only the next tile's first one to request
+  if (tl.k == 0) {  // no panels: only the next tile's first one to request, into the buffer
+    // that then becomes `cur` (the epilogue below stages C in the other one)
     group_sync<K::P, K::G>(grp);
-    if (has_next && nx.k > 0) issue_panel<T, K>(smem + cur * K::BUF, nx, 0, gtid);
+    if (has_next && nx.k > 0) issue_panel<T, K>(smem + (cur ^ 1) * K::BUF, nx, 0, gtid);
     kl::cu::cp_async_commit();
     cur ^= 1;
   }
@@ -261,6 +419,7 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
     kl::cu::cp_async_commit();
     kl::cu::cp_async_wait<1>();  // this panel's copies (all but the newest group) have landed
     group_sync<K::P, K::G>(grp);
+    if (realign_panel<T, K>(smem + cur * K::BUF, tl, k0, gtid)) group_sync<K::P, K::G>(grp);
     const T *As = reinterpret_cast<const T *>(smem + cur * K::BUF);
     const T *Bs = As + K::BM * K::PA;
     cur ^= 1;
@@ -278,6 +437,31 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
           for (int ni = 0; ni < K::NI; ++ni)
             if (mi < mi_n && ni < ni_n) dmma_884(acc[mi][ni], a[mi], b[ni]);
+      }
+    } else if constexpr (MMA == kDmma16) {
+#pragma unroll 1  // unrolled, the fragments of several k-steps spilled (168 registers)
+      for (int kk = 0; kk < kc; kk += 8) {
+        double a[K::MI][4], b[K::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi) {
+          const double *r0 = As + (wr0 + mi * 16 + g) * K::PA + kk + t;
+          const double *r1 = r0 + 8 * K::PA;
+          a[mi][0] = r0[0];
+          a[mi][1] = r1[0];
+          a[mi][2] = r0[4];
+          a[mi][3] = r1[4];
+        }
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni) {
+          const double *c0 = Bs + (kk + t) * K::PB + wc0 + ni * 8 + g;
+          b[ni][0] = c0[0];
+          b[ni][1] = c0[4 * K::PB];
+        }
+#pragma unroll
+        for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni)
+            if (mi < mi_n && ni < ni_n) dmma_1688(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
       }
     } else if constexpr (MMA == kHmma) {
       for (int kk = 0; kk < kc; kk += 16) {
@@ -470,25 +654,69 @@ struct UniformCursor {
 // device-side table; the last row item of a product also takes rows past tm_max tiles (a
 // product larger than the caller's max_order is slower, never wrong).  The table row is read
 // field by field where used (a copy of all 15 words would spill).
+// With a work counter (args.counter) groups claim items as they finish the last one, the rows
+// of the last tile row first (only the largest products have them), so the large items go out
+// first and the small ones fill the end: sizes vary too much for a static split (grid-stride
+// left groups 1.6x their mean work, simulated on orders uniform in 8..256).  Thread 0 of the
+// group claims, skipping empty items, and hands the item over through shared memory.
 template <class T, class K>
 struct VariableCursor {
   const Args &args;
   int64_t it, stride, items, tr, tm_end, tn, tn_count;
   const kl_batched_entry *e;
-  __device__ VariableCursor(const Args &a, int64_t first, int64_t step) : args(a), stride(step) {
+  long long *slot;  // dynamic claims: the group's two shared hand-over words, used in turn (a
+  int grp, gtid, turn = 0;  // claim may follow the last at once: a lagging thread still reads)
+  __device__ VariableCursor(const Args &a, int64_t first, int64_t step, long long *slot_, int grp_,
+                            int gtid_)
+      : args(a), stride(step), slot(slot_), grp(grp_), gtid(gtid_) {
     items = a.count * a.tm_max;
-    seek(first);
+    if (a.counter)
+      claim();
+    else
+      seek(first);
+  }
+  // item -> (product, tile row); false for an empty item
+  __device__ bool decode(int64_t item, int64_t &pi, int64_t &tm) const {
+    if (args.counter) {  // rows from the last tile row down, products in order within a row
+      const int64_t rr = item / args.count;
+      pi = item - rr * args.count;
+      tm = args.tm_max - 1 - rr;
+    } else {
+      pi = item / args.tm_max;
+      tm = item - pi * args.tm_max;
+    }
+    const kl_batched_entry *x = args.table + pi;
+    return x->m > 0 && x->n > 0 && tm * K::BM < x->m;
+  }
+  __device__ void start(int64_t pi, int64_t tm) {
+    e = args.table + pi;
+    tn_count = (e->n + K::BN - 1) / K::BN;
+    tm_end = tm == args.tm_max - 1 ? (e->m + K::BM - 1) / K::BM : tm + 1;
+    tr = tm;
+    tn = 0;
+  }
+  __device__ bool claim() {
+    if (gtid == 0) {
+      int64_t c, pi, tm;
+      do {
+        c = int64_t(atomicAdd(args.counter, 1ull));
+      } while (c < items && !decode(c, pi, tm));
+      slot[turn] = c;
+    }
+    group_sync<K::P, K::G>(grp);
+    it = slot[turn];
+    turn ^= 1;
+    if (it >= items) return false;
+    int64_t pi, tm;
+    decode(it, pi, tm);
+    start(pi, tm);
+    return true;
   }
   __device__ bool seek(int64_t from) {
     for (it = from; it < items; it += stride) {
-      const int64_t pi = it / args.tm_max, tm = it - pi * args.tm_max;
-      e = args.table + pi;
-      const int64_t m = e->m, n = e->n;
-      if (m <= 0 || n <= 0 || tm * K::BM >= m) continue;
-      tn_count = (n + K::BN - 1) / K::BN;
-      tm_end = tm == args.tm_max - 1 ? (m + K::BM - 1) / K::BM : tm + 1;
-      tr = tm;
-      tn = 0;
+      int64_t pi, tm;
+      if (!decode(it, pi, tm)) continue;
+      start(pi, tm);
       return true;
     }
     return false;
@@ -498,7 +726,7 @@ struct VariableCursor {
     if (++tn < tn_count) return true;
     tn = 0;
     if (++tr < tm_end) return true;
-    return seek(it + stride);
+    return args.counter ? claim() : seek(it + stride);
   }
   __device__ void tile(Tile<T> &t) const {
     const int64_t r0 = tr * K::BM, c0 = tn * K::BN;
@@ -525,8 +753,15 @@ __global__ void __launch_bounds__(K::THREADS, K::MIN_BLOCKS) batched_kernel(cons
   unsigned char *smem = smem_raw + grp * K::GROUP_BYTES;
   const typename K::Acc alpha = typename K::Acc(args.p.alpha);
   const typename K::Acc beta = typename K::Acc(args.p.beta);
-  using Cursor = std::conditional_t<VAR, VariableCursor<T, K>, UniformCursor<T, K>>;
-  Cursor cur_item(args, int64_t(blockIdx.x) * K::G + grp, int64_t(gridDim.x) * K::G);
+  __shared__ long long slots[2 * K::G];  // the variable form's hand-over words (two a group)
+  const int64_t first = int64_t(blockIdx.x) * K::G + grp, step = int64_t(gridDim.x) * K::G;
+  auto make_cursor = [&] {
+    if constexpr (VAR)
+      return VariableCursor<T, K>(args, first, step, slots + 2 * grp, grp, gtid);
+    else
+      return UniformCursor<T, K>(args, first, step);
+  };
+  auto cur_item = make_cursor();
   if (!cur_item.valid()) return;
   Tile<T> t, nx{};
   cur_item.tile(t);
@@ -581,13 +816,17 @@ cudaError_t launch_kernel(const Args &args, int64_t items, cudaStream_t stream) 
 template <class T, int MMA, class K>
 cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
   if (items <= 0) return cudaSuccess;
-  if (args.table) return launch_kernel<T, MMA, K, true>(args, items, stream);
+  if (args.table) return launch_kernel<T, MMA, typename K::Raw, true>(args, items, stream);
   return launch_kernel<T, MMA, K, false>(args, items, stream);
 }
 
 // The five shapes of batched_config.hpp for one element type and MMA kind.
 template <class T, int MMA>
 cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
+  // 64 x 64 tiles take k-panels of 64 bytes a row (32 doubles or floats, 64 halves): a quarter
+  // to half the barriers and panel turns of 16-wide panels, whose one or two MMA k-steps a warp
+  // could not hide a panel's latency behind
+  constexpr int kBigK = sizeof(T) == 2 ? 64 : 32;
   int64_t items = 0;
   auto count_items = [&](int bm, int bn) {
     if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
@@ -610,12 +849,12 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
       return launch_one<T, MMA, K>(args, items, stream);
     }
     case kM64: {
-      using K = Cfg<MMA, 16, 64, 64, 4, 1, 1, T>;
+      using K = Cfg<MMA, kBigK, 64, 64, 4, 1, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
     default: {
-      using K = Cfg<MMA, 16, 64, 64, 2, 2, 1, T>;
+      using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
@@ -623,7 +862,7 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
 }
 
 // per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
-cudaError_t launch_f64(int shape, const Args &args, cudaStream_t stream);
+cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
 

@@ -27,7 +27,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 from .matmul import _predict_library as _library_roofline, normalise as matmul_normalise
 
 __all__ = ["normalise", "matmul_normalise", "COEF", "predict_library", "predict_blocked",
-           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION", "KAMI_MEASURED",
+           "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION",
+           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED",
            "MAX_ORDER"]
 
 MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, correctly)
@@ -65,19 +66,24 @@ LIBRARY_BW_FRACTION = {
     "float16": {16: 0.145, 32: 0.565, 64: 0.968, 128: 0.968, 256: 0.967},
 }
 
-# Our kernels, same run: the fraction of the copy bandwidth where they are memory-bound (orders
-# up to 64; beyond, the value at 64) and the flop rate where they are compute-bound (order 256),
-# per dtype and arrangement.  2D at orders <= 16 runs a 32 x 32 tile on a 16 x 16 product.
-# float32 is 3xTF32; IEEE mode ("ieee") was not measured: a third of 3xTF32's rate is assumed.
-# Variable sizes (orders uniform in 8..256) ran `variable` times slower than the same flops in
-# uniform stacks: odd sizes defeat the 16-byte loads.
+# ... but low-rank products (k <= min(m, n) / 4) stream worse than that size says, float64 most:
+# m = n = 128, k = 16 and 32, batch 10⁴ (same run as KAMI_MEASURED, 2026-11-26, H100)
+LIBRARY_LOW_RANK_FRACTION = {"float64": 0.76, "float32": 0.72, "float16": 0.90}
+
+# Our kernels (H100, 2026-11-26, the kernels of this tree; benchmarks/batched_calibrate.py
+# prints these from a run's JSON): the fraction of the copy bandwidth where they are memory-bound
+# (orders up to 64; beyond, the value at 64) and the flop rate where they are compute-bound
+# (order 256), per dtype and arrangement.  2D at orders <= 16 runs a 32 x 32 tile on a 16 x 16
+# product.  float32 is 3xTF32; IEEE mode ("ieee") was not measured: a third of 3xTF32's rate is
+# assumed.  Variable sizes (orders uniform in 8..256, packed: most rows unaligned) ran `variable`
+# times slower than the same flops at the order-256 rate.
 KAMI_MEASURED = {
-    ("float64", 1): {"rate": 19.4e12, "bw": {16: 0.619, 32: 0.806, 64: 0.841}, "variable": 4.9},
-    ("float64", 2): {"rate": 19.4e12, "bw": {16: 0.365, 32: 0.887, 64: 0.851}, "variable": 4.9},
-    ("float32", 1): {"rate": 25.7e12, "bw": {16: 0.448, 32: 0.695, 64: 0.616}, "variable": 5.8},
-    ("float32", 2): {"rate": 23.3e12, "bw": {16: 0.184, 32: 0.481, 64: 0.5}, "variable": 6.2},
-    ("float16", 1): {"rate": 64.5e12, "bw": {16: 0.283, 32: 0.519, 64: 0.575}, "variable": 11.1},
-    ("float16", 2): {"rate": 71.0e12, "bw": {16: 0.111, 32: 0.334, 64: 0.605}, "variable": 11.0},
+    ("float64", 1): {"rate": 28.7e12, "bw": {16: 0.80, 32: 0.814, 64: 0.903}, "variable": 2.44},
+    ("float64", 2): {"rate": 23.3e12, "bw": {16: 0.366, 32: 0.905, 64: 0.875}, "variable": 2.29},
+    ("float32", 1): {"rate": 22.7e12, "bw": {16: 0.513, 32: 0.701, 64: 0.564}, "variable": 2.24},
+    ("float32", 2): {"rate": 24.9e12, "bw": {16: 0.198, 32: 0.503, 64: 0.599}, "variable": 2.49},
+    ("float16", 1): {"rate": 85.8e12, "bw": {16: 0.263, 32: 0.49, 64: 0.624}, "variable": 4.4},
+    ("float16", 2): {"rate": 83.5e12, "bw": {16: 0.099, 32: 0.303, 64: 0.62}, "variable": 4.4},
 }
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
@@ -162,6 +168,8 @@ def predict_library(problem, prof):
     if info.get("variable"):
         size = info["order"]
     frac = _fraction(LIBRARY_BW_FRACTION.get(dt, LIBRARY_BW_FRACTION["float32"]), size)
+    if not info.get("variable") and 4 * info["k"] <= min(info["m"], info["n"]):
+        frac = min(frac, LIBRARY_LOW_RANK_FRACTION.get(dt, frac))  # see the table
     nbytes = _bytes(info, problem.dtype, problem.options)
     mem = nbytes / (prof.bandwidth * frac)
     comp = info["flops"] / prof.flops(problem.dtype)
