@@ -19,7 +19,6 @@ planner (planner/costs/batched.py) picks; ``algorithm=`` forces one.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -441,17 +440,31 @@ def _replay(call, algo):
         return out, None
     addr = backend.address_getter(call.a) if cuda else backend.host_address
     ext = batched_cuda if cuda else batched_cpu
+    if cuda:  # (resolved once: a repeat reads the current device and stream, allocates, launches)
+        device, algo_code = backend.device_index(call.a), _ALGO_CODE[algo]
+        current_device = backend.current_device_getter(call.a)
+        stream_of = backend.current_stream_getter(call.a)
+        if backend.is_cupy(call.a):
+            ndarray, npdtype = type(call.a), np.dtype(call.result)
+            empty = lambda like: ndarray(out_shape, npdtype)  # noqa: E731 (cupy.empty's array)
+        else:
+            empty = lambda like: like.new_empty(out_shape)  # noqa: E731 (a's dtype: call.result)
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         if (c is not None or beta != 0 or type(alpha) not in (float, int)
                 or any(v is not None for v in rest.values())):
             return None
-        with backend.cuda_device_scope(a) if cuda else contextlib.nullcontext():
-            o = backend.empty_like_lib(a, out_shape, call.result) if cuda else \
-                np.empty(out_shape, dtype=call.result)
-            launch = (_ALGO_CODE[algo], backend.cuda_stream(a)) if cuda else ()
+        if not cuda:
+            o = np.empty(out_shape, dtype=call.result)
             ext.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
-                       (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code, *launch)
+                       (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code)
+            return o
+        if current_device() != device:  # another GPU current: the full path switches to a's
+            return None
+        o = empty(a)
+        ext.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
+                   (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code,
+                   algo_code, stream_of(device))
         return o
     return out, replayer
 
