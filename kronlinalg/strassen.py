@@ -7,20 +7,18 @@ the updates afterwards.  No product is ever stored: each leaf product is added s
 its signed C blocks (a target table of up to 2^levels blocks), so C is written without atomics
 and two identical calls give bitwise identical results.
 
-Memory modes:
-
-- ``overwrite_inputs=False`` (default): a and b are never written.  The core of each (the
-  largest multiple of 2^levels rows and columns) is copied once into a private workspace:
-  ``(m·k + k·n)·itemsize`` extra bytes (2·N²·itemsize for square N), one batch element at a
-  time, and one copy's worth of memory traffic.
-- ``overwrite_inputs=True``: a and b are the workspace.  They are modified during the call and
-  restored by the recovery stages to rounding only ((x + y) − y ≠ x in floating point).  No
-  extra memory on the GPU (the CPU leaf still forms each product in one leaf-sized buffer);
-  with ``c`` given, the result is written into c and c is returned.
+Memory modes: ``overwrite_inputs=False`` (default): a and b are never written; the core of
+each (the largest multiple of 2^levels rows and columns) is copied once into a private
+workspace, ``(m·k + k·n)·itemsize`` extra bytes (2·N²·itemsize for square N), one batch element
+at a time.  ``overwrite_inputs=True``: a and b are the workspace, modified during the call and
+restored to rounding only ((x + y) − y ≠ x); no extra memory on the GPU (the CPU leaf forms
+each product in one leaf-sized buffer); with ``c`` given the result is written into c.
 
 CPU: passes in the compiled kernel (OpenMP), leaf products through NumPy's BLAS on views.
 CUDA: passes and leaves are compiled kernels (FP64 on DMMA tensor cores, FP32 on CUDA cores,
-IEEE); "strassen_cublas" takes cuBLAS for the leaves with one leaf-sized product buffer.
+IEEE); "strassen_cublas" takes cuBLAS for the leaves with one leaf-sized product buffer;
+"strassen_reloaded" (FP64, one level) forms the operand sums while the leaf loads its tiles:
+a and b are only read, no passes and no copies in either mode.
 """
 
 from __future__ import annotations
@@ -191,10 +189,6 @@ def _plan_query(call):
     return (tuple(call.a.shape), tuple(call.b.shape)), call.dtype, opts
 
 
-def _normalise(shapes, options):
-    return costs.normalise(shapes, options)
-
-
 def _facts(problem) -> dict:
     """The leaf kernel's output tile (the cost model's wave count), asked of the CUDA build."""
     if problem.kind != "cuda" or problem.dtype not in _SUPPORTED:
@@ -226,8 +220,7 @@ def _levels(call, name) -> int:
 # the schedule, run on one batch element by an executor (CPU or CUDA)
 
 
-def _effective_levels(levels, m, k, n) -> int:
-    """levels capped so that every leaf dimension keeps at least one element."""
+def _effective_levels(levels, m, k, n) -> int:  # every leaf dimension keeps an element
     small = min(m, k, n)
     return 0 if small < 1 else min(levels, int(math.floor(math.log2(small))))
 
@@ -250,7 +243,8 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
     ex.prepare_core(mc, kc, nc)
-    for op in costs.schedule(mc, kc, nc, L, first):
+    reloaded = getattr(ex, "mode", "") == "reloaded"
+    for op in (costs.reloaded_schedule if reloaded else costs.schedule)(mc, kc, nc, L, first):
         if isinstance(op, costs.Pass):
             ex.pass_(op)
         else:
@@ -380,7 +374,6 @@ def _classical(call):
     return out
 
 
-
 # ---------------------------------------------------------------------------------------------
 # CUDA
 
@@ -406,7 +399,7 @@ class _CudaExecutor:
         return buf
 
     def prepare_core(self, mc, kc, nc):
-        if not self.copy:
+        if not self.copy or self.mode == "reloaded":  # reloaded only reads a and b
             return
         if self.hook:
             self.hook("copies")
@@ -429,6 +422,15 @@ class _CudaExecutor:
     def leaf(self, op, alpha, beta):
         if self.hook:
             self.hook(op)
+        if isinstance(op, costs.SumLeaf):  # operand sums formed by the kernel while loading
+            leaves = [([(self._ptr(self.va, x[:2]), x[2]) for x in xs],
+                       [(self._ptr(self.vb, y[:2]), y[2]) for y in ys],
+                       [(self._ptr(self.vc, t[:2]), t[2], t[3]) for t in ts])
+                      for xs, ys, ts in op.products]
+            strassen_cuda.sum_leaf(op.m, op.n, op.k, self.va.strides[0], self.vb.strides[0],
+                                   self.vc.strides[0], alpha, beta, leaves, self.code,
+                                   self.stream)
+            return
         leaves = [(self._ptr(self.wa, x), self._ptr(self.wb, y),
                    [(self._ptr(self.vc, t[:2]), t[2]) for t in targets])
                   for x, y, targets in op.products]
@@ -443,7 +445,7 @@ class _CudaExecutor:
 
     def _launch(self, ldx, ldy, m, k, n, leaves, alpha, beta, first):
         ldc = self.vc.strides[0]
-        if self.mode == "kernel":
+        if self.mode != "cublas":
             strassen_cuda.leaf(m, n, k, ldx, ldy, ldc, alpha, beta, first, leaves, self.code,
                                self.stream)
             return
@@ -494,7 +496,7 @@ def _stage_times(a, b, levels, algorithm, repeats):
     import cupy
 
     call = _prepare(a, b, levels=levels)
-    mode = "cublas" if algorithm == "strassen_cublas" else "kernel"
+    mode = {"strassen_cublas": "cublas", "strassen_reloaded": "reloaded"}.get(algorithm, "kernel")
     stream = cupy.cuda.get_current_stream()
     marks = []
 
@@ -520,7 +522,7 @@ def _stage_times(a, b, levels, algorithm, repeats):
     prob = planner.Problem("strassen_matmul", shapes, dtype, "cuda", "cuda", opts,
                            {**costs.normalise(shapes, opts), **_facts_for(dtype)})
     pred = costs.launch_times(prob, planner.profile_for(a), levels,
-                              "strassen_cublas" if mode == "cublas" else "strassen")
+                              algorithm if mode != "kernel" else "strassen")
     prof = planner.profile_for(a)
     mc, kc, nc = costs.core_sizes(*(prob.info[x] for x in "mkn"), levels)
     copies = 2.0 * (mc * kc + kc * nc) * (8 if dtype == "float64" else 4) / prof.bandwidth
@@ -535,16 +537,14 @@ def _stage_times(a, b, levels, algorithm, repeats):
 
 
 def _facts_for(dtype):
-    if strassen_cuda is None:
-        return {}
-    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])}
+    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])} if strassen_cuda else {}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen
 
 
 OPERATION = Operation(
-    "strassen_matmul", prepare=_prepare, plan_query=_plan_query, normalise=_normalise,
+    "strassen_matmul", prepare=_prepare, plan_query=_plan_query, normalise=costs.normalise,
     empty=_empty, grad_algorithm="classical", facts=_facts,
     doc="alpha·a@b + beta·c by Strassen (MSMES schedule); shapes: a, b")
 
@@ -574,6 +574,16 @@ def _run_strassen(call):
     return _run_cpu(call)
 
 
+def _applies_reloaded(problem) -> bool:
+    lv = problem.options.get("levels")
+    return (problem.dtype == "float64" and (lv is None or 1 <= lv <= costs.MAX_RELOADED_LEVELS)
+            and (strassen_cuda is not None or not problem.device.startswith("cuda:")))
+
+
+def _run_strassen_reloaded(call):  # (planner: only on CUDA)
+    return _run_cuda(call, _levels(call, "strassen_reloaded"), "reloaded")
+
+
 def _run_strassen_cublas(call):
     return _run_cuda(call, _levels(call, "strassen_cublas"), "cublas")
 
@@ -591,6 +601,11 @@ OPERATION.register(Algorithm(
     "strassen_cublas", _run_strassen_cublas, costs.predict_strassen_cublas, devices=("cuda",),
     applies=_applies_cublas,
     doc="MSMES schedule with cuBLAS leaves and one leaf-sized product buffer (default mode)"))
+OPERATION.register(Algorithm(
+    "strassen_reloaded", _run_strassen_reloaded, costs.predict_strassen_reloaded,
+    devices=("cuda",), applies=_applies_reloaded,
+    doc="Strassen's seven products, operand sums formed while the leaf loads (float64, sm_90, "
+        "1 level): a and b only read, no passes, no copies, no workspace"))
 
 
 def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
@@ -620,9 +635,11 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
         rounding: see :func:`restore_bound`); no extra device memory, and with c given the
         result is written into c.  Needs writable, non-overlapping a and b of the result
         dtype with rows of unit stride, and c not overlapping them (ValueError otherwise).
-    algorithm : {"auto", "classical", "strassen", "strassen_cublas"}
+    algorithm : {"auto", "classical", "strassen", "strassen_cublas", "strassen_reloaded"}
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
-        buffer (N²/4^levels elements).
+        buffer (N²/4^levels elements).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
+        Strassen's products with the operand sums formed while loading; a and b only read,
+        no workspace in either mode, error like one MSMES level.
 
     Returns
     -------

@@ -48,6 +48,30 @@ typedef struct {
   kl_strassen_leaf leaf[KL_STRASSEN_MAX_BATCH];
 } kl_strassen_leaves;
 
+/* A leaf product whose operands are signed sums of source blocks (Strassen reloaded: the sums
+ * are formed while the leaf loads its tiles, never stored): X = sum_s (-1)^(bit s of xneg) x[s]
+ * over nx sources, Y likewise; added into its targets with per-target signs, beta applied where
+ * bit t of `fresh` is set (the first write of that target).  FP64 only. */
+#define KL_STRASSEN_MAX_SOURCES 4
+typedef struct {
+  const void *x[KL_STRASSEN_MAX_SOURCES];
+  const void *y[KL_STRASSEN_MAX_SOURCES];
+  int32_t nx, ny;
+  uint32_t xneg, yneg;
+  int32_t ntargets;
+  uint32_t negative;
+  uint32_t fresh;
+  void *c[KL_STRASSEN_MAX_TARGETS];
+} kl_strassen_sum_leaf;
+
+typedef struct {
+  int32_t count;
+  int64_t m, n, k;
+  int64_t ldx, ldy, ldc; /* ldx: every x source's, ldy: every y source's */
+  double alpha, beta;
+  kl_strassen_sum_leaf leaf[KL_STRASSEN_MAX_BATCH];
+} kl_strassen_sum_leaves;
+
 /* dtype: KL codes (0 float32, 1 float64; others are KL_ERR_INVALID). */
 int kl_strassen_pass_cpu(const kl_strassen_pass *p, int dtype, int num_threads);
 /* The CPU leaf: x of each leaf is the product M itself (formed by BLAS), m x n with leading
@@ -56,6 +80,8 @@ int kl_strassen_targets_cpu(const kl_strassen_leaves *p, int dtype, int num_thre
 
 int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream);
 int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
+/* The sum leaves (dtype 1 only; needs sm_90). */
+int kl_strassen_sum_leaf_cuda(const kl_strassen_sum_leaves *p, int dtype, void *stream);
 /* As kl_strassen_targets_cpu, on the GPU (strassen_cublas: M from cuBLAS). */
 int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
 /* The leaf kernel's output tile for dtype: tile[0] rows x tile[1] columns. */

@@ -1,7 +1,8 @@
 // CUDA side of strassen_matmul: the element-wise passes of the MSMES schedule over strided
 // quadrants, the batched leaf GEMM whose epilogue adds its tile into a table of signed C blocks
-// (FP64 on DMMA tensor cores, mma.sync m8n8k4; FP32 IEEE on CUDA cores), and the target update
-// of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
+// (FP64 on the DMMA tensor cores: m16n8k8 on sm_90, strassen_leaf_f64.cuh, m8n8k4 before;
+// FP32 IEEE on CUDA cores), the sum leaves of Strassen reloaded (FP64, sm_90), and the target
+// update of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
 // targets, so every C element has one writer per launch and the result is bitwise repeatable.
 #include <cuda_runtime.h>
 
@@ -10,6 +11,7 @@
 
 #include "cuda_ptx.cuh"
 #include "strassen.h"
+#include "strassen_leaf_f64.cuh"
 
 namespace {
 
@@ -118,8 +120,8 @@ __device__ __forceinline__ void epilogue_pair(const kl_strassen_leaves &p, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// FP64 leaf: 128 x 128 tiles, k steps of 16 through a 3-stage cp.async ring, 8 warps of 64 x 32
-// (DMMA m8n8k4: 8 x 4 accumulator fragments a warp)
+// FP64 leaf before sm_90: 128 x 128 tiles, k steps of 16 through a 3-stage cp.async ring, 8
+// warps of 64 x 32 (DMMA m8n8k4: 8 x 4 accumulator fragments a warp)
 
 constexpr int kBM = 128, kBN = 128, kBK = 16, kStages = 3, kThreads = 256;
 constexpr int kPadA = kBK + 4, kPadB = kBN + 4;  // conflict-free fragment loads
@@ -360,6 +362,65 @@ bool vector_ok(const kl_strassen_leaves *p, int elem) {
   return true;
 }
 
+// Whether the sum leaves allow 16-byte copies and pair stores.
+bool sum_vector_ok(const kl_strassen_sum_leaves *p) {
+  if (p->ldx % 2 || p->ldy % 2 || p->ldc % 2) return false;
+  for (int l = 0; l < p->count; ++l) {
+    const kl_strassen_sum_leaf &lf = p->leaf[l];
+    for (int s = 0; s < lf.nx; ++s)
+      if (!aligned16(lf.x[s])) return false;
+    for (int s = 0; s < lf.ny; ++s)
+      if (!aligned16(lf.y[s])) return false;
+    for (int t = 0; t < lf.ntargets; ++t)
+      if ((reinterpret_cast<uintptr_t>(lf.c[t]) & 15u) != 0) return false;
+  }
+  return true;
+}
+
+bool sm90_or_newer() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+}
+
+// One launch of leaf_f64_mma<...>: the shared-memory attribute set once per instantiation.
+template <int BK, int ST, bool K16, int SA, int SB>
+int launch_f64_mma(const kl_strassen_sum_leaves &p, cudaStream_t s) {
+  constexpr size_t smem = kl_strassen::f64_leaf_smem<BK, ST, SA, SB>();
+  auto kernel = kl_strassen::leaf_f64_mma<BK, ST, K16, SA, SB>;
+  static bool attr = false;
+  if (!attr) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return cuda_fail(err, "leaf shared memory");
+    attr = true;
+  }
+  const int64_t gy = (p.m + kl_strassen::kF64BM - 1) / kl_strassen::kF64BM;
+  const int64_t gx = (p.n + kl_strassen::kF64BN - 1) / kl_strassen::kF64BN;
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p.count));
+  kernel<<<grid, kl_strassen::kF64Threads, smem, s>>>(p, sum_vector_ok(&p) ? 1 : 0);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
+}
+
+// The variant for the launch's source counts (every leaf of a launch has the same counts in the
+// schedules; fewer sources than the variant's are zero-filled).  Picked on the H100: see
+// docs/strassen_matmul.md's leaf table (benchmarks/strassen_leaf_bench.cu).
+int launch_sum_leaves(const kl_strassen_sum_leaves &p, cudaStream_t s) {
+  int sa = 1, sb = 1;
+  for (int l = 0; l < p.count; ++l) {
+    sa = p.leaf[l].nx > sa ? p.leaf[l].nx : sa;
+    sb = p.leaf[l].ny > sb ? p.leaf[l].ny : sb;
+  }
+  if (sa == 1 && sb == 1) return launch_f64_mma<16, 4, false, 1, 1>(p, s);
+  if (sa <= 2 && sb == 1) return launch_f64_mma<16, 3, false, 2, 1>(p, s);
+  if (sa == 1 && sb <= 2) return launch_f64_mma<16, 3, false, 1, 2>(p, s);
+  if (sa <= 2 && sb <= 2) return launch_f64_mma<16, 2, false, 2, 2>(p, s);
+  return kl::fail(KL_ERR_INVALID, "strassen sum leaves: more than 2 sources per operand");
+}
+
 dim3 rows_grid(int64_t cols, int64_t rows, int z) {
   const int64_t gx = (cols + 255) / 256;
   int64_t gy = rows < 1 ? 1 : rows;
@@ -396,6 +457,26 @@ extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, voi
   if (p->k == 0) return kl::fail(KL_ERR_INVALID, "strassen leaves: k = 0 reached the kernel");
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p->count));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == 1 && sm90_or_newer()) {  // the m16n8k8 kernel, one source per operand
+    kl_strassen_sum_leaves q;
+    q.count = p->count;
+    q.m = p->m, q.n = p->n, q.k = p->k;
+    q.ldx = p->ldx, q.ldy = p->ldy, q.ldc = p->ldc;
+    q.alpha = p->alpha, q.beta = p->beta;
+    for (int l = 0; l < p->count; ++l) {
+      kl_strassen_sum_leaf &d = q.leaf[l];
+      const kl_strassen_leaf &o = p->leaf[l];
+      d.x[0] = o.x;
+      d.y[0] = o.y;
+      d.nx = d.ny = 1;
+      d.xneg = d.yneg = 0;
+      d.ntargets = o.ntargets;
+      d.negative = o.negative;
+      d.fresh = p->first ? 0xffffffffu : 0u;
+      for (int t = 0; t < o.ntargets; ++t) d.c[t] = o.c[t];
+    }
+    return launch_sum_leaves(q, s);
+  }
   if (dtype == 1) {
     static bool attr = false;  // set once per process (the attribute is per function)
     if (!attr) {
@@ -412,6 +493,26 @@ extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, voi
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
+}
+
+extern "C" int kl_strassen_sum_leaf_cuda(const kl_strassen_sum_leaves *p, int dtype,
+                                         void *stream) {
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->m < 0 || p->n < 0 || p->k < 0)
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: invalid sizes or count");
+  for (int l = 0; l < p->count; ++l) {
+    const kl_strassen_sum_leaf &lf = p->leaf[l];
+    if (lf.ntargets < 0 || lf.ntargets > KL_STRASSEN_MAX_TARGETS || lf.nx < 1 || lf.ny < 1 ||
+        lf.nx > KL_STRASSEN_MAX_SOURCES || lf.ny > KL_STRASSEN_MAX_SOURCES)
+      return kl::fail(KL_ERR_INVALID, "strassen sum leaves: invalid sources or targets");
+  }
+  if (dtype != 1) return kl::fail(KL_ERR_INVALID, "strassen sum leaves: float64 only");
+  if (!sm90_or_newer())
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: need an sm_90 GPU (DMMA m16n8k8)");
+  if (p->count == 0 || p->m == 0 || p->n == 0) return KL_OK;
+  if (p->k == 0) return kl::fail(KL_ERR_INVALID, "strassen sum leaves: k = 0 reached the kernel");
+  if ((p->m + kl_strassen::kF64BM - 1) / kl_strassen::kF64BM > 65535)
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: too many rows for one launch");
+  return launch_sum_leaves(*p, static_cast<cudaStream_t>(stream));
 }
 
 extern "C" int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream) {

@@ -32,6 +32,7 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
+           "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -114,6 +115,68 @@ def schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
     return tuple(out)
 
 
+# Strassen reloaded (CUDA float64): Strassen's original seven products with the operand sums
+# formed while the leaf loads its tiles (a and b only read, no passes, no copies).  Product i:
+# (A sources, B sources, C targets), each ((quadrant, sign), ...).  Groups with disjoint targets
+# (the order fixes every C element's order of additions: deterministic).
+RELOADED = (
+    (((0, 1), (3, 1)), ((0, 1), (3, 1)), ((0, 1), (3, 1))),   # (A0+A3)(B0+B3) -> C0, C3
+    (((2, 1), (3, 1)), ((0, 1),), ((2, 1), (3, -1))),         # (A2+A3) B0 -> C2, -C3
+    (((0, 1),), ((1, 1), (3, -1)), ((1, 1), (3, 1))),         # A0 (B1-B3) -> C1, C3
+    (((3, 1),), ((2, 1), (0, -1)), ((0, 1), (2, 1))),         # A3 (B2-B0) -> C0, C2
+    (((0, 1), (1, 1)), ((3, 1),), ((0, -1), (1, 1))),         # (A0+A1) B3 -> -C0, C1
+    (((2, 1), (0, -1)), ((0, 1), (1, 1)), ((3, 1),)),         # (A2-A0)(B0+B1) -> C3
+    (((1, 1), (3, -1)), ((2, 1), (3, 1)), ((0, 1),)),         # (A1-A3)(B2+B3) -> C0
+)
+RELOADED_GROUPS = ((0,), (1, 4), (2, 3), (5, 6))
+MAX_RELOADED_LEVELS = 1  # sources per operand 2^levels; the kernels take up to 2
+
+
+class SumLeaf(NamedTuple):
+    """One launch of Strassen-reloaded leaf products: `products` holds (X sources, Y sources,
+    targets): ((row, col, sign), ...) each, targets ((row, col, sign, fresh), ...) where fresh
+    marks a target's first write (beta applies)."""
+
+    group: tuple
+    m: int
+    k: int
+    n: int
+    products: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def reloaded_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
+    """The leaf launches of `levels` levels of Strassen reloaded on an m x k @ k x n core."""
+    step = 1 << levels
+    if m % step or k % step or n % step:
+        raise ValueError(f"levels: the core {m}x{k}x{n} is not a multiple of 2^{levels}")
+    written = set()
+    out = []
+
+    def sub(blocks, quads, rows, cols):
+        return tuple((r + (q >> 1) * rows, c + (q & 1) * cols, s * sq)
+                     for r, c, s in blocks for q, sq in quads)
+
+    def run(prods, depth, mm, kk, nn, path):
+        if depth == levels:
+            leaves = []
+            for xs, ys, ts in prods:
+                tt = tuple(t + (first and t[:2] not in written,) for t in ts)
+                leaves.append((xs, ys, tt))
+            written.update(t[:2] for _, _, ts in prods for t in ts)
+            out.append(SumLeaf(path, mm, kk, nn, tuple(leaves)))
+            return
+        mh, kh, nh = mm // 2, kk // 2, nn // 2
+        for members in RELOADED_GROUPS:
+            nxt = [(sub(xs, RELOADED[i][0], mh, kh), sub(ys, RELOADED[i][1], kh, nh),
+                    sub(ts, RELOADED[i][2], mh, nh))
+                   for xs, ys, ts in prods for i in members]
+            run(nxt, depth + 1, mh, kh, nh, path + (members,))
+
+    run([(((0, 0, 1),), ((0, 0, 1),), ((0, 0, 1),))], 0, m, k, n, ())
+    return tuple(out)
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -121,6 +184,8 @@ def label(op) -> str:
     """A launch's row in the per-stage table: its pass, or its leaves' innermost group."""
     if isinstance(op, Pass):
         return STAGE_NAMES[op.stage]
+    if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
+        return "{" + ",".join(f"M{i + 1}" for i in op.group[-1]) + "}"
     return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"
 
 
@@ -185,6 +250,8 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
 # the leaves of 2048..8192 of that run).
 LEAF_FRACTION = {"float64": 0.475, "float32": 0.85}
 LEAF_K0 = 256.0
+# the sum leaves of strassen_reloaded (X, Y sums of 2 sources formed while loading)
+RELOADED_FRACTION = {"float64": 0.8}
 
 
 def _leaf_fraction(problem, name):
@@ -192,7 +259,8 @@ def _leaf_fraction(problem, name):
     info = problem.info
     if name == "strassen_cublas" or problem.kind == "cpu":
         return 1.0
-    return info.get("leaf_fraction", LEAF_FRACTION).get(problem.dtype, 0.5)
+    table = RELOADED_FRACTION if name == "strassen_reloaded" else LEAF_FRACTION
+    return info.get("leaf_fraction", table).get(problem.dtype, 0.5)
 
 
 def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
@@ -219,6 +287,15 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction)
         out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
         return out
+    if name == "strassen_reloaded":
+        for op in reloaded_schedule(mc, kc, nc, levels):
+            cnt = len(op.products)
+            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
+                              fraction)
+            c_rw = sum(1 if t[3] else 2 for p in op.products for t in p[2])
+            out.append((label(op), 2.0 * cnt * op.m * op.n * op.k / rate
+                        + c_rw * op.m * op.n * s_e / bw + launch))
+        return out
     for op in schedule(mc, kc, nc, levels):
         if isinstance(op, Pass):
             nbytes = (PASS_ACCESSES[op.stage] * len(op.blocks) * s_e
@@ -240,29 +317,31 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     return out
 
 
-def _copies(problem, prof):
+def _copies(problem, prof, name="strassen"):
     """Default mode copies a and b into the workspace: read + write each once."""
     info = problem.info
-    if problem.options.get("overwrite"):
+    if problem.options.get("overwrite") or name == "strassen_reloaded":
         return 0.0
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     return 2.0 * info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]) * s_e / prof.bandwidth
 
 
-def _levels_to_try(problem):
+def _levels_to_try(problem, name="strassen"):
     lv = problem.options.get("levels")
     info = problem.info
     if lv is not None:
         return (lv,)
     top = max_levels(info["m"], info["k"], info["n"], 256 if problem.kind == "cuda" else 128)
+    if name == "strassen_reloaded":
+        top = min(top, MAX_RELOADED_LEVELS)
     return tuple(range(1, top + 1)) or (1,)
 
 
 def predict_strassen(problem, prof, name="strassen"):
     best = None
-    for L in _levels_to_try(problem):
+    for L in _levels_to_try(problem, name):
         times = launch_times(problem, prof, L, name)
-        model = problem.info["batch"] * sum(t for _, t in times) + _copies(problem, prof)
+        model = problem.info["batch"] * sum(t for _, t in times) + _copies(problem, prof, name)
         if best is None or model < best[1]:
             best = (L, model, times)
     L, model, times = best
@@ -275,7 +354,11 @@ def predict_strassen(problem, prof, name="strassen"):
                      "launches": len(times),
                      "terms": {"passes": problem.info["batch"] * passes,
                                "leaves": problem.info["batch"] * leaves,
-                               "copies": _copies(problem, prof)}}
+                               "copies": _copies(problem, prof, name)}}
+
+
+def predict_strassen_reloaded(problem, prof):
+    return predict_strassen(problem, prof, "strassen_reloaded")
 
 
 def predict_strassen_cublas(problem, prof):
