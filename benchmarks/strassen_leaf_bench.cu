@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "strassen_leaf_f64.cuh"
@@ -96,17 +97,17 @@ float time_ms(const std::function<void()> &fn, int reps = 10) {
 
 struct Variant {
   const char *name;
-  int sa, sb;
+  int sa, sb, wm;
   size_t smem;
   void (*kernel)(kl_strassen_sum_leaves, int);
 };
 
-template <int BK, int ST, bool K16, int SA, int SB>
+template <int BK, int ST, bool K16, int SA, int SB, int WM = 2>
 Variant make(const char *name) {
-  auto k = leaf_f64_mma<BK, ST, K16, SA, SB>;
-  const size_t smem = f64_leaf_smem<BK, ST, SA, SB>();
+  auto k = leaf_f64_mma<BK, ST, K16, SA, SB, WM>;
+  const size_t smem = f64_leaf_smem<BK, ST, SA, SB, WM>();
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  return {name, SA, SB, smem, k};
+  return {name, SA, SB, WM, smem, k};
 }
 
 __global__ void fill(double *p, size_t n, unsigned seed) {
@@ -183,7 +184,9 @@ double max_diff(const double *d0, const double *d1, size_t n, double *scale) {
   return m;
 }
 
-int main() {
+int main(int argc, char **argv) {
+  // "profile": one size, no instruction rates, no sums (for ncu on the plain leaf)
+  const bool profile = argc > 1 && std::string(argv[1]) == "profile";
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
@@ -196,6 +199,7 @@ int main() {
   const double flops_per[3] = {512.0, 2048.0, 4096.0};
   const char *names[3] = {"m8n8k4", "m16n8k8", "m16n8k16"};
   for (int warps : {8, 16}) {
+    if (profile) break;
     for (int s = 0; s < 3; ++s) {
       auto go = [&] {
         const dim3 grid(sms), block(32 * warps);
@@ -211,9 +215,9 @@ int main() {
 
   // 2./3.
   std::vector<Variant> plain = {
-      make<16, 4, false, 1, 1>("bk16 st4 k8"),  make<16, 4, true, 1, 1>("bk16 st4 k16"),
-      make<32, 3, false, 1, 1>("bk32 st3 k8"),  make<32, 3, true, 1, 1>("bk32 st3 k16"),
-      make<8, 6, false, 1, 1>("bk8 st6 k8"),
+      make<32, 3, false, 1, 1>("bk32 st3 k8"),  make<16, 4, false, 1, 1>("bk16 st4 k8"),
+      make<32, 3, true, 1, 1>("bk32 st3 k16"),   make<16, 3, false, 1, 1, 1>("bm64 bk16 st3"),
+      make<32, 2, false, 1, 1, 1>("bm64 bk32 st2"),
   };
   std::vector<Variant> sums = {
       make<16, 2, false, 2, 2>("sum22 bk16 st2"), make<8, 5, false, 2, 2>("sum22 bk8 st5"),
@@ -223,6 +227,7 @@ int main() {
   Cublas blas;
   const bool have_blas = blas.load();
   for (int n : {2048, 4096, 8192}) {
+    if (profile && n != 4096) continue;
     const size_t nn = size_t(n) * n;
     // A: n x 2n (two n x n halves side by side, ld 2n), B: 2n x n (halves stacked, ld n)
     double *A, *B, *C, *R, *XS, *YS;
@@ -270,7 +275,8 @@ int main() {
     const dim3 grid(n / 128, n / 128, 1);
     for (auto &v : plain) {
       const auto p = leaves_for(1, 1, 1, 1);
-      const float t = time_ms([&] { v.kernel<<<grid, kF64Threads, v.smem>>>(p, 1); });
+      const dim3 g(n / 128, n / (64 * v.wm), 1);
+      const float t = time_ms([&] { v.kernel<<<g, 128 * v.wm, v.smem>>>(p, 1); });
       double sc;
       const double d = max_diff(C, R, nn, &sc);
       std::printf("leaf %-18s %.3f ms  %.1f TFLOP/s  %.3fx cuBLAS  max|diff| %.1e (of %.1e)\n",
@@ -280,6 +286,7 @@ int main() {
     add2<<<1024, 256>>>(XS, A, A + n, -1.0, n, n, 2 * n);
     add2<<<1024, 256>>>(YS, B, B + nn, 1.0, n, n, n);
     for (auto &v : sums) {
+      if (profile) break;
       const auto p = leaves_for(v.sa, v.sb, -1.0, 1.0);
       const double *xr = v.sa == 2 ? XS : A;
       const double *yr = v.sb == 2 ? YS : B;

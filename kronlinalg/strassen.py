@@ -34,6 +34,7 @@ from ._operation import Algorithm, Call, Operation
 from .common import backend, validation
 from .common.dtypes import HALF, KERNEL_CODE
 from .planner.costs import strassen as costs
+from .strassen_cuda_exec import CudaExecutor as _CudaExecutor
 from .vendor import cublas as _cublas
 
 __all__ = ["strassen_matmul", "stage_times", "matmul_candidate", "restore_bound"]
@@ -243,8 +244,9 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
     ex.prepare_core(mc, kc, nc)
-    reloaded = getattr(ex, "mode", "") == "reloaded"
-    for op in (costs.reloaded_schedule if reloaded else costs.schedule)(mc, kc, nc, L, first):
+    sched = (costs.reloaded_schedule if getattr(ex, "mode", "") == "reloaded" else
+             costs.private_schedule if ex.copy else costs.schedule)
+    for op in sched(mc, kc, nc, L, first):
         if isinstance(op, costs.Pass):
             ex.pass_(op)
         else:
@@ -376,91 +378,6 @@ def _classical(call):
 
 # ---------------------------------------------------------------------------------------------
 # CUDA
-
-
-class _CudaExecutor:
-    """A, B, C as device arrays (rows of unit stride) on the library's stream; leaves by the
-    multi-target kernel ("kernel") or by cuBLAS into one leaf-sized buffer ("cublas")."""
-
-    def __init__(self, a, b, c, code, stream, copy, leaf, lead, ws=None, hook=None):
-        self.a, self.b, self.c = a, b, c
-        self.code, self.stream, self.copy, self.mode, self.lead = code, stream, copy, leaf, lead
-        self.ws = ws if ws is not None else {}
-        self.hook = hook
-        self.dtype = backend.dtype_name(c.dtype)
-        self.item = 8 if self.dtype == "float64" else 4
-        self.va, self.vb, self.vc = (backend.device_view(v) for v in (a, b, c))
-        self.wa, self.wb = self.va, self.vb
-
-    def _buffer(self, name, shape):
-        buf = self.ws.get(name)
-        if buf is None or tuple(buf.shape) != tuple(shape):
-            buf = self.ws[name] = backend.empty_like_lib(self.lead, shape, self.dtype)
-        return buf
-
-    def prepare_core(self, mc, kc, nc):
-        if not self.copy or self.mode == "reloaded":  # reloaded only reads a and b
-            return
-        if self.hook:
-            self.hook("copies")
-        wa, wb = self._buffer("a", (mc, kc)), self._buffer("b", (kc, nc))
-        wa[...] = self.a[:mc, :kc]
-        wb[...] = self.b[:kc, :nc]
-        self.wa, self.wb = backend.device_view(wa), backend.device_view(wb)
-
-    def _ptr(self, v, rc):
-        return v.ptr + (rc[0] * v.strides[0] + rc[1] * v.strides[1]) * self.item
-
-    def pass_(self, op):
-        if self.hook:
-            self.hook(op)
-        strassen_cuda.run_pass(op.stage, op.mh, op.kh, op.nh, self.wa.strides[0],
-                               self.wb.strides[0], [self._ptr(self.wa, x) for x, _ in op.blocks],
-                               [self._ptr(self.wb, y) for _, y in op.blocks], self.code,
-                               self.stream)
-
-    def leaf(self, op, alpha, beta):
-        if self.hook:
-            self.hook(op)
-        if isinstance(op, costs.SumLeaf):  # operand sums formed by the kernel while loading
-            leaves = [([(self._ptr(self.va, x[:2]), x[2]) for x in xs],
-                       [(self._ptr(self.vb, y[:2]), y[2]) for y in ys],
-                       [(self._ptr(self.vc, t[:2]), t[2], t[3]) for t in ts])
-                      for xs, ys, ts in op.products]
-            strassen_cuda.sum_leaf(op.m, op.n, op.k, self.va.strides[0], self.vb.strides[0],
-                                   self.vc.strides[0], alpha, beta, leaves, self.code,
-                                   self.stream)
-            return
-        leaves = [(self._ptr(self.wa, x), self._ptr(self.wb, y),
-                   [(self._ptr(self.vc, t[:2]), t[2]) for t in targets])
-                  for x, y, targets in op.products]
-        self._launch(self.wa.strides[0], self.wb.strides[0], op.m, op.k, op.n, leaves, alpha,
-                     beta, op.first)
-
-    def classical(self, xo, yo, co, m, k, n, alpha, beta, first, what):
-        if self.hook:
-            self.hook(what)
-        leaves = [(self._ptr(self.va, xo), self._ptr(self.vb, yo), [(self._ptr(self.vc, co), 1)])]
-        self._launch(self.va.strides[0], self.vb.strides[0], m, k, n, leaves, alpha, beta, first)
-
-    def _launch(self, ldx, ldy, m, k, n, leaves, alpha, beta, first):
-        ldc = self.vc.strides[0]
-        if self.mode != "cublas":
-            strassen_cuda.leaf(m, n, k, ldx, ldy, ldc, alpha, beta, first, leaves, self.code,
-                               self.stream)
-            return
-        buf = self.ws.get("m")
-        if buf is None or buf.shape[0] < m * n:
-            buf = self.ws["m"] = backend.empty_like_lib(self.lead, (m * n,), self.dtype)
-        mp = backend.device_view(buf).ptr
-        dev = self.lead.data.device_id if backend.is_cupy(self.lead) else self.lead.get_device()
-        for x, y, targets in leaves:
-            _cublas.gemm_strided_batched(
-                [(_cublas.OP_N, _cublas.OP_N, n, m, k, y, ldy, 0, x, ldx, 0, mp, n, 0, 1)],
-                dtype=self.dtype, device=dev, stream=self.stream,
-                cupy_owned=backend.is_cupy(self.lead))
-            strassen_cuda.add_targets(m, n, n, ldc, alpha, beta, first, [(mp, 0, targets)],
-                                      self.code, self.stream)
 
 
 def _cuda_operand(call, v):

@@ -18,7 +18,9 @@ extern "C" {
 #define KL_STRASSEN_MAX_TARGETS 16 /* signed C blocks one leaf adds into */
 
 /* Passes over `count` operand pairs: a[i] is a (2 mh) x (2 kh) block of A (quadrants
- * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7. */
+ * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7;
+ * 4 (CUDA, count 1): S1 out of place, the default mode's private copy fused with S1: reads
+ * src_a (leading dimension lds_a) and src_b, writes all four quadrants of a[0] and b[0]. */
 typedef struct {
   int32_t stage;
   int32_t count;
@@ -26,6 +28,8 @@ typedef struct {
   int64_t lda, ldb;
   void *a[KL_STRASSEN_MAX_BATCH];
   void *b[KL_STRASSEN_MAX_BATCH];
+  const void *src_a, *src_b;
+  int64_t lds_a, lds_b;
 } kl_strassen_pass;
 
 /* One leaf product X (m x k) . Y (k x n), added into its targets:

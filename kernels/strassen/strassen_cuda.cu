@@ -36,13 +36,21 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
   const int64_t ld = is_a ? p.lda : p.ldb;
   T *base = static_cast<T *>(is_a ? p.a[blk] : p.b[blk]);
+  const bool copy = p.stage == 4;  // S1 from the source into the private copy
+  const T *src = copy ? static_cast<const T *>(is_a ? p.src_a : p.src_b) : base;
+  const int64_t lds = copy ? (is_a ? p.lds_a : p.lds_b) : ld;
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
     T *q0 = base + i * ld + j, *q1 = q0 + cols, *q2 = q0 + rows * ld, *q3 = q2 + cols;
-    const T v0 = *q0, v1 = *q1, v2 = *q2, v3 = *q3;
+    const T *s0 = src + i * lds + j, *s2 = s0 + rows * lds;
+    const T v0 = s0[0], v1 = s0[cols], v2 = s2[0], v3 = s2[cols];
+    if (copy) {
+      *q0 = v0;
+      *q3 = v3;
+    }
     if (is_a) {
-      if (p.stage == 1) {  // A2 += A3; A1 += A0
+      if (p.stage == 1 || copy) {  // A2 += A3; A1 += A0
         *q2 = v2 + v3;
         *q1 = v1 + v0;
       } else if (p.stage == 2) {  // A0 += A3; A2 -= A0; A1 -= A0
@@ -57,7 +65,7 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
         *q2 = v2 + r;
       }
     } else {
-      if (p.stage == 1) {  // B1 -= B3; B2 -= B0
+      if (p.stage == 1 || copy) {  // B1 -= B3; B2 -= B0
         *q1 = v1 - v3;
         *q2 = v2 - v0;
       } else if (p.stage == 2) {  // B0 += B3; B1 += B0; B2 += B0
@@ -386,10 +394,10 @@ bool sm90_or_newer() {
 }
 
 // One launch of leaf_f64_mma<...>: the shared-memory attribute set once per instantiation.
-template <int BK, int ST, bool K16, int SA, int SB>
+template <int BK, int ST, bool K16, int SA, int SB, int WM = 2>
 int launch_f64_mma(const kl_strassen_sum_leaves &p, cudaStream_t s) {
-  constexpr size_t smem = kl_strassen::f64_leaf_smem<BK, ST, SA, SB>();
-  auto kernel = kl_strassen::leaf_f64_mma<BK, ST, K16, SA, SB>;
+  constexpr size_t smem = kl_strassen::f64_leaf_smem<BK, ST, SA, SB, WM>();
+  auto kernel = kl_strassen::leaf_f64_mma<BK, ST, K16, SA, SB, WM>;
   static bool attr = false;
   if (!attr) {
     const cudaError_t err =
@@ -397,10 +405,10 @@ int launch_f64_mma(const kl_strassen_sum_leaves &p, cudaStream_t s) {
     if (err != cudaSuccess) return cuda_fail(err, "leaf shared memory");
     attr = true;
   }
-  const int64_t gy = (p.m + kl_strassen::kF64BM - 1) / kl_strassen::kF64BM;
+  const int64_t gy = (p.m + 64 * WM - 1) / (64 * WM);
   const int64_t gx = (p.n + kl_strassen::kF64BN - 1) / kl_strassen::kF64BN;
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p.count));
-  kernel<<<grid, kl_strassen::kF64Threads, smem, s>>>(p, sum_vector_ok(&p) ? 1 : 0);
+  kernel<<<grid, 128 * WM, smem, s>>>(p, sum_vector_ok(&p) ? 1 : 0);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
 }
@@ -414,7 +422,7 @@ int launch_sum_leaves(const kl_strassen_sum_leaves &p, cudaStream_t s) {
     sa = p.leaf[l].nx > sa ? p.leaf[l].nx : sa;
     sb = p.leaf[l].ny > sb ? p.leaf[l].ny : sb;
   }
-  if (sa == 1 && sb == 1) return launch_f64_mma<16, 4, false, 1, 1>(p, s);
+  if (sa == 1 && sb == 1) return launch_f64_mma<32, 3, false, 1, 1>(p, s);
   if (sa <= 2 && sb == 1) return launch_f64_mma<16, 3, false, 2, 1>(p, s);
   if (sa == 1 && sb <= 2) return launch_f64_mma<16, 3, false, 1, 2>(p, s);
   if (sa <= 2 && sb <= 2) return launch_f64_mma<16, 2, false, 2, 2>(p, s);
@@ -431,8 +439,8 @@ dim3 rows_grid(int64_t cols, int64_t rows, int z) {
 }  // namespace
 
 extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
-  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 3 ||
-      p->mh < 0 || p->kh < 0 || p->nh < 0)
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 4 ||
+      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage == 4 && p->count > 1))
     return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
   if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
   const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;

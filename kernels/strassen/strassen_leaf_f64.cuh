@@ -32,17 +32,19 @@ constexpr int kF64BM = 128, kF64BN = 128, kF64Threads = 256;
 // Row pitches (doubles).  A: pitch = 8 (mod 16) makes the 16-byte fragment reads of a quarter
 // warp (rows g, g + 1; k pairs t) hit 8 distinct 16-byte bank groups.  B: pitch = 2 (mod 8)
 // makes the 8-byte reads of a half warp (k rows 2t, cols g) hit 16 distinct bank pairs.
-template <int BK>
+// WM: warps along m (2: 128-row tiles, one CTA an SM; 1: 64-row tiles, two CTAs an SM)
+template <int BK, int WM = 2>
 struct F64Tile {
+  static constexpr int BM = 64 * WM, THREADS = 128 * WM;
   static constexpr int PA = BK % 16 == 8 ? BK : BK + 8;
   static constexpr int PB = kF64BN + 2;
-  static constexpr int A = kF64BM * PA;  // doubles of one A slice
+  static constexpr int A = BM * PA;  // doubles of one A slice
   static constexpr int B = BK * PB;
 };
 
-template <int BK, int ST, int SA, int SB>
+template <int BK, int ST, int SA, int SB, int WM = 2>
 constexpr size_t f64_leaf_smem() {
-  return size_t(ST) * (SA * F64Tile<BK>::A + SB * F64Tile<BK>::B) * sizeof(double);
+  return size_t(ST) * (SA * F64Tile<BK, WM>::A + SB * F64Tile<BK, WM>::B) * sizeof(double);
 }
 
 __device__ __forceinline__ void mma_f64_k8(double (&d)[4], const double (&a)[4],
@@ -127,22 +129,22 @@ __device__ __forceinline__ void f64_epilogue_pair(const kl_strassen_sum_leaves &
 
 // blockIdx.z: the leaf; (x, y): the output tile.  vec: every pointer and leading dimension
 // allows 16-byte copies and pair stores (checked on the host).
-template <int BK, int ST, bool K16, int SA, int SB>
-__global__ void __launch_bounds__(kF64Threads, 1)
+template <int BK, int ST, bool K16, int SA, int SB, int WM = 2>
+__global__ void __launch_bounds__(128 * WM, 2 / WM)
     leaf_f64_mma(const __grid_constant__ kl_strassen_sum_leaves p, int vec) {
   static_assert(BK % (K16 ? 16 : 8) == 0 && BK >= 8, "k slice");
-  using Tile = F64Tile<BK>;
-  constexpr int PA = Tile::PA, PB = Tile::PB;
+  using Tile = F64Tile<BK, WM>;
+  constexpr int PA = Tile::PA, PB = Tile::PB, BM = Tile::BM, NT = Tile::THREADS;
   constexpr int STAGE = SA * Tile::A + SB * Tile::B;  // doubles of one ring stage
-  constexpr int ACH = kF64BM * BK / 2 / kF64Threads;  // 16-byte chunks a thread copies per slice
-  constexpr int BCH = BK * kF64BN / 2 / kF64Threads;
+  constexpr int ACH = BM * BK / 2 / NT;  // 16-byte chunks a thread copies per slice
+  constexpr int BCH = BK * kF64BN / 2 / NT;
   constexpr int ACPR = BK / 2;                        // chunks per A row
   KL_DYNAMIC_SMEM(smem);
   double *ring = reinterpret_cast<double *>(smem);
   const kl_strassen_sum_leaf &lf = p.leaf[blockIdx.z];
-  const int64_t bm = int64_t(blockIdx.y) * kF64BM, bn = int64_t(blockIdx.x) * kF64BN;
+  const int64_t bm = int64_t(blockIdx.y) * BM, bn = int64_t(blockIdx.x) * kF64BN;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps of 64 x 32
+  const int wm = warp >> 2, wn = warp & 3;  // WM x 4 warps of 64 x 32
   const int g = lane >> 2, t = lane & 3;
   const int64_t ktiles = (p.k + BK - 1) / BK;
   const bool vecb = vec != 0;
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(kF64Threads, 1)
       const double *X = static_cast<const double *>(lf.x[live ? s : 0]);
 #pragma unroll
       for (int i = 0; i < ACH; ++i) {
-        const int ch = tid + i * kF64Threads, r = ch / ACPR, cc = (ch % ACPR) * 2;
+        const int ch = tid + i * NT, r = ch / ACPR, cc = (ch % ACPR) * 2;
         f64_chunk(base + s * Tile::A + r * PA + cc, X, p.ldx, bm + r, k0 + cc, p.m, p.k, vecb,
                   live);
       }
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(kF64Threads, 1)
       const double *Y = static_cast<const double *>(lf.y[live ? s : 0]);
 #pragma unroll
       for (int i = 0; i < BCH; ++i) {
-        const int ch = tid + i * kF64Threads, r = ch >> 6, cc = (ch & 63) * 2;
+        const int ch = tid + i * NT, r = ch >> 6, cc = (ch & 63) * 2;
         f64_chunk(base + SA * Tile::A + s * Tile::B + r * PB + cc, Y, p.ldy, k0 + r, bn + cc,
                   p.k, p.n, vecb, live);
       }

@@ -14,10 +14,12 @@ cdef _check(int status):
     check_status(status)
 
 
-def run_pass(int stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs, int dtype, uintptr_t stream):
-    """One element-wise pass (1: S1, 2: S3+S4, 3: S6+S7) over the operand blocks, in place."""
+def run_pass(int stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs, int dtype, uintptr_t stream,
+             uintptr_t src_a=0, uintptr_t src_b=0, lds_a=0, lds_b=0):
+    """One element-wise pass (1: S1, 2: S3+S4, 3: S6+S7) over the operand blocks, in place;
+    4: S1 from src_a / src_b (leading dimensions lds_a, lds_b) into one pair of blocks."""
     cdef kl_strassen_pass c
-    fill_pass(&c, stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs)
+    fill_pass(&c, stage, mh, kh, nh, lda, ldb, a_ptrs, b_ptrs, src_a, src_b, lds_a, lds_b)
     cdef int status
     with nogil:
         status = kl_strassen_pass_cuda(&c, dtype, <void *> stream)

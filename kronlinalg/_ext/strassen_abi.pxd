@@ -13,6 +13,9 @@ cdef extern from "strassen.h" nogil:
         int64_t lda, ldb
         void *a[16]
         void *b[16]
+        const void *src_a
+        const void *src_b
+        int64_t lds_a, lds_b
 
     ctypedef struct kl_strassen_leaf:
         const void *x
@@ -58,8 +61,12 @@ cdef extern from "strassen.h" nogil:
 
 
 cdef inline int fill_pass(kl_strassen_pass *c, int stage, int64_t mh, int64_t kh, int64_t nh,
-                          int64_t lda, int64_t ldb, a_ptrs, b_ptrs) except -1:
-    # a_ptrs, b_ptrs: the blocks' addresses (ints)
+                          int64_t lda, int64_t ldb, a_ptrs, b_ptrs, uintptr_t src_a=0,
+                          uintptr_t src_b=0, int64_t lds_a=0, int64_t lds_b=0) except -1:
+    # a_ptrs, b_ptrs: the blocks' addresses (ints); src_*: stage 4's sources
+    c.src_a = <const void *> src_a
+    c.src_b = <const void *> src_b
+    c.lds_a, c.lds_b = lds_a, lds_b
     cdef Py_ssize_t n = len(a_ptrs), i
     if n > KL_STRASSEN_MAX_BATCH or len(b_ptrs) != n:
         raise ValueError("strassen pass: too many blocks in one launch")

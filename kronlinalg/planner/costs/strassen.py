@@ -177,6 +177,14 @@ def reloaded_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -
     return tuple(out)
 
 
+def private_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
+    """The schedule on a private copy of a and b (the default mode): the recovery passes after
+    the last leaf launch are dropped (they would restore a copy that is thrown away)."""
+    sched = schedule(m, k, n, levels, first)
+    last = max(i for i, op in enumerate(sched) if isinstance(op, Leaf))
+    return sched[:last + 1]
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -224,13 +232,13 @@ def normalise(shapes, options) -> dict:
     return {"batch": batch, "m": m, "k": k, "n": n, "flops": 2.0 * batch * m * n * k}
 
 
-def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
+def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0, k0=None):
     """flop/s of `count` GEMMs m x k x n launched together: the profile's large-GEMM rate, cut by
     wave quantisation (GPU: output tiles over SMs) and by short inner dimensions (fraction < 1:
     the leaf kernel, whose rate falls faster with k)."""
     rate = prof.flops(dtype) * fraction
     if fraction < 1.0:
-        rate *= k / (k + LEAF_K0)
+        rate *= k / (k + (LEAF_K0[dtype] if k0 is None else k0))
     if kind == "cuda":
         tiles = count * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
         waves = math.ceil(tiles / prof.units)
@@ -244,14 +252,17 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
 
 
 # The CUDA leaf kernel's rate relative to the profile's vendor GEMM rate, measured on an H100
-# SXM (2026-11-26, benchmarks/data/strassen_h100_2026-11-26.json: the per-stage table's leaf
-# launches and the FP32 cases): DMMA m8n8k4 FP64 23-26 TFLOP/s, FFMA FP32 ~0.83 of cuBLAS.
-# Its rate also falls with the leaf's k faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on
-# the leaves of 2048..8192 of that run).
-LEAF_FRACTION = {"float64": 0.475, "float32": 0.85}
-LEAF_K0 = 256.0
-# the sum leaves of strassen_reloaded (X, Y sums of 2 sources formed while loading)
-RELOADED_FRACTION = {"float64": 0.8}
+# SXM (2026-11-26, benchmarks/data/strassen_h100_2026-11-26b.json: the per-stage table's leaf
+# launches and the FP32 cases): DMMA m16n8k8 FP64 31-37 TFLOP/s at k = 2048..8192 (the m8n8k4
+# kernel before: 23-26), FFMA FP32 ~0.83 of cuBLAS.  Its rate also falls with the leaf's k
+# faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on the leaves of k = 512..8192).
+LEAF_FRACTION = {"float64": 0.67, "float32": 0.85}
+LEAF_K0 = {"float64": 608.0, "float32": 256.0}
+# The sum leaves of strassen_reloaded by how many operands are sums of 2 sources (each source
+# has its own tiles to load and its fragments to add: 0.45-0.5 of cuBLAS, fitted on the same
+# run's per-stage table at k = 2048..8192, with k / (k + 150)).
+RELOADED_FRACTION = {0: 0.67, 1: 0.51, 2: 0.45}
+RELOADED_K0 = 150.0
 
 
 def _leaf_fraction(problem, name):
@@ -259,8 +270,7 @@ def _leaf_fraction(problem, name):
     info = problem.info
     if name == "strassen_cublas" or problem.kind == "cpu":
         return 1.0
-    table = RELOADED_FRACTION if name == "strassen_reloaded" else LEAF_FRACTION
-    return info.get("leaf_fraction", table).get(problem.dtype, 0.5)
+    return info.get("leaf_fraction", LEAF_FRACTION).get(problem.dtype, 0.5)
 
 
 def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
@@ -290,17 +300,21 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     if name == "strassen_reloaded":
         for op in reloaded_schedule(mc, kc, nc, levels):
             cnt = len(op.products)
+            xs, ys = op.products[0][:2]
+            sums = (len(xs) > 1) + (len(ys) > 1)
             rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
-                              fraction)
+                              RELOADED_FRACTION[sums], RELOADED_K0)
             c_rw = sum(1 if t[3] else 2 for p in op.products for t in p[2])
             out.append((label(op), 2.0 * cnt * op.m * op.n * op.k / rate
                         + c_rw * op.m * op.n * s_e / bw + launch))
         return out
-    for op in schedule(mc, kc, nc, levels):
+    private = not problem.options.get("overwrite")
+    fused_copy = private and problem.kind == "cuda"  # the copy and the first S1 in one pass
+    for i, op in enumerate((private_schedule if private else schedule)(mc, kc, nc, levels)):
         if isinstance(op, Pass):
-            nbytes = (PASS_ACCESSES[op.stage] * len(op.blocks) * s_e
-                      * (op.mh * op.kh + op.kh * op.nh))
-            out.append((label(op), nbytes / bw + launch))
+            acc = 8 if fused_copy and i == 0 else PASS_ACCESSES[op.stage]
+            nbytes = acc * len(op.blocks) * s_e * (op.mh * op.kh + op.kh * op.nh)
+            out.append(("copy+S1" if fused_copy and i == 0 else label(op), nbytes / bw + launch))
             continue
         cnt = len(op.products)
         targets = sum(len(p[2]) for p in op.products)
@@ -309,8 +323,13 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         t = 2.0 * cnt * op.m * op.n * op.k / rate
         c_rw = 1 if op.first else 2  # beta = 0 on the first write: C is not read
         if name == "strassen_cublas" or problem.kind == "cpu":
-            # M written once, read once, each target read and written
-            t += (cnt * 2 + targets * c_rw) * op.m * op.n * s_e / bw + cnt * launch
+            # M written once, read once, each target read and written; a one-target float64
+            # cuBLAS leaf goes straight into its C block (cuBLAS's beta: C's traffic only)
+            for p in op.products:
+                direct = (name == "strassen_cublas" and problem.dtype == "float64"
+                          and len(p[2]) == 1)
+                units = c_rw if direct else 2 + len(p[2]) * c_rw
+                t += units * op.m * op.n * s_e / bw + (0.0 if direct else launch)
         else:
             t += targets * c_rw * op.m * op.n * s_e / bw  # the multi-target epilogue
         out.append((label(op), t + launch))
@@ -318,9 +337,10 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
 
 
 def _copies(problem, prof, name="strassen"):
-    """Default mode copies a and b into the workspace: read + write each once."""
+    """Default mode copies a and b into the workspace: read + write each once (CPU; on CUDA
+    the copy is fused with the first pass and priced there)."""
     info = problem.info
-    if problem.options.get("overwrite") or name == "strassen_reloaded":
+    if problem.options.get("overwrite") or name == "strassen_reloaded" or problem.kind == "cuda":
         return 0.0
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     return 2.0 * info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]) * s_e / prof.bandwidth
