@@ -125,7 +125,8 @@ def main():
     print("\n| dtype | N | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
           "predicted ms | max err / cuBLAS err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 16384), (np.float32, 16384)]
+    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 12288), (np.float64, 16384),
+             (np.float32, 16384)]
     for dtype, n in cases:
         if left() < 0.25 * args.budget:
             break
@@ -190,7 +191,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for n in (4096, 8192, 16384):
         a, b = rand(n, n, np.float64, 7), rand(n, n, np.float64, 8)
-        for algo, L in (("strassen", 1), ("strassen", 2), ("strassen", 3),
+        for algo, L in (("strassen_cublas", 1), ("strassen_cublas", 2), ("strassen_cublas", 3),
+                        ("strassen", 1), ("strassen", 2), ("strassen", 3),
                         ("strassen_reloaded", 1)):
             if left() < 0.1 * args.budget:
                 break

@@ -243,12 +243,18 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     if L == 0:
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
-    ex.prepare_core(mc, kc, nc)
-    sched = (costs.reloaded_schedule if getattr(ex, "mode", "") == "reloaded" else
-             costs.private_schedule if ex.copy else costs.schedule)
-    for op in sched(mc, kc, nc, L, first):
+    mode = getattr(ex, "mode", "")
+    if mode == "cublas" and ex.copy and L == 1:  # the sums workspace: no copy, no S3+S4
+        ops = costs.sums_schedule(mc, kc, nc, first)
+    else:
+        ex.prepare_core(mc, kc, nc)
+        ops = (costs.reloaded_schedule if mode == "reloaded" else
+               costs.private_schedule if ex.copy else costs.schedule)(mc, kc, nc, L, first)
+    for op in ops:
         if isinstance(op, costs.Pass):
             ex.pass_(op)
+        elif isinstance(op, costs.Sums):
+            ex.sums(op)
         else:
             ex.leaf(op, alpha, beta)
 

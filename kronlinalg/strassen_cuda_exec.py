@@ -73,9 +73,31 @@ class CudaExecutor:
                                [self._ptr(self.wb, y) for _, y in op.blocks], self.code,
                                self.stream)
 
+    def sums(self, op):
+        """The five A sums and five B sums of Strassen's products into the workspace."""
+        if self.hook:
+            self.hook(op)
+        sa = backend.device_view(self._buffer("sa", (5 * op.mh, op.kh)))
+        sb = backend.device_view(self._buffer("sb", (5 * op.kh, op.nh)))
+        self.sa, self.sb = sa, sb
+        strassen_cuda.run_pass(5, op.mh, op.kh, op.nh, op.kh, op.nh,
+                               [self._ptr(sa, (i * op.mh, 0)) for i in range(5)],
+                               [self._ptr(sb, (i * op.kh, 0)) for i in range(5)], self.code,
+                               self.stream, self.va.ptr, self.vb.ptr, self.va.strides[0],
+                               self.vb.strides[0])
+
+    def _source(self, src):
+        view = {"a": self.va, "b": self.vb, "sa": self.sa, "sb": self.sb}[src[0]]
+        return self._ptr(view, src[1:]), view.strides[0]
+
     def leaf(self, op, alpha, beta):
         if self.hook:
             self.hook(op)
+        if isinstance(op, costs.SumProduct):
+            (x, ldx), (y, ldy) = self._source(op.x), self._source(op.y)
+            targets = [(self._ptr(self.vc, t[:2]), t[2], t[3]) for t in op.targets]
+            self._launch(ldx, ldy, op.m, op.k, op.n, [(x, y, targets)], alpha, beta, False)
+            return
         if isinstance(op, costs.SumLeaf):  # operand sums formed by the kernel while loading
             leaves = [([(self._ptr(self.va, x[:2]), x[2]) for x in xs],
                        [(self._ptr(self.vb, y[:2]), y[2]) for y in ys],
@@ -109,8 +131,9 @@ class CudaExecutor:
         mp = backend.device_view(buf).ptr
         dev = self.lead.data.device_id if backend.is_cupy(self.lead) else self.lead.get_device()
         for x, y, targets in leaves:
+            fresh = first or (len(targets) == 1 and len(targets[0]) > 2 and targets[0][2])
             if len(targets) == 1 and self._gemm_into(m, n, k, x, ldx, y, ldy, targets[0], ldc,
-                                                     alpha, beta if first else 1.0):
+                                                     alpha, beta if fresh else 1.0):
                 continue
             _cublas.gemm_strided_batched(
                 [(_cublas.OP_N, _cublas.OP_N, n, m, k, y, ldy, 0, x, ldx, 0, mp, n, 0, 1)],

@@ -354,6 +354,32 @@ def test_reloaded_schedule_as_algebra(rng, levels):
     np.testing.assert_allclose(C, a @ b + beta * c0, atol=1e-12)
 
 
+def test_sums_schedule_as_algebra(rng):
+    """strassen_cublas's one-level default mode replayed with NumPy: the ten sums formed in
+    the kernel's order, seven products from sums and plain quadrants, beta once per block."""
+    n, beta = 16, 0.7
+    a, b, c0 = (rng.standard_normal((n, n)) for _ in range(3))
+    h = n // 2
+    qa = [a[(q >> 1) * h:(q >> 1) * h + h, (q & 1) * h:(q & 1) * h + h] for q in range(4)]
+    qb = [b[(q >> 1) * h:(q >> 1) * h + h, (q & 1) * h:(q & 1) * h + h] for q in range(4)]
+    sa = np.vstack([qa[0] + qa[3], qa[2] + qa[3], qa[0] + qa[1], qa[2] - qa[0], qa[1] - qa[3]])
+    sb = np.vstack([qb[0] + qb[3], qb[1] - qb[3], qb[2] - qb[0], qb[0] + qb[1], qb[2] + qb[3]])
+    src = {"a": a, "b": b, "sa": sa, "sb": sb}
+    C = c0.copy()
+    ops = costs.sums_schedule(n, n, n)
+    assert isinstance(ops[0], costs.Sums) and len(ops) == 8
+    fresh = 0
+    for op in ops[1:]:
+        x = src[op.x[0]][op.x[1]:op.x[1] + op.m, op.x[2]:op.x[2] + op.k]
+        y = src[op.y[0]][op.y[1]:op.y[1] + op.k, op.y[2]:op.y[2] + op.n]
+        for r, c, sg, first in op.targets:
+            blk = C[r:r + op.m, c:c + op.n]
+            blk[...] = sg * (x @ y) + (beta if first else 1.0) * blk
+            fresh += first
+    assert fresh == 4
+    np.testing.assert_allclose(C, a @ b + beta * c0, atol=1e-12)
+
+
 def test_planner():
     choices = kronlinalg.plan("strassen_matmul", (64, 64), (64, 64), levels=None,
                               overwrite=False)

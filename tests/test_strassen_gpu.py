@@ -1,6 +1,6 @@
 """strassen_matmul's CUDA kernels at the issue's sizes: the m16n8k8 FP64 leaf ("strassen", levels
-0-4) and Strassen reloaded (sum leaves, 1 level), float64, N in {1001, 2048, 4096, 4097} and
-3000x5000 @ 5000x1234, alpha 0.7, beta in {0, -0.3}; the error against an extended-precision
+0-4), Strassen reloaded (sum leaves, 1 level) and strassen_cublas (1 level: the sums
+workspace; 2 levels), float64, N in {1001, 2048, 4096, 4097} and 3000x5000 @ 5000x1234, alpha 0.7, beta in {0, -0.3}; the error against an extended-precision
 reference on sampled rows, at most 2·3^L times cuBLAS's; inputs bitwise untouched, two calls
 bitwise identical."""
 
@@ -16,7 +16,8 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = [(1001, 1001, 1001), (2048, 2048, 2048), (4096, 4096, 4096), (4097, 4097, 4097),
           (3000, 5000, 1234)]
-CASES = [("strassen", L) for L in range(5)] + [("strassen_reloaded", 1)]
+CASES = ([("strassen", L) for L in range(5)] + [("strassen_reloaded", 1)]
+         + [("strassen_cublas", L) for L in (1, 2)])
 EPS = np.finfo(np.float64).eps
 
 

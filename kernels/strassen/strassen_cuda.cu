@@ -29,6 +29,35 @@ int cuda_fail(cudaError_t err, const char *what) {
 // ---------------------------------------------------------------------------------------------
 // passes: blockIdx.z = 2 * block + (0: A quadrants, 1: B quadrants); x over columns, y over rows
 
+// stage 5: the five sums of Strassen's original products, out of place
+template <typename T>
+__device__ __forceinline__ void sums_rows(const kl_strassen_pass &p, bool is_a) {
+  const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
+  const int64_t ld = is_a ? p.lda : p.ldb, lds = is_a ? p.lds_a : p.lds_b;
+  const T *src = static_cast<const T *>(is_a ? p.src_a : p.src_b);
+  T *const *dst = reinterpret_cast<T *const *>(is_a ? p.a : p.b);
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const T *s0 = src + i * lds + j, *s2 = s0 + rows * lds;
+    const T v0 = s0[0], v1 = s0[cols], v2 = s2[0], v3 = s2[cols];
+    const int64_t o = i * ld + j;
+    if (is_a) {
+      dst[0][o] = v0 + v3;
+      dst[1][o] = v2 + v3;
+      dst[2][o] = v0 + v1;
+      dst[3][o] = v2 - v0;
+      dst[4][o] = v1 - v3;
+    } else {
+      dst[0][o] = v0 + v3;
+      dst[1][o] = v1 - v3;
+      dst[2][o] = v2 - v0;
+      dst[3][o] = v0 + v1;
+      dst[4][o] = v2 + v3;
+    }
+  }
+}
+
 template <typename T>
 __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int blk = blockIdx.z >> 1;
@@ -36,6 +65,10 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
   const int64_t ld = is_a ? p.lda : p.ldb;
   T *base = static_cast<T *>(is_a ? p.a[blk] : p.b[blk]);
+  if (p.stage == 5) {
+    sums_rows<T>(p, is_a);
+    return;
+  }
   const bool copy = p.stage == 4;  // S1 from the source into the private copy
   const T *src = copy ? static_cast<const T *>(is_a ? p.src_a : p.src_b) : base;
   const int64_t lds = copy ? (is_a ? p.lds_a : p.lds_b) : ld;
@@ -333,15 +366,15 @@ __global__ void targets_kernel(const __grid_constant__ kl_strassen_leaves p) {
   const kl_strassen_leaf &lf = p.leaf[blockIdx.z];
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= p.n) return;
-  const bool read_c = !p.first || p.beta != 0.0;
   const T beta = T(p.beta);
   for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
     const T v = static_cast<const T *>(lf.x)[i * p.ldx + j];
     for (int t = 0; t < lf.ntargets; ++t) {
+      const bool first = p.first || ((lf.fresh >> t) & 1u);
       const T coef = T(((lf.negative >> t) & 1u) ? -p.alpha : p.alpha);
       T *c = static_cast<T *>(lf.c[t]) + i * p.ldc + j;
       T o = coef * v;
-      if (read_c) o += p.first ? beta * *c : *c;
+      if (!first || p.beta != 0.0) o += first ? beta * *c : *c;
       *c = o;
     }
   }
@@ -439,8 +472,8 @@ dim3 rows_grid(int64_t cols, int64_t rows, int z) {
 }  // namespace
 
 extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
-  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 4 ||
-      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage == 4 && p->count > 1))
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 5 ||
+      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage >= 4 && p->count > 1))
     return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
   if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
   const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;
@@ -480,7 +513,7 @@ extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, voi
       d.xneg = d.yneg = 0;
       d.ntargets = o.ntargets;
       d.negative = o.negative;
-      d.fresh = p->first ? 0xffffffffu : 0u;
+      d.fresh = (p->first ? 0xffffffffu : 0u) | o.fresh;
       for (int t = 0; t < o.ntargets; ++t) d.c[t] = o.c[t];
     }
     return launch_sum_leaves(q, s);

@@ -23,6 +23,7 @@ cdef extern from "strassen.h" nogil:
         int32_t ntargets
         uint32_t negative
         void *c[16]
+        uint32_t fresh
 
     ctypedef struct kl_strassen_leaves:
         int32_t count
@@ -82,9 +83,10 @@ cdef inline int fill_pass(kl_strassen_pass *c, int stage, int64_t mh, int64_t kh
 cdef inline int fill_leaves(kl_strassen_leaves *c, int64_t m, int64_t n, int64_t k, int64_t ldx,
                             int64_t ldy, int64_t ldc, double alpha, double beta, bint first,
                             leaves) except -1:
-    # leaves: [(x ptr, y ptr, ((c ptr, sign), ...)), ...]
+    # leaves: [(x ptr, y ptr, ((c ptr, sign[, fresh]), ...)), ...] (fresh: that target's first
+    # write, beta applies, as with `first`; CUDA target update only)
     cdef Py_ssize_t nl = len(leaves), i, t
-    cdef uint32_t neg
+    cdef uint32_t neg, fresh
     if nl > KL_STRASSEN_MAX_BATCH:
         raise ValueError("strassen leaves: too many products in one launch")
     c.count = <int32_t> nl
@@ -99,11 +101,15 @@ cdef inline int fill_leaves(kl_strassen_leaves *c, int64_t m, int64_t n, int64_t
         c.leaf[i].y = <const void *> <uintptr_t> y
         c.leaf[i].ntargets = <int32_t> len(targets)
         neg = 0
+        fresh = 0
         for t in range(len(targets)):
             c.leaf[i].c[t] = <void *> <uintptr_t> targets[t][0]
             if targets[t][1] < 0:
                 neg |= (<uint32_t> 1) << t
+            if len(targets[t]) > 2 and targets[t][2]:
+                fresh |= (<uint32_t> 1) << t
         c.leaf[i].negative = neg
+        c.leaf[i].fresh = fresh
     return 0
 
 

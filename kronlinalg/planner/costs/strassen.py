@@ -33,6 +33,7 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
+           "sums_schedule", "Sums", "SumProduct", "private_schedule",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -185,6 +186,56 @@ def private_schedule(m: int, k: int, n: int, levels: int, first: bool = True) ->
     return sched[:last + 1]
 
 
+# strassen_cublas at one level, default mode: one pass forms the five A sums and five B sums
+# of Strassen's original products into a workspace (5/4·(m·k + k·n) elements) from the
+# untouched a and b; the seven cuBLAS products read those and the plain quadrants.  The pass
+# kernel writes the sums in this order: the products (indices into RELOADED) whose A (B)
+# operand is sum 0..4.
+SUMS_A = (0, 1, 4, 5, 6)
+SUMS_B = (0, 2, 3, 5, 6)
+
+
+class Sums(NamedTuple):
+    """The operand-sums pass: A's (mh x kh) and B's (kh x nh) five sums each."""
+
+    mh: int
+    kh: int
+    nh: int
+
+
+class SumProduct(NamedTuple):
+    """Product `index` (0..6: Strassen's M1..M7) of m x k @ k x n: x, y = (source, row, col)
+    with source "a"/"b" (the operand) or "sa"/"sb" (the sums workspace); targets ((row, col,
+    sign, fresh), ...)."""
+
+    index: int
+    m: int
+    k: int
+    n: int
+    x: tuple
+    y: tuple
+    targets: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
+    """One level of Strassen on an m x k @ k x n core (even sizes) through a sums workspace."""
+    if m % 2 or k % 2 or n % 2:
+        raise ValueError(f"the core {m}x{k}x{n} is not even")
+    mh, kh, nh = m // 2, k // 2, n // 2
+    out, written = [Sums(mh, kh, nh)], set()
+    for i, (xs, ys, ts) in enumerate(RELOADED):
+        x = (("sa", SUMS_A.index(i) * mh, 0) if len(xs) > 1
+             else ("a",) + _quad((0, 0), xs[0][0], mh, kh))
+        y = (("sb", SUMS_B.index(i) * kh, 0) if len(ys) > 1
+             else ("b",) + _quad((0, 0), ys[0][0], kh, nh))
+        tt = tuple(_quad((0, 0), q, mh, nh) + (sg, first and _quad((0, 0), q, mh, nh) not in
+                                               written) for q, sg in ts)
+        written.update(t[:2] for t in tt)
+        out.append(SumProduct(i, mh, kh, nh, x, y, tt))
+    return tuple(out)
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -192,6 +243,10 @@ def label(op) -> str:
     """A launch's row in the per-stage table: its pass, or its leaves' innermost group."""
     if isinstance(op, Pass):
         return STAGE_NAMES[op.stage]
+    if isinstance(op, Sums):
+        return "sums"
+    if isinstance(op, SumProduct):
+        return f"M{op.index + 1}"
     if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
         return "{" + ",".join(f"M{i + 1}" for i in op.group[-1]) + "}"
     return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"
@@ -309,6 +364,19 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
                         + c_rw * op.m * op.n * s_e / bw + launch))
         return out
     private = not problem.options.get("overwrite")
+    if private and name == "strassen_cublas" and problem.kind == "cuda" and levels == 1:
+        for op in sums_schedule(mc, kc, nc):
+            if isinstance(op, Sums):  # reads 4 quadrants, writes 5 sums, of A and of B
+                nbytes = 9 * s_e * (op.mh * op.kh + op.kh * op.nh)
+                out.append(("sums", nbytes / bw + launch))
+                continue
+            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+            c_units = [1 if t[3] else 2 for t in op.targets]
+            direct = problem.dtype == "float64" and len(op.targets) == 1
+            units = c_units[0] if direct else 2 + sum(c_units)
+            out.append((label(op), 2.0 * op.m * op.n * op.k / rate
+                        + units * op.m * op.n * s_e / bw + launch * (1 if direct else 2)))
+        return out
     fused_copy = private and problem.kind == "cuda"  # the copy and the first S1 in one pass
     for i, op in enumerate((private_schedule if private else schedule)(mc, kc, nc, levels)):
         if isinstance(op, Pass):
