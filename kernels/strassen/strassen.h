@@ -21,7 +21,7 @@ extern "C" {
  * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7;
  * 4 (CUDA, count 1): S1 out of place, the default mode's private copy fused with S1: reads
  * src_a (leading dimension lds_a) and src_b, writes all four quadrants of a[0] and b[0];
- * 5 (CUDA, count 1): the five operand sums of Strassen's original products from src_a's
+ * 5 (CUDA, count 5): the five operand sums of Strassen's original products from src_a's
  * quadrants into the mh x kh blocks a[0..4] (A0+A3, A2+A3, A0+A1, A2-A0, A1-A3; leading
  * dimension lda) and from src_b's into b[0..4] (B0+B3, B1-B3, B2-B0, B0+B1, B2+B3). */
 typedef struct {

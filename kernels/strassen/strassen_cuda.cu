@@ -473,11 +473,12 @@ dim3 rows_grid(int64_t cols, int64_t rows, int z) {
 
 extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
   if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 5 ||
-      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage >= 4 && p->count > 1))
+      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage == 4 && p->count > 1) ||
+      (p->stage == 5 && p->count != 5))
     return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
   if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
   const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;
-  const dim3 grid = rows_grid(cols, rows, 2 * p->count);
+  const dim3 grid = rows_grid(cols, rows, p->stage == 5 ? 2 : 2 * p->count);  // 5: one pair
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == 0)
     pass_kernel<float><<<grid, 256, 0, s>>>(*p);
