@@ -373,7 +373,7 @@ def _run_cpu(call):
 def _classical(call):
     xp = call.xp
     dt = getattr(xp, call.dtype)
-    a, b = xp.astype(call.a, dt), xp.astype(call.b, dt)
+    a, b = xp.astype(call.a, dt, copy=False), xp.astype(call.b, dt, copy=False)  # no copies
     out = xp.matmul(a, b)
     if call.alpha != 1.0:
         out = call.alpha * out
@@ -560,7 +560,8 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
         dtype with rows of unit stride, and c not overlapping them (ValueError otherwise).
     algorithm : {"auto", "classical", "strassen", "strassen_cublas", "strassen_reloaded"}
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
-        buffer (N²/4^levels elements).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
+        buffer (N²/4^levels elements); at one level the ten operand sums of Strassen's
+        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
         Strassen's products with the operand sums formed while loading; a and b only read,
         no workspace in either mode, error like one MSMES level.
 

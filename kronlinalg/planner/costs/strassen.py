@@ -374,8 +374,9 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             c_units = [1 if t[3] else 2 for t in op.targets]
             direct = problem.dtype == "float64" and len(op.targets) == 1
             units = c_units[0] if direct else 2 + sum(c_units)
-            out.append((label(op), 2.0 * op.m * op.n * op.k / rate
-                        + units * op.m * op.n * s_e / bw + launch * (1 if direct else 2)))
+            t = (2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw
+                 + launch * (1 if direct else 2))
+            out.append((label(op), max(t, CUBLAS_HOST_S)))
         return out
     fused_copy = private and problem.kind == "cuda"  # the copy and the first S1 in one pass
     for i, op in enumerate((private_schedule if private else schedule)(mc, kc, nc, levels)):
@@ -398,6 +399,8 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
                           and len(p[2]) == 1)
                 units = c_rw if direct else 2 + len(p[2]) * c_rw
                 t += units * op.m * op.n * s_e / bw + (0.0 if direct else launch)
+            if name == "strassen_cublas" and problem.kind == "cuda":
+                t = max(t, cnt * CUBLAS_HOST_S)
         else:
             t += targets * c_rw * op.m * op.n * s_e / bw  # the multi-target epilogue
         out.append((label(op), t + launch))
@@ -453,12 +456,25 @@ def predict_strassen_cublas(problem, prof):
     return predict_strassen(problem, prof, "strassen_cublas")
 
 
+# One long cuBLAS DGEMM runs below the short-GEMM rate on the H100 (the FP64 tensor cores'
+# sustained clock; 2026-11-26b: 58 and 55 TFLOP/s at N = 4096 and 8192, 50.9 at 12288 and
+# 16384): the classical prediction ramps down by up to 10 % from 20 to 60 ms.  Strassen's
+# leaves, separated by bandwidth-bound passes, measured within 5 % of the short-GEMM rate.
+DGEMM_SUSTAINED_DROP = 0.10
+# strassen_cublas issues each leaf product from Python (a cuBLAS call and a target-update
+# launch): about 36 us of host time a product, which bounds launches of small leaves
+# (2026-11-26b: N = 4096, 3 levels, 512^3 leaves: 33-42 us a product).
+CUBLAS_HOST_S = 36e-6
+
+
 def predict_classical(problem, prof):
     info = problem.info
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     rate = _gemm_rate(prof, problem.dtype, info["m"], info["n"], info["k"], info["batch"],
                       (128, 128), problem.kind)
     t = info["flops"] / max(rate, 1.0)
+    if problem.kind == "cuda" and problem.dtype == "float64":
+        t /= 1.0 - DGEMM_SUSTAINED_DROP * min(1.0, max(0.0, (t - 0.02) / 0.04))
     nbytes = info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]
                               + 2 * info["m"] * info["n"]) * s_e
     seconds = max(t, nbytes / prof.bandwidth) + prof.launch_s
