@@ -125,7 +125,8 @@ def main():
     print("\n| dtype | N | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
           "predicted ms | max err / cuBLAS err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 16384), (np.float32, 16384)]
+    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 12288), (np.float64, 16384),
+             (np.float32, 16384)]
     for dtype, n in cases:
         if left() < 0.25 * args.budget:
             break
@@ -142,10 +143,12 @@ def main():
                 "tflops_cublas": 2.0 * n ** 3 / t_cp / 1e12}
         print(f"| {name} | {n} | cuBLAS (cupy) | 0 | - | {t_cp * 1e3:.2f} | 1.000 | "
               f"{t_th / t_cp:.3f} | - | - |", flush=True)
-        for algo in ("strassen", "strassen_cublas"):
+        for algo in ("strassen", "strassen_cublas", "strassen_reloaded"):
             for L in (1, 2, 3):
                 for ow in (False, True):
-                    if algo == "strassen_cublas" and ow:
+                    if algo != "strassen" and ow:
+                        continue
+                    if algo == "strassen_reloaded" and (L > 1 or name != "float64"):
                         continue
                     if left() < 0.2 * args.budget:
                         break
@@ -168,25 +171,39 @@ def main():
                     print(f"| {name} | {n} | {algo} | {L} | {'overwrite' if ow else 'default'} | "
                           f"{t * 1e3:.2f} | {t_cp / t:.3f} | {t_th / t:.3f} | "
                           f"{row['predicted_s'] * 1e3:.2f} | {err:.2e} |", flush=True)
+        # what the planner picks (levels=None, algorithm="auto") and what it measures
+        pick = kronlinalg.plan("strassen_matmul", (n, n), (n, n), dtype=name, device=a,
+                               levels=None, overwrite=False)[0]
+        t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b), args.reps)
+        res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
+                             "levels": pick.details.get("levels"), "s": t_auto,
+                             "vs_cupy": t_cp / t_auto})
+        print(f"| {name} | {n} | auto -> {pick.name} | {pick.details.get('levels')} | default | "
+              f"{t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | {t_th / t_auto:.3f} | "
+              f"{pick.details.get('model_s', pick.seconds) * 1e3:.2f} | - |", flush=True)
         save()
         del a, b, ref
         cp.get_default_memory_pool().free_all_blocks()
 
     # 3. per-stage timing
-    print("\n| dtype | N | levels | stage | launches | measured ms | predicted ms | pred/meas |")
+    print("\n| algorithm (float64) | N | levels | stage | launches | measured ms | predicted ms "
+          "| pred/meas |")
     print("|---|---|---|---|---|---|---|---|")
     for n in (4096, 8192, 16384):
         a, b = rand(n, n, np.float64, 7), rand(n, n, np.float64, 8)
-        for L in (1, 2, 3):
+        for algo, L in (("strassen_cublas", 1), ("strassen_cublas", 2), ("strassen_cublas", 3),
+                        ("strassen", 1), ("strassen", 2), ("strassen", 3),
+                        ("strassen_reloaded", 1)):
             if left() < 0.1 * args.budget:
                 break
-            rows = strassen.stage_times(a, b, levels=L, repeats=args.reps)
+            rows = strassen.stage_times(a, b, levels=L, algorithm=algo, repeats=args.reps)
             tot_m = sum(r[1] for r in rows)
             tot_p = sum(r[2] for r in rows)
             for lab, meas, pred, cnt in rows + [("total", tot_m, tot_p, 0)]:
-                res["stages"].append({"N": n, "levels": L, "stage": lab, "launches": cnt,
+                res["stages"].append({"N": n, "algorithm": algo, "levels": L, "stage": lab,
+                                      "launches": cnt,
                                       "measured_s": meas, "predicted_s": pred})
-                print(f"| float64 | {n} | {L} | {lab} | {cnt} | {meas * 1e3:.3f} | "
+                print(f"| {algo} | {n} | {L} | {lab} | {cnt} | {meas * 1e3:.3f} | "
                       f"{pred * 1e3:.3f} | {pred / meas if meas else float('nan'):.2f} |",
                       flush=True)
         save()

@@ -1,5 +1,6 @@
 """Small strassen_matmul calls for compute-sanitizer (memcheck / racecheck): every level 0..4,
-both dtypes, both CUDA algorithms, odd and unaligned shapes, overwrite mode.
+both dtypes, the three CUDA algorithms (reloaded: float64, one level), odd and unaligned
+shapes, overwrite mode.
 
     compute-sanitizer --tool memcheck python benchmarks/strassen_sanitize.py
 """
@@ -20,9 +21,15 @@ for dtype in (np.float64, np.float32):
         big_b = rng.standard_normal((k + 1, n + 1)).astype(dtype)
         for a, b in ((big_a[:m, :k], big_b[:k, :n]), (big_a[1:, 1:], big_b[1:, 1:])):
             ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
-            for algo in (("strassen",) if quick else ("strassen", "strassen_cublas")):
+            algos = ("strassen", "strassen_cublas", "strassen_reloaded")
+            if quick:
+                algos = ("strassen", "strassen_reloaded")
+            for algo in algos:
+                if algo == "strassen_reloaded" and dtype != np.float64:
+                    continue
                 # every level of our kernels; cuBLAS's leaves (slow under the sanitizer) at one
-                for L in ((2,) if quick or algo == "strassen_cublas" else range(5)):
+                levels = (2,) if quick else (1, 2) if algo == "strassen_cublas" else range(5)
+                for L in ((1,) if algo == "strassen_reloaded" else levels):
                     out = strassen.strassen_matmul(a, b, levels=L, algorithm=algo)
                     err = np.abs(cp.asnumpy(out) - ref).max() / np.abs(ref).max()
                     worst = max(worst, err)

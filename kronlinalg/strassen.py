@@ -7,20 +7,18 @@ the updates afterwards.  No product is ever stored: each leaf product is added s
 its signed C blocks (a target table of up to 2^levels blocks), so C is written without atomics
 and two identical calls give bitwise identical results.
 
-Memory modes:
-
-- ``overwrite_inputs=False`` (default): a and b are never written.  The core of each (the
-  largest multiple of 2^levels rows and columns) is copied once into a private workspace:
-  ``(m·k + k·n)·itemsize`` extra bytes (2·N²·itemsize for square N), one batch element at a
-  time, and one copy's worth of memory traffic.
-- ``overwrite_inputs=True``: a and b are the workspace.  They are modified during the call and
-  restored by the recovery stages to rounding only ((x + y) − y ≠ x in floating point).  No
-  extra memory on the GPU (the CPU leaf still forms each product in one leaf-sized buffer);
-  with ``c`` given, the result is written into c and c is returned.
+Memory modes: ``overwrite_inputs=False`` (default): a and b are never written; the core of
+each (the largest multiple of 2^levels rows and columns) is copied once into a private
+workspace, ``(m·k + k·n)·itemsize`` extra bytes (2·N²·itemsize for square N), one batch element
+at a time.  ``overwrite_inputs=True``: a and b are the workspace, modified during the call and
+restored to rounding only ((x + y) − y ≠ x); no extra memory on the GPU (the CPU leaf forms
+each product in one leaf-sized buffer); with ``c`` given the result is written into c.
 
 CPU: passes in the compiled kernel (OpenMP), leaf products through NumPy's BLAS on views.
 CUDA: passes and leaves are compiled kernels (FP64 on DMMA tensor cores, FP32 on CUDA cores,
-IEEE); "strassen_cublas" takes cuBLAS for the leaves with one leaf-sized product buffer.
+IEEE); "strassen_cublas" takes cuBLAS for the leaves with one leaf-sized product buffer;
+"strassen_reloaded" (FP64, one level) forms the operand sums while the leaf loads its tiles:
+a and b are only read, no passes and no copies in either mode.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from ._operation import Algorithm, Call, Operation
 from .common import backend, validation
 from .common.dtypes import HALF, KERNEL_CODE
 from .planner.costs import strassen as costs
+from .strassen_cuda_exec import CudaExecutor as _CudaExecutor
 from .vendor import cublas as _cublas
 
 __all__ = ["strassen_matmul", "stage_times", "matmul_candidate", "restore_bound"]
@@ -191,10 +190,6 @@ def _plan_query(call):
     return (tuple(call.a.shape), tuple(call.b.shape)), call.dtype, opts
 
 
-def _normalise(shapes, options):
-    return costs.normalise(shapes, options)
-
-
 def _facts(problem) -> dict:
     """The leaf kernel's output tile (the cost model's wave count), asked of the CUDA build."""
     if problem.kind != "cuda" or problem.dtype not in _SUPPORTED:
@@ -226,8 +221,7 @@ def _levels(call, name) -> int:
 # the schedule, run on one batch element by an executor (CPU or CUDA)
 
 
-def _effective_levels(levels, m, k, n) -> int:
-    """levels capped so that every leaf dimension keeps at least one element."""
+def _effective_levels(levels, m, k, n) -> int:  # every leaf dimension keeps an element
     small = min(m, k, n)
     return 0 if small < 1 else min(levels, int(math.floor(math.log2(small))))
 
@@ -249,10 +243,18 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     if L == 0:
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
-    ex.prepare_core(mc, kc, nc)
-    for op in costs.schedule(mc, kc, nc, L, first):
+    mode = getattr(ex, "mode", "")
+    if mode == "cublas" and ex.copy and L == 1:  # the sums workspace: no copy, no S3+S4
+        ops = costs.sums_schedule(mc, kc, nc, first)
+    else:
+        ex.prepare_core(mc, kc, nc)
+        ops = (costs.reloaded_schedule if mode == "reloaded" else
+               costs.private_schedule if ex.copy else costs.schedule)(mc, kc, nc, L, first)
+    for op in ops:
         if isinstance(op, costs.Pass):
             ex.pass_(op)
+        elif isinstance(op, costs.Sums):
+            ex.sums(op)
         else:
             ex.leaf(op, alpha, beta)
 
@@ -371,7 +373,7 @@ def _run_cpu(call):
 def _classical(call):
     xp = call.xp
     dt = getattr(xp, call.dtype)
-    a, b = xp.astype(call.a, dt), xp.astype(call.b, dt)
+    a, b = xp.astype(call.a, dt, copy=False), xp.astype(call.b, dt, copy=False)  # no copies
     out = xp.matmul(a, b)
     if call.alpha != 1.0:
         out = call.alpha * out
@@ -380,85 +382,8 @@ def _classical(call):
     return out
 
 
-
 # ---------------------------------------------------------------------------------------------
 # CUDA
-
-
-class _CudaExecutor:
-    """A, B, C as device arrays (rows of unit stride) on the library's stream; leaves by the
-    multi-target kernel ("kernel") or by cuBLAS into one leaf-sized buffer ("cublas")."""
-
-    def __init__(self, a, b, c, code, stream, copy, leaf, lead, ws=None, hook=None):
-        self.a, self.b, self.c = a, b, c
-        self.code, self.stream, self.copy, self.mode, self.lead = code, stream, copy, leaf, lead
-        self.ws = ws if ws is not None else {}
-        self.hook = hook
-        self.dtype = backend.dtype_name(c.dtype)
-        self.item = 8 if self.dtype == "float64" else 4
-        self.va, self.vb, self.vc = (backend.device_view(v) for v in (a, b, c))
-        self.wa, self.wb = self.va, self.vb
-
-    def _buffer(self, name, shape):
-        buf = self.ws.get(name)
-        if buf is None or tuple(buf.shape) != tuple(shape):
-            buf = self.ws[name] = backend.empty_like_lib(self.lead, shape, self.dtype)
-        return buf
-
-    def prepare_core(self, mc, kc, nc):
-        if not self.copy:
-            return
-        if self.hook:
-            self.hook("copies")
-        wa, wb = self._buffer("a", (mc, kc)), self._buffer("b", (kc, nc))
-        wa[...] = self.a[:mc, :kc]
-        wb[...] = self.b[:kc, :nc]
-        self.wa, self.wb = backend.device_view(wa), backend.device_view(wb)
-
-    def _ptr(self, v, rc):
-        return v.ptr + (rc[0] * v.strides[0] + rc[1] * v.strides[1]) * self.item
-
-    def pass_(self, op):
-        if self.hook:
-            self.hook(op)
-        strassen_cuda.run_pass(op.stage, op.mh, op.kh, op.nh, self.wa.strides[0],
-                               self.wb.strides[0], [self._ptr(self.wa, x) for x, _ in op.blocks],
-                               [self._ptr(self.wb, y) for _, y in op.blocks], self.code,
-                               self.stream)
-
-    def leaf(self, op, alpha, beta):
-        if self.hook:
-            self.hook(op)
-        leaves = [(self._ptr(self.wa, x), self._ptr(self.wb, y),
-                   [(self._ptr(self.vc, t[:2]), t[2]) for t in targets])
-                  for x, y, targets in op.products]
-        self._launch(self.wa.strides[0], self.wb.strides[0], op.m, op.k, op.n, leaves, alpha,
-                     beta, op.first)
-
-    def classical(self, xo, yo, co, m, k, n, alpha, beta, first, what):
-        if self.hook:
-            self.hook(what)
-        leaves = [(self._ptr(self.va, xo), self._ptr(self.vb, yo), [(self._ptr(self.vc, co), 1)])]
-        self._launch(self.va.strides[0], self.vb.strides[0], m, k, n, leaves, alpha, beta, first)
-
-    def _launch(self, ldx, ldy, m, k, n, leaves, alpha, beta, first):
-        ldc = self.vc.strides[0]
-        if self.mode == "kernel":
-            strassen_cuda.leaf(m, n, k, ldx, ldy, ldc, alpha, beta, first, leaves, self.code,
-                               self.stream)
-            return
-        buf = self.ws.get("m")
-        if buf is None or buf.shape[0] < m * n:
-            buf = self.ws["m"] = backend.empty_like_lib(self.lead, (m * n,), self.dtype)
-        mp = backend.device_view(buf).ptr
-        dev = self.lead.data.device_id if backend.is_cupy(self.lead) else self.lead.get_device()
-        for x, y, targets in leaves:
-            _cublas.gemm_strided_batched(
-                [(_cublas.OP_N, _cublas.OP_N, n, m, k, y, ldy, 0, x, ldx, 0, mp, n, 0, 1)],
-                dtype=self.dtype, device=dev, stream=self.stream,
-                cupy_owned=backend.is_cupy(self.lead))
-            strassen_cuda.add_targets(m, n, n, ldc, alpha, beta, first, [(mp, 0, targets)],
-                                      self.code, self.stream)
 
 
 def _cuda_operand(call, v):
@@ -494,7 +419,7 @@ def _stage_times(a, b, levels, algorithm, repeats):
     import cupy
 
     call = _prepare(a, b, levels=levels)
-    mode = "cublas" if algorithm == "strassen_cublas" else "kernel"
+    mode = {"strassen_cublas": "cublas", "strassen_reloaded": "reloaded"}.get(algorithm, "kernel")
     stream = cupy.cuda.get_current_stream()
     marks = []
 
@@ -520,7 +445,7 @@ def _stage_times(a, b, levels, algorithm, repeats):
     prob = planner.Problem("strassen_matmul", shapes, dtype, "cuda", "cuda", opts,
                            {**costs.normalise(shapes, opts), **_facts_for(dtype)})
     pred = costs.launch_times(prob, planner.profile_for(a), levels,
-                              "strassen_cublas" if mode == "cublas" else "strassen")
+                              algorithm if mode != "kernel" else "strassen")
     prof = planner.profile_for(a)
     mc, kc, nc = costs.core_sizes(*(prob.info[x] for x in "mkn"), levels)
     copies = 2.0 * (mc * kc + kc * nc) * (8 if dtype == "float64" else 4) / prof.bandwidth
@@ -535,16 +460,14 @@ def _stage_times(a, b, levels, algorithm, repeats):
 
 
 def _facts_for(dtype):
-    if strassen_cuda is None:
-        return {}
-    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])}
+    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])} if strassen_cuda else {}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen
 
 
 OPERATION = Operation(
-    "strassen_matmul", prepare=_prepare, plan_query=_plan_query, normalise=_normalise,
+    "strassen_matmul", prepare=_prepare, plan_query=_plan_query, normalise=costs.normalise,
     empty=_empty, grad_algorithm="classical", facts=_facts,
     doc="alpha·a@b + beta·c by Strassen (MSMES schedule); shapes: a, b")
 
@@ -574,6 +497,16 @@ def _run_strassen(call):
     return _run_cpu(call)
 
 
+def _applies_reloaded(problem) -> bool:
+    lv = problem.options.get("levels")
+    return (problem.dtype == "float64" and (lv is None or 1 <= lv <= costs.MAX_RELOADED_LEVELS)
+            and (strassen_cuda is not None or not problem.device.startswith("cuda:")))
+
+
+def _run_strassen_reloaded(call):  # (planner: only on CUDA)
+    return _run_cuda(call, _levels(call, "strassen_reloaded"), "reloaded")
+
+
 def _run_strassen_cublas(call):
     return _run_cuda(call, _levels(call, "strassen_cublas"), "cublas")
 
@@ -591,6 +524,11 @@ OPERATION.register(Algorithm(
     "strassen_cublas", _run_strassen_cublas, costs.predict_strassen_cublas, devices=("cuda",),
     applies=_applies_cublas,
     doc="MSMES schedule with cuBLAS leaves and one leaf-sized product buffer (default mode)"))
+OPERATION.register(Algorithm(
+    "strassen_reloaded", _run_strassen_reloaded, costs.predict_strassen_reloaded,
+    devices=("cuda",), applies=_applies_reloaded,
+    doc="Strassen's seven products, operand sums formed while the leaf loads (float64, sm_90, "
+        "1 level): a and b only read, no passes, no copies, no workspace"))
 
 
 def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
@@ -620,9 +558,12 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
         rounding: see :func:`restore_bound`); no extra device memory, and with c given the
         result is written into c.  Needs writable, non-overlapping a and b of the result
         dtype with rows of unit stride, and c not overlapping them (ValueError otherwise).
-    algorithm : {"auto", "classical", "strassen", "strassen_cublas"}
+    algorithm : {"auto", "classical", "strassen", "strassen_cublas", "strassen_reloaded"}
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
-        buffer (N²/4^levels elements).
+        buffer (N²/4^levels elements); at one level the ten operand sums of Strassen's
+        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
+        Strassen's products with the operand sums formed while loading; a and b only read,
+        no workspace in either mode, error like one MSMES level.
 
     Returns
     -------

@@ -329,6 +329,57 @@ def test_schedule_as_algebra(rng):
     np.testing.assert_allclose(B, b, atol=1e-14)
 
 
+@pytest.mark.parametrize("levels", [1, 2, 3])
+def test_reloaded_schedule_as_algebra(rng, levels):
+    """Strassen reloaded's launches replayed with NumPy: each product's operand sums formed
+    from the untouched A and B, no C block twice in a launch, beta exactly once per block."""
+    n, beta = 8 << levels, -0.3
+    a, b, c0 = (rng.standard_normal((n, n)) for _ in range(3))
+    C = c0.copy()
+    sched = costs.reloaded_schedule(n, n, n, levels)
+    assert sum(len(op.products) for op in sched) == 7 ** levels and len(sched) == 4 ** levels
+    fresh = []
+    for op in sched:
+        blocks = [t[:2] for p in op.products for t in p[2]]
+        assert len(blocks) == len(set(blocks)) and len(op.products) <= 2 ** levels
+        for xs, ys, ts in op.products:
+            x = sum(s * a[r:r + op.m, c:c + op.k] for r, c, s in xs)
+            y = sum(s * b[r:r + op.k, c:c + op.n] for r, c, s in ys)
+            for r, c, s, first in ts:
+                blk = C[r:r + op.m, c:c + op.n]
+                blk[...] = s * (x @ y) + (beta if first else 1.0) * blk
+                if first:
+                    fresh.append((r, c))
+    assert len(fresh) == len(set(fresh)) == 4 ** levels
+    np.testing.assert_allclose(C, a @ b + beta * c0, atol=1e-12)
+
+
+def test_sums_schedule_as_algebra(rng):
+    """strassen_cublas's one-level default mode replayed with NumPy: the ten sums formed in
+    the kernel's order, seven products from sums and plain quadrants, beta once per block."""
+    n, beta = 16, 0.7
+    a, b, c0 = (rng.standard_normal((n, n)) for _ in range(3))
+    h = n // 2
+    qa = [a[(q >> 1) * h:(q >> 1) * h + h, (q & 1) * h:(q & 1) * h + h] for q in range(4)]
+    qb = [b[(q >> 1) * h:(q >> 1) * h + h, (q & 1) * h:(q & 1) * h + h] for q in range(4)]
+    sa = np.vstack([qa[0] + qa[3], qa[2] + qa[3], qa[0] + qa[1], qa[2] - qa[0], qa[1] - qa[3]])
+    sb = np.vstack([qb[0] + qb[3], qb[1] - qb[3], qb[2] - qb[0], qb[0] + qb[1], qb[2] + qb[3]])
+    src = {"a": a, "b": b, "sa": sa, "sb": sb}
+    C = c0.copy()
+    ops = costs.sums_schedule(n, n, n)
+    assert isinstance(ops[0], costs.Sums) and len(ops) == 8
+    fresh = 0
+    for op in ops[1:]:
+        x = src[op.x[0]][op.x[1]:op.x[1] + op.m, op.x[2]:op.x[2] + op.k]
+        y = src[op.y[0]][op.y[1]:op.y[1] + op.k, op.y[2]:op.y[2] + op.n]
+        for r, c, sg, first in op.targets:
+            blk = C[r:r + op.m, c:c + op.n]
+            blk[...] = sg * (x @ y) + (beta if first else 1.0) * blk
+            fresh += first
+    assert fresh == 4
+    np.testing.assert_allclose(C, a @ b + beta * c0, atol=1e-12)
+
+
 def test_planner():
     choices = kronlinalg.plan("strassen_matmul", (64, 64), (64, 64), levels=None,
                               overwrite=False)
@@ -348,6 +399,10 @@ def test_planner():
     gpu = kronlinalg.plan("strassen_matmul", (16384, 16384), (16384, 16384), levels=2,
                           overwrite=True, device="h100-sxm", algorithm="strassen")[0]
     assert gpu.details["terms"]["passes"] > 0 and gpu.details["terms"]["copies"] == 0
+    rel = kronlinalg.plan("strassen_matmul", (16384, 16384), (16384, 16384), levels=None,
+                          overwrite=False, device="h100-sxm", algorithm="strassen_reloaded")[0]
+    assert rel.details["levels"] == 1 and rel.details["terms"]["copies"] == 0
+    assert rel.details["terms"]["passes"] == 0
 
 
 def test_matmul_candidate_needs_opt_in():

@@ -18,7 +18,12 @@ extern "C" {
 #define KL_STRASSEN_MAX_TARGETS 16 /* signed C blocks one leaf adds into */
 
 /* Passes over `count` operand pairs: a[i] is a (2 mh) x (2 kh) block of A (quadrants
- * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7. */
+ * A0 A1 / A2 A3), b[i] a (2 kh) x (2 nh) block of B.  stage 1: S1; 2: S3+S4; 3: S6+S7;
+ * 4 (CUDA, count 1): S1 out of place, the default mode's private copy fused with S1: reads
+ * src_a (leading dimension lds_a) and src_b, writes all four quadrants of a[0] and b[0];
+ * 5 (CUDA, count 5): the five operand sums of Strassen's original products from src_a's
+ * quadrants into the mh x kh blocks a[0..4] (A0+A3, A2+A3, A0+A1, A2-A0, A1-A3; leading
+ * dimension lda) and from src_b's into b[0..4] (B0+B3, B1-B3, B2-B0, B0+B1, B2+B3). */
 typedef struct {
   int32_t stage;
   int32_t count;
@@ -26,6 +31,8 @@ typedef struct {
   int64_t lda, ldb;
   void *a[KL_STRASSEN_MAX_BATCH];
   void *b[KL_STRASSEN_MAX_BATCH];
+  const void *src_a, *src_b;
+  int64_t lds_a, lds_b;
 } kl_strassen_pass;
 
 /* One leaf product X (m x k) . Y (k x n), added into its targets:
@@ -37,6 +44,7 @@ typedef struct {
   int32_t ntargets;
   uint32_t negative;
   void *c[KL_STRASSEN_MAX_TARGETS];
+  uint32_t fresh; /* CUDA target update: bit t, target t's first write (as `first`) */
 } kl_strassen_leaf;
 
 typedef struct {
@@ -48,6 +56,30 @@ typedef struct {
   kl_strassen_leaf leaf[KL_STRASSEN_MAX_BATCH];
 } kl_strassen_leaves;
 
+/* A leaf product whose operands are signed sums of source blocks (Strassen reloaded: the sums
+ * are formed while the leaf loads its tiles, never stored): X = sum_s (-1)^(bit s of xneg) x[s]
+ * over nx sources, Y likewise; added into its targets with per-target signs, beta applied where
+ * bit t of `fresh` is set (the first write of that target).  FP64 only. */
+#define KL_STRASSEN_MAX_SOURCES 4
+typedef struct {
+  const void *x[KL_STRASSEN_MAX_SOURCES];
+  const void *y[KL_STRASSEN_MAX_SOURCES];
+  int32_t nx, ny;
+  uint32_t xneg, yneg;
+  int32_t ntargets;
+  uint32_t negative;
+  uint32_t fresh;
+  void *c[KL_STRASSEN_MAX_TARGETS];
+} kl_strassen_sum_leaf;
+
+typedef struct {
+  int32_t count;
+  int64_t m, n, k;
+  int64_t ldx, ldy, ldc; /* ldx: every x source's, ldy: every y source's */
+  double alpha, beta;
+  kl_strassen_sum_leaf leaf[KL_STRASSEN_MAX_BATCH];
+} kl_strassen_sum_leaves;
+
 /* dtype: KL codes (0 float32, 1 float64; others are KL_ERR_INVALID). */
 int kl_strassen_pass_cpu(const kl_strassen_pass *p, int dtype, int num_threads);
 /* The CPU leaf: x of each leaf is the product M itself (formed by BLAS), m x n with leading
@@ -56,6 +88,8 @@ int kl_strassen_targets_cpu(const kl_strassen_leaves *p, int dtype, int num_thre
 
 int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream);
 int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
+/* The sum leaves (dtype 1 only; needs sm_90). */
+int kl_strassen_sum_leaf_cuda(const kl_strassen_sum_leaves *p, int dtype, void *stream);
 /* As kl_strassen_targets_cpu, on the GPU (strassen_cublas: M from cuBLAS). */
 int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
 /* The leaf kernel's output tile for dtype: tile[0] rows x tile[1] columns. */

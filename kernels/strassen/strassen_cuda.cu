@@ -1,7 +1,8 @@
 // CUDA side of strassen_matmul: the element-wise passes of the MSMES schedule over strided
 // quadrants, the batched leaf GEMM whose epilogue adds its tile into a table of signed C blocks
-// (FP64 on DMMA tensor cores, mma.sync m8n8k4; FP32 IEEE on CUDA cores), and the target update
-// of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
+// (FP64 on the DMMA tensor cores: m16n8k8 on sm_90, strassen_leaf_f64.cuh, m8n8k4 before;
+// FP32 IEEE on CUDA cores), the sum leaves of Strassen reloaded (FP64, sm_90), and the target
+// update of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
 // targets, so every C element has one writer per launch and the result is bitwise repeatable.
 #include <cuda_runtime.h>
 
@@ -10,6 +11,7 @@
 
 #include "cuda_ptx.cuh"
 #include "strassen.h"
+#include "strassen_leaf_f64.cuh"
 
 namespace {
 
@@ -27,6 +29,35 @@ int cuda_fail(cudaError_t err, const char *what) {
 // ---------------------------------------------------------------------------------------------
 // passes: blockIdx.z = 2 * block + (0: A quadrants, 1: B quadrants); x over columns, y over rows
 
+// stage 5: the five sums of Strassen's original products, out of place
+template <typename T>
+__device__ __forceinline__ void sums_rows(const kl_strassen_pass &p, bool is_a) {
+  const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
+  const int64_t ld = is_a ? p.lda : p.ldb, lds = is_a ? p.lds_a : p.lds_b;
+  const T *src = static_cast<const T *>(is_a ? p.src_a : p.src_b);
+  T *const *dst = reinterpret_cast<T *const *>(is_a ? p.a : p.b);
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const T *s0 = src + i * lds + j, *s2 = s0 + rows * lds;
+    const T v0 = s0[0], v1 = s0[cols], v2 = s2[0], v3 = s2[cols];
+    const int64_t o = i * ld + j;
+    if (is_a) {
+      dst[0][o] = v0 + v3;
+      dst[1][o] = v2 + v3;
+      dst[2][o] = v0 + v1;
+      dst[3][o] = v2 - v0;
+      dst[4][o] = v1 - v3;
+    } else {
+      dst[0][o] = v0 + v3;
+      dst[1][o] = v1 - v3;
+      dst[2][o] = v2 - v0;
+      dst[3][o] = v0 + v1;
+      dst[4][o] = v2 + v3;
+    }
+  }
+}
+
 template <typename T>
 __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int blk = blockIdx.z >> 1;
@@ -34,13 +65,25 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
   const int64_t ld = is_a ? p.lda : p.ldb;
   T *base = static_cast<T *>(is_a ? p.a[blk] : p.b[blk]);
+  if (p.stage == 5) {
+    sums_rows<T>(p, is_a);
+    return;
+  }
+  const bool copy = p.stage == 4;  // S1 from the source into the private copy
+  const T *src = copy ? static_cast<const T *>(is_a ? p.src_a : p.src_b) : base;
+  const int64_t lds = copy ? (is_a ? p.lds_a : p.lds_b) : ld;
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
     T *q0 = base + i * ld + j, *q1 = q0 + cols, *q2 = q0 + rows * ld, *q3 = q2 + cols;
-    const T v0 = *q0, v1 = *q1, v2 = *q2, v3 = *q3;
+    const T *s0 = src + i * lds + j, *s2 = s0 + rows * lds;
+    const T v0 = s0[0], v1 = s0[cols], v2 = s2[0], v3 = s2[cols];
+    if (copy) {
+      *q0 = v0;
+      *q3 = v3;
+    }
     if (is_a) {
-      if (p.stage == 1) {  // A2 += A3; A1 += A0
+      if (p.stage == 1 || copy) {  // A2 += A3; A1 += A0
         *q2 = v2 + v3;
         *q1 = v1 + v0;
       } else if (p.stage == 2) {  // A0 += A3; A2 -= A0; A1 -= A0
@@ -55,7 +98,7 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
         *q2 = v2 + r;
       }
     } else {
-      if (p.stage == 1) {  // B1 -= B3; B2 -= B0
+      if (p.stage == 1 || copy) {  // B1 -= B3; B2 -= B0
         *q1 = v1 - v3;
         *q2 = v2 - v0;
       } else if (p.stage == 2) {  // B0 += B3; B1 += B0; B2 += B0
@@ -118,8 +161,8 @@ __device__ __forceinline__ void epilogue_pair(const kl_strassen_leaves &p, const
 }
 
 // ---------------------------------------------------------------------------------------------
-// FP64 leaf: 128 x 128 tiles, k steps of 16 through a 3-stage cp.async ring, 8 warps of 64 x 32
-// (DMMA m8n8k4: 8 x 4 accumulator fragments a warp)
+// FP64 leaf before sm_90: 128 x 128 tiles, k steps of 16 through a 3-stage cp.async ring, 8
+// warps of 64 x 32 (DMMA m8n8k4: 8 x 4 accumulator fragments a warp)
 
 constexpr int kBM = 128, kBN = 128, kBK = 16, kStages = 3, kThreads = 256;
 constexpr int kPadA = kBK + 4, kPadB = kBN + 4;  // conflict-free fragment loads
@@ -323,15 +366,15 @@ __global__ void targets_kernel(const __grid_constant__ kl_strassen_leaves p) {
   const kl_strassen_leaf &lf = p.leaf[blockIdx.z];
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= p.n) return;
-  const bool read_c = !p.first || p.beta != 0.0;
   const T beta = T(p.beta);
   for (int64_t i = blockIdx.y; i < p.m; i += gridDim.y) {
     const T v = static_cast<const T *>(lf.x)[i * p.ldx + j];
     for (int t = 0; t < lf.ntargets; ++t) {
+      const bool first = p.first || ((lf.fresh >> t) & 1u);
       const T coef = T(((lf.negative >> t) & 1u) ? -p.alpha : p.alpha);
       T *c = static_cast<T *>(lf.c[t]) + i * p.ldc + j;
       T o = coef * v;
-      if (read_c) o += p.first ? beta * *c : *c;
+      if (!first || p.beta != 0.0) o += first ? beta * *c : *c;
       *c = o;
     }
   }
@@ -360,6 +403,65 @@ bool vector_ok(const kl_strassen_leaves *p, int elem) {
   return true;
 }
 
+// Whether the sum leaves allow 16-byte copies and pair stores.
+bool sum_vector_ok(const kl_strassen_sum_leaves *p) {
+  if (p->ldx % 2 || p->ldy % 2 || p->ldc % 2) return false;
+  for (int l = 0; l < p->count; ++l) {
+    const kl_strassen_sum_leaf &lf = p->leaf[l];
+    for (int s = 0; s < lf.nx; ++s)
+      if (!aligned16(lf.x[s])) return false;
+    for (int s = 0; s < lf.ny; ++s)
+      if (!aligned16(lf.y[s])) return false;
+    for (int t = 0; t < lf.ntargets; ++t)
+      if ((reinterpret_cast<uintptr_t>(lf.c[t]) & 15u) != 0) return false;
+  }
+  return true;
+}
+
+bool sm90_or_newer() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+}
+
+// One launch of leaf_f64_mma<...>: the shared-memory attribute set once per instantiation.
+template <int BK, int ST, bool K16, int SA, int SB, int WM = 2>
+int launch_f64_mma(const kl_strassen_sum_leaves &p, cudaStream_t s) {
+  constexpr size_t smem = kl_strassen::f64_leaf_smem<BK, ST, SA, SB, WM>();
+  auto kernel = kl_strassen::leaf_f64_mma<BK, ST, K16, SA, SB, WM>;
+  static bool attr = false;
+  if (!attr) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return cuda_fail(err, "leaf shared memory");
+    attr = true;
+  }
+  const int64_t gy = (p.m + 64 * WM - 1) / (64 * WM);
+  const int64_t gx = (p.n + kl_strassen::kF64BN - 1) / kl_strassen::kF64BN;
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p.count));
+  kernel<<<grid, 128 * WM, smem, s>>>(p, sum_vector_ok(&p) ? 1 : 0);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
+}
+
+// The variant for the launch's source counts (every leaf of a launch has the same counts in the
+// schedules; fewer sources than the variant's are zero-filled).  Picked on the H100: see
+// docs/strassen_matmul.md's leaf table (benchmarks/strassen_leaf_bench.cu).
+int launch_sum_leaves(const kl_strassen_sum_leaves &p, cudaStream_t s) {
+  int sa = 1, sb = 1;
+  for (int l = 0; l < p.count; ++l) {
+    sa = p.leaf[l].nx > sa ? p.leaf[l].nx : sa;
+    sb = p.leaf[l].ny > sb ? p.leaf[l].ny : sb;
+  }
+  if (sa == 1 && sb == 1) return launch_f64_mma<32, 3, false, 1, 1>(p, s);
+  if (sa <= 2 && sb == 1) return launch_f64_mma<16, 3, false, 2, 1>(p, s);
+  if (sa == 1 && sb <= 2) return launch_f64_mma<16, 3, false, 1, 2>(p, s);
+  if (sa <= 2 && sb <= 2) return launch_f64_mma<16, 2, false, 2, 2>(p, s);
+  return kl::fail(KL_ERR_INVALID, "strassen sum leaves: more than 2 sources per operand");
+}
+
 dim3 rows_grid(int64_t cols, int64_t rows, int z) {
   const int64_t gx = (cols + 255) / 256;
   int64_t gy = rows < 1 ? 1 : rows;
@@ -370,12 +472,13 @@ dim3 rows_grid(int64_t cols, int64_t rows, int z) {
 }  // namespace
 
 extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
-  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 3 ||
-      p->mh < 0 || p->kh < 0 || p->nh < 0)
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 5 ||
+      p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage == 4 && p->count > 1) ||
+      (p->stage == 5 && p->count != 5))
     return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
   if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
   const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;
-  const dim3 grid = rows_grid(cols, rows, 2 * p->count);
+  const dim3 grid = rows_grid(cols, rows, p->stage == 5 ? 2 : 2 * p->count);  // 5: one pair
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (dtype == 0)
     pass_kernel<float><<<grid, 256, 0, s>>>(*p);
@@ -396,6 +499,26 @@ extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, voi
   if (p->k == 0) return kl::fail(KL_ERR_INVALID, "strassen leaves: k = 0 reached the kernel");
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p->count));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == 1 && sm90_or_newer()) {  // the m16n8k8 kernel, one source per operand
+    kl_strassen_sum_leaves q;
+    q.count = p->count;
+    q.m = p->m, q.n = p->n, q.k = p->k;
+    q.ldx = p->ldx, q.ldy = p->ldy, q.ldc = p->ldc;
+    q.alpha = p->alpha, q.beta = p->beta;
+    for (int l = 0; l < p->count; ++l) {
+      kl_strassen_sum_leaf &d = q.leaf[l];
+      const kl_strassen_leaf &o = p->leaf[l];
+      d.x[0] = o.x;
+      d.y[0] = o.y;
+      d.nx = d.ny = 1;
+      d.xneg = d.yneg = 0;
+      d.ntargets = o.ntargets;
+      d.negative = o.negative;
+      d.fresh = (p->first ? 0xffffffffu : 0u) | o.fresh;
+      for (int t = 0; t < o.ntargets; ++t) d.c[t] = o.c[t];
+    }
+    return launch_sum_leaves(q, s);
+  }
   if (dtype == 1) {
     static bool attr = false;  // set once per process (the attribute is per function)
     if (!attr) {
@@ -412,6 +535,26 @@ extern "C" int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, voi
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? KL_OK : cuda_fail(err, "leaf launch");
+}
+
+extern "C" int kl_strassen_sum_leaf_cuda(const kl_strassen_sum_leaves *p, int dtype,
+                                         void *stream) {
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->m < 0 || p->n < 0 || p->k < 0)
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: invalid sizes or count");
+  for (int l = 0; l < p->count; ++l) {
+    const kl_strassen_sum_leaf &lf = p->leaf[l];
+    if (lf.ntargets < 0 || lf.ntargets > KL_STRASSEN_MAX_TARGETS || lf.nx < 1 || lf.ny < 1 ||
+        lf.nx > KL_STRASSEN_MAX_SOURCES || lf.ny > KL_STRASSEN_MAX_SOURCES)
+      return kl::fail(KL_ERR_INVALID, "strassen sum leaves: invalid sources or targets");
+  }
+  if (dtype != 1) return kl::fail(KL_ERR_INVALID, "strassen sum leaves: float64 only");
+  if (!sm90_or_newer())
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: need an sm_90 GPU (DMMA m16n8k8)");
+  if (p->count == 0 || p->m == 0 || p->n == 0) return KL_OK;
+  if (p->k == 0) return kl::fail(KL_ERR_INVALID, "strassen sum leaves: k = 0 reached the kernel");
+  if ((p->m + kl_strassen::kF64BM - 1) / kl_strassen::kF64BM > 65535)
+    return kl::fail(KL_ERR_INVALID, "strassen sum leaves: too many rows for one launch");
+  return launch_sum_leaves(*p, static_cast<cudaStream_t>(stream));
 }
 
 extern "C" int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream) {

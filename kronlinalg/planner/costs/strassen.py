@@ -32,6 +32,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
+           "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
+           "sums_schedule", "Sums", "SumProduct", "private_schedule",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -114,6 +116,126 @@ def schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
     return tuple(out)
 
 
+# Strassen reloaded (CUDA float64): Strassen's original seven products with the operand sums
+# formed while the leaf loads its tiles (a and b only read, no passes, no copies).  Product i:
+# (A sources, B sources, C targets), each ((quadrant, sign), ...).  Groups with disjoint targets
+# (the order fixes every C element's order of additions: deterministic).
+RELOADED = (
+    (((0, 1), (3, 1)), ((0, 1), (3, 1)), ((0, 1), (3, 1))),   # (A0+A3)(B0+B3) -> C0, C3
+    (((2, 1), (3, 1)), ((0, 1),), ((2, 1), (3, -1))),         # (A2+A3) B0 -> C2, -C3
+    (((0, 1),), ((1, 1), (3, -1)), ((1, 1), (3, 1))),         # A0 (B1-B3) -> C1, C3
+    (((3, 1),), ((2, 1), (0, -1)), ((0, 1), (2, 1))),         # A3 (B2-B0) -> C0, C2
+    (((0, 1), (1, 1)), ((3, 1),), ((0, -1), (1, 1))),         # (A0+A1) B3 -> -C0, C1
+    (((2, 1), (0, -1)), ((0, 1), (1, 1)), ((3, 1),)),         # (A2-A0)(B0+B1) -> C3
+    (((1, 1), (3, -1)), ((2, 1), (3, 1)), ((0, 1),)),         # (A1-A3)(B2+B3) -> C0
+)
+RELOADED_GROUPS = ((0,), (1, 4), (2, 3), (5, 6))
+MAX_RELOADED_LEVELS = 1  # sources per operand 2^levels; the kernels take up to 2
+
+
+class SumLeaf(NamedTuple):
+    """One launch of Strassen-reloaded leaf products: `products` holds (X sources, Y sources,
+    targets): ((row, col, sign), ...) each, targets ((row, col, sign, fresh), ...) where fresh
+    marks a target's first write (beta applies)."""
+
+    group: tuple
+    m: int
+    k: int
+    n: int
+    products: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def reloaded_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
+    """The leaf launches of `levels` levels of Strassen reloaded on an m x k @ k x n core."""
+    step = 1 << levels
+    if m % step or k % step or n % step:
+        raise ValueError(f"levels: the core {m}x{k}x{n} is not a multiple of 2^{levels}")
+    written = set()
+    out = []
+
+    def sub(blocks, quads, rows, cols):
+        return tuple((r + (q >> 1) * rows, c + (q & 1) * cols, s * sq)
+                     for r, c, s in blocks for q, sq in quads)
+
+    def run(prods, depth, mm, kk, nn, path):
+        if depth == levels:
+            leaves = []
+            for xs, ys, ts in prods:
+                tt = tuple(t + (first and t[:2] not in written,) for t in ts)
+                leaves.append((xs, ys, tt))
+            written.update(t[:2] for _, _, ts in prods for t in ts)
+            out.append(SumLeaf(path, mm, kk, nn, tuple(leaves)))
+            return
+        mh, kh, nh = mm // 2, kk // 2, nn // 2
+        for members in RELOADED_GROUPS:
+            nxt = [(sub(xs, RELOADED[i][0], mh, kh), sub(ys, RELOADED[i][1], kh, nh),
+                    sub(ts, RELOADED[i][2], mh, nh))
+                   for xs, ys, ts in prods for i in members]
+            run(nxt, depth + 1, mh, kh, nh, path + (members,))
+
+    run([(((0, 0, 1),), ((0, 0, 1),), ((0, 0, 1),))], 0, m, k, n, ())
+    return tuple(out)
+
+
+def private_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
+    """The schedule on a private copy of a and b (the default mode): the recovery passes after
+    the last leaf launch are dropped (they would restore a copy that is thrown away)."""
+    sched = schedule(m, k, n, levels, first)
+    last = max(i for i, op in enumerate(sched) if isinstance(op, Leaf))
+    return sched[:last + 1]
+
+
+# strassen_cublas at one level, default mode: one pass forms the five A sums and five B sums
+# of Strassen's original products into a workspace (5/4·(m·k + k·n) elements) from the
+# untouched a and b; the seven cuBLAS products read those and the plain quadrants.  The pass
+# kernel writes the sums in this order: the products (indices into RELOADED) whose A (B)
+# operand is sum 0..4.
+SUMS_A = (0, 1, 4, 5, 6)
+SUMS_B = (0, 2, 3, 5, 6)
+
+
+class Sums(NamedTuple):
+    """The operand-sums pass: A's (mh x kh) and B's (kh x nh) five sums each."""
+
+    mh: int
+    kh: int
+    nh: int
+
+
+class SumProduct(NamedTuple):
+    """Product `index` (0..6: Strassen's M1..M7) of m x k @ k x n: x, y = (source, row, col)
+    with source "a"/"b" (the operand) or "sa"/"sb" (the sums workspace); targets ((row, col,
+    sign, fresh), ...)."""
+
+    index: int
+    m: int
+    k: int
+    n: int
+    x: tuple
+    y: tuple
+    targets: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
+    """One level of Strassen on an m x k @ k x n core (even sizes) through a sums workspace."""
+    if m % 2 or k % 2 or n % 2:
+        raise ValueError(f"the core {m}x{k}x{n} is not even")
+    mh, kh, nh = m // 2, k // 2, n // 2
+    out, written = [Sums(mh, kh, nh)], set()
+    for i, (xs, ys, ts) in enumerate(RELOADED):
+        x = (("sa", SUMS_A.index(i) * mh, 0) if len(xs) > 1
+             else ("a",) + _quad((0, 0), xs[0][0], mh, kh))
+        y = (("sb", SUMS_B.index(i) * kh, 0) if len(ys) > 1
+             else ("b",) + _quad((0, 0), ys[0][0], kh, nh))
+        tt = tuple(_quad((0, 0), q, mh, nh) + (sg, first and _quad((0, 0), q, mh, nh) not in
+                                               written) for q, sg in ts)
+        written.update(t[:2] for t in tt)
+        out.append(SumProduct(i, mh, kh, nh, x, y, tt))
+    return tuple(out)
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -121,6 +243,12 @@ def label(op) -> str:
     """A launch's row in the per-stage table: its pass, or its leaves' innermost group."""
     if isinstance(op, Pass):
         return STAGE_NAMES[op.stage]
+    if isinstance(op, Sums):
+        return "sums"
+    if isinstance(op, SumProduct):
+        return f"M{op.index + 1}"
+    if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
+        return "{" + ",".join(f"M{i + 1}" for i in op.group[-1]) + "}"
     return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"
 
 
@@ -159,13 +287,13 @@ def normalise(shapes, options) -> dict:
     return {"batch": batch, "m": m, "k": k, "n": n, "flops": 2.0 * batch * m * n * k}
 
 
-def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
+def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0, k0=None):
     """flop/s of `count` GEMMs m x k x n launched together: the profile's large-GEMM rate, cut by
     wave quantisation (GPU: output tiles over SMs) and by short inner dimensions (fraction < 1:
     the leaf kernel, whose rate falls faster with k)."""
     rate = prof.flops(dtype) * fraction
     if fraction < 1.0:
-        rate *= k / (k + LEAF_K0)
+        rate *= k / (k + (LEAF_K0[dtype] if k0 is None else k0))
     if kind == "cuda":
         tiles = count * math.ceil(m / tile[0]) * math.ceil(n / tile[1])
         waves = math.ceil(tiles / prof.units)
@@ -179,12 +307,17 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0):
 
 
 # The CUDA leaf kernel's rate relative to the profile's vendor GEMM rate, measured on an H100
-# SXM (2026-11-26, benchmarks/data/strassen_h100_2026-11-26.json: the per-stage table's leaf
-# launches and the FP32 cases): DMMA m8n8k4 FP64 23-26 TFLOP/s, FFMA FP32 ~0.83 of cuBLAS.
-# Its rate also falls with the leaf's k faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on
-# the leaves of 2048..8192 of that run).
-LEAF_FRACTION = {"float64": 0.475, "float32": 0.85}
-LEAF_K0 = 256.0
+# SXM (2026-11-26, benchmarks/data/strassen_h100_2026-11-26b.json: the per-stage table's leaf
+# launches and the FP32 cases): DMMA m16n8k8 FP64 31-37 TFLOP/s at k = 2048..8192 (the m8n8k4
+# kernel before: 23-26), FFMA FP32 ~0.83 of cuBLAS.  Its rate also falls with the leaf's k
+# faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on the leaves of k = 512..8192).
+LEAF_FRACTION = {"float64": 0.67, "float32": 0.85}
+LEAF_K0 = {"float64": 608.0, "float32": 256.0}
+# The sum leaves of strassen_reloaded by how many operands are sums of 2 sources (each source
+# has its own tiles to load and its fragments to add: 0.45-0.5 of cuBLAS, fitted on the same
+# run's per-stage table at k = 2048..8192, with k / (k + 150)).
+RELOADED_FRACTION = {0: 0.67, 1: 0.51, 2: 0.45}
+RELOADED_K0 = 150.0
 
 
 def _leaf_fraction(problem, name):
@@ -219,11 +352,38 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction)
         out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
         return out
-    for op in schedule(mc, kc, nc, levels):
+    if name == "strassen_reloaded":
+        for op in reloaded_schedule(mc, kc, nc, levels):
+            cnt = len(op.products)
+            xs, ys = op.products[0][:2]
+            sums = (len(xs) > 1) + (len(ys) > 1)
+            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
+                              RELOADED_FRACTION[sums], RELOADED_K0)
+            c_rw = sum(1 if t[3] else 2 for p in op.products for t in p[2])
+            out.append((label(op), 2.0 * cnt * op.m * op.n * op.k / rate
+                        + c_rw * op.m * op.n * s_e / bw + launch))
+        return out
+    private = not problem.options.get("overwrite")
+    if private and name == "strassen_cublas" and problem.kind == "cuda" and levels == 1:
+        for op in sums_schedule(mc, kc, nc):
+            if isinstance(op, Sums):  # reads 4 quadrants, writes 5 sums, of A and of B
+                nbytes = 9 * s_e * (op.mh * op.kh + op.kh * op.nh)
+                out.append(("sums", nbytes / bw + launch))
+                continue
+            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+            c_units = [1 if t[3] else 2 for t in op.targets]
+            direct = problem.dtype == "float64" and len(op.targets) == 1
+            units = c_units[0] if direct else 2 + sum(c_units)
+            t = (2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw
+                 + launch * (1 if direct else 2))
+            out.append((label(op), max(t, CUBLAS_HOST_S)))
+        return out
+    fused_copy = private and problem.kind == "cuda"  # the copy and the first S1 in one pass
+    for i, op in enumerate((private_schedule if private else schedule)(mc, kc, nc, levels)):
         if isinstance(op, Pass):
-            nbytes = (PASS_ACCESSES[op.stage] * len(op.blocks) * s_e
-                      * (op.mh * op.kh + op.kh * op.nh))
-            out.append((label(op), nbytes / bw + launch))
+            acc = 8 if fused_copy and i == 0 else PASS_ACCESSES[op.stage]
+            nbytes = acc * len(op.blocks) * s_e * (op.mh * op.kh + op.kh * op.nh)
+            out.append(("copy+S1" if fused_copy and i == 0 else label(op), nbytes / bw + launch))
             continue
         cnt = len(op.products)
         targets = sum(len(p[2]) for p in op.products)
@@ -232,37 +392,47 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         t = 2.0 * cnt * op.m * op.n * op.k / rate
         c_rw = 1 if op.first else 2  # beta = 0 on the first write: C is not read
         if name == "strassen_cublas" or problem.kind == "cpu":
-            # M written once, read once, each target read and written
-            t += (cnt * 2 + targets * c_rw) * op.m * op.n * s_e / bw + cnt * launch
+            # M written once, read once, each target read and written; a one-target float64
+            # cuBLAS leaf goes straight into its C block (cuBLAS's beta: C's traffic only)
+            for p in op.products:
+                direct = (name == "strassen_cublas" and problem.dtype == "float64"
+                          and len(p[2]) == 1)
+                units = c_rw if direct else 2 + len(p[2]) * c_rw
+                t += units * op.m * op.n * s_e / bw + (0.0 if direct else launch)
+            if name == "strassen_cublas" and problem.kind == "cuda":
+                t = max(t, cnt * CUBLAS_HOST_S)
         else:
             t += targets * c_rw * op.m * op.n * s_e / bw  # the multi-target epilogue
         out.append((label(op), t + launch))
     return out
 
 
-def _copies(problem, prof):
-    """Default mode copies a and b into the workspace: read + write each once."""
+def _copies(problem, prof, name="strassen"):
+    """Default mode copies a and b into the workspace: read + write each once (CPU; on CUDA
+    the copy is fused with the first pass and priced there)."""
     info = problem.info
-    if problem.options.get("overwrite"):
+    if problem.options.get("overwrite") or name == "strassen_reloaded" or problem.kind == "cuda":
         return 0.0
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     return 2.0 * info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]) * s_e / prof.bandwidth
 
 
-def _levels_to_try(problem):
+def _levels_to_try(problem, name="strassen"):
     lv = problem.options.get("levels")
     info = problem.info
     if lv is not None:
         return (lv,)
     top = max_levels(info["m"], info["k"], info["n"], 256 if problem.kind == "cuda" else 128)
+    if name == "strassen_reloaded":
+        top = min(top, MAX_RELOADED_LEVELS)
     return tuple(range(1, top + 1)) or (1,)
 
 
 def predict_strassen(problem, prof, name="strassen"):
     best = None
-    for L in _levels_to_try(problem):
+    for L in _levels_to_try(problem, name):
         times = launch_times(problem, prof, L, name)
-        model = problem.info["batch"] * sum(t for _, t in times) + _copies(problem, prof)
+        model = problem.info["batch"] * sum(t for _, t in times) + _copies(problem, prof, name)
         if best is None or model < best[1]:
             best = (L, model, times)
     L, model, times = best
@@ -275,11 +445,26 @@ def predict_strassen(problem, prof, name="strassen"):
                      "launches": len(times),
                      "terms": {"passes": problem.info["batch"] * passes,
                                "leaves": problem.info["batch"] * leaves,
-                               "copies": _copies(problem, prof)}}
+                               "copies": _copies(problem, prof, name)}}
+
+
+def predict_strassen_reloaded(problem, prof):
+    return predict_strassen(problem, prof, "strassen_reloaded")
 
 
 def predict_strassen_cublas(problem, prof):
     return predict_strassen(problem, prof, "strassen_cublas")
+
+
+# One long cuBLAS DGEMM runs below the short-GEMM rate on the H100 (the FP64 tensor cores'
+# sustained clock; 2026-11-26b: 58 and 55 TFLOP/s at N = 4096 and 8192, 50.9 at 12288 and
+# 16384): the classical prediction ramps down by up to 10 % from 20 to 60 ms.  Strassen's
+# leaves, separated by bandwidth-bound passes, measured within 5 % of the short-GEMM rate.
+DGEMM_SUSTAINED_DROP = 0.10
+# strassen_cublas issues each leaf product from Python (a cuBLAS call and a target-update
+# launch): about 36 us of host time a product, which bounds launches of small leaves
+# (2026-11-26b: N = 4096, 3 levels, 512^3 leaves: 33-42 us a product).
+CUBLAS_HOST_S = 36e-6
 
 
 def predict_classical(problem, prof):
@@ -288,6 +473,8 @@ def predict_classical(problem, prof):
     rate = _gemm_rate(prof, problem.dtype, info["m"], info["n"], info["k"], info["batch"],
                       (128, 128), problem.kind)
     t = info["flops"] / max(rate, 1.0)
+    if problem.kind == "cuda" and problem.dtype == "float64":
+        t /= 1.0 - DGEMM_SUSTAINED_DROP * min(1.0, max(0.0, (t - 0.02) / 0.04))
     nbytes = info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]
                               + 2 * info["m"] * info["n"]) * s_e
     seconds = max(t, nbytes / prof.bandwidth) + prof.launch_s

@@ -1,0 +1,74 @@
+"""strassen_matmul's CUDA kernels at the issue's sizes: the m16n8k8 FP64 leaf ("strassen", levels
+0-4), Strassen reloaded (sum leaves, 1 level) and strassen_cublas (1 level: the sums
+workspace; 2 levels), float64, N in {1001, 2048, 4096, 4097} and 3000x5000 @ 5000x1234, alpha 0.7, beta in {0, -0.3}; the error against an extended-precision
+reference on sampled rows, at most 2·3^L times cuBLAS's; inputs bitwise untouched, two calls
+bitwise identical."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kronlinalg
+
+cp = pytest.importorskip("cupy")
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1001, 1001, 1001), (2048, 2048, 2048), (4096, 4096, 4096), (4097, 4097, 4097),
+          (3000, 5000, 1234)]
+CASES = ([("strassen", L) for L in range(5)] + [("strassen_reloaded", 1)]
+         + [("strassen_cublas", L) for L in (1, 2)])
+EPS = np.finfo(np.float64).eps
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: "x".join(map(str, s)))
+def problem(request):
+    if cp.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("no CUDA device")
+    m, k, n = request.param
+    rng = np.random.default_rng(m + 3 * k + 7 * n)
+    a64, b64, c64 = (rng.standard_normal(s) for s in ((m, k), (k, n), (m, n)))
+    rows = np.sort(rng.choice(m, size=24, replace=False))
+    ld = np.longdouble
+    exact = a64[rows].astype(ld) @ b64.astype(ld)  # the sampled rows of a @ b
+    return {"a": cp.asarray(a64), "b": cp.asarray(b64), "c": cp.asarray(c64), "rows": rows,
+            "exact": exact, "c64": c64}
+
+
+def _err(out, p, alpha, beta):
+    ref = p["exact"] * np.longdouble(alpha) + np.longdouble(beta) * p["c64"][p["rows"]]
+    got = cp.asnumpy(out[cp.asarray(p["rows"])]).astype(np.longdouble)
+    return float(np.abs(got - ref).max()), float(np.abs(ref).max())
+
+
+@pytest.mark.parametrize("beta", [0.0, -0.3])
+def test_kernels_against_reference(problem, beta):
+    a, b, c = problem["a"], problem["b"], problem["c"]
+    a0, b0 = a.copy(), b.copy()
+    base, scale = _err(0.7 * (a @ b) + beta * c, problem, 0.7, beta)
+    floor = 32 * EPS * scale
+    for algorithm, L in CASES:
+        out = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=L,
+                                         algorithm=algorithm)
+        err, _ = _err(out, problem, 0.7, beta)
+        bound = 2.0 * 3.0 ** L * max(base, floor)
+        assert err <= bound, f"{algorithm} L={L}: error {err:.3g} > {bound:.3g}"
+        again = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=L,
+                                           algorithm=algorithm)
+        assert bool(cp.all(again == out)), f"{algorithm} L={L}: not deterministic"
+    assert bool(cp.all(a == a0)) and bool(cp.all(b == b0)), "inputs changed"
+
+
+def test_reloaded_unaligned_views_and_overwrite():
+    """Views one element off 16-byte alignment (the kernels' element copies), and overwrite
+    mode (reloaded only reads a and b: they come back bitwise)."""
+    rng = np.random.default_rng(5)
+    big_a, big_b = (cp.asarray(rng.standard_normal(s)) for s in ((515, 771), (771, 259)))
+    a, b = big_a[1:, 1:], big_b[1:, 1:]
+    ref = cp.asnumpy(a) @ cp.asnumpy(b)
+    out = kronlinalg.strassen_matmul(a, b, levels=1, algorithm="strassen_reloaded")
+    assert np.abs(cp.asnumpy(out) - ref).max() <= 1e-11 * np.abs(ref).max()
+    a2, b2 = a.copy(), b.copy()
+    kronlinalg.strassen_matmul(a2, b2, levels=1, algorithm="strassen_reloaded",
+                               overwrite_inputs=True)
+    assert bool(cp.all(a2 == a)) and bool(cp.all(b2 == b))
