@@ -23,7 +23,7 @@ from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from . import planner
 from .common import backend, precision, validation
-from .common.signatures import arrays_signature
+from .common.signatures import ScaledFront, arrays_signature, pair_call
 from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .planner.costs import batched as costs
 
@@ -34,14 +34,18 @@ _batched_cpu, _batched_cuda = load("batched_cpu"), load("batched_cuda")
 _batched_fp32 = precision.Float32Precision(_batched_cuda, "KRONLINALG_BATCHED_FP32")
 
 
-def batched_matmul(a, b, /, *, algorithm):
-    """batched_matmul's `algorithm` on (a, b), through the runner it registered with the
-    planner (no import of the operation)."""
-    kind = backend.kind(a)
+def batched_runner(kind, algorithm):
+    """run(a, b): batched_matmul's `algorithm` on `kind` arrays, the runner it registered with
+    the planner (no import of the operation)."""
     for cand in planner.candidates("batched_matmul", kind):
         if cand.name == algorithm:
-            return cand.run(a, b)
+            return cand.run
     raise ValueError(f"algorithm: batched_matmul has no {algorithm!r} on {kind}")
+
+
+def batched_matmul(a, b, /, *, algorithm):
+    """batched_matmul's `algorithm` on (a, b)."""
+    return batched_runner(backend.kind(a), algorithm)(a, b)
 
 
 @dataclass
@@ -156,7 +160,7 @@ def _replay_batched(algorithm):
         out = _batched(algorithm)(call)
         if call.squeeze:
             return out, None
-        return out, (lambda a, b, /: batched_matmul(a, b, algorithm=algorithm))
+        return out, batched_runner(backend.kind(call.a), algorithm)  # (resolved once)
 
     return replay
 
@@ -203,4 +207,9 @@ def matmul(a, b, /, *, allow_strassen=False):
     levels (up to ~2·3^L times classical's; see docs/strassen_matmul.md), so it is an opt-in."""
     if allow_strassen:
         return MATMUL(a, b, allow_strassen=True)
-    return MATMUL(a, b)
+    return pair_call(_FRONT, a, b)
+
+
+# the public call's first step, compiled: a repeated signature replays without the skeleton's
+# Python frames (the routed call's overhead decides calls of a few microseconds)
+_FRONT = ScaledFront(MATMUL, MATMUL.fast_cache, True, False)

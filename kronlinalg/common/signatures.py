@@ -81,3 +81,5 @@ arrays_signature = _compiled.arrays_signature
 # beta, y, algorithm): an operation's public call with the fast path compiled (kron_matmul's).
 ScaledFront = _compiled.ScaledFront
 scaled_call = _compiled.scaled_call
+# pair_call(front, a, b): op(a, b) with no options, through the same front (matmul's)
+pair_call = _compiled.pair_call
