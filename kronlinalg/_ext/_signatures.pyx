@@ -124,3 +124,25 @@ def pair_call(ScaledFront front, a, b):
             if out is not None:
                 return out
     return front.operation(a, b)
+
+
+def stack_call(ScaledFront front, a, b, c, alpha, beta, sizes, out_size, algorithm):
+    """``front.operation(a, b, c=…, alpha=…, beta=…, sizes=…, out_size=…, algorithm=…)``
+    replayed without a Python frame of the skeleton for the common repeated call — two stacks,
+    no c, sizes or out_size, beta an exact 0, alpha a plain number — whose key (the operation's
+    own: (algorithm, keys of a and b)) was remembered: batched_matmul's call."""
+    cdef object ta = type(alpha), tb = type(beta)
+    if (c is None and sizes is None and out_size is None and (tb is float or tb is int)
+            and beta == 0 and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)):
+        sig = arrays_signature((a, b), front.host, front.torch_cpu)
+        if sig is not None:
+            try:
+                replayer = front.cache.entries.get((algorithm,) + sig)
+            except TypeError:  # an unhashable algorithm: the full path says what is wrong
+                replayer = None
+            if replayer is not None:
+                out = replayer(a, b, alpha=alpha)
+                if out is not None:
+                    return out
+    return front.operation(a, b, c=c, alpha=alpha, beta=beta, sizes=sizes, out_size=out_size,
+                           algorithm=algorithm)

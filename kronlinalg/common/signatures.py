@@ -83,3 +83,5 @@ ScaledFront = _compiled.ScaledFront
 scaled_call = _compiled.scaled_call
 # pair_call(front, a, b): op(a, b) with no options, through the same front (matmul's)
 pair_call = _compiled.pair_call
+# stack_call(front, a, b, c, alpha, beta, sizes, out_size, algorithm): batched_matmul's call
+stack_call = _compiled.stack_call
