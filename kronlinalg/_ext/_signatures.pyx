@@ -84,6 +84,15 @@ cdef class ScaledFront:
         self.torch_cpu = torch_cpu
 
 
+cpdef remembered(cache, key):
+    """The replayer a SignatureCache holds for key, or None (also for an unhashable key: an
+    option such as side=["right"], which the full path then explains)."""
+    try:
+        return cache.entries.get(key)
+    except TypeError:
+        return None
+
+
 def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
     """``front.operation(x, factors, side=…, alpha=…, beta=…, y=…, algorithm=…)``, replayed
     without a Python frame of the skeleton when the call is the common repeated one: factors a
@@ -100,10 +109,7 @@ def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
         arrays.extend(factors)
         sig = arrays_signature(arrays, front.host, front.torch_cpu)
         if sig is not None:
-            try:
-                replayer = front.cache.entries.get((side, algorithm, sig))
-            except TypeError:  # an unhashable option (side=["right"]): the full path says so
-                replayer = None
+            replayer = remembered(front.cache, (side, algorithm, sig))
             if replayer is not None:
                 out = replayer(x, factors, side=side, alpha=alpha, beta=beta, y=y)
                 if out is not None:
@@ -118,7 +124,7 @@ def pair_call(ScaledFront front, a, b):
     matmul's call: a tiny product costs about as much as the skeleton's frames."""
     sig = arrays_signature((a, b), front.host, front.torch_cpu)
     if sig is not None:
-        replayer = front.cache.entries.get(("auto",) + sig)
+        replayer = remembered(front.cache, ("auto",) + sig)
         if replayer is not None:
             out = replayer(a, b)
             if out is not None:
@@ -136,10 +142,7 @@ def stack_call(ScaledFront front, a, b, c, alpha, beta, sizes, out_size, algorit
             and beta == 0 and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)):
         sig = arrays_signature((a, b), front.host, front.torch_cpu)
         if sig is not None:
-            try:
-                replayer = front.cache.entries.get((algorithm,) + sig)
-            except TypeError:  # an unhashable algorithm: the full path says what is wrong
-                replayer = None
+            replayer = remembered(front.cache, (algorithm,) + sig)
             if replayer is not None:
                 out = replayer(a, b, alpha=alpha)
                 if out is not None:

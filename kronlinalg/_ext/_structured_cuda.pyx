@@ -88,7 +88,7 @@ def tile(pattern, int64_t batch, int layout, int dtype, int units):
 
 # -- the public call's first step, compiled (structured_matmul's fast path on CUDA arrays) -------
 
-from kronlinalg._ext._signatures import arrays_signature
+from kronlinalg._ext._signatures import arrays_signature, remembered
 
 
 cdef class ChainFront:
@@ -132,10 +132,7 @@ def chain_call(ChainFront front, x, factors, layout, algorithm):
         sig = arrays_signature(arrays, False)
         if sig is not None:
             key = (layout, algorithm, packed, sig, tuple([f.pattern for f in chain]))
-            try:
-                replayer = front.cache.entries.get(key)
-            except TypeError:  # an unhashable option: the full path says what is wrong
-                replayer = None
+            replayer = remembered(front.cache, key)
             if replayer is not None:
                 out = replayer(x, factors, layout=layout)
                 if out is not None:
