@@ -58,9 +58,12 @@ def arrays_signature(arrays, bint host, bint torch_cpu=False):
         if not cuda and not torch_cpu:
             return None
         for a in arrays:
-            if type(a) is not t or a.is_cuda != cuda or a.requires_grad:
+            if type(a) is not t or a.requires_grad:
                 return None
-            keys.append((t, a.shape, a.stride(), a.dtype, a.get_device()))
+            device = a.get_device()  # (-1 on the CPU: one read tells the device kind too)
+            if (device >= 0) != cuda:
+                return None
+            keys.append((t, a.shape, a.stride(), a.dtype, device))
         return tuple(keys)
     return None
 
@@ -111,7 +114,8 @@ def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
         if sig is not None:
             replayer = remembered(front.cache, (side, algorithm, sig))
             if replayer is not None:
-                out = replayer(x, factors, side=side, alpha=alpha, beta=beta, y=y)
+                # (a remembered key fixed side, and beta == 0 with y None: replays read alpha)
+                out = replayer(x, factors, alpha=alpha)
                 if out is not None:
                     return out
     return front.operation(x, factors, side=side, alpha=alpha, beta=beta, y=y,
