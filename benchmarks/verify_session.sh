@@ -1,0 +1,25 @@
+#!/bin/bash
+# The verification a session owes the GPU after CPU-only changes, in one device call (~9 min on
+# an H100): the build (benchmarks/device_build.sh), the GPU tests of the operations and of the
+# per-call fronts (one pytest process per file), compute-sanitizer memcheck on each operation's
+# sanitizer script, and the host time per call; logs and tables to $OUT.
+#   run(command="bash benchmarks/verify_session.sh", carry=[".wheelhouse"], timeout_s=600)
+# VERIFY_FILES overrides the test files; VERIFY_HOST=0 skips the host-time table.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export TESTS_S=${TESTS_S:-330}
+bash benchmarks/gpu_tests.sh ${VERIFY_FILES:-tests/test_batched.py tests/test_blocksparse.py \
+  tests/test_strassen.py tests/test_strassen_gpu.py tests/test_signatures.py \
+  tests/test_namespace.py tests/test_structured.py tests/test_structured_packed.py \
+  tests/test_kron.py tests/test_autograd.py tests/test_hardening.py tests/test_planner.py \
+  tests/test_kron_operator.py tests/test_tensor.py tests/test_kron_cuda.py}
+export PYTHONPATH=/tmp/new-site:/tmp/site PYTHONUNBUFFERED=1
+for s in sanitize_fastpath batched_sanitize blocksparse_sanitize strassen_sanitize; do
+  cp "benchmarks/$s.py" "/tmp/$s.py"
+  (cd /tmp && timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 5 \
+    python3 "/tmp/$s.py" > "$OUT/san_$s.txt" 2>&1; echo "$s: memcheck rc=$? $(tail -1 "$OUT/san_$s.txt")")
+done | tee "$OUT/sanitizers.txt"
+if [ "${VERIFY_HOST:-1}" = 1 ]; then
+  cp benchmarks/host_time.py /tmp/ht.py
+  (cd /tmp && timeout 100 python3 /tmp/ht.py --device cuda --out "$OUT" 2>&1 | tail -18)
+fi
