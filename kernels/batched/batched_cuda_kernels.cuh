@@ -72,25 +72,9 @@ __device__ __forceinline__ A to_acc(T x) {
 }
 
 #ifndef KL_BATCHED_EMULATE
-__device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-               : "+d"(c[0]), "+d"(c[1])
-               : "d"(a), "d"(b));
-}
-// m16n8k8 float64 (sm_90): the fragments of TF32 m16n8k8 in 64-bit registers (A[g][t],
-// A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g], B[t+4][g]; C[g][2t..], C[g+8][2t..]).
-__device__ __forceinline__ void dmma_1688(double (&c)[4], const double (&a)[4], double b0,
-                                          double b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
-      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
-#else
-  __trap();  // the launcher takes kDmma16 on compute capability 9.0 and newer only
-#endif
-}
+// the float64 MMAs (m8n8k4; m16n8k8 on sm_90, the launcher takes kDmma16 on cc >= 9.0 only)
+using cu::dmma_1688;
+using cu::dmma_884;
 #endif
 
 template <int MMA, int BK_, int BM_, int BN_, int WGM_, int WGN_, int G_, class T,

@@ -60,11 +60,7 @@ __device__ __forceinline__ void atomic_add(__nv_bfloat16 *p, double v) {
   atomicAdd(p, __float2bfloat16(float(v)));
 }
 
-__device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
-               : "+d"(c[0]), "+d"(c[1])
-               : "d"(a), "d"(b));
-}
+using cu::dmma_884;  // (cuda_ptx.cuh)
 
 // Shapes of one mode: shared-memory pitches (elements) chosen so that the fragment loads of a
 // warp hit distinct banks, and the accumulator array (C fragments of a BM x NT tile).

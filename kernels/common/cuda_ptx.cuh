@@ -167,6 +167,30 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+
+// D = A * B + D, m8n8k4 float64 (DMMA, sm_80+): a and b one element per lane, c two.
+__device__ __forceinline__ void dmma_884(double (&c)[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(c[0]), "+d"(c[1])
+               : "d"(a), "d"(b));
+}
+
+// D = A * B + D, m16n8k8 float64 (sm_90; twice m8n8k4's rate on the H100): the fragments of
+// tf32 m16n8k8 in 64-bit registers (A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; B[t][g],
+// B[t+4][g]; C[g][2t..], C[g+8][2t..]).  Callers take it on compute capability 9.0 and newer.
+__device__ __forceinline__ void dmma_1688(double (&c)[4], const double (&a)[4], double b0,
+                                          double b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+#else
+  __trap();  // (the planners and launchers take it on sm_90 and newer only)
+#endif
+}
+
 }  // namespace cu
 }  // namespace kl
 

@@ -32,19 +32,7 @@ namespace kl {
 namespace cu {
 
 #ifndef KL_EMU
-// D = A * B + D, m16n8k8 float64 (sm_90; the fragments of tf32 m16n8k8 with 64-bit registers).
-__device__ __forceinline__ void dmma_1688(double (&c)[4], const double (&a)[4], double b0,
-                                          double b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
-      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
-#else
-  __trap();  // (the planner takes this kernel on sm_90 and newer only)
-#endif
-}
+// (dmma_1688, the float64 m16n8k8 MMA: cuda_ptx.cuh)
 // 8-byte global->shared copy (cp.async.ca: the .cg form takes 16 bytes only).
 __device__ __forceinline__ void cp_async_8(void *dst, const void *src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
