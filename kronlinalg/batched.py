@@ -444,11 +444,7 @@ def _replay(call, algo):
         device, algo_code = backend.device_index(call.a), _ALGO_CODE[algo]
         current_device = backend.current_device_getter(call.a)
         stream_of = backend.current_stream_getter(call.a)
-        if backend.is_cupy(call.a):
-            ndarray, npdtype = type(call.a), np.dtype(call.result)
-            empty = lambda like: ndarray(out_shape, npdtype)  # noqa: E731 (cupy.empty's array)
-        else:
-            empty = lambda like: like.new_empty(out_shape)  # noqa: E731 (a's dtype: call.result)
+        empty = backend.replay_allocator(call.a, call.result)  # (a's dtype is call.result)
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         if (c is not None or beta != 0 or type(alpha) not in (float, int)
@@ -461,7 +457,7 @@ def _replay(call, algo):
             return o
         if current_device() != device:  # another GPU current: the full path switches to a's
             return None
-        o = empty(a)
+        o = empty(a, out_shape)
         ext.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
                    (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code,
                    algo_code, stream_of(device))

@@ -262,20 +262,11 @@ def _run_cuda(spec: _KSCall, want_recipe=False):
     if not want_recipe:
         return out
     recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, tuple(spec.out_shape),
-                                tuple(steps), _recipe_allocator(x, cdt),
+                                tuple(steps), backend.replay_allocator(x, cdt),
                                 backend.address_getter(x), backend.device_index(x),
                                 backend.current_device_getter(x),
                                 backend.current_stream_getter(x))) if clean else None)
     return out, recipe
-
-
-def _recipe_allocator(x, cdt):
-    """empty(like, shape) in x's library, on the current device, in cdt — resolved once: a clean
-    recipe computes in x's own dtype, and replays run only with x's device current."""
-    if backend.is_cupy(x):
-        ndarray, dtype = type(x), np.dtype(cdt)
-        return lambda like, shape: ndarray(shape, dtype)  # (what cupy.empty makes)
-    return type(x).new_empty  # torch: like's dtype and device, without torch.empty's parsing
 
 
 def _launch_recipe(recipe, x, chain, forms=None):

@@ -266,6 +266,17 @@ def cuda_device_scope(a):
     return _torch().cuda.device(a.device)
 
 
+def replay_allocator(a, dtype_name_: str):
+    """empty(like, shape) for a replay's results in a's library, resolved once: CuPy arrays on
+    the current device (``cupy.ndarray(shape, dtype)``, what cupy.empty makes), torch tensors of
+    like's dtype and device (``new_empty``, without torch.empty's argument parsing: a replay
+    whose result dtype is its input's).  Replays run with a's device current."""
+    if is_cupy(a):
+        ndarray, dtype = type(a), np.dtype(dtype_name_)
+        return lambda like, shape: ndarray(shape, dtype)
+    return type(a).new_empty
+
+
 def empty_like_lib(a, shape, dtype_name_: str):
     """Uninitialised array of `shape` in a's library, on a's device."""
     if is_cupy(a):
