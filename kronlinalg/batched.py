@@ -28,7 +28,7 @@ import numpy as np
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from .common import backend, precision, validation
-from .common.dtypes import FLOAT, HALF, ITEMSIZE, KERNEL_CODE
+from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .batched_variable import ALGO_CODE, offsets_np, run_var
 from .common.signatures import ScaledFront, arrays_signature, stack_call
 from .planner.costs import batched as costs

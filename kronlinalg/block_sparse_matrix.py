@@ -400,7 +400,6 @@ class BlockSparseMatrix:
         b = self._b
         R, C = self.block_grid
         val = self._val
-        lib = _lib(val)
         xp = array_api_compat.array_namespace(val)
         grid = xp.zeros((R, C, b, b), dtype=val.dtype, device=array_api_compat.device(val))
         if self.nnz_blocks:

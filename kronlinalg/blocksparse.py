@@ -302,7 +302,6 @@ def _host_as(a, dtype) -> np.ndarray:
 
 def _aligned_rhs(call, B):
     """B as the CUDA kernel reads it: row-major, rows 16-byte aligned (a padded copy if not)."""
-    xp = call.xp
     item = np.dtype(call.compute).itemsize if call.compute != "bfloat16" else 2
     k, n = B.shape
     ptr = _backend.address_getter(B)
