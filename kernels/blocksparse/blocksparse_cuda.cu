@@ -62,6 +62,16 @@ __device__ __forceinline__ void atomic_add(__nv_bfloat16 *p, double v) {
 
 using cu::dmma_884;  // (cuda_ptx.cuh)
 
+// One C element of an SpMM epilogue, x with alpha applied: added atomically (a piece of a split
+// heavy row), added to C (accumulate), blended with beta, or stored.
+template <class T>
+__device__ __forceinline__ void store_c(T *c, double x, const kl_bs_spmm_problem &p, bool split) {
+  if (split) atomic_add(c, x);
+  else if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
+  else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
+  else *c = from_f<T>(x);
+}
+
 // Shapes of one mode: shared-memory pitches (elements) chosen so that the fragment loads of a
 // warp hit distinct banks, and the accumulator array (C fragments of a BM x NT tile).
 template <int MODE, int BM, int NT>
@@ -293,12 +303,7 @@ __global__ void __launch_bounds__(kWarps * 32) spmm_kernel(kl_bs_spmm_problem p,
         acc_pos<MODE>(i, j, v, rr, cc);
         const int64_t row = r * BM + rr, col = n0 + cc;
         if (row >= p.m || col >= p.n) continue;
-        T *c = C + row * p.ldc + col;
-        const double x = p.alpha * double(acc[i][j][v]);
-        if (split) atomic_add(c, x);
-        else if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
-        else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
-        else *c = from_f<T>(x);
+        store_c(C + row * p.ldc + col, p.alpha * double(acc[i][j][v]), p, split);
       }
 }
 
@@ -455,12 +460,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
         acc_pos<MODE>(i, j, v, rr, cc);
         const int64_t row = r * BM + rr, col = n0 + warp * WN + cc;
         if (row >= p.m || col >= p.n) continue;
-        T *c = C + row * p.ldc + col;
-        const double x = p.alpha * double(acc[i][j][v]);
-        if (split) atomic_add(c, x);
-        else if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
-        else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
-        else *c = from_f<T>(x);
+        store_c(C + row * p.ldc + col, p.alpha * double(acc[i][j][v]), p, split);
       }
 }
 
@@ -590,11 +590,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
           acc_pos<MODE>(i, j, v, rr, cc);
           const int64_t row = (ti * Q + l) * BM + rr, col = n0 + warp * WN + cc;
           if (row >= p.m || col >= p.n) continue;
-          T *c = C + row * p.ldc + col;
-          const double x = p.alpha * double(acc[l][i][j][v]);
-          if (p.accumulate) *c = from_f<T>(double(to_f(*c)) + x);
-          else if (p.beta != 0.0) *c = from_f<T>(x + p.beta * double(to_f(*c)));
-          else *c = from_f<T>(x);
+          store_c(C + row * p.ldc + col, p.alpha * double(acc[l][i][j][v]), p, false);
         }
 }
 
