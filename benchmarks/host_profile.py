@@ -76,6 +76,11 @@ def main():
     for name, fn in {"kron_matmul auto (torch)": lambda: kronlinalg.kron_matmul(xt, ft),
                      "structured_matmul auto (torch)": lambda: kronlinalg.structured_matmul(xs, chain),
                      "torch.empty((8, 512))": lambda: torch.empty((8, 512), device="cuda"),
+                     "xt.new_empty((8, 512))": lambda: xt.new_empty((8, 512)),
+                     "torch.empty_like(xt)": lambda: torch.empty_like(xt),
+                     "xt.data_ptr()": xt.data_ptr,
+                     "torch._C._cuda_getCurrentRawStream(0)":
+                         lambda: torch._C._cuda_getCurrentRawStream(0),
                      "xt + 0 (one torch kernel)": lambda: xt + 0}.items():
         print(f"{name:34s} {per_call_us(fn, sync=tsync):8.2f} us")
     for label, fn in (("kron_matmul torch", lambda: kronlinalg.kron_matmul(xt, ft)),

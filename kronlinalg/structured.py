@@ -215,10 +215,10 @@ def _run_cpu(spec: _KSCall):
     return _finish(spec, backend.from_host(spec.x, xp, out))
 
 
-def _run_cuda(spec: _KSCall, want_recipe=False):
-    """The product through the CUDA kernel; with want_recipe, (result, recipe) where the recipe
-    (see _launch_recipe) repeats the same launches on new arrays of the same signature, or is
-    None when this call needed casts or copies."""
+def _run_cuda(spec: _KSCall, want_replay=False):
+    """The product through the CUDA kernel; with want_replay, (result, replayer) where the
+    replayer (ks_cuda.ChainReplay) repeats the same launches on new arrays of the same signature,
+    or is None when this call needed casts or copies."""
     if ks_cuda is None:
         raise RuntimeError(
             "structured_matmul: got a CUDA array, but kronlinalg was built without CUDA "
@@ -259,38 +259,15 @@ def _run_cuda(spec: _KSCall, want_recipe=False):
             steps.append((f.pattern, vdesc[1:], ld, out_2d))
             cur = out
     out = _finish(spec, xp.reshape(cur, spec.out_shape))
-    if not want_recipe:
+    if not want_replay:
         return out
-    recipe = ((_launch_recipe, (spec.rows, 0 if first else 1, code, tuple(spec.out_shape),
-                                tuple(steps), backend.replay_allocator(x, cdt),
-                                backend.address_getter(x), backend.device_index(x),
-                                backend.current_device_getter(x),
-                                backend.current_stream_getter(x))) if clean else None)
-    return out, recipe
-
-
-def _launch_recipe(recipe, x, chain, forms=None):
-    """_run_cuda's launches again, for arrays whose signature matches the recipe's call: the
-    kernels read and write through pointers (x's rows are x's memory, intermediate results flat
-    buffers, the last one allocated in the result's shape), so no array views are made — a
-    tiny product is host-bound.  None (the full path, which switches devices) when another GPU
-    than x's is current."""
-    rows, layout, code, out_shape, steps, empty, ptr, device, current_device, stream_of = recipe
-    if current_device() != device:
-        return None
-    stream = stream_of(device)
-    src = ptr(x)
-    last = len(steps) - 1
-    for i, (f, (pattern, vstrides, ld, out_2d)) in enumerate(zip(reversed(chain), steps)):
-        # (an intermediate is freed once the next launch is enqueued: the pool's blocks are
-        # stream-ordered, so no later work on this stream sees it reused too early)
-        out = empty(x, out_shape if i == last else (out_2d[0] * out_2d[1],))
-        dst = ptr(out)
-        ks_cuda.matmul(pattern, rows, layout, (ptr(f.values),) + vstrides, (src, ld),
-                       (dst, out_2d[1]), code, stream)
-        src = dst
-    return out
-
+    if not clean:
+        return out, None
+    return out, ks_cuda.ChainReplay(
+        spec.rows, 0 if first else 1, code, tuple(spec.out_shape), tuple(steps), x,
+        backend.is_cupy(x), np.dtype(cdt) if backend.is_cupy(x) else None,
+        backend.device_index(x), backend.current_device_getter(x),
+        backend.current_stream_getter(x), KSFactor, KSChain)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,9 +377,9 @@ def _kernel(call):
     return _run_cuda(call) if backend.on_cuda(call.x) else _run_cpu(call)
 
 
-def _kernel_recipe(call):
+def _kernel_replay(call):
     if backend.on_cuda(call.x):
-        return _run_cuda(call, want_recipe=True)
+        return _run_cuda(call, want_replay=True)
     return _run_cpu(call), None
 
 
@@ -563,7 +540,7 @@ _DOCS = {"kernel": "one-pass Kronecker-sparse kernel, one launch per factor",
 for _kind in ("cpu", "cuda"):
     OPERATION.register(Algorithm(
         "kernel", _kernel, costs.predictor("kernel", _kind), devices=(_kind,),
-        applies=_kernel_applies, replay=_with_recipe(_kernel_recipe), doc=_DOCS["kernel"]))
+        applies=_kernel_applies, replay=_kernel_replay, doc=_DOCS["kernel"]))
     for _name, _run in (("bmm", _bmm), ("dense", _dense)):
         OPERATION.register(Algorithm(
             _name, _run, costs.predictor(_name, _kind), devices=(_kind,), replay=_rerun(_run),

@@ -67,8 +67,8 @@ def strided_calls(pattern, layout, rows, x, ldx, k, y, ldy, item):
 
 def strided(spec, want_recipe=False, dense_slabs=False):
     """The product as cuBLAS strided-batched GEMMs ("strided"; dense_slabs: "block_dense", each
-    factor's diagonal blocks formed dense first); with want_recipe, (result, recipe) as for
-    _run_cuda (see _launch_strided_recipe), the recipe None when this call needed casts or
+    factor's diagonal blocks formed dense first); with want_recipe, (result, recipe): the recipe
+    (see _launch_strided_recipe) repeats the launches on new arrays of the same signature, None when this call needed casts or
     copies."""
     xp, cdt = spec.xp, spec.compute_dtype
     name = "block_dense" if dense_slabs else "strided"

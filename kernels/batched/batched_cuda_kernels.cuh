@@ -774,11 +774,13 @@ cudaError_t launch_kernel(const Args &args, int64_t items, cudaStream_t stream) 
 #else
   static int resident = -1;  // blocks an SM holds (per kernel; the first launch asks)
   static int sms = 0;
+  if (K::SMEM > 48 * 1024) {  // (per device: a launch on a second GPU needs its own opt-in)
+    const cudaError_t e =
+        opt_in_smem(reinterpret_cast<const void *>(batched_kernel<T, MMA, K, VAR>), K::SMEM);
+    if (e != cudaSuccess) return e;
+  }
   if (resident < 0) {
     cudaError_t e = cudaSuccess;
-    if (K::SMEM > 48 * 1024)
-      e = cudaFuncSetAttribute(batched_kernel<T, MMA, K, VAR>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, K::SMEM);
     int per_sm = 0;
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, batched_kernel<T, MMA, K, VAR>,

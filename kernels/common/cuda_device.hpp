@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 
 namespace kl {
 
@@ -39,6 +40,24 @@ inline cudaError_t query_device(DeviceInfo *out) {
   }
   *out = it->second;
   return cudaSuccess;
+}
+
+// Opt a kernel into `smem` bytes of dynamic shared memory on the current device, once per
+// (kernel, device, size): the driver call costs host time on every launch otherwise, which a
+// tiny repeated product pays in full.
+inline cudaError_t opt_in_smem(const void *func, int smem) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  static std::mutex mu;
+  static std::map<std::tuple<const void *, int>, int> done;  // (kernel, device) -> bytes set
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(func, dev);
+  auto it = done.find(key);
+  if (it != done.end() && it->second >= smem) return cudaSuccess;
+  e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) done[key] = smem;
+  return e;
 }
 
 }  // namespace kl

@@ -95,8 +95,7 @@ inline int launch_checked(const Params &q, void (*kernel)(Params), int smem, cud
   const int64_t blocks = q.a * q.nJ * q.nN * q.nK;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "ks_matmul_cuda: problem too large for one grid");
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
     if (e != cudaSuccess) return cuda_fail(e, "shared memory opt-in");
   }
   kernel<<<unsigned(blocks), threads, smem, s>>>(q);

@@ -4,6 +4,8 @@ from .status cimport check_status
 from cpython.array cimport array
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
+import sys
+
 from .kron_abi cimport (fill_packed, fill_problem, kl_cuda_device_check,
                         kl_kron_cuda_scratch_elems, kl_kron_float32_mode, kl_kron_matmul_cuda,
                         kl_kron_problem, kl_last_error, pack_layout)
@@ -24,6 +26,7 @@ cdef extern from "kron.h" nogil:
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
 cdef int _generation = 0  # bumped when the packed layouts go stale (tune, float32_mode)
+cdef int64_t _TEMPLATE_BYTES = 1 << 16  # torch replays keep a template of results up to this
 
 
 def device_check():
@@ -167,7 +170,7 @@ cdef class Replay:
     cdef int dtype, device, generation, nfactors
     cdef bint is_cupy, transposed
     cdef tuple alloc_shape
-    cdef object ctor, npdtype, current_device, current_stream, scratch_empty
+    cdef object ctor, npdtype, current_device, current_stream, scratch_empty, template
     cdef int64_t n_aligned, n_unaligned, keep_bytes, itemsize
     cdef int nb_aligned, nb_unaligned
     cdef dict kept
@@ -194,7 +197,21 @@ cdef class Replay:
         # a transposed result is a (…, n, K') buffer seen as (…, K', n)
         self.alloc_shape = (out_shape[:-2] + (out_shape[-1], out_shape[-2]) if transposed
                             else out_shape)
-        self.ctor = ctor  # CuPy: cupy.ndarray(shape, dtype); torch: x.new_empty(shape)
+        # CuPy: ctor = cupy.ndarray, called (shape, dtype).  torch: ctor = the x of the call that
+        # made the replay; a small result is allocated as torch.empty_like of a private template
+        # of its shape (one tensor argument parses in a third less host time than new_empty's
+        # shape), a large one by x.new_empty(shape), whose host time no longer matters
+        self.template = None
+        if not is_cupy:
+            nbytes = itemsize
+            for s in self.alloc_shape:
+                nbytes *= s
+            if nbytes <= _TEMPLATE_BYTES:
+                self.template = ctor.new_empty(self.alloc_shape)
+                ctor = sys.modules["torch"].empty_like
+            else:
+                ctor = None
+        self.ctor = ctor
         self.npdtype = npdtype
         self.current_device = current_device
         self.current_stream = current_stream
@@ -223,7 +240,8 @@ cdef class Replay:
             for i in range(self.nfactors):
                 self.fptrs.data.as_ulonglongs[i] = factors[i].data.ptr
         else:
-            out = x.new_empty(self.alloc_shape)
+            out = (self.ctor(self.template) if self.template is not None
+                   else x.new_empty(self.alloc_shape))
             xptr = x.data_ptr()
             yptr = out.data_ptr()
             for i in range(self.nfactors):

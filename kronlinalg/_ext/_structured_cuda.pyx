@@ -1,7 +1,10 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA Kronecker-sparse kernel: device pointers and a stream handle in."""
 from .status cimport check_status
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int64_t, uintptr_t
+
+import sys
 
 from .structured_abi cimport (fill_problem, kl_ks_cuda_tile, kl_ks_dense_slabs_cuda,
                       kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
@@ -138,3 +141,129 @@ def chain_call(ChainFront front, x, factors, layout, algorithm):
                 if out is not None:
                     return out
     return front.operation(x, factors, layout=layout, algorithm=algorithm)
+
+
+cdef struct _Step:
+    # one factor's launch of a replay: pattern, values strides (elements), x's leading dim, and
+    # the result's 2D shape (rows, leading dim) of this step
+    int64_t a, b, c, d
+    int64_t vs[4]
+    int64_t x_ld, out_rows, out_ld
+
+
+cdef int64_t _TEMPLATE_BYTES = 1 << 16  # torch replays keep a template of results up to this
+
+
+cdef class ChainReplay:
+    """The CUDA kernel's launches of a structured_matmul call again, for arrays of the same
+    signature (the operation's replayer, called ``(x, factors, layout=…)``): one launch per
+    factor, last factor first, through pointers — x's rows are x's memory, each intermediate a
+    flat buffer, the last result allocated in the result's shape — so no array view is made and
+    no Python frame runs: a tiny product is host-bound.  None (the full path, which switches
+    devices) when another GPU than x's is current, or for a chain of another length.
+
+    torch results up to 64 KiB are allocated as torch.empty_like of a private template of their
+    shape (one tensor argument parses in a third less host time than new_empty's shape)."""
+
+    cdef _Step *steps
+    cdef int nsteps, layout, dtype, device
+    cdef int64_t rows
+    cdef bint is_cupy
+    cdef tuple out_shape
+    cdef list shapes, templates
+    cdef object ndarray, npdtype, empty_like, current_device, stream_of, factor_type, chain_type
+
+    def __cinit__(self):
+        self.steps = NULL
+
+    def __dealloc__(self):
+        PyMem_Free(self.steps)
+
+    def __init__(self, int64_t rows, int layout, int dtype, tuple out_shape, steps, like,
+                 bint is_cupy, npdtype, int device, current_device, stream_of, factor_type,
+                 chain_type):
+        cdef int i
+        cdef int64_t nbytes
+        self.nsteps = len(steps)
+        self.steps = <_Step *> PyMem_Malloc(max(self.nsteps, 1) * sizeof(_Step))
+        if self.steps == NULL:
+            raise MemoryError()
+        self.rows, self.layout, self.dtype, self.device = rows, layout, dtype, device
+        self.out_shape = out_shape
+        self.is_cupy = is_cupy
+        self.current_device, self.stream_of = current_device, stream_of
+        self.factor_type, self.chain_type = factor_type, chain_type
+        self.shapes, self.templates = [], []
+        for i, (pattern, vstrides, ld, out_2d) in enumerate(steps):
+            st = &self.steps[i]
+            st.a, st.b, st.c, st.d = pattern
+            st.vs[0], st.vs[1], st.vs[2], st.vs[3] = vstrides
+            st.x_ld = ld
+            st.out_rows, st.out_ld = out_2d
+            shape = out_shape if i == self.nsteps - 1 else (st.out_rows * st.out_ld,)
+            self.shapes.append(shape)
+            template = None
+            if not is_cupy:
+                nbytes = like.element_size() * st.out_rows * st.out_ld
+                if nbytes <= _TEMPLATE_BYTES:
+                    template = like.new_empty(shape)
+            self.templates.append(template)
+        if is_cupy:
+            self.ndarray, self.npdtype = type(like), npdtype
+        else:
+            self.empty_like = sys.modules["torch"].empty_like
+
+    cdef object _empty(self, x, int i):
+        if self.is_cupy:
+            return self.ndarray(self.shapes[i], self.npdtype)
+        template = self.templates[i]
+        if template is not None:
+            return self.empty_like(template)
+        return x.new_empty(self.shapes[i])
+
+    def __call__(self, x, factors, *, layout="batch_first"):
+        # (the signature fixed the layout, the patterns and the arrays' layouts: not read again)
+        if self.current_device() != self.device:
+            return None
+        tf = type(factors)
+        if tf is self.factor_type:
+            chain = (factors,)
+        elif isinstance(factors, self.chain_type):
+            chain = factors.factors
+        else:
+            chain = tuple(factors)
+        cdef int n = self.nsteps, i
+        if len(chain) != n:
+            return None
+        cdef uintptr_t stream = self.stream_of(self.device)
+        cdef bint cupy = self.is_cupy
+        cdef uintptr_t src = x.data.ptr if cupy else x.data_ptr()
+        cdef uintptr_t dst, vptr
+        cdef kl_ks_problem c
+        cdef _Step *st
+        cdef int status
+        prev = None
+        out = None
+        for i in range(n):
+            values = chain[n - 1 - i].values
+            vptr = values.data.ptr if cupy else values.data_ptr()
+            out = self._empty(x, i)
+            dst = out.data.ptr if cupy else out.data_ptr()
+            st = &self.steps[i]
+            c.a, c.b, c.c, c.d = st.a, st.b, st.c, st.d
+            c.batch = self.rows
+            c.layout = self.layout
+            c.values = <const void *> vptr
+            c.vs[0], c.vs[1], c.vs[2], c.vs[3] = st.vs[0], st.vs[1], st.vs[2], st.vs[3]
+            c.x = <const void *> src
+            c.x_ld = st.x_ld
+            c.y = <void *> dst
+            c.y_ld = st.out_ld
+            with nogil:
+                status = kl_ks_matmul_cuda(&c, self.dtype, <void *> stream)
+            check_status(status)
+            # (the previous intermediate is released once this launch, which reads it, is
+            # enqueued: the pools are stream-ordered)
+            prev = out
+            src = dst
+        return out
