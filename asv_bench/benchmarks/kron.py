@@ -41,7 +41,8 @@ KRON_SMALL = {
 
 
 def _inputs(xp, m, shapes, dtype, seed=0):
-    rng = np.random.default_rng(seed)
+    # (CuPy: drawn on the device — the GPU's kron_large x is up to 8 GB, minutes from the host)
+    rng = xp.random.default_rng(seed) if xp is not np else np.random.default_rng(seed)
     k = math.prod(p for p, _ in shapes)
     x = xp.asarray(rng.standard_normal((m, k)), dtype=dtype)
     fs = [xp.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
