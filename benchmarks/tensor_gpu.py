@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from kronlinalg import tensor as kt
+from kronlinalg.tensor import fused
 
 RESULTS: dict = {"sections": {}}
 ROWS: list = []
@@ -51,6 +52,20 @@ def wall(fn, reps=5, warm=1):
         sync()
         ts.append(time.perf_counter() - t)
     return statistics.median(ts)
+
+
+def events(fn, reps=20):
+    """GPU time of fn (CUDA events around reps back-to-back calls, warm), seconds per call."""
+    import torch
+
+    fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3 / reps
 
 
 def per_iteration(run, lo, hi, reps=3):
@@ -153,18 +168,24 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
                                     n_iter_max=k, tol=0, precision=precision)
 
     ref_fit = None
-    for precision in ours_modes or ("tf32", "ieee", "float16", "bfloat16"):
+    for precision in ours_modes or ("tf32", "tf32-library", "ieee", "float16", "bfloat16"):
+        library = precision.endswith("-library")  # the cuBLAS GEMM chain, no one-pass kernel
+        fused.ENABLED = not library
+        precision = precision.replace("-library", "")
         try:
             t, res = per_iteration(ours(precision), lo, hi, reps)
             how = dict(kt.cp_als.LAST_RUN)
             fit = fit_of(x64, res)
             if precision == "ieee":
                 ref_fit = fit
-            row(label, f"kronlinalg torch {precision}", 1e3 * t, fit=round(fit, 6),
+            row(label, f"kronlinalg torch {precision}" + (" library" if library else ""),
+                1e3 * t, fit=round(fit, 6),
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
                 run=how.get("reason", "")[:120])
         except Exception as e:  # noqa: BLE001
             row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
+        finally:
+            fused.ENABLED = True
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -236,13 +257,21 @@ def mttkrp_section(out, n=640, rank=64):
     fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
     for mode in range(3):
         ref = tl_mttkrp(x.double(), (None, [f.double() for f in fs]), mode)
-        for precision in ("tf32", "ieee"):
-            got = kt.mttkrp(x, (None, fs), mode, precision=precision)
-            err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
-            t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=precision), 10)
-            row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t, rel_err=f"{err:.1e}")
+        for precision in ("tf32", "tf32-library", "ieee"):
+            fused.ENABLED = not precision.endswith("-library")
+            prec = precision.replace("-library", "")
+            try:
+                got = kt.mttkrp(x, (None, fs), mode, precision=prec)
+                err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+                t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=prec), 10)
+                row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t,
+                    rel_err=f"{err:.1e}", gpu_ms=round(1e3 * events(
+                        lambda: kt.mttkrp(x, (None, fs), mode, precision=prec)), 4))
+            finally:
+                fused.ENABLED = True
         t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
-        row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t)
+        row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t,
+            gpu_ms=round(1e3 * events(lambda: tl_mttkrp(x, (None, fs), mode)), 4))
         with TF32():
             t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
         row("mttkrp640", f"tensorly torch tf32 mode {mode}", 1e3 * t)
@@ -258,9 +287,15 @@ def tucker_section(out, n=640, rank=64):
     x = torch.randn((n, n, n), device="cuda", generator=g)
     x64 = x.double()
     for label, kw in (("hosvd", {"n_iter_max": 0}), ("hosvd+1 hooi", {"n_iter_max": 1})):
-        for precision, svd in (("tf32", "eigh"), ("ieee", "eigh"), ("tf32", "randomized")):
-            res = kt.tucker(x, rank, precision=precision, tol=0, svd=svd, **kw)
-            t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, svd=svd, **kw), 3)
+        for precision, svd in (("tf32", "eigh"), ("tf32", "eigh-unbatched"), ("ieee", "eigh"),
+                               ("tf32", "randomized")):
+            kt.hooi.BATCHED_EIGH = svd != "eigh-unbatched"
+            how = svd.replace("-unbatched", "")
+            try:
+                res = kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw)
+                t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw), 3)
+            finally:
+                kt.hooi.BATCHED_EIGH = True
             row("tucker640", f"kronlinalg {label} {precision} {svd}", 1e3 * t,
                 rel_error=round(tucker_error(x64, *res), 6))
         save(out)
@@ -280,6 +315,29 @@ def tucker_section(out, n=640, rank=64):
     gm = (a @ a.T).contiguous()
     t = wall(lambda: torch.linalg.eigh(gm), 5)
     row("tucker640", "diag: eigh 640 float32", 1e3 * t)
+    g3 = torch.stack([gm, gm + torch.eye(n, device="cuda"), gm * 2])
+    row("tucker640", "diag: eigh batched 3x640 float32", 1e3 * wall(lambda: torch.linalg.eigh(g3), 5))
+    gm64 = gm.double()
+    row("tucker640", "diag: eigh 640 float64", 1e3 * wall(lambda: torch.linalg.eigh(gm64), 3))
+    try:
+        prev = torch.backends.cuda.preferred_linalg_library()
+        torch.backends.cuda.preferred_linalg_library("magma")
+        try:
+            row("tucker640", "diag: eigh 640 float32 magma",
+                1e3 * wall(lambda: torch.linalg.eigh(gm), 5))
+            row("tucker640", "diag: eigh batched 3x640 magma",
+                1e3 * wall(lambda: torch.linalg.eigh(g3), 3))
+        finally:
+            torch.backends.cuda.preferred_linalg_library(prev)
+    except Exception as e:  # noqa: BLE001
+        row("tucker640", "diag: eigh magma", float("nan"), error=repr(e)[:200])
+    try:
+        import cupy as cp
+
+        gc = cp.from_dlpack(gm)
+        row("tucker640", "diag: cupy eigh 640 float32", 1e3 * wall(lambda: cp.linalg.eigh(gc), 5))
+    except Exception as e:  # noqa: BLE001
+        row("tucker640", "diag: cupy eigh", float("nan"), error=repr(e)[:200])
     try:
         import cupy as cp
 
@@ -411,6 +469,8 @@ def main():
     ap.add_argument("--out", default="tensor.json")
     ap.add_argument("--budget", type=float, default=150)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--sections", default="", help="comma-separated: mttkrp, cp640, tucker, "
+                    "shard, diag, cp160^4, gene100, gene500, gene1000 (default: all)")
     a = ap.parse_args()
     if a.cpu:
         cpu_section(a.out)
@@ -419,19 +479,20 @@ def main():
 
     RESULTS["device"] = torch.cuda.get_device_name()
     RESULTS["torch"] = torch.__version__
-    steps = [
-        lambda: cp_section(a.out, 640, 64, 4, 14, 5, "cp640 r64"),
-        lambda: mttkrp_section(a.out),
-        lambda: tucker_section(a.out),
-        lambda: diag_section(a.out),
-        lambda: shard_section(a.out),
-        lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
-                           tensorly_cupy=False, ours_modes=("tf32", "ieee")),
-    ]
+    named = {
+        "mttkrp": lambda: mttkrp_section(a.out),
+        "cp640": lambda: cp_section(a.out, 640, 64, 4, 14, 5, "cp640 r64"),
+        "tucker": lambda: tucker_section(a.out),
+        "shard": lambda: shard_section(a.out),
+        "diag": lambda: diag_section(a.out),
+        "cp160^4": lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
+                                      tensorly_cupy=False, ours_modes=("tf32", "ieee")),
+    }
     for r in (100, 500, 1000):
-        steps.append(lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,
-                                            f"gene r{r}", tensorly_cupy=False,
-                                            ours_modes=("tf32",)))
+        named[f"gene{r}"] = (lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,
+                                                    f"gene r{r}", tensorly_cupy=False,
+                                                    ours_modes=("tf32",)))
+    steps = [named[k] for k in (a.sections.split(",") if a.sections else named)]
     for step in steps:
         if elapsed() > a.budget:
             RESULTS["cut"] = "budget"

@@ -249,6 +249,25 @@ class Engine:
         _, vecs = xp.linalg.eigh((small + xp.permute_dims(small, (1, 0))) / 2)
         return xp.matmul(q, xp.flip(vecs, axis=1)[:, :k])
 
+    def top_eigvecs_many(self, grams, ks, method="eigh", batched=True):
+        """top_eigvecs of several Gram matrices (HOSVD's, independent of each other): with
+        batched, the exact ones of equal size go through one batched eigh (the GPU's 640×640
+        eigh is latency-bound: a batch shares the launches and waits)."""
+        out = [None] * len(grams)
+        groups: dict = {}
+        for i, g in enumerate(grams):
+            groups.setdefault(int(g.shape[0]), []).append(i)
+        xp = self.xp
+        for n, idx in groups.items():
+            if method != "eigh" or not batched or len(idx) < 2 or not self.cuda:
+                for i in idx:
+                    out[i] = self.top_eigvecs(grams[i], ks[i], method)
+                continue
+            _, vecs = xp.linalg.eigh(xp.stack([grams[i] for i in idx]))
+            for j, i in enumerate(idx):
+                out[i] = xp.flip(vecs[j, ...], axis=1)[:, :ks[i]]
+        return out
+
     def norm(self, x, scale=1.0):
         """‖x‖ as a Python float (read once, no squared copy of x)."""
         xp = self.xp

@@ -16,7 +16,10 @@ from . import _args
 from ._engine import Engine
 from .primitives import mode_product
 
-__all__ = ["tucker", "TuckerTensor"]
+__all__ = ["tucker", "TuckerTensor", "BATCHED_EIGH"]
+
+# HOSVD's eigendecompositions of equal-size Gram matrices as one batched eigh on the GPU
+BATCHED_EIGH = True
 
 
 class TuckerTensor(tuple):
@@ -80,7 +83,8 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
     with eng.fast():
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
-            factors = [eng.top_eigvecs(eng.gram(x, n), ranks[n], svd) for n in range(nd)]
+            factors = eng.top_eigvecs_many([eng.gram(x, n) for n in range(nd)], ranks, svd,
+                                           BATCHED_EIGH)
         elif isinstance(init, str) and init == "random":
             rng = _args.generator(random_state)
             factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]

@@ -1,0 +1,287 @@
+// The one-pass MTTKRP of a tensor's first or last mode (tensor.h): the tensor streams through a
+// four-deep cp.async ring once, the Khatri-Rao rows W[p, r] = U[a, r] V[b, r] are formed in
+// registers from the staged rows of V and the (at most two) rows of U of each block of 32 p,
+// and mma.sync m16n8k8 TF32 accumulates a 128 x 64 output tile per thread block in float32.
+//
+// Why not cuBLAS: the GEMM over the tensor has 64 output rows and K = 640; cuBLAS runs it at
+// 2.0-2.3 TB/s on an H100 and must write the (R, I*J) intermediate that a second batched
+// product reads again.  Here the sum over p is split over enough blocks to fill the GPU once;
+// each writes its 128 x 64 partial and a second launch adds the partials in a fixed order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "cuda_device.hpp"
+#include "cuda_ptx.cuh"
+#include "tensor.h"
+
+namespace {
+
+using kl::cu::cp_async_16;
+using kl::cu::cp_async_commit;
+using kl::cu::cp_async_wait;
+using kl::cu::mma_tf32;
+
+constexpr int BM = 128;       // output rows (the mode's index) per block
+constexpr int BK = 32;        // p per pipeline stage
+constexpr int RP = 64;        // the rank, padded
+constexpr int NS = 4;         // pipeline stages
+constexpr int THREADS = 128;  // 4 warps, 2 x 2, each 64 rows x 32 ranks
+constexpr int LDV = RP + 8;   // V's staged rows: row t of a fragment lands on banks 8t..8t+7
+
+template <bool LAST>
+struct Tile {
+  // LAST: X staged as [p][m] (a fragment's rows t on banks 8t + g); else [m][p] (4g + t)
+  static constexpr int LDX = LAST ? BM + 8 : BK + 4;
+  static constexpr int X_FLOATS = LAST ? BK * LDX : BM * LDX;
+  static constexpr int V_OFF = X_FLOATS;
+  static constexpr int U_OFF = V_OFF + BK * LDV;
+  static constexpr int STAGE = U_OFF + 2 * RP;
+  static constexpr size_t SMEM = size_t(NS) * STAGE * sizeof(float);
+};
+
+struct Args {
+  const float *x, *u, *v;
+  float *part;
+  int64_t m, red, ia, ib, stages, mpad;
+  int32_t splits;
+};
+
+__device__ __forceinline__ uint32_t tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+
+template <bool LAST>
+__device__ __forceinline__ void load_stage(const Args &a, float *st, int64_t s, int64_t mbase,
+                                           int tid) {
+  using T = Tile<LAST>;
+  const int64_t p0 = s * BK;
+  if (LAST) {  // 32 rows p of 128 floats: 32 chunks of 16 bytes a row
+#pragma unroll
+    for (int c = tid; c < BK * (BM / 4); c += THREADS) {
+      const int row = c / (BM / 4), col = (c % (BM / 4)) * 4;
+      const int64_t p = p0 + row, k = mbase + col;
+      const bool ok = p < a.red && k < a.m;
+      cp_async_16(st + row * T::LDX + col, ok ? a.x + p * a.m + k : a.x, ok);
+    }
+  } else {  // 128 rows i of 32 floats: 8 chunks a row
+#pragma unroll
+    for (int c = tid; c < BM * (BK / 4); c += THREADS) {
+      const int row = c / (BK / 4), col = (c % (BK / 4)) * 4;
+      const int64_t i = mbase + row, p = p0 + col;
+      const bool ok = i < a.m && p < a.red;
+      cp_async_16(st + row * T::LDX + col, ok ? a.x + i * a.red + p : a.x, ok);
+    }
+  }
+  // V's rows b = (p0 + row) mod ib (ib >= 32: at most one wrap in a stage)
+  const int64_t b0 = p0 % a.ib;
+#pragma unroll
+  for (int c = tid; c < BK * (RP / 4); c += THREADS) {
+    const int row = c / (RP / 4), col = (c % (RP / 4)) * 4;
+    int64_t b = b0 + row;
+    if (b >= a.ib) b -= a.ib;
+    const bool ok = p0 + row < a.red;
+    cp_async_16(st + T::V_OFF + row * LDV + col, ok ? a.v + b * RP + col : a.v, ok);
+  }
+  // U's rows a0 = p0 / ib and a0 + 1
+  if (tid < 2 * (RP / 4)) {
+    const int which = tid / (RP / 4), col = (tid % (RP / 4)) * 4;
+    const int64_t ua = p0 / a.ib + which;
+    const bool ok = ua < a.ia;
+    cp_async_16(st + T::U_OFF + which * RP + col, ok ? a.u + ua * RP + col : a.u, ok);
+  }
+}
+
+template <bool LAST>
+__global__ void __launch_bounds__(THREADS, 2) mttkrp_kernel(Args a) {
+  using T = Tile<LAST>;
+  KL_DYNAMIC_SMEM(smem_raw);
+  float *smem = reinterpret_cast<float *>(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp & 1) * 64, wn = (warp >> 1) * 32;
+  const int64_t mbase = int64_t(blockIdx.x) * BM;
+  const int split = blockIdx.y;
+  const int64_t s_begin = a.stages * split / a.splits;
+  const int64_t n_it = a.stages * (split + 1) / a.splits - s_begin;
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < n_it) load_stage<LAST>(a, smem + s * T::STAGE, s_begin + s, mbase, tid);
+    cp_async_commit();
+  }
+  for (int64_t it = 0; it < n_it; ++it) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // stage `it` landed for every thread; slot (it - 1) % NS is free
+    {
+      const int64_t nx = it + NS - 1;
+      if (nx < n_it) load_stage<LAST>(a, smem + int(nx % NS) * T::STAGE, s_begin + nx, mbase, tid);
+      cp_async_commit();
+    }
+    const float *xs = smem + int(it % NS) * T::STAGE;
+    const float *vs = xs + T::V_OFF;
+    const float *us = xs + T::U_OFF;
+    const int64_t p0 = (s_begin + it) * BK;
+    const int64_t qb64 = (p0 / a.ib + 1) * a.ib - p0;  // rows >= qb take U's second row
+    const int qb = qb64 > BK ? BK : int(qb64);
+    float u_lo[4], u_hi[4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      u_lo[nt] = us[wn + nt * 8 + g];
+      u_hi[nt] = us[RP + wn + nt * 8 + g];
+    }
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+      const int r0 = ks * 8 + t, r1 = r0 + 4;
+      uint32_t bf[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int col = wn + nt * 8 + g;
+        bf[nt][0] = tf32(vs[r0 * LDV + col] * (r0 >= qb ? u_hi[nt] : u_lo[nt]));
+        bf[nt][1] = tf32(vs[r1 * LDV + col] * (r1 >= qb ? u_hi[nt] : u_lo[nt]));
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const int m0 = wm + mt * 16 + g;
+        uint32_t af[4];
+        if (LAST) {  // A[m][p] = X[p][m]
+          af[0] = tf32(xs[r0 * T::LDX + m0]);
+          af[1] = tf32(xs[r0 * T::LDX + m0 + 8]);
+          af[2] = tf32(xs[r1 * T::LDX + m0]);
+          af[3] = tf32(xs[r1 * T::LDX + m0 + 8]);
+        } else {  // A[m][p] = X[m][p]
+          af[0] = tf32(xs[m0 * T::LDX + r0]);
+          af[1] = tf32(xs[(m0 + 8) * T::LDX + r0]);
+          af[2] = tf32(xs[m0 * T::LDX + r1]);
+          af[3] = tf32(xs[(m0 + 8) * T::LDX + r1]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_tf32(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  // the partial sums, [split][r][mpad]: c0/c1 at (m = g, r = 2t, 2t + 1), c2/c3 at m = g + 8
+  float *out = a.part + int64_t(split) * RP * a.mpad + mbase;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int m = wm + mt * 16 + g, r = wn + nt * 8 + 2 * t;
+      out[int64_t(r) * a.mpad + m] = acc[mt][nt][0];
+      out[int64_t(r + 1) * a.mpad + m] = acc[mt][nt][1];
+      out[int64_t(r) * a.mpad + m + 8] = acc[mt][nt][2];
+      out[int64_t(r + 1) * a.mpad + m + 8] = acc[mt][nt][3];
+    }
+}
+
+// out[r, i] = alpha * sum over the splits of part[s][r][i], in split order
+__global__ void mttkrp_reduce_kernel(const float *part, int32_t splits, int64_t mpad, int64_t m,
+                              int32_t rank, float *out, int64_t os_r, int64_t os_m, float alpha) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(rank) * m) return;
+  const int64_t r = idx / m, i = idx % m;
+  const float *p = part + r * mpad + i;
+  float s = 0.f;
+  for (int32_t k = 0; k < splits; ++k) s += p[int64_t(k) * RP * mpad];
+  out[r * os_r + i * os_m] = alpha * s;
+}
+
+template <bool LAST>
+cudaError_t blocks_per_sm(int *out) {
+  // the shared-memory opt-in is a per-device attribute of the kernel: set once per device
+  kl::DeviceInfo dev;
+  cudaError_t e = kl::query_device(&dev);
+  if (e != cudaSuccess) return e;
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev.id);
+  if (it == cache.end()) {
+    e = cudaFuncSetAttribute(mttkrp_kernel<LAST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             int(Tile<LAST>::SMEM));
+    if (e != cudaSuccess) return e;
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mttkrp_kernel<LAST>, THREADS,
+                                                      Tile<LAST>::SMEM);
+    if (e != cudaSuccess) return e;
+    it = cache.emplace(dev.id, n > 0 ? n : 1).first;
+  }
+  *out = it->second;
+  return cudaSuccess;
+}
+
+int cuda_fail(cudaError_t e) { return kl::fail(KL_ERR_CUDA, cudaGetErrorString(e)); }
+
+}  // namespace
+
+extern "C" int kl_tensor_mttkrp_plan(int32_t last, int64_t m, int64_t red, int32_t *splits,
+                                     int64_t *mpad) {
+  if (m <= 0 || red <= 0) return kl::fail(KL_ERR_INVALID, "tensor mttkrp: empty problem");
+  kl::DeviceInfo dev;
+  cudaError_t e = kl::query_device(&dev);
+  if (e != cudaSuccess) return kl::fail(KL_ERR_NO_DEVICE, cudaGetErrorString(e));
+  int per_sm = 1;
+  e = last ? blocks_per_sm<true>(&per_sm) : blocks_per_sm<false>(&per_sm);
+  if (e != cudaSuccess) return cuda_fail(e);
+  const int64_t tiles = (m + BM - 1) / BM, stages = (red + BK - 1) / BK;
+  int64_t s = int64_t(dev.sms) * per_sm / tiles;  // one wave of blocks
+  if (s < 1) s = 1;
+  if (s > stages) s = stages;
+  *splits = int32_t(s);
+  *mpad = tiles * BM;
+  return KL_OK;
+}
+
+extern "C" int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream) {
+  if (c->rank < 1 || c->rank > KL_TENSOR_MAX_RANK || c->ib < KL_TENSOR_MIN_INNER ||
+      c->ia < 1 || c->m < 1 || c->red != c->ia * c->ib || c->splits < 1)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rank above 64, inner size below 32 or "
+                                    "inconsistent sizes");
+  const int64_t row = c->last ? c->m : c->red;
+  if (row % 4 || (reinterpret_cast<uintptr_t>(c->x) | reinterpret_cast<uintptr_t>(c->u) |
+                  reinterpret_cast<uintptr_t>(c->v)) % 16)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rows of the tensor's view must be a "
+                                    "multiple of 4 floats and every operand 16-byte aligned");
+  int per_sm = 1;
+  cudaError_t e = c->last ? blocks_per_sm<true>(&per_sm) : blocks_per_sm<false>(&per_sm);
+  if (e != cudaSuccess) return cuda_fail(e);
+  const int64_t tiles = (c->m + BM - 1) / BM;
+  if (tiles > 0x7fffffff || c->splits > 65535)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: grid too large");
+  Args a{c->x, c->u, c->v, c->part, c->m, c->red, c->ia, c->ib, (c->red + BK - 1) / BK,
+         tiles * BM, c->splits};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  dim3 grid(unsigned(tiles), unsigned(c->splits));
+  if (c->last)
+    mttkrp_kernel<true><<<grid, THREADS, Tile<true>::SMEM, s>>>(a);
+  else
+    mttkrp_kernel<false><<<grid, THREADS, Tile<false>::SMEM, s>>>(a);
+  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
+  const int64_t n = int64_t(c->rank) * c->m;
+  mttkrp_reduce_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(c->part, c->splits, a.mpad, c->m,
+                                                          c->rank, c->out, c->out_stride_r,
+                                                          c->out_stride_m, c->alpha);
+  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
+  return KL_OK;
+}
+
+extern "C" int kl_tensor_cuda_check(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return kl::fail(KL_ERR_NO_DEVICE, e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+  return KL_OK;
+}
