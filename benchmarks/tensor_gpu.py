@@ -85,6 +85,22 @@ def per_iteration(run, lo, hi, reps=3):
     return statistics.median(ts), res
 
 
+def per_iteration_cb(run, lo, hi, reps=3):
+    """(seconds per iteration, the result of the last run) from the times at which parafac's
+    callback reports iterations lo…hi of one run (each report follows that iteration's host
+    synchronisation): the setup, the initialisation and the CUDA graph's capture, whose time
+    varies by milliseconds between runs, stay out of the difference."""
+    run(lo, None)
+    sync()
+    ts, res = [], None
+    for _ in range(reps):
+        stamps = []
+        res = run(hi, lambda i, fit: stamps.append(time.perf_counter()))
+        sync()
+        ts.append((stamps[hi - 1] - stamps[lo - 1]) / (hi - lo))
+    return statistics.median(ts), res
+
+
 def fit_of(x64, cp_tensor):
     """1 − ‖X − X̂‖/‖X‖ in float64, X̂ rebuilt in slabs of mode 0 (the full Khatri–Rao product
     of N−1 factors of the gene tensor at R = 1000 would take 135 GiB)."""
@@ -164,42 +180,46 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     ones = torch.ones(rank, device="cuda")
 
     def ours(precision, xx=x, ff=fs):
-        return lambda k: kt.parafac(xx, rank, init=(None, [f.clone() for f in ff]),
-                                    n_iter_max=k, tol=0, precision=precision)
+        return lambda k, cb: kt.parafac(xx, rank, init=(None, [f.clone() for f in ff]),
+                                        n_iter_max=k, tol=0, precision=precision, callback=cb)
 
     ref_fit = None
-    for precision in ours_modes or ("tf32", "tf32-library", "ieee", "float16", "bfloat16"):
+    for precision in ours_modes or ("tf32", "tf32-v0", "tf32-library", "ieee", "float16",
+                                    "bfloat16"):
         library = precision.endswith("-library")  # the cuBLAS GEMM chain, no one-pass kernel
         fused.ENABLED = not library
-        precision = precision.replace("-library", "")
+        fused.VARIANT = 0 if precision.endswith("-v0") else 1
+        variant = precision
+        precision = precision.split("-")[0]
         try:
-            t, res = per_iteration(ours(precision), lo, hi, reps)
+            t, res = per_iteration_cb(ours(precision), lo, hi, reps)
             how = dict(kt.cp_als.LAST_RUN)
             fit = fit_of(x64, res)
             if precision == "ieee":
                 ref_fit = fit
-            row(label, f"kronlinalg torch {precision}" + (" library" if library else ""),
+            row(label, f"kronlinalg torch {variant}",
                 1e3 * t, fit=round(fit, 6),
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
                 run=how.get("reason", "")[:120])
         except Exception as e:  # noqa: BLE001
             row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
         finally:
-            fused.ENABLED = True
+            fused.ENABLED, fused.VARIANT = True, 1
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
-        t, res = per_iteration(lambda k: kt.parafac(x64, rank, init=(None, init64),
-                                                    n_iter_max=k, tol=0), lo, hi, 1)
+        t, res = per_iteration_cb(lambda k, cb: kt.parafac(x64, rank, init=(None, init64),
+                                                           n_iter_max=k, tol=0, callback=cb),
+                                  lo, hi, 1)
         row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
         try:
             import cupy as cp
 
             xc = cp.from_dlpack(x)
             fc = [cp.from_dlpack(f) for f in fs]
-            t, res = per_iteration(
-                lambda k: kt.parafac(xc, rank, init=(None, [f.copy() for f in fc]),
-                                     n_iter_max=k, tol=0), lo, hi, reps)
+            t, res = per_iteration_cb(
+                lambda k, cb: kt.parafac(xc, rank, init=(None, [f.copy() for f in fc]),
+                                         n_iter_max=k, tol=0, callback=cb), lo, hi, reps)
             row(label, "kronlinalg cupy tf32", 1e3 * t,
                 fit=round(fit_of(x64, (None, [torch.from_dlpack(f) for f in res[1]])), 6))
         except Exception as e:  # noqa: BLE001
@@ -257,18 +277,20 @@ def mttkrp_section(out, n=640, rank=64):
     fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
     for mode in range(3):
         ref = tl_mttkrp(x.double(), (None, [f.double() for f in fs]), mode)
-        for precision in ("tf32", "tf32-library", "ieee"):
+        for precision in ("tf32", "tf32-v0", "tf32-library", "ieee"):
             fused.ENABLED = not precision.endswith("-library")
-            prec = precision.replace("-library", "")
+            fused.VARIANT = 0 if precision.endswith("-v0") else 1
+            prec = precision.split("-")[0]
             try:
                 got = kt.mttkrp(x, (None, fs), mode, precision=prec)
                 err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
                 t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=prec), 10)
                 row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t,
                     rel_err=f"{err:.1e}", gpu_ms=round(1e3 * events(
-                        lambda: kt.mttkrp(x, (None, fs), mode, precision=prec)), 4))
+                        lambda: kt.mttkrp(x, (None, fs), mode, precision=prec)), 4),
+                    kernel=dict(fused.LAST) if prec == "tf32" and fused.ENABLED else "")
             finally:
-                fused.ENABLED = True
+                fused.ENABLED, fused.VARIANT = True, 1
         t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
         row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t,
             gpu_ms=round(1e3 * events(lambda: tl_mttkrp(x, (None, fs), mode)), 4))
@@ -287,15 +309,15 @@ def tucker_section(out, n=640, rank=64):
     x = torch.randn((n, n, n), device="cuda", generator=g)
     x64 = x.double()
     for label, kw in (("hosvd", {"n_iter_max": 0}), ("hosvd+1 hooi", {"n_iter_max": 1})):
-        for precision, svd in (("tf32", "eigh"), ("tf32", "eigh-unbatched"), ("ieee", "eigh"),
+        for precision, svd in (("tf32", "eigh"), ("tf32", "eigh-sequential"), ("ieee", "eigh"),
                                ("tf32", "randomized")):
-            kt.hooi.BATCHED_EIGH = svd != "eigh-unbatched"
-            how = svd.replace("-unbatched", "")
+            kt.hooi.CONCURRENT_HOSVD = svd != "eigh-sequential"
+            how = svd.replace("-sequential", "")
             try:
                 res = kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw)
                 t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw), 3)
             finally:
-                kt.hooi.BATCHED_EIGH = True
+                kt.hooi.CONCURRENT_HOSVD = True
             row("tucker640", f"kronlinalg {label} {precision} {svd}", 1e3 * t,
                 rel_error=round(tucker_error(x64, *res), 6))
         save(out)
@@ -403,9 +425,12 @@ def diag_section(out, n=640, rank=64):
     print(table[:6000])
 
 
-def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30):
-    """CP of a 4.2 GB host tensor with the GPU pool capped at 2 GB, against the same
-    decomposition in memory; the per-iteration time against the transfers it needs."""
+def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30, iters=4):
+    """CP of a 4.2 GB host tensor with the GPU pool capped at 2 GB (run first, on an empty
+    pool), against the same decomposition in memory (same initial factors and iteration
+    count: the fits must agree); the per-iteration time against the transfers it needs."""
+    import gc
+
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(4)
@@ -414,33 +439,41 @@ def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30):
     host.copy_(xd)
     fs = [torch.rand((d, rank), device="cuda", generator=g) for d in shape]
     init = (None, [f.cpu() for f in fs])
-    t, res = per_iteration(lambda k: kt.parafac(xd, rank, init=(None, [f.clone() for f in fs]),
-                                                n_iter_max=k, tol=0), 4, 8, 1)
-    fit_mem = fit_of(xd.double(), res)
-    row("shard640x640x2560", "in memory tf32", 1e3 * t, fit=round(fit_mem, 6))
-    del xd, res
-    torch.cuda.empty_cache()
+    del xd
     slab = host[:40].clone().pin_memory()
     dev = torch.empty(slab.shape, device="cuda")
     h2d = wall(lambda: dev.copy_(slab, non_blocking=True), 5)
     h2d_bw = slab.numel() * 4 / h2d
-    del dev
+    del dev, slab
+    gc.collect()
     torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(cap / total)
     try:
-        t, res = per_iteration(lambda k: kt.parafac(host, rank, init=init, n_iter_max=k, tol=0,
-                                                    device="cuda", memory_limit=cap), 1, 3, 1)
+        t, res = per_iteration_cb(
+            lambda k, cb: kt.parafac(host, rank, init=init, n_iter_max=k, tol=0, callback=cb,
+                                     device="cuda", memory_limit=cap), 1, iters, 1)
         facts = dict(kt.cp_als.LAST_RUN)
         peak = torch.cuda.max_memory_allocated()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     need = facts["streamed_bytes_per_iteration"] / h2d_bw
-    row("shard640x640x2560", "shard, pool capped at 2 GB", 1e3 * t,
-        fit=round(fit_of(host.to("cuda").double(), res), 6), h2d_GBps=round(h2d_bw / 1e9, 1),
+    xd = host.to("cuda")
+    t_mem, res_mem = per_iteration_cb(
+        lambda k, cb: kt.parafac(xd, rank, init=(None, [f.clone() for f in fs]), n_iter_max=k,
+                                 tol=0, callback=cb), 1, iters, 1)
+    x64 = xd.double()
+    del xd
+    row("shard640x640x2560", "in memory tf32", 1e3 * t_mem, fit=round(fit_of(x64, res_mem), 6),
+        iterations=iters)
+    row("shard640x640x2560", "shard, pool capped at 2 GiB", 1e3 * t,
+        fit=round(fit_of(x64, res), 6), iterations=iters, h2d_GBps=round(h2d_bw / 1e9, 1),
         transfers_ms=round(1e3 * need, 1), ratio=round(t / need, 2),
         resident_rows=facts["resident_rows"], slab_rows=facts["slab_rows"],
-        passes=facts["passes_per_iteration"], peak_alloc_GB=round(peak / 1e9, 2))
+        passes=facts["passes_per_iteration"], peak_alloc_GB=round(peak / 1e9, 2),
+        allocated_before_GB=round(before / 1e9, 3))
     save(out)
 
 

@@ -173,3 +173,56 @@ def test_parafac_through_the_kernel_matches_float64(lib):
     finally:
         fused.ENABLED = True
     assert rel(rec, host(lib, T.cp_to_tensor(lib_path)).astype(np.float64)) < 1e-2
+
+
+@needs_gpu
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("variant", [0, 1])
+def test_fused_mttkrp_both_block_shapes(lib, variant):
+    rng = np.random.default_rng(8)
+    shape, rank = (257, 36, 132), 40
+    x = rng.standard_normal(shape).astype(np.float32)
+    fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]
+    xd, fd = dev(lib, x), [dev(lib, f) for f in fs]
+    fused.VARIANT = variant
+    try:
+        for mode in (0, 2):
+            before = fused.LAUNCHES
+            got = host(lib, T.mttkrp(xd, (None, fd), mode)).astype(np.float64)
+            assert fused.LAUNCHES == before + 1 and fused.LAST["variant"] == variant
+            ref = unfold(x.astype(np.float64), mode) @ kr_ref(
+                [f.astype(np.float64) for i, f in enumerate(fs) if i != mode])
+            assert rel(got, ref) < 2e-3
+    finally:
+        fused.VARIANT = 1
+
+
+@needs_gpu
+def test_tucker_concurrent_hosvd_matches_sequential():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rng = np.random.default_rng(9)
+    shape, ranks = (48, 48, 48), (5, 5, 5)
+    core = rng.standard_normal(ranks)
+    x = core
+    for mode, d in enumerate(shape):
+        u = np.linalg.qr(rng.standard_normal((d, ranks[mode])))[0]
+        x = np.moveaxis(np.tensordot(u, np.moveaxis(x, mode, 0), axes=1), 0, mode)
+    x = x + 0.01 * rng.standard_normal(shape)
+    ref = T.tucker(x, list(ranks), n_iter_max=1)
+    err_ref = rel(T.tucker_to_tensor(ref), x)
+    xd = torch.as_tensor(x, device="cuda")
+    errs = []
+    for concurrent in (True, False):
+        T.hooi.CONCURRENT_HOSVD = concurrent
+        try:
+            for n_iter in (0, 1):
+                c, f = T.tucker(xd, list(ranks), n_iter_max=n_iter)
+                errs.append(rel(T.tucker_to_tensor((c, f)).cpu().numpy(), x))
+                gram = np.stack([(u.T @ u).cpu().numpy() for u in f])
+                assert np.allclose(gram, np.eye(5)[None], atol=1e-10)  # orthonormal
+        finally:
+            T.hooi.CONCURRENT_HOSVD = True
+    assert abs(errs[0] - errs[2]) < 1e-10 and abs(errs[1] - errs[3]) < 1e-10
+    assert abs(errs[1] - err_ref) <= 1e-6 * err_ref

@@ -28,6 +28,7 @@ extern "C" {
 
 typedef struct {
   int32_t last;
+  int32_t variant;                 /* 0: 4 warps of 64 x 32 outputs; 1: 8 warps of 32 x 32 */
   int64_t m, red, ia, ib;
   int32_t rank;
   const float *x, *u, *v;
@@ -38,8 +39,10 @@ typedef struct {
   float alpha;
 } kl_tensor_mttkrp;
 
-/* The split of the sum over p that fills the GPU once, and the padded output length mpad. */
-int kl_tensor_mttkrp_plan(int32_t last, int64_t m, int64_t red, int32_t *splits, int64_t *mpad);
+/* The split of the sum over p that fills the GPU once (one wave of per_sm blocks a
+ * multiprocessor), and the padded output length mpad. */
+int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red, int32_t *splits,
+                          int64_t *mpad, int32_t *per_sm);
 int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
 int kl_tensor_cuda_check(void);
 

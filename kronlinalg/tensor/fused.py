@@ -17,12 +17,15 @@ import math
 from .._ext import load
 from ..common import backend
 
-__all__ = ["ENABLED", "MIN_ELEMENTS", "LAUNCHES", "supported", "mttkrp_rows"]
+__all__ = ["ENABLED", "VARIANT", "MIN_ELEMENTS", "LAUNCHES", "LAST", "supported",
+           "mttkrp_rows"]
 
 _cuda = load("tensor_cuda")
 
 # the kernel runs where this is True (a switch for benchmarks and bug hunts)
 ENABLED = True
+# the kernel's thread-block shape: 0 (4 warps of 64 × 32 outputs) or 1 (8 warps of 32 × 32)
+VARIANT = 1
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
 # below this many tensor elements the library's GEMMs are as fast (launch costs dominate)
@@ -34,6 +37,8 @@ _MAX_RANK = 64
 _MIN_INNER = 32
 
 _PLANS: dict = {}
+# the last launch: its variant, splits, padded rows and blocks per multiprocessor
+LAST: dict = {}
 
 
 def _view(dims, mode):
@@ -101,11 +106,12 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     r = int(fts[0].shape[0])
     m, ia, ib, a_modes, b_mode, _ = _view(dims, mode)
     last = mode != 0
-    key = (last, m, ia * ib, backend.device_index(xs))
+    variant = 1 if VARIANT else 0
+    key = (last, variant, m, ia * ib, backend.device_index(xs))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = _cuda.plan(last, m, ia * ib)
-    splits, mpad = plan
+        plan = _PLANS[key] = _cuda.plan(last, variant, m, ia * ib)
+    splits, mpad, per_sm = plan
     if a_modes:
         u = _padded(xp, kr_rows(xp, [fts[k] for k in a_modes]))
     else:
@@ -114,7 +120,8 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     part = xp.empty((splits * _MAX_RANK * mpad,), dtype=xs.dtype, device=_device(xs))
     out = xp.empty((r, m), dtype=xs.dtype, device=_device(xs))
     ptr = backend.device_view
-    _cuda.mttkrp(last, m, ia, ib, r, ptr(xs).ptr, ptr(u).ptr, ptr(v).ptr, ptr(part).ptr, splits,
+    _cuda.mttkrp(last, variant, m, ia, ib, r, ptr(xs).ptr, ptr(u).ptr, ptr(v).ptr, ptr(part).ptr, splits,
                  ptr(out).ptr, m, 1, float(scale), backend.cuda_stream(xs))
     LAUNCHES += 1
+    LAST.update(variant=variant, splits=splits, mpad=mpad, blocks_per_sm=per_sm)
     return out

@@ -16,10 +16,10 @@ from . import _args
 from ._engine import Engine
 from .primitives import mode_product
 
-__all__ = ["tucker", "TuckerTensor", "BATCHED_EIGH"]
+__all__ = ["tucker", "TuckerTensor", "CONCURRENT_HOSVD"]
 
-# HOSVD's eigendecompositions of equal-size Gram matrices as one batched eigh on the GPU
-BATCHED_EIGH = True
+# the HOSVD's modes (Gram and eigh each) on streams and host threads of their own (CUDA torch)
+CONCURRENT_HOSVD = True
 
 
 class TuckerTensor(tuple):
@@ -83,8 +83,7 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
     with eng.fast():
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
-            factors = eng.top_eigvecs_many([eng.gram(x, n) for n in range(nd)], ranks, svd,
-                                           BATCHED_EIGH)
+            factors = eng.hosvd(x, ranks, svd, CONCURRENT_HOSVD)
         elif isinstance(init, str) and init == "random":
             rng = _args.generator(random_state)
             factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]
