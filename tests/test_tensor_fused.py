@@ -194,7 +194,7 @@ def test_fused_mttkrp_both_block_shapes(lib, variant):
                 [f.astype(np.float64) for i, f in enumerate(fs) if i != mode])
             assert rel(got, ref) < 2e-3
     finally:
-        fused.VARIANT = 1
+        fused.VARIANT = 0
 
 
 @needs_gpu
