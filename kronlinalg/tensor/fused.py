@@ -1,6 +1,7 @@
 """The MTTKRP of a tensor's first or last mode in one pass over it (CUDA, float32 on TF32
 tensor cores): kernels/tensor's kernel reads the tensor once and forms the Khatri–Rao rows of
-the other modes in shared memory, where the library path (_tree) runs a cuBLAS GEMM that
+the other modes on chip (in registers, from factor rows staged in shared memory), where the
+library path (_tree) runs a cuBLAS GEMM that
 writes an (R, ∏ other sizes / I_last) intermediate and a batched product that reads it again.
 
 It takes the tensor's own C-order layout: the other modes' index is p = a·I_b + b, with b the
