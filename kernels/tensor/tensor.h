@@ -1,5 +1,6 @@
 /* kronlinalg.tensor's kernel: the MTTKRP of a tensor's first or last mode in one pass over the
- * tensor, the Khatri-Rao rows of the other modes formed on chip (never in global memory), float32 storage on TF32 tensor cores with float32 sums.
+ * tensor, the Khatri-Rao rows of the other modes formed on chip (never in global memory),
+ * float32 storage on TF32 tensor cores with float32 sums.
  *
  * The reduction index of the contraction is p = a * ib + b over the other modes (C order), and
  * the Khatri-Rao row W[p, r] = U[a, r] * V[b, r]:
