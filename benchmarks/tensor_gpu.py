@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from kronlinalg import tensor as kt
+from kronlinalg.tensor import fused
 
 RESULTS: dict = {"sections": {}}
 ROWS: list = []
@@ -53,6 +54,20 @@ def wall(fn, reps=5, warm=1):
     return statistics.median(ts)
 
 
+def events(fn, reps=20):
+    """GPU time of fn (CUDA events around reps back-to-back calls, warm), seconds per call."""
+    import torch
+
+    fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3 / reps
+
+
 def per_iteration(run, lo, hi, reps=3):
     """(seconds per iteration, the result of the last hi run)."""
     run(lo)
@@ -67,6 +82,22 @@ def per_iteration(run, lo, hi, reps=3):
         sync()
         t2 = time.perf_counter()
         ts.append(((t2 - t1) - (t1 - t0)) / (hi - lo))
+    return statistics.median(ts), res
+
+
+def per_iteration_cb(run, lo, hi, reps=3):
+    """(seconds per iteration, the result of the last run) from the times at which parafac's
+    callback reports iterations lo…hi of one run (each report follows that iteration's host
+    synchronisation): the setup, the initialisation and the CUDA graph's capture, whose time
+    varies by milliseconds between runs, stay out of the difference."""
+    run(lo, None)
+    sync()
+    ts, res = [], None
+    for _ in range(reps):
+        stamps = []
+        res = run(hi, lambda i, fit: stamps.append(time.perf_counter()))
+        sync()
+        ts.append((stamps[hi - 1] - stamps[lo - 1]) / (hi - lo))
     return statistics.median(ts), res
 
 
@@ -149,36 +180,46 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     ones = torch.ones(rank, device="cuda")
 
     def ours(precision, xx=x, ff=fs):
-        return lambda k: kt.parafac(xx, rank, init=(None, [f.clone() for f in ff]),
-                                    n_iter_max=k, tol=0, precision=precision)
+        return lambda k, cb: kt.parafac(xx, rank, init=(None, [f.clone() for f in ff]),
+                                        n_iter_max=k, tol=0, precision=precision, callback=cb)
 
     ref_fit = None
-    for precision in ours_modes or ("tf32", "ieee", "float16", "bfloat16"):
+    for precision in ours_modes or ("tf32", "tf32-v1", "tf32-library", "ieee", "float16",
+                                    "bfloat16"):
+        library = precision.endswith("-library")  # the cuBLAS GEMM chain, no one-pass kernel
+        fused.ENABLED = not library
+        fused.VARIANT = 1 if precision.endswith("-v1") else 0
+        variant = precision
+        precision = precision.split("-")[0]
         try:
-            t, res = per_iteration(ours(precision), lo, hi, reps)
+            t, res = per_iteration_cb(ours(precision), lo, hi, reps)
             how = dict(kt.cp_als.LAST_RUN)
             fit = fit_of(x64, res)
             if precision == "ieee":
                 ref_fit = fit
-            row(label, f"kronlinalg torch {precision}", 1e3 * t, fit=round(fit, 6),
+            row(label, f"kronlinalg torch {variant}",
+                1e3 * t, fit=round(fit, 6),
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
                 run=how.get("reason", "")[:120])
         except Exception as e:  # noqa: BLE001
             row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
+        finally:
+            fused.ENABLED, fused.VARIANT = True, 0
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
-        t, res = per_iteration(lambda k: kt.parafac(x64, rank, init=(None, init64),
-                                                    n_iter_max=k, tol=0), lo, hi, 1)
+        t, res = per_iteration_cb(lambda k, cb: kt.parafac(x64, rank, init=(None, init64),
+                                                           n_iter_max=k, tol=0, callback=cb),
+                                  lo, hi, 1)
         row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
         try:
             import cupy as cp
 
             xc = cp.from_dlpack(x)
             fc = [cp.from_dlpack(f) for f in fs]
-            t, res = per_iteration(
-                lambda k: kt.parafac(xc, rank, init=(None, [f.copy() for f in fc]),
-                                     n_iter_max=k, tol=0), lo, hi, reps)
+            t, res = per_iteration_cb(
+                lambda k, cb: kt.parafac(xc, rank, init=(None, [f.copy() for f in fc]),
+                                         n_iter_max=k, tol=0, callback=cb), lo, hi, reps)
             row(label, "kronlinalg cupy tf32", 1e3 * t,
                 fit=round(fit_of(x64, (None, [torch.from_dlpack(f) for f in res[1]])), 6))
         except Exception as e:  # noqa: BLE001
@@ -236,13 +277,23 @@ def mttkrp_section(out, n=640, rank=64):
     fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
     for mode in range(3):
         ref = tl_mttkrp(x.double(), (None, [f.double() for f in fs]), mode)
-        for precision in ("tf32", "ieee"):
-            got = kt.mttkrp(x, (None, fs), mode, precision=precision)
-            err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
-            t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=precision), 10)
-            row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t, rel_err=f"{err:.1e}")
+        for precision in ("tf32", "tf32-v1", "tf32-library", "ieee"):
+            fused.ENABLED = not precision.endswith("-library")
+            fused.VARIANT = 1 if precision.endswith("-v1") else 0
+            prec = precision.split("-")[0]
+            try:
+                got = kt.mttkrp(x, (None, fs), mode, precision=prec)
+                err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+                t = wall(lambda: kt.mttkrp(x, (None, fs), mode, precision=prec), 10)
+                row("mttkrp640", f"kronlinalg {precision} mode {mode}", 1e3 * t,
+                    rel_err=f"{err:.1e}", gpu_ms=round(1e3 * events(
+                        lambda: kt.mttkrp(x, (None, fs), mode, precision=prec)), 4),
+                    kernel=dict(fused.LAST) if prec == "tf32" and fused.ENABLED else "")
+            finally:
+                fused.ENABLED, fused.VARIANT = True, 0
         t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
-        row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t)
+        row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t,
+            gpu_ms=round(1e3 * events(lambda: tl_mttkrp(x, (None, fs), mode)), 4))
         with TF32():
             t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
         row("mttkrp640", f"tensorly torch tf32 mode {mode}", 1e3 * t)
@@ -258,9 +309,15 @@ def tucker_section(out, n=640, rank=64):
     x = torch.randn((n, n, n), device="cuda", generator=g)
     x64 = x.double()
     for label, kw in (("hosvd", {"n_iter_max": 0}), ("hosvd+1 hooi", {"n_iter_max": 1})):
-        for precision, svd in (("tf32", "eigh"), ("ieee", "eigh"), ("tf32", "randomized")):
-            res = kt.tucker(x, rank, precision=precision, tol=0, svd=svd, **kw)
-            t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, svd=svd, **kw), 3)
+        for precision, svd in (("tf32", "eigh"), ("tf32", "eigh-sequential"), ("ieee", "eigh"),
+                               ("tf32", "randomized")):
+            kt.hooi.CONCURRENT_HOSVD = svd != "eigh-sequential"
+            how = svd.replace("-sequential", "")
+            try:
+                res = kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw)
+                t = wall(lambda: kt.tucker(x, rank, precision=precision, tol=0, svd=how, **kw), 3)
+            finally:
+                kt.hooi.CONCURRENT_HOSVD = True
             row("tucker640", f"kronlinalg {label} {precision} {svd}", 1e3 * t,
                 rel_error=round(tucker_error(x64, *res), 6))
         save(out)
@@ -280,6 +337,29 @@ def tucker_section(out, n=640, rank=64):
     gm = (a @ a.T).contiguous()
     t = wall(lambda: torch.linalg.eigh(gm), 5)
     row("tucker640", "diag: eigh 640 float32", 1e3 * t)
+    g3 = torch.stack([gm, gm + torch.eye(n, device="cuda"), gm * 2])
+    row("tucker640", "diag: eigh batched 3x640 float32", 1e3 * wall(lambda: torch.linalg.eigh(g3), 5))
+    gm64 = gm.double()
+    row("tucker640", "diag: eigh 640 float64", 1e3 * wall(lambda: torch.linalg.eigh(gm64), 3))
+    try:
+        prev = torch.backends.cuda.preferred_linalg_library()
+        torch.backends.cuda.preferred_linalg_library("magma")
+        try:
+            row("tucker640", "diag: eigh 640 float32 magma",
+                1e3 * wall(lambda: torch.linalg.eigh(gm), 5))
+            row("tucker640", "diag: eigh batched 3x640 magma",
+                1e3 * wall(lambda: torch.linalg.eigh(g3), 3))
+        finally:
+            torch.backends.cuda.preferred_linalg_library(prev)
+    except Exception as e:  # noqa: BLE001
+        row("tucker640", "diag: eigh magma", float("nan"), error=repr(e)[:200])
+    try:
+        import cupy as cp
+
+        gc = cp.from_dlpack(gm)
+        row("tucker640", "diag: cupy eigh 640 float32", 1e3 * wall(lambda: cp.linalg.eigh(gc), 5))
+    except Exception as e:  # noqa: BLE001
+        row("tucker640", "diag: cupy eigh", float("nan"), error=repr(e)[:200])
     try:
         import cupy as cp
 
@@ -345,9 +425,12 @@ def diag_section(out, n=640, rank=64):
     print(table[:6000])
 
 
-def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30):
-    """CP of a 4.2 GB host tensor with the GPU pool capped at 2 GB, against the same
-    decomposition in memory; the per-iteration time against the transfers it needs."""
+def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30, iters=4):
+    """CP of a 4.2 GB host tensor with the GPU pool capped at 2 GB (run first, on an empty
+    pool), against the same decomposition in memory (same initial factors and iteration
+    count: the fits must agree); the per-iteration time against the transfers it needs."""
+    import gc
+
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(4)
@@ -356,33 +439,41 @@ def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30):
     host.copy_(xd)
     fs = [torch.rand((d, rank), device="cuda", generator=g) for d in shape]
     init = (None, [f.cpu() for f in fs])
-    t, res = per_iteration(lambda k: kt.parafac(xd, rank, init=(None, [f.clone() for f in fs]),
-                                                n_iter_max=k, tol=0), 4, 8, 1)
-    fit_mem = fit_of(xd.double(), res)
-    row("shard640x640x2560", "in memory tf32", 1e3 * t, fit=round(fit_mem, 6))
-    del xd, res
-    torch.cuda.empty_cache()
+    del xd
     slab = host[:40].clone().pin_memory()
     dev = torch.empty(slab.shape, device="cuda")
     h2d = wall(lambda: dev.copy_(slab, non_blocking=True), 5)
     h2d_bw = slab.numel() * 4 / h2d
-    del dev
+    del dev, slab
+    gc.collect()
     torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(cap / total)
     try:
-        t, res = per_iteration(lambda k: kt.parafac(host, rank, init=init, n_iter_max=k, tol=0,
-                                                    device="cuda", memory_limit=cap), 1, 3, 1)
+        t, res = per_iteration_cb(
+            lambda k, cb: kt.parafac(host, rank, init=init, n_iter_max=k, tol=0, callback=cb,
+                                     device="cuda", memory_limit=cap), 1, iters, 1)
         facts = dict(kt.cp_als.LAST_RUN)
         peak = torch.cuda.max_memory_allocated()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     need = facts["streamed_bytes_per_iteration"] / h2d_bw
-    row("shard640x640x2560", "shard, pool capped at 2 GB", 1e3 * t,
-        fit=round(fit_of(host.to("cuda").double(), res), 6), h2d_GBps=round(h2d_bw / 1e9, 1),
+    xd = host.to("cuda")
+    t_mem, res_mem = per_iteration_cb(
+        lambda k, cb: kt.parafac(xd, rank, init=(None, [f.clone() for f in fs]), n_iter_max=k,
+                                 tol=0, callback=cb), 1, iters, 1)
+    x64 = xd.double()
+    del xd
+    row("shard640x640x2560", "in memory tf32", 1e3 * t_mem, fit=round(fit_of(x64, res_mem), 6),
+        iterations=iters)
+    row("shard640x640x2560", "shard, pool capped at 2 GiB", 1e3 * t,
+        fit=round(fit_of(x64, res), 6), iterations=iters, h2d_GBps=round(h2d_bw / 1e9, 1),
         transfers_ms=round(1e3 * need, 1), ratio=round(t / need, 2),
         resident_rows=facts["resident_rows"], slab_rows=facts["slab_rows"],
-        passes=facts["passes_per_iteration"], peak_alloc_GB=round(peak / 1e9, 2))
+        passes=facts["passes_per_iteration"], peak_alloc_GB=round(peak / 1e9, 2),
+        allocated_before_GB=round(before / 1e9, 3))
     save(out)
 
 
@@ -411,6 +502,9 @@ def main():
     ap.add_argument("--out", default="tensor.json")
     ap.add_argument("--budget", type=float, default=150)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--sections", default="", help="comma-separated: mttkrp, cp640, tucker, "
+                    "shard, diag, cp160^4, gene100, gene500, gene1000 (default: all but shard, "
+                    "which should run in a process of its own)")
     a = ap.parse_args()
     if a.cpu:
         cpu_section(a.out)
@@ -419,19 +513,24 @@ def main():
 
     RESULTS["device"] = torch.cuda.get_device_name()
     RESULTS["torch"] = torch.__version__
-    steps = [
-        lambda: cp_section(a.out, 640, 64, 4, 14, 5, "cp640 r64"),
-        lambda: mttkrp_section(a.out),
-        lambda: tucker_section(a.out),
-        lambda: diag_section(a.out),
-        lambda: shard_section(a.out),
-        lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
-                           tensorly_cupy=False, ours_modes=("tf32", "ieee")),
-    ]
+    named = {
+        "mttkrp": lambda: mttkrp_section(a.out),
+        "cp640": lambda: cp_section(a.out, 640, 64, 4, 14, 5, "cp640 r64"),
+        "tucker": lambda: tucker_section(a.out),
+        "shard": lambda: shard_section(a.out),
+        "diag": lambda: diag_section(a.out),
+        "cp160^4": lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
+                                      tensorly_cupy=False, ours_modes=("tf32", "ieee")),
+    }
     for r in (100, 500, 1000):
-        steps.append(lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,
-                                            f"gene r{r}", tensorly_cupy=False,
-                                            ours_modes=("tf32",)))
+        named[f"gene{r}"] = (lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,
+                                                    f"gene r{r}", tensorly_cupy=False,
+                                                    ours_modes=("tf32",)))
+    # shard mode caps the process's pool at 2 GiB, which counts every tensor still alive:
+    # run it alone (`--sections shard`), not after the others (two H100 runs ran out of the cap
+    # there with 1.8 and 3.2 GiB already allocated by the earlier sections)
+    steps = [named[k] for k in (a.sections.split(",") if a.sections
+                                else [k for k in named if k != "shard"])]
     for step in steps:
         if elapsed() > a.budget:
             RESULTS["cut"] = "budget"

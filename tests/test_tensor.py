@@ -354,9 +354,13 @@ def test_mttkrp_and_sweep_when_rank_exceeds_mode_sizes(xp, rng, shape, rank):
 
 
 def test_parafac_float32_modes_agree_with_float64(xp, rng):
-    _, x = planted_cp(rng, (24, 20, 16), 4)
+    fs, x = planted_cp(rng, (24, 20, 16), 4)
     x = x + 0.05 * rng.standard_normal(x.shape)
-    init = (None, [rng.random((d, 4)) for d in x.shape])
+    # a start near the planted factors: from a random one, 25 ALS sweeps in float32 (TF32 on
+    # CuPy, whose Gram matrices follow the GEMM mode) and in float64 can end in different
+    # swamps (fits 0.83 against 0.98 in one H100 run, seed 3172271221): that is ALS, not
+    # the precision modes this compares
+    init = (None, [f + 0.3 * rng.standard_normal(f.shape) for f in fs])
     ref = T.cp_to_tensor(T.parafac(x, 4, init=init, n_iter_max=25, tol=0))
     fit64 = 1 - rel(ref, x)
     modes = ["tf32", "ieee"] + (["float16"] if xp.is_cuda else [])

@@ -249,6 +249,35 @@ class Engine:
         _, vecs = xp.linalg.eigh((small + xp.permute_dims(small, (1, 0))) / 2)
         return xp.matmul(q, xp.flip(vecs, axis=1)[:, :k])
 
+    def hosvd(self, x, ranks, method="eigh", concurrent=True):
+        """The HOSVD's factors: each mode's leading eigenvectors of its Gram matrix.  On CUDA
+        torch with concurrent, each mode's Gram and eigh run on a stream and a host thread of
+        their own: the GPU's 640×640 eigh is latency-bound (6.6 ms on an H100 in float32 and
+        in float64, 19.8 ms for a batch of three: the library loops) and waits for the host,
+        so the modes' eighs and GEMMs overlap instead of queueing."""
+        n = x.ndim
+        if not (concurrent and self.lib == "torch" and self.cuda and n > 1):
+            return [self.top_eigvecs(self.gram(x, m), ranks[m], method) for m in range(n)]
+        import torch
+        from concurrent.futures import ThreadPoolExecutor
+
+        device = x.device
+        main = torch.cuda.current_stream(device)
+        streams = [torch.cuda.Stream(device) for _ in range(n)]
+        for s in streams:
+            s.wait_stream(main)
+
+        def one(m):
+            with torch.cuda.device(device), torch.cuda.stream(streams[m]):
+                return self.top_eigvecs(self.gram(x, m), ranks[m], method)
+
+        with ThreadPoolExecutor(n) as pool:
+            factors = list(pool.map(one, range(n)))
+        for f, s in zip(factors, streams):
+            main.wait_stream(s)
+            f.record_stream(main)  # made on s, used and freed on main
+        return factors
+
     def norm(self, x, scale=1.0):
         """‖x‖ as a Python float (read once, no squared copy of x)."""
         xp = self.xp

@@ -123,9 +123,11 @@ def als(x_host, fts, weights, rank, device, limit, n_iter_max, tol, precision, p
             def pass1(a, b, slab):
                 nonlocal norm2
                 xs = slab.reshape((b - a, *dims[1:]))
-                y0[:, a:b] = _tree.contract_suffix(eng, xs, 1.0, fts, 1)
-                if first:
-                    norm2 = norm2 + torch.linalg.vector_norm(slab, dtype=torch.float64) ** 2
+                y0[:, a:b] = _tree.mttkrp_rows(eng, xs, 1.0, fts, 0)  # one-pass kernel or GEMMs
+                if first:  # float32 sums per slab, float64 across: vector_norm(dtype=float64)
+                    # casts the whole slab first (twice its size: the resident block's
+                    # float64 copy broke the 2 GiB pool in the first H100 run)
+                    norm2 = norm2 + torch.linalg.vector_norm(slab).double() ** 2
 
             st.each(pass1)
             if first:

@@ -157,7 +157,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     nd, rank = x.ndim, int(fts[0].shape[0])
     norm_x = eng.norm(x)
     xs, scale = eng.store(x)
-    p = _tree.split([int(d) for d in x.shape], rank)
+    p = _tree.sweep_split(eng, xs, rank)
     with eng.exact():
         grams = [xp.matmul(f, xp.permute_dims(f, (1, 0))) for f in fts]
     unit = bool(xp.all(weights == 1))  # (one read of the device, before the loop)

@@ -16,7 +16,10 @@ from . import _args
 from ._engine import Engine
 from .primitives import mode_product
 
-__all__ = ["tucker", "TuckerTensor"]
+__all__ = ["tucker", "TuckerTensor", "CONCURRENT_HOSVD"]
+
+# the HOSVD's modes (Gram and eigh each) on streams and host threads of their own (CUDA torch)
+CONCURRENT_HOSVD = True
 
 
 class TuckerTensor(tuple):
@@ -80,7 +83,7 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
     with eng.fast():
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
-            factors = [eng.top_eigvecs(eng.gram(x, n), ranks[n], svd) for n in range(nd)]
+            factors = eng.hosvd(x, ranks, svd, CONCURRENT_HOSVD)
         elif isinstance(init, str) and init == "random":
             rng = _args.generator(random_state)
             factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]

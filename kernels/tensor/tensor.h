@@ -1,0 +1,53 @@
+/* kronlinalg.tensor's kernel: the MTTKRP of a tensor's first or last mode in one pass over the
+ * tensor, the Khatri-Rao rows of the other modes formed on chip (never in global memory),
+ * float32 storage on TF32 tensor cores with float32 sums.
+ *
+ * The reduction index of the contraction is p = a * ib + b over the other modes (C order), and
+ * the Khatri-Rao row W[p, r] = U[a, r] * V[b, r]:
+ *   last = 1: X viewed (red, m) row-major:  out[r, k] = alpha * sum_p X[p, k] W[p, r]
+ *   last = 0: X viewed (m, red) row-major:  out[r, i] = alpha * sum_p X[i, p] W[p, r]
+ * U (ia x 64) and V (ib x 64) are row-major and zero in the columns r >= rank.  Requirements
+ * (the caller checks; KL_ERR_INVALID otherwise): rank <= 64, ib >= 32 (a block of 32
+ * consecutive p spans at most two a), the row length of X's view a multiple of 4 floats and X,
+ * U, V 16-byte aligned.  The sum over p is split over `splits` thread blocks per output tile
+ * (kl_tensor_mttkrp_plan); their partial sums go to `part` and one more launch adds them in a
+ * fixed order (deterministic). */
+#ifndef KRONLINALG_TENSOR_H
+#define KRONLINALG_TENSOR_H
+
+#include <stdint.h>
+
+#include "kronlinalg/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KL_TENSOR_MAX_RANK 64
+#define KL_TENSOR_MIN_INNER 32
+
+typedef struct {
+  int32_t last;
+  int32_t variant;                 /* 0: 4 warps of 64 x 32 outputs; 1: 8 warps of 32 x 32 */
+  int64_t m, red, ia, ib;
+  int32_t rank;
+  const float *x, *u, *v;
+  float *part;                     /* splits * 64 * mpad floats (kl_tensor_mttkrp_plan) */
+  int32_t splits;
+  float *out;                      /* element (r, i) at out[r * out_stride_r + i * out_stride_m] */
+  int64_t out_stride_r, out_stride_m;
+  float alpha;
+} kl_tensor_mttkrp;
+
+/* The split of the sum over p that fills the GPU once (one wave of per_sm blocks a
+ * multiprocessor), and the padded output length mpad. */
+int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red, int32_t *splits,
+                          int64_t *mpad, int32_t *per_sm);
+int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
+int kl_tensor_cuda_check(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
