@@ -444,13 +444,23 @@ class BlockSparseMatrix:
         if (R * b, C * b) != (m, n):
             padded = xp.zeros((R * b, C * b), dtype=a.dtype, device=dev)
             padded[:m, :n] = a
-        blocked = xp.reshape(padded, (R, b, C, b))
-        mask = xp.any(blocked != 0, axis=(1, 3))  # the scan reads memory in order
-        grid = xp.permute_dims(blocked, (0, 2, 1, 3))
-        rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(mask))
-        val = grid[_like(a, rows), _like(a, cols)] if rows.size else xp.zeros(
-            (0, b, b), dtype=a.dtype, device=dev)
-        return cls._from_coords(_backend.contiguous(val), rows, cols, (m, n), b, order, tile)
+        # one copy into block order, then a scan and a gather of contiguous blocks (none when
+        # every block holds a nonzero: a dense product's blocks are kept as they are)
+        grid = _backend.contiguous(xp.permute_dims(xp.reshape(padded, (R, b, C, b)),
+                                                   (0, 2, 1, 3)))
+        flat = xp.reshape(grid, (R * C, b, b))
+        mask = xp.any(xp.reshape(flat, (R * C, b * b)) != 0, axis=1)
+        keep = _host(mask)
+        if keep.all():
+            rows = np.repeat(np.arange(R, dtype=np.int64), C)
+            cols = np.tile(np.arange(C, dtype=np.int64), R)
+            val = flat
+        else:
+            where = np.flatnonzero(keep)
+            rows, cols = where // max(C, 1), where % max(C, 1)
+            val = xp.take(flat, _like(a, where), axis=0) if where.size else xp.zeros(
+                (0, b, b), dtype=a.dtype, device=dev)
+        return cls._from_coords(val, rows, cols, (m, n), b, order, tile)
 
     @classmethod
     def from_coo(cls, rows, cols, data, /, *, shape, block=16, order="row", tile=4):

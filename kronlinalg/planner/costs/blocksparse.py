@@ -27,7 +27,8 @@ from ..roofline import roofline
 
 __all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense", "panel_rows",
            "predict_spmm_torch_bsr",
-           "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate"]
+           "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate",
+           "predict_batched_ours", "predict_batched_gather", "predict_batched_dense"]
 
 # Fitted to the H100 runs of 2026-11-26 (docs/blocksparse.md; timed as loops of calls): the 1D
 # kernels moved 4.4-5.9 TB/s from L2 into shared memory (B block rows staged per block: on
@@ -159,3 +160,54 @@ def predict_spgemm_dense(problem, prof):
     nbytes = (m * k + k * n + 2 * m * n) * s
     seconds = roofline(flops, nbytes, prof.flops(problem.dtype), prof.bandwidth, prof.launch_s)
     return seconds, {"flops": flops}
+
+
+# -- batched small products over one shared pattern (spmm_batched) ----------------------------
+# Both the batched kernel and cuBLAS's batched GEMM stream A, X and C once at these orders
+# (<= 256): memory-bound, so the predictors are bytes over bandwidth, with the kernel's A
+# re-read from L2 (not DRAM) by every RHS tile after the first.
+_BATCHED_BW = 0.9  # the fraction of the copy bandwidth a streaming kernel reaches
+
+
+def _batched_sizes(problem):
+    i = problem.info
+    s = ITEMSIZE.get(problem.dtype, 4)
+    b2 = i["block"] ** 2
+    return i, s, b2
+
+
+def predict_batched_ours(problem, prof):
+    i, s, b2 = _batched_sizes(problem)
+    batch, n = i["batch"], i["n"]
+    flops = 2.0 * batch * i["nnzb"] * b2 * n
+    nbytes = batch * (i["nnzb"] * b2 + (i["k"] + i["m"]) * n) * s
+    t_mem = nbytes / (_BATCHED_BW * prof.bandwidth)
+    t_tc = flops / tc_rate(prof, problem.dtype)
+    seconds = max(t_mem, t_tc) + prof.launch_s + _HOST_OURS
+    return seconds, {"flops": flops, "bytes": nbytes,
+                     "terms": {"mem": t_mem, "tensor cores": t_tc}}
+
+
+def predict_batched_gather(problem, prof):
+    """The library path: the gathered X block rows and the per-block products are written and
+    read back (2 x 2 passes over nnzb x b x n per matrix), three launches."""
+    i, s, b2 = _batched_sizes(problem)
+    batch, n, b = i["batch"], i["n"], i["block"]
+    s = max(s, 4)  # half precision is computed in float32
+    flops = 2.0 * batch * i["nnzb"] * b2 * n * 1.5
+    nbytes = batch * (i["nnzb"] * b2 + (i["k"] + i["m"]) * n + 4 * i["nnzb"] * b * n) * s
+    rate = prof.flops("float32" if problem.dtype in ("float16", "bfloat16") else problem.dtype)
+    rate *= 0.5 if problem.kind == "cuda" else 0.25
+    host = 3 * prof.launch_s + (_HOST_DENSE if problem.kind == "cuda" else 0.0)
+    return roofline(flops, nbytes, rate, prof.bandwidth, host), {"flops": flops, "bytes": nbytes}
+
+
+def predict_batched_dense(problem, prof):
+    i, s, _ = _batched_sizes(problem)
+    batch, m, k, n = i["batch"], i["m"], i["k"], i["n"]
+    flops = 2.0 * batch * m * k * n
+    nbytes = batch * (m * k + k * n + m * n) * s
+    host = _HOST_DENSE if problem.kind == "cuda" else 0.0
+    rate = prof.flops(problem.dtype) * (1.0 if problem.kind == "cuda" else 0.5)
+    return roofline(flops, nbytes, rate, prof.bandwidth, prof.launch_s + host), {
+        "flops": flops, "bytes": nbytes}
