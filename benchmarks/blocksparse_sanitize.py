@@ -15,6 +15,7 @@ import torch
 
 from kronlinalg import BatchedBlockSparseMatrix, BlockSparseMatrix, spgemm, spmm, spmm_batched
 from kronlinalg.blocksparse import float32_precision
+from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
 
 rng = np.random.default_rng(0)
 bad = 0
@@ -42,7 +43,7 @@ def batched_calls():
     (edge-free), 40 x 70 (edge blocks), 256, an odd batch, an empty pattern."""
     for dt in (torch.float16, torch.bfloat16):
         for (m, k, n, d) in ((48, 48, 8, 0.5), (40, 70, 40, 0.6), (256, 256, 64, 0.5),
-                             (64, 64, 24, 0.0)):
+                             (128, 128, 128, 0.5), (64, 64, 24, 0.0)):
             batch = 3
             R, C = -(-m // 16), -(-k // 16)
             mask = rng.random((R, C)) < d
@@ -51,8 +52,11 @@ def batched_calls():
             A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
             x = torch.randn((batch, k, n), device="cuda").to(dt)
             ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
-            check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
-                  ("batched", dt, m, k, n))
+            for pipeline in (0, 1):  # 2-4 stages (512 threads at order 256); two stages
+                prev = batched_cuda.batched_pipeline(pipeline)
+                check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
+                      ("batched", dt, m, k, n, pipeline))
+                batched_cuda.batched_pipeline(prev)
     print("done batched", flush=True)
 
 

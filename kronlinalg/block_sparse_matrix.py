@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 
@@ -172,8 +173,9 @@ class BlockSparseMatrix:
             raise ValueError(f"shape: expected non-negative sizes, got {shape!r}")
         return m, n
 
-    def _set(self, val, rows, cols, shape, b):
-        """Row-ordered state: val (library array), rows/cols (host int64, sorted row-major)."""
+    def _set(self, val, rows, cols, shape, b, row_ptr=None):
+        """Row-ordered state: val (library array), rows/cols (host int64, sorted row-major),
+        row_ptr (counted from rows unless given)."""
         self._val = val
         self._shape = shape
         self._b = b
@@ -182,8 +184,10 @@ class BlockSparseMatrix:
         R = -(-shape[0] // b)
         self._rows = rows
         self._cols = cols
-        self._row_ptr = np.zeros(R + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=R), out=self._row_ptr[1:])
+        if row_ptr is None:
+            row_ptr = np.zeros(R + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=R), out=row_ptr[1:])
+        self._row_ptr = row_ptr
         self._perm = None  # storage position of each block in row order (morton only)
         self._tile_ptr = self._tile_coords = None
         self._dev = {}  # device copies of index arrays, by name
@@ -448,13 +452,17 @@ class BlockSparseMatrix:
         # every block holds a nonzero: a dense product's blocks are kept as they are)
         grid = _backend.contiguous(xp.permute_dims(xp.reshape(padded, (R, b, C, b)),
                                                    (0, 2, 1, 3)))
+        if C == 1 and padded is a:  # then block order is a's order: the "copy" may be a view
+            grid = xp.asarray(grid, copy=True)
         flat = xp.reshape(grid, (R * C, b, b))
-        mask = xp.any(xp.reshape(flat, (R * C, b * b)) != 0, axis=1)
-        keep = _host(mask)
-        if keep.all():
-            rows = np.repeat(np.arange(R, dtype=np.int64), C)
-            cols = np.tile(np.arange(C, dtype=np.int64), R)
-            val = flat
+        keep = _host(xp.any(xp.reshape(flat, (R * C, b * b)), axis=1))  # (-0.0 is zero)
+        if keep.all():  # every block: the pattern of a full grid, known without a sort
+            rows, cols, row_ptr = _full_grid(R, C)
+            self = cls.__new__(cls)
+            self._set(flat, rows, cols, (m, n), b, row_ptr)
+            if order == "morton":
+                self._to_morton(tile)
+            return self
         else:
             where = np.flatnonzero(keep)
             rows, cols = where // max(C, 1), where % max(C, 1)
@@ -607,6 +615,16 @@ class BlockSparseMatrix:
         if isinstance(other, BlockSparseMatrix):
             return self._spgemm(self, other)
         return self._spmm(self, other)
+
+
+@functools.lru_cache(maxsize=8)
+def _full_grid(R: int, C: int) -> tuple:
+    """(rows, cols, row_ptr) of every block of an R x C block grid in row order: a dense
+    product's pattern, shared by the matrices that hold it (never written: the structure of a
+    matrix is replaced, not modified)."""
+    rows = np.repeat(np.arange(R, dtype=np.int64), C)
+    cols = np.tile(np.arange(C, dtype=np.int64), R)
+    return rows, cols, np.arange(R + 1, dtype=np.int64) * C
 
 
 def _zero_padding(val, m, n, b, rows, cols):

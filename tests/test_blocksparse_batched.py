@@ -4,6 +4,8 @@ by b, odd batches, empty and full patterns; the CUDA kernel on poisoned outputs.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -93,21 +95,31 @@ def test_spmm_batched_empty_and_full_patterns(xp, rng):
 @pytest.mark.parametrize("order", [64, 128, 256, 48])
 def test_batched_kernel_every_tile(xp, rng, order):
     """The CUDA kernel at every RHS tile (16, 32, 64 columns; n not a multiple of 8 goes through
-    a padded copy; a strided X), an odd batch, half and bfloat16, on poisoned output memory."""
+    a padded copy; a strided X) and pipeline (2-4 stages, 512 threads at order 256; the
+    two-stage one), an odd batch, half and bfloat16, on poisoned output memory."""
     if not xp.is_cuda:
         pytest.skip("the CUDA kernel")
+    from kronlinalg.blocksparse_batched import bs_cuda
+
     batch = 33
     a, mask = stack_pattern(rng, batch, order, order, 16, 0.5)
+    prev = bs_cuda.batched_pipeline()
+    try:
+        for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
+            A, ae = from_mask(xp, a, mask, 16, dtype)
+            for n, pipeline in itertools.product((8, 13, 16, 40, 64, 100, 256), (0, 1)):
+                bs_cuda.batched_pipeline(pipeline)
+                x = to_xp(xp, rng.standard_normal((batch, order, n)), dtype)
+                ref = ae @ to_numpy(x).astype(np.float64)
+                poison = to_xp(xp, np.full(batch * order * max(n, 8) + 4096, np.nan), dtype)
+                del poison  # its memory goes back to the pool the result comes from
+                for _ in range(2):  # the second call takes the fast path
+                    got = spmm_batched(A, x, alpha=2.0, algorithm="blocksparse")
+                    assert_close(got, 2.0 * ref, xp, dtype, msg=f"{dtype} n={n} {pipeline}: ")
+    finally:
+        bs_cuda.batched_pipeline(prev)
     for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
         A, ae = from_mask(xp, a, mask, 16, dtype)
-        for n in (8, 13, 16, 40, 64, 100, 256):
-            x = to_xp(xp, rng.standard_normal((batch, order, n)), dtype)
-            ref = ae @ to_numpy(x).astype(np.float64)
-            poison = to_xp(xp, np.full(batch * order * max(n, 8) + 4096, np.nan), dtype)
-            del poison  # its memory goes back to the pool the result comes from
-            for _ in range(2):  # the second call takes the fast path
-                got = spmm_batched(A, x, alpha=2.0, algorithm="blocksparse")
-                assert_close(got, 2.0 * ref, xp, dtype, msg=f"{dtype} n={n}: ")
         wide = to_xp(xp, rng.standard_normal((batch, order, 80)), dtype)[:, :, 8:72]
         ref = ae @ to_numpy(wide).astype(np.float64)
         assert_close(spmm_batched(A, wide, algorithm="blocksparse"), ref, xp, dtype,

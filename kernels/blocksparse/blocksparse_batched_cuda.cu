@@ -24,7 +24,6 @@
 namespace kl {
 namespace bsb {
 
-constexpr int kThreads = 256;  // 8 warps
 constexpr int kMaxOrder = 256;  // rows and columns of one matrix (16 block rows at most)
 
 __host__ __device__ constexpr int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -57,8 +56,8 @@ __device__ __forceinline__ int swizzled_chunk(int row, int half) {
   return row * 2 + (half ^ ((row >> 2) & 1));
 }
 
-template <bool BF16, int NT>
-__global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem p, int64_t ntn) {
+template <bool BF16, int NT, int S, int THREADS>
+__global__ void __launch_bounds__(THREADS) batched_kernel(kl_bs_batched_problem p, int64_t ntn) {
   using T = typename Elem<BF16>::T;
   using T2 = typename Elem<BF16>::T2;
   constexpr int WN = NT < 32 ? NT : 32;  // columns of a warp's strip
@@ -72,8 +71,8 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
   T *stages = reinterpret_cast<T *>(smem_raw + index_bytes(rb, nnzb));
   const int64_t selems = stage_elems(nnzb, kpad, NT);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i <= rb; i += kThreads) s_rp[i] = int(p.row_ptr[i]);
-  for (int i = tid; i < nnzb; i += kThreads) s_col[i] = int(p.col_idx[i]);
+  for (int i = tid; i <= rb; i += THREADS) s_rp[i] = int(p.row_ptr[i]);
+  for (int i = tid; i < nnzb; i += THREADS) s_col[i] = int(p.col_idx[i]);
 
   const T *val = static_cast<const T *>(p.val);
   const T *X = static_cast<const T *>(p.X);
@@ -88,13 +87,13 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
     T *As = stages + s * selems;
     T *Xs = As + int64_t(nnzb) * 256;
     const T *Ag = val + item * p.nnzb * 256;
-    for (int c = tid; c < a_chunks; c += kThreads) {
+    for (int c = tid; c < a_chunks; c += THREADS) {
       const int blk = c >> 5, w = c & 31;
       cu::cp_async_16(As + blk * 256 + swizzled_chunk(w >> 1, w & 1) * 8, Ag + int64_t(c) * 8,
                       true);
     }
     const T *Xg = X + item * p.x_stride;
-    for (int c = tid; c < x_chunks; c += kThreads) {
+    for (int c = tid; c < x_chunks; c += THREADS) {
       const int r = c / x_row_chunks, cc = c % x_row_chunks;
       const int64_t col = col0 + cc * 8;
       const bool ok = r < p.k && col < p.n;
@@ -102,14 +101,18 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
     }
   };
 
-  int64_t u = blockIdx.x;
-  if (u < total) load(u, 0);
-  cu::cp_async_commit();
-  for (int s = 0; u < total; u += gridDim.x, s ^= 1) {
-    const int64_t next = u + gridDim.x;
-    if (next < total) load(next, s ^ 1);
+  // S stages: units u, u + G, ..., u + (S - 2) G are in flight while u is multiplied
+  const int64_t G = gridDim.x;
+  for (int i = 0; i < S - 1; ++i) {
+    if (blockIdx.x + i * G < total) load(blockIdx.x + i * G, i);
     cu::cp_async_commit();
-    cu::cp_async_wait<1>();
+  }
+  int s = 0;
+  for (int64_t u = blockIdx.x; u < total; u += G, s = s + 1 == S ? 0 : s + 1) {
+    const int64_t ahead = u + (S - 1) * G;
+    if (ahead < total) load(ahead, s == 0 ? S - 1 : s - 1);  // the stage freed last iteration
+    cu::cp_async_commit();
+    cu::cp_async_wait<S - 1>();
     __syncthreads();
     const T *As = stages + s * selems;
     const T *Xs = As + int64_t(nnzb) * 256;
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
     // the lane's ldmatrix rows: A (x4: rows 0-7 / 8-15, k 0-7 / 8-15), X (x4.trans: k rows)
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
     const int a_off = swizzled_chunk(arow, lane >> 4) * 8;
-    for (int task = warp; task < rb * NSTRIP; task += kThreads / 32) {
+    for (int task = warp; task < rb * NSTRIP; task += THREADS / 32) {
       const int r = task / NSTRIP, n0 = (task % NSTRIP) * WN;
       float acc[WN / 8][4];
 #pragma unroll
@@ -164,37 +167,71 @@ int cuda_fail(cudaError_t e, const char *what) {
   return fail(KL_ERR_CUDA, msg.c_str());
 }
 
-int64_t smem_bytes(int64_t m, int64_t k, int64_t nnzb, int nt) {
-  const int64_t rb = (m + 15) / 16, kpad = (k + 15) / 16 * 16;
-  return index_bytes(rb, nnzb) + 2 * stage_elems(nnzb, kpad, nt) * 2;
+int64_t stage_bytes(int64_t m, int64_t k, int64_t nnzb, int nt) {
+  return stage_elems(nnzb, (k + 15) / 16 * 16, nt) * 2;
+}
+int64_t smem_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, int stages) {
+  return index_bytes((m + 15) / 16, nnzb) + stages * stage_bytes(m, k, nnzb, nt);
 }
 
-// The widest tile tile_n may take (64; 32 or 16 to compare narrower tiles).
+// The widest tile tile_n may take (64; 32 or 16 to compare narrower tiles), and the pipeline
+// (0: the depth that keeps the most bytes in flight, 512 threads where one CTA fits an SM;
+// 1: two stages and 256 threads, the first version, to compare).
 std::atomic<int> g_tile_cap{64};
+std::atomic<int> g_pipeline{0};
 
-// The widest RHS tile (64, 32 or 16 columns) no wider than n rounded up to 16 whose two stages
-// fit in a CTA's shared memory; 0 when none does (or the problem is not the kernel's).
-int tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb) {
+struct Config {
+  int nt = 0, stages = 0, threads = 0;
+};
+
+// The widest RHS tile (64, 32 or 16 columns, no wider than n rounded up to 16) whose two stages
+// fit in a CTA's shared memory, then the depth (2-4 stages) that keeps the most bytes in flight
+// per SM: (CTAs an SM holds, by shared memory and by registers, at most 5 of 256 threads) x
+// (stages - 1) x stage.  Where one CTA fills the SM it takes 512 threads (twice the MMA chains).
+Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb) {
+  Config c;
   if ((dtype != 2 && dtype != 3) || m < 1 || k < 0 || n < 1 || m > kMaxOrder || k > kMaxOrder ||
       nnzb < 0 || nnzb > ((m + 15) / 16) * ((k + 15) / 16))
-    return 0;
+    return c;
   DeviceInfo d;
-  const int64_t limit = query_device(&d) == cudaSuccess ? d.smem_optin : 227 * 1024;
+  const bool ok = query_device(&d) == cudaSuccess;
+  const int64_t limit = ok ? d.smem_optin : 227 * 1024, per_sm = ok ? d.smem_sm : 228 * 1024;
   const int64_t want = (n + 15) / 16 * 16;
   const int cap = g_tile_cap.load(std::memory_order_relaxed);
   for (int nt : {64, 32, 16})
-    if ((nt <= want || nt == 16) && nt <= cap && smem_bytes(m, k, nnzb, nt) <= limit) return nt;
-  return 0;
+    if ((nt <= want || nt == 16) && nt <= cap && smem_bytes(m, k, nnzb, nt, 2) <= limit) {
+      c.nt = nt;
+      break;
+    }
+  if (c.nt == 0) return c;
+  c.stages = 2;
+  c.threads = 256;
+  if (g_pipeline.load(std::memory_order_relaxed) == 1) return c;
+  const int64_t st = stage_bytes(m, k, nnzb, c.nt);
+  int64_t best = -1;
+  for (int stages : {2, 3, 4}) {
+    const int64_t smem = smem_bytes(m, k, nnzb, c.nt, stages);
+    if (smem > limit) break;
+    int64_t ctas = per_sm / (smem + 1024);
+    if (ctas > 5) ctas = 5;
+    const int64_t inflight = ctas * (stages - 1) * st;
+    if (inflight > best) {
+      best = inflight;
+      c.stages = stages;
+      c.threads = ctas == 1 ? 512 : 256;
+    }
+  }
+  return c;
 }
 
-template <bool BF16, int NT>
+template <bool BF16, int NT, int S, int THREADS>
 int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
-  const int64_t smem = smem_bytes(p.m, p.k, p.nnzb, NT);
+  auto kernel = batched_kernel<BF16, NT, S, THREADS>;
+  const int64_t smem = smem_bytes(p.m, p.k, p.nnzb, NT, S);
   static int64_t configured = 0;  // the largest size set so far (a benign race: sets only grow)
   cudaError_t e;
   if (smem > configured) {
-    e = cudaFuncSetAttribute(batched_kernel<BF16, NT>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return cuda_fail(e, "shared memory");
     configured = smem;
   }
@@ -207,8 +244,7 @@ int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
   if (known >= 0 && (known >> 8) == smem) {
     per_sm = int(known & 255);
   } else {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, batched_kernel<BF16, NT>, kThreads,
-                                                      size_t(smem));
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, size_t(smem));
     if (e != cudaSuccess) return cuda_fail(e, "occupancy");
     occupancy.store(smem << 8 | (per_sm & 255), std::memory_order_relaxed);
   }
@@ -216,17 +252,28 @@ int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
   const int64_t units = p.batch * ntn;
   int64_t grid = int64_t(d.sms) * (per_sm > 0 ? per_sm : 1);
   if (grid > units) grid = units;
-  batched_kernel<BF16, NT><<<unsigned(grid), kThreads, size_t(smem), stream>>>(p, ntn);
+  kernel<<<unsigned(grid), THREADS, size_t(smem), stream>>>(p, ntn);
   e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
 
+template <bool BF16, int NT>
+int launch_nt(const kl_bs_batched_problem &p, const Config &c, cudaStream_t s) {
+  if (c.threads == 512) return launch<BF16, NT, 2, 512>(p, s);
+  switch (c.stages) {
+    case 2: return launch<BF16, NT, 2, 256>(p, s);
+    case 3: return launch<BF16, NT, 3, 256>(p, s);
+    case 4: return launch<BF16, NT, 4, 256>(p, s);
+  }
+  return fail(KL_ERR_INVALID, "blocksparse batched (CUDA): no pipeline for this problem");
+}
+
 template <bool BF16>
-int launch_dtype(const kl_bs_batched_problem &p, int nt, cudaStream_t s) {
-  switch (nt) {
-    case 64: return launch<BF16, 64>(p, s);
-    case 32: return launch<BF16, 32>(p, s);
-    case 16: return launch<BF16, 16>(p, s);
+int launch_dtype(const kl_bs_batched_problem &p, const Config &c, cudaStream_t s) {
+  switch (c.nt) {
+    case 64: return launch_nt<BF16, 64>(p, c, s);
+    case 32: return launch_nt<BF16, 32>(p, c, s);
+    case 16: return launch_nt<BF16, 16>(p, c, s);
   }
   return fail(KL_ERR_INVALID, "blocksparse batched (CUDA): no kernel for this problem");
 }
@@ -240,9 +287,15 @@ extern "C" int kl_bs_batched_tile_cap(int cap) {
   return prev;
 }
 
+extern "C" int kl_bs_batched_pipeline(int pipeline) {
+  const int prev = kl::bsb::g_pipeline.load();
+  if (pipeline == 0 || pipeline == 1) kl::bsb::g_pipeline.store(pipeline);
+  return prev;
+}
+
 extern "C" int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n,
                                          int64_t nnzb) {
-  return kl::bsb::tile_n(dtype, m, k, n, nnzb);
+  return kl::bsb::configure(dtype, m, k, n, nnzb).nt;
 }
 
 extern "C" int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream) {
@@ -250,8 +303,8 @@ extern "C" int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, voi
   if (!p || p->batch < 0 || p->m < 0 || p->k < 0 || p->n < 0 || p->nnzb < 0)
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): invalid problem");
   if (p->batch == 0 || p->m == 0 || p->n == 0) return KL_OK;
-  const int nt = tile_n(dtype, p->m, p->k, p->n, p->nnzb);
-  if (nt == 0)
+  const Config c = configure(dtype, p->m, p->k, p->n, p->nnzb);
+  if (c.nt == 0)
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): FP16/BF16, orders up to 256 "
                                     "whose blocks and X tile fit in shared memory");
   if (p->n % 8 || p->ldx % 8 || p->x_stride % 8 || p->ldc % 2 || p->c_stride % 2 ||
@@ -260,5 +313,5 @@ extern "C" int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, voi
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): n, ldx and the X stride must be "
                                     "multiples of 8, X and val 16-byte aligned");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return dtype == 3 ? launch_dtype<true>(*p, nt, s) : launch_dtype<false>(*p, nt, s);
+  return dtype == 3 ? launch_dtype<true>(*p, c, s) : launch_dtype<false>(*p, c, s);
 }

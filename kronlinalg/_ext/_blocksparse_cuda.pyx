@@ -5,7 +5,7 @@ from libc.stdint cimport int64_t, uintptr_t
 
 from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_batched_cuda,
                                kl_bs_batched_cuda_tile_n, kl_bs_batched_problem,
-                               kl_bs_batched_tile_cap,
+                               kl_bs_batched_pipeline, kl_bs_batched_tile_cap,
                                kl_bs_cuda_device_check,
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
                                kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
@@ -101,3 +101,9 @@ def batched_tile_cap(int cap=-1):
     """The widest RHS tile the batched kernel may take (64; 16 or 32 to compare); sets it when
     cap is 16, 32 or 64; returns the previous."""
     return kl_bs_batched_tile_cap(cap)
+
+
+def batched_pipeline(int pipeline=-1):
+    """The batched kernel's pipeline (0 deepest in flight, 1 two stages of 256 threads); sets it
+    when 0 or 1; returns the previous."""
+    return kl_bs_batched_pipeline(pipeline)
