@@ -5,15 +5,17 @@
 #   OUT=/tmp/out bash benchmarks/blocksparse_session.sh
 # BS_SAN=all: memcheck over every kernel (else the batched kernel's memcheck and racecheck);
 # BS_RACE=1: racecheck over the panel and 2D kernels too.  The benchmark runs in two parts:
-# batched + the dense-output SpGEMM first, then BS_SECTIONS (default spmm,auto).
+# batched + the dense-output SpGEMM (BS_SPGEMM_ALL=1: every SpGEMM case) first, then
+# BS_SECTIONS (default spmm,auto; empty: none).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== tests ($SECONDS s)"
 timeout ${BS_TEST_S:-75} python -m pytest -q -m gpu -p no:cacheprovider -rf \
   tests/test_blocksparse_batched.py tests/test_blocksparse.py \
   2>&1 | tee "$OUT/blocksparse_tests.txt" | tail -25
-echo "== benchmark: batched, dense-output SpGEMM ($SECONDS s)"
+dense_only=--spgemm-dense-only; [ -n "$BS_SPGEMM_ALL" ] && dense_only=
+echo "== benchmark: batched, SpGEMM ${dense_only:+(dense output only)} ($SECONDS s)"
 timeout ${BS_BATCHED_S:-80} python benchmarks/blocksparse_gpu.py --budget ${BS_BATCHED_BUDGET:-65} \
-  --sections spgemm,batched --spgemm-dense-only --out "$OUT/blocksparse_batched.json" \
+  --sections spgemm,batched $dense_only --out "$OUT/blocksparse_batched.json" \
   2>&1 | tee "$OUT/blocksparse_batched_bench.txt" | tail -22
 echo "== sanitizer ($SECONDS s)"
 {
