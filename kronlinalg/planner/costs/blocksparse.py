@@ -164,9 +164,13 @@ def predict_spgemm_dense(problem, prof):
 
 # -- batched small products over one shared pattern (spmm_batched) ----------------------------
 # Both the batched kernel and cuBLAS's batched GEMM stream A, X and C once at these orders
-# (<= 256): memory-bound, so the predictors are bytes over bandwidth, with the kernel's A
-# re-read from L2 (not DRAM) by every RHS tile after the first.
-_BATCHED_BW = 0.9  # the fraction of the copy bandwidth a streaming kernel reaches
+# (<= 256): memory-bound, so the CUDA predictors are bytes read and bytes written over the rates
+# each reached in the H100 run of 2026-11-26 (least squares over 7 cases, docs/blocksparse.md),
+# as fractions of the profile's copy bandwidth: the kernel reads at 1.26x (the A blocks that
+# its later RHS tiles re-read come from L2) but writes C at 0.38x (4-byte fragment stores),
+# torch.bmm reads at 1.03x and writes at 0.84x.  Host costs alike (both replay in ~10 us).
+_BATCHED_READ, _BATCHED_WRITE = 1.26, 0.38
+_BMM_READ, _BMM_WRITE = 1.03, 0.84
 
 
 def _batched_sizes(problem):
@@ -180,11 +184,13 @@ def predict_batched_ours(problem, prof):
     i, s, b2 = _batched_sizes(problem)
     batch, n = i["batch"], i["n"]
     flops = 2.0 * batch * i["nnzb"] * b2 * n
-    nbytes = batch * (i["nnzb"] * b2 + (i["k"] + i["m"]) * n) * s
-    t_mem = nbytes / (_BATCHED_BW * prof.bandwidth)
+    reads = batch * (i["nnzb"] * b2 + i["k"] * n) * s
+    writes = batch * i["m"] * n * s
+    t_mem = (reads / (_BATCHED_READ * prof.bandwidth)
+             + writes / (_BATCHED_WRITE * prof.bandwidth))
     t_tc = flops / tc_rate(prof, problem.dtype)
-    seconds = max(t_mem, t_tc) + prof.launch_s + _HOST_OURS
-    return seconds, {"flops": flops, "bytes": nbytes,
+    seconds = max(t_mem, t_tc) + prof.launch_s + _HOST_DENSE
+    return seconds, {"flops": flops, "bytes": reads + writes,
                      "terms": {"mem": t_mem, "tensor cores": t_tc}}
 
 
@@ -206,8 +212,12 @@ def predict_batched_dense(problem, prof):
     i, s, _ = _batched_sizes(problem)
     batch, m, k, n = i["batch"], i["m"], i["k"], i["n"]
     flops = 2.0 * batch * m * k * n
-    nbytes = batch * (m * k + k * n + m * n) * s
-    host = _HOST_DENSE if problem.kind == "cuda" else 0.0
-    rate = prof.flops(problem.dtype) * (1.0 if problem.kind == "cuda" else 0.5)
-    return roofline(flops, nbytes, rate, prof.bandwidth, prof.launch_s + host), {
-        "flops": flops, "bytes": nbytes}
+    reads, writes = batch * (m * k + k * n) * s, batch * m * n * s
+    if problem.kind == "cuda":
+        t_mem = reads / (_BMM_READ * prof.bandwidth) + writes / (_BMM_WRITE * prof.bandwidth)
+        seconds = max(flops / prof.flops(problem.dtype), t_mem) + prof.launch_s + _HOST_DENSE
+        return seconds, {"flops": flops, "bytes": reads + writes,
+                         "terms": {"flop": flops / prof.flops(problem.dtype), "mem": t_mem}}
+    seconds = roofline(flops, reads + writes, prof.flops(problem.dtype) * 0.5, prof.bandwidth,
+                       prof.launch_s)
+    return seconds, {"flops": flops, "bytes": reads + writes}
