@@ -52,7 +52,7 @@ def batched_calls():
             A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
             x = torch.randn((batch, k, n), device="cuda").to(dt)
             ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
-            for pipeline in (0, 1):  # 2-4 stages (512 threads at order 256); two stages
+            for pipeline in (0, 1):  # 2-4 stages (by the shared memory); two stages
                 prev = batched_cuda.batched_pipeline(pipeline)
                 check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
                       ("batched", dt, m, k, n, pipeline))

@@ -95,7 +95,7 @@ def test_spmm_batched_empty_and_full_patterns(xp, rng):
 @pytest.mark.parametrize("order", [64, 128, 256, 48])
 def test_batched_kernel_every_tile(xp, rng, order):
     """The CUDA kernel at every RHS tile (16, 32, 64 columns; n not a multiple of 8 goes through
-    a padded copy; a strided X) and pipeline (2-4 stages, 512 threads at order 256; the
+    a padded copy; a strided X) and pipeline (2-4 stages by the shared memory; the
     two-stage one), an odd batch, half and bfloat16, on poisoned output memory."""
     if not xp.is_cuda:
         pytest.skip("the CUDA kernel")

@@ -113,8 +113,8 @@ int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_
  * when cap is 16, 32 or 64 (anything else only queries); the previous. */
 int kl_bs_batched_tile_cap(int cap);
 /* The batched kernel's pipeline: 0 (default) the depth (2-4 stages) that keeps the most bytes in
- * flight per SM, 512 threads where one CTA fills an SM; 1 two stages of 256 threads (the first
- * version, to compare).  Sets it when 0 or 1 (anything else only queries); the previous. */
+ * flight per SM; 1 two stages (the first version, to compare).  Sets it when 0 or 1 (anything
+ * else only queries); the previous. */
 int kl_bs_batched_pipeline(int pipeline);
 
 #ifdef __cplusplus

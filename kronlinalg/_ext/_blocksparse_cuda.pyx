@@ -104,6 +104,6 @@ def batched_tile_cap(int cap=-1):
 
 
 def batched_pipeline(int pipeline=-1):
-    """The batched kernel's pipeline (0 deepest in flight, 1 two stages of 256 threads); sets it
-    when 0 or 1; returns the previous."""
+    """The batched kernel's pipeline (0: 2-4 stages, the most bytes in flight; 1: two stages);
+    sets it when 0 or 1; returns the previous."""
     return kl_bs_batched_pipeline(pipeline)
