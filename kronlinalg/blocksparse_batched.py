@@ -17,6 +17,8 @@ Algorithms (the planner ranks them; ``algorithm=`` forces one):
   (matrix, RHS tile) units, copying each unit's stored blocks and X slice into shared memory
   while it multiplies the previous one on tensor cores (kernels/blocksparse/
   blocksparse_batched_cuda.cu).
+- "blocksparse" on the CPU: the C++ SpMM kernel over the stack as one block-diagonal matrix
+  (orders divisible by b; OpenMP over block rows).
 - "gather": any device and dtype, the caller's library: each stored block meets its X block
   row (one gather), one batched matmul over the blocks, one matmul with the 0/1 row map sums
   each block row (half precision computed in float32).
@@ -42,7 +44,7 @@ from .planner.costs import blocksparse as _costs
 
 __all__ = ["BatchedBlockSparseMatrix", "spmm_batched"]
 
-bs_cuda = load("blocksparse_cuda")
+bs_cpu, bs_cuda = load("blocksparse_cpu"), load("blocksparse_cuda")
 _SERIAL = iter(range(1 << 62))
 
 
@@ -316,6 +318,61 @@ def _run_kernel(call: BatchedCall):
     return out if n8 == n else out[:, :, :n]
 
 
+def _run_ours(call: BatchedCall):
+    return _run_kernel(call) if _backend.on_cuda(call.X) else _run_cpu(call)
+
+
+def _cpu_applies(problem) -> bool:
+    i = problem.info
+    return bs_cpu is not None and i["m"] % i["block"] == 0 and i["k"] % i["block"] == 0
+
+
+def _ours_applies(problem) -> bool:
+    return _kernel_applies(problem) if problem.kind == "cuda" else _cpu_applies(problem)
+
+
+def _run_cpu(call: BatchedCall):
+    """The C++ SpMM over the stack as one block-diagonal matrix: matrix i's block rows and
+    columns offset by i (m and k divisible by b, so X and C stack without gaps)."""
+    A = call.A
+    cdt = _backend.kernel_dtype(call.result)
+    batch, m, k = A.shape
+    n, b, nnzb = int(call.X.shape[2]), A.block, A.nnz_blocks
+    val = _cached(A, ("host_val", cdt), lambda: _host_float(A.val, cdt).reshape(-1, b, b))
+    rp, cols = _cached(A, "block_diagonal", lambda: _block_diagonal(A))
+    X = _host_float(call.X, cdt).reshape(batch * k, n)
+    out = np.empty((batch * m, n), dtype=cdt)
+    addr = _backend.host_address
+    ptrs = (addr(rp), addr(cols) if cols.size else 0, 0, addr(val) if val.size else 0,
+            addr(X) if X.size else 0, addr(out), 0)
+    bs_cpu.spmm((batch * m, batch * k, n, b), ptrs, (max(n, 1), max(n, 1)), call.alpha, 0.0,
+                KERNEL_CODE[cdt])
+    out = out.reshape(batch, m, n)
+    if _lib(call.X) != "numpy":
+        out = _backend.from_host(call.X, call.xp, out)
+    return _cast(call.xp, out, call.result)
+
+
+def _host_float(a, dtype) -> np.ndarray:
+    """A contiguous host array of dtype (float32/float64) from a CPU array of any library
+    (bfloat16 tensors are widened by torch first: NumPy has no bfloat16)."""
+    if _backend.is_torch(a) and a.dtype != getattr(__import__("torch"), dtype):
+        a = a.to(getattr(__import__("torch"), dtype))
+    return np.ascontiguousarray(_backend.to_numpy(a).astype(dtype, copy=False))
+
+
+def _block_diagonal(A) -> tuple:
+    """(row_ptr, col_idx) of the block-diagonal matrix of the stack (host int64)."""
+    p = A._pattern
+    R, C = A.block_grid
+    nnzb = A.nnz_blocks
+    offsets = np.arange(A.batch, dtype=np.int64)
+    rp = np.concatenate([(p._row_ptr[:-1][None, :] + nnzb * offsets[:, None]).ravel(),
+                         [A.batch * nnzb]]).astype(np.int64)
+    cols = (p._cols[None, :] + C * offsets[:, None]).ravel()
+    return np.ascontiguousarray(rp), np.ascontiguousarray(cols, dtype=np.int64)
+
+
 def _row_major(a) -> bool:
     return a.flags.c_contiguous if _backend.is_cupy(a) else a.is_contiguous()
 
@@ -416,7 +473,9 @@ def _signature(arrays, options, algorithm):
     return None if key is None else (arrays[0]._serial, key, algorithm)
 
 
-def _replay_kernel(call: BatchedCall):
+def _replay_ours(call: BatchedCall):
+    if not _backend.on_cuda(call.X):
+        return _run_cpu(call), None
     out = _run_kernel(call)
     A, X, cdt = call.A, call.X, call.result
     batch, m, k = A.shape
@@ -446,9 +505,10 @@ _BATCHED = Operation("spmm_batched", prepare=_prepare, plan_query=_plan_query,
                      options=("block", "nnzb", "lib"),
                      doc="alpha * A[i] @ X[i] over a stack sharing one block pattern; shapes: "
                          "(batch, m, k), (batch, k, n)")
-_BATCHED.register(Algorithm("blocksparse", _run_kernel, _costs.predict_batched_ours,
-                            devices=("cuda",), applies=_kernel_applies, replay=_replay_kernel,
-                            doc="CUDA: a persistent CTA per SM walks (matrix, RHS tile) units"))
+_BATCHED.register(Algorithm("blocksparse", _run_ours, _costs.predict_batched_ours,
+                            devices=("cpu", "cuda"), applies=_ours_applies, replay=_replay_ours,
+                            doc="CUDA: persistent CTAs walk (matrix, RHS tile) units; CPU: the "
+                                "C++ SpMM over the block-diagonal stack"))
 _BATCHED.register(Algorithm("gather", _run_gather, _costs.predict_batched_gather,
                             devices=("cpu", "cuda"), autograd=("autograd",),
                             doc="gather X block rows, batched matmul, sum block rows"))

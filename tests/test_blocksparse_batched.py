@@ -46,12 +46,16 @@ def from_mask(xp, a, mask, b, dtype):
 
 def algorithms_for(xp, dtype, A, n):
     names = ["auto", "gather", "dense"]
-    if xp.is_cuda and dtype in ("float16", "bfloat16") and A.block == 16 and max(A.shape[1:]) <= 256:
-        names.append("blocksparse")
+    if xp.is_cuda:
+        if dtype in ("float16", "bfloat16") and A.block == 16 and max(A.shape[1:]) <= 256:
+            names.append("blocksparse")
+    elif A.shape[1] % A.block == 0 and A.shape[2] % A.block == 0:
+        names.append("blocksparse")  # the C++ SpMM over the block-diagonal stack
     return names
 
 
 @pytest.mark.parametrize("batch,m,k,n,b,d", [(5, 64, 64, 64, 16, 0.5), (3, 40, 50, 7, 16, 0.6),
+                                             (3, 48, 32, 5, 16, 0.6), (2, 64, 96, 9, 32, 0.5),
                                              (7, 256, 256, 24, 16, 0.5), (1, 16, 16, 1, 16, 1.0),
                                              (4, 96, 37, 3, 8, 0.4), (2, 130, 100, 20, 32, 0.5),
                                              (9, 128, 80, 130, 16, 0.3)])
@@ -78,7 +82,7 @@ def test_spmm_batched_empty_and_full_patterns(xp, rng):
         assert A.nnz_blocks == mask.sum()
         x = to_xp(xp, rng.standard_normal((5, 32, 9)), dtype)
         ref = ae @ to_numpy(x).astype(np.float64)
-        for algorithm in ("auto", "gather", "dense"):
+        for algorithm in ("auto", "gather", "dense") + (() if xp.is_cuda else ("blocksparse",)):
             got = spmm_batched(A, x, algorithm=algorithm)
             assert tuple(got.shape) == (5, 48, 9)
             assert_close(got, ref, xp, dtype, msg=f"{mask.sum()} blocks {algorithm}: ")
@@ -214,7 +218,7 @@ def test_inputs_untouched(rng):
     val = A.val.copy()
     x = rng.standard_normal((3, 48, 5))
     x0 = x.copy()
-    for algorithm in ("gather", "dense"):
+    for algorithm in ("gather", "dense", "blocksparse"):
         spmm_batched(A, x, alpha=3.0, algorithm=algorithm)
     assert np.array_equal(x, x0) and np.array_equal(A.val, val)
 
@@ -224,7 +228,11 @@ def test_planner_registration():
     assert {"blocksparse", "gather", "dense"} <= names
     plan = kronlinalg.plan("spmm_batched", (100, 64, 64), (100, 64, 8), dtype="float64",
                            block=16, nnzb=8, lib="numpy")
-    assert {p.name for p in plan} == {"gather", "dense"}
+    assert plan[0].name == "blocksparse" and {p.name for p in plan} == {"blocksparse", "gather",
+                                                                         "dense"}
+    edge = kronlinalg.plan("spmm_batched", (100, 60, 64), (100, 64, 8), dtype="float64",
+                           block=16, nnzb=8, lib="numpy")  # the C++ path needs whole blocks
+    assert {p.name for p in edge} == {"gather", "dense"} and edge[0].name == "dense"
 
 
 hyp = pytest.importorskip("hypothesis")
@@ -234,9 +242,11 @@ st = hyp.strategies
 @hyp.given(batch=st.integers(0, 4), m=st.integers(0, 40), k=st.integers(0, 40),
            n=st.integers(0, 6), b=st.sampled_from([8, 16]), density=st.floats(0.0, 1.0),
            seed=st.integers(0, 2**32 - 1), alpha=st.floats(-2, 2),
-           algorithm=st.sampled_from(["auto", "gather", "dense"]))
+           algorithm=st.sampled_from(["auto", "gather", "dense", "blocksparse"]))
 def test_property_spmm_batched(batch, m, k, n, b, density, seed, alpha, algorithm):
     rng = np.random.default_rng(seed)
+    if algorithm == "blocksparse":  # the C++ path takes whole blocks
+        m, k = m // b * b, k // b * b
     a, _ = stack_pattern(rng, batch, m, k, b, density)
     A = BatchedBlockSparseMatrix.from_dense(a, block=b)
     x = rng.standard_normal((batch, k, n))
