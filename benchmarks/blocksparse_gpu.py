@@ -15,7 +15,9 @@ spent (the JSON is written after every one):
 2. N = 4096: "auto" against dense at densities 0.05 .. 0.5.
 3. SpGEMM, N = 16384, density 0.005 / 0.02: ours (symbolic timed apart), cupyx CSR A @ A (its
    nnz and values checked), dense A @ A, auto; FP32, FP16 and FP64; N = 4096 at 0.5 (FP32).
-4. Batched small block-sparse (FP16, batch 10^4, orders 64 / 128 / 256, 50 %) against bmm.
+4. Batched small block-sparse (spmm_batched; FP16, batch 10^4, orders 64 / 128 / 256, 50 %,
+   one shared pattern) against torch.bmm; RHS = order and narrow.
+``--sections`` runs a subset (each its share of ``--budget``).
 Prints markdown tables; the JSON holds every number.
 """
 
@@ -29,8 +31,9 @@ import numpy as np
 import torch
 
 import kronlinalg
-from kronlinalg import BlockSparseMatrix, spgemm, spmm
+from kronlinalg import BatchedBlockSparseMatrix, BlockSparseMatrix, spgemm, spmm, spmm_batched
 from kronlinalg.blocksparse import bs_cuda, float32_precision, symbolic
+from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
 
 try:
     import cupy as cp
@@ -105,9 +108,9 @@ def rel(a, b):
     return float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
 
 
-def spmm_section(res, budget):
+def spmm_section(res, budget, dtypes=("fp16", "fp32", "fp64")):
     rows = []
-    for dname in ("fp16", "fp32", "fp64"):
+    for dname in dtypes:
         for density in (0.05, 0.1, 0.25):
             if time.time() - START > budget:
                 return rows
@@ -204,7 +207,7 @@ def cupyx_csr(dense):
                            shape=tuple(dense.shape))
 
 
-def spgemm_section(budget):
+def spgemm_section(budget, only_dense_output=False):
     """N = 16384 at block densities 0.005 / 0.02 (FP32, FP16, FP64), and N = 4096 at 0.5 (the
     output dense: auto should take dense; cupyx returned an empty matrix there once)."""
     rows = []
@@ -212,6 +215,8 @@ def spgemm_section(budget):
                               (4096, "fp32", 0.5), (16384, "fp16", 0.005),
                               (16384, "fp16", 0.02), (16384, "fp64", 0.005),
                               (16384, "fp64", 0.02)):
+        if only_dense_output and density != 0.5:
+            continue
         if time.time() - START > budget:
             return rows
         dt = DT[dname]
@@ -236,6 +241,17 @@ def spgemm_section(budget):
         row["auto_ms"] = cuda_time(lambda: spgemm(A, A), reps=3)
         row["dense_alg_ms"] = cuda_time(lambda: spgemm(A, A, algorithm="dense"), reps=3)
         row["auto_over_best"] = row["auto_ms"] / min(row["ours_ms"], row["dense_ms"])
+        row["auto_over_dense"] = row["auto_ms"] / row["dense_ms"]
+        product = dense @ dense
+        row["blockify_ms"] = cuda_time(lambda: BlockSparseMatrix.from_dense(product), reps=3)
+        # its parts: the copy into block order, the per-block nonzero scan (no host sync)
+        blocks = product.view(R, 16, R, 16).permute(0, 2, 1, 3).contiguous()
+        row["blockify_copy_ms"] = cuda_time(
+            lambda: product.view(R, 16, R, 16).permute(0, 2, 1, 3).contiguous(), reps=3)
+        row["blockify_scan_ms"] = cuda_time(lambda: torch.any(blocks.view(R * R, 256), dim=1),
+                                            reps=3)
+        del blocks
+        del product
         if cp is not None and dname == "fp32":
             csr = cupyx_csr(dense)
             out = csr @ csr
@@ -255,40 +271,73 @@ def spgemm_section(budget):
 
 
 def batched_section(budget):
-    """Batched small block-sparse products, FP16, batch 10^4, orders 64-256, 50 % block density:
-    the stack is one block-diagonal BlockSparseMatrix (matrix i's blocks at block rows and
-    columns offset by i * order / 16) times the stacked right-hand sides, one spmm call,
-    against torch.bmm of the dense stacks (the same order)."""
+    """Batched small block-sparse products over one shared pattern (spmm_batched), batch 10^4,
+    50 % block density, FP16 (one BF16 row): the batched kernel against torch.bmm of the dense
+    stacks of the same order (X (batch, order, n) alike), at n = order (the issue's case) and
+    narrow right-hand sides; order 64 also through the block-diagonal BlockSparseMatrix and
+    spmm (the route before the batched kernel).  "bytes" are what each must move at least;
+    their ratio bounds ours / bmm for two kernels at the same bandwidth."""
     rows = []
     batch, b = 10_000, 16
-    for order in (64, 128, 256):
+    for order, n, dname in ((64, 64, "fp16"), (128, 128, "fp16"), (256, 256, "fp16"),
+                            (64, 16, "fp16"), (128, 32, "fp16"), (256, 32, "fp16"),
+                            (128, 128, "bf16")):
         if time.time() - START > budget:
             return rows
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dname]
         q = order // b
-        g = torch.Generator(device="cuda").manual_seed(order)
-        mask = torch.rand((batch, q, q), device="cuda", generator=g) < 0.5
-        mi, ri, ci = torch.nonzero(mask, as_tuple=True)  # sorted by matrix, row, column
-        val = torch.randn((mi.numel(), b, b), device="cuda", generator=g).half()
-        brow, bcol = mi * q + ri, mi * q + ci
-        rp = torch.zeros(batch * q + 1, dtype=torch.int64, device="cuda")
-        rp[1:] = torch.cumsum(torch.bincount(brow, minlength=batch * q), 0)
-        A = BlockSparseMatrix(val, rp, bcol.to(torch.int64), shape=(batch * order,) * 2)
-        X = torch.randn((batch * order, order), device="cuda").half()
-        dense = torch.zeros((batch, q, q, b, b), device="cuda", dtype=torch.float16)
-        dense[mi, ri, ci] = val
-        dense = dense.permute(0, 1, 3, 2, 4).reshape(batch, order, order)
-        Xb = X.reshape(batch, order, order)
-        row = {"batch": batch, "order": order, "nnzb": A.nnz_blocks,
-               "ours_ms": cuda_time(lambda: spmm(A, X, algorithm="blocksparse"), reps=3),
-               "bmm_ms": cuda_time(lambda: torch.bmm(dense, Xb), reps=3)}
-        Am = A  # the 2D kernel takes either order (a Morton copy of 10^6 blocks costs seconds)
-        row["ours_2d_ms"] = cuda_time(lambda: spmm(Am, X, algorithm="morton"), reps=3)
-        row["ratio_2d"] = row["ours_2d_ms"] / row["bmm_ms"]
+        g = torch.Generator(device="cuda").manual_seed(order + n)
+        mask = torch.rand((q, q), device="cuda", generator=g) < 0.5
+        ri, ci = torch.nonzero(mask, as_tuple=True)
+        nnzb = ri.numel()
+        val = torch.randn((batch, nnzb, b, b), device="cuda", generator=g).to(dt)
+        rp = torch.zeros(q + 1, dtype=torch.int64, device="cuda")
+        rp[1:] = torch.cumsum(torch.bincount(ri, minlength=q), 0)
+        A = BatchedBlockSparseMatrix(val, rp, ci.to(torch.int64), shape=(order, order))
+        dense = A.to_dense().contiguous()
+        X = torch.randn((batch, order, n), device="cuda", generator=g).to(dt)
+        row = {"batch": batch, "order": order, "rhs": n, "dtype": dname, "nnzb": nnzb,
+               "density": nnzb / (q * q)}
+        ours = lambda: spmm_batched(A, X, algorithm="blocksparse")  # noqa: E731
+        row["ours_ms"] = cuda_time(ours)
+        row["ours_call_ms"] = call_time(ours)
+        prev = batched_cuda.batched_pipeline(1)  # the first version: 2 stages, 256 threads
+        try:
+            row["ours_first_ms"] = cuda_time(ours)
+        finally:
+            batched_cuda.batched_pipeline(prev)
+        if n > 32:  # a narrower RHS tile: smaller stages, A re-read more often
+            prev = batched_cuda.batched_tile_cap(32)
+            try:
+                row["ours_nt32_ms"] = cuda_time(ours)
+            finally:
+                batched_cuda.batched_tile_cap(prev)
+        row["bmm_ms"] = cuda_time(lambda: torch.bmm(dense, X))
         row["ratio"] = row["ours_ms"] / row["bmm_ms"]
-        ref = torch.bmm(dense.float(), Xb.float()).reshape(batch * order, order)
-        row["err_ours"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
-        row["err_2d"] = rel(spmm(Am, X, algorithm="morton"), ref)
-        del A, Am, X, dense, Xb, ref, val, mask
+        row["auto"] = kronlinalg.plan("spmm_batched", (batch, order, order), (batch, order, n),
+                                      dtype=str(dt).split(".")[-1], device=X, block=16,
+                                      nnzb=nnzb, lib="torch")[0].name
+        row["auto_ms"] = cuda_time(lambda: spmm_batched(A, X))
+        ours_bytes = batch * (nnzb * b * b + 2 * order * n) * 2
+        bmm_bytes = batch * (order * order + 2 * order * n) * 2
+        row["ours_tbs"] = ours_bytes / row["ours_ms"] / 1e9
+        row["bmm_tbs"] = bmm_bytes / row["bmm_ms"] / 1e9
+        row["bytes_ratio"] = ours_bytes / bmm_bytes
+        ref = torch.bmm(dense.float(), X.float())
+        row["err_ours"] = rel(ours(), ref)
+        row["err_bmm"] = rel(torch.bmm(dense, X), ref)
+        if order == 64 and n == 64 and dname == "fp16":  # the block-diagonal route
+            bi = torch.arange(batch, device="cuda").repeat_interleave(nnzb)
+            brow, bcol = bi * q + ri.repeat(batch), bi * q + ci.repeat(batch)
+            drp = torch.zeros(batch * q + 1, dtype=torch.int64, device="cuda")
+            drp[1:] = torch.cumsum(torch.bincount(brow, minlength=batch * q), 0)
+            D = BlockSparseMatrix(val.reshape(-1, b, b), drp, bcol, shape=(batch * order,) * 2)
+            X2 = X.reshape(batch * order, n)
+            row["blockdiag_ms"] = cuda_time(lambda: spmm(D, X2, algorithm="blocksparse"))
+            row["err_blockdiag"] = rel(spmm(D, X2, algorithm="blocksparse").reshape(ref.shape),
+                                       ref)
+            del D, X2
+        del A, X, dense, ref, val
         torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -309,18 +358,31 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="blocksparse.json")
     p.add_argument("--budget", type=float, default=150.0)
+    p.add_argument("--sections", default="spmm,auto,spgemm,batched",
+                   help="comma-separated subset of spmm,auto,spgemm,batched")
+    p.add_argument("--spmm-dtypes", default="fp16,fp32,fp64")
+    p.add_argument("--spgemm-dense-only", action="store_true",
+                   help="only the SpGEMM whose output is dense (N = 4096, 50 %%)")
     args = p.parse_args()
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
            "command": "python benchmarks/blocksparse_gpu.py"}
     save = lambda: json.dump(res, open(args.out, "w"), indent=1)  # noqa: E731
-    res["spmm"] = spmm_section(res, args.budget * 0.5)
-    save()
-    res["auto_4096"] = auto_section(args.budget * 0.6)
-    save()
-    res["spgemm"] = spgemm_section(args.budget * 0.8)
-    save()
-    res["batched"] = batched_section(args.budget)
-    save()
+    chosen = args.sections.split(",")
+    weights = {"spmm": 5, "auto": 1, "spgemm": 2, "batched": 2}
+    total = sum(weights[c] for c in chosen)
+    done, deadline = 0, {}
+    for name in ("spmm", "auto", "spgemm", "batched"):  # each section's share of the budget
+        if name in chosen:
+            done += weights[name]
+            deadline[name] = args.budget * done / total
+    runs = {"spmm": lambda: spmm_section(res, deadline["spmm"],
+                                         tuple(args.spmm_dtypes.split(","))),
+            "auto_4096": lambda: auto_section(deadline["auto"]),
+            "spgemm": lambda: spgemm_section(deadline["spgemm"], args.spgemm_dense_only),
+            "batched": lambda: batched_section(deadline["batched"])}
+    for key, run in runs.items():
+        res[key] = run() if key.split("_")[0] in chosen else []
+        save()
     print(f"\n{res['device']}, {res['date']}; ms, median of >= 10 (CUDA events)\n")
     print(table(res["spmm"], ["dtype", "density", "rhs", "ours_ms", "ours_call_ms",
                               "ours_warp_ms", "ours_morton_ms", "ours_2d_ms",
@@ -335,11 +397,13 @@ def main():
     print(table(res["spgemm"], ["N", "dtype", "density", "out_density", "out_nnzb", "ours_ms",
                                 "symbolic_ms", "symbolic_share", "cusparse_csr_spgemm_ms",
                                 "cusparse_out_nnz", "x_cusparse", "dense_ms", "dense_alg_ms",
-                                "auto", "auto_ms",
-                                "auto_over_best", "err_ours", "err_cusparse"]))
+                                "auto", "auto_ms", "auto_over_best", "auto_over_dense",
+                                "blockify_ms", "blockify_copy_ms", "blockify_scan_ms",
+                                "err_ours", "err_cusparse"]))
     print()
-    print(table(res["batched"], ["batch", "order", "nnzb", "ours_ms", "ours_2d_ms", "bmm_ms",
-                                 "ratio", "ratio_2d", "err_ours", "err_2d"]))
+    print(table(res["batched"], ["order", "rhs", "dtype", "nnzb", "ours_ms", "ours_call_ms",
+                                 "ours_first_ms", "ours_nt32_ms", "bmm_ms", "ratio", "bytes_ratio", "ours_tbs", "bmm_tbs",
+                                 "auto", "auto_ms", "blockdiag_ms", "err_ours", "err_bmm"]))
 
 
 if __name__ == "__main__":

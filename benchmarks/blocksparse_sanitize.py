@@ -4,16 +4,18 @@
 
 Dtypes FP16/BF16/FP32 (3xTF32, IEEE)/FP64, b = 16 and 32, RHS tiles 32/64/128, row and Morton
 order, shapes not divisible by b, empty rows, a heavy row cut into pieces (atomics), beta, the
-three SpGEMM phases.  Exits non-zero on a wrong answer.  ``--quick`` (for racecheck): FP16 and
-FP32, b = 16, the panel and 2D kernels' tiles only."""
+three SpGEMM phases, the batched kernel (spmm_batched: every RHS tile, edge blocks, an empty
+pattern).  Exits non-zero on a wrong answer.  ``--quick`` (for racecheck): FP16 and FP32,
+b = 16, the panel and 2D kernels' tiles only; ``--batched``: the batched kernel only."""
 
 import sys
 
 import numpy as np
 import torch
 
-from kronlinalg import BlockSparseMatrix, spgemm, spmm
+from kronlinalg import BatchedBlockSparseMatrix, BlockSparseMatrix, spgemm, spmm, spmm_batched
 from kronlinalg.blocksparse import float32_precision
+from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
 
 rng = np.random.default_rng(0)
 bad = 0
@@ -36,10 +38,37 @@ def check(got, ref, tol, what):
         print("WRONG", what, err)
 
 
+def batched_calls():
+    """The batched kernel at each RHS tile (16 / 32 / 64 columns), FP16 and BF16, orders 48
+    (edge-free), 40 x 70 (edge blocks), 256, an odd batch, an empty pattern."""
+    for dt in (torch.float16, torch.bfloat16):
+        for (m, k, n, d) in ((48, 48, 8, 0.5), (40, 70, 40, 0.6), (256, 256, 64, 0.5),
+                             (128, 128, 128, 0.5), (64, 64, 24, 0.0)):
+            batch = 3
+            R, C = -(-m // 16), -(-k // 16)
+            mask = rng.random((R, C)) < d
+            a = np.kron(mask, np.ones((16, 16)))[None] * rng.standard_normal(
+                (batch, R * 16, C * 16))
+            A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
+            x = torch.randn((batch, k, n), device="cuda").to(dt)
+            ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
+            for pipeline in (0, 1):  # 2-4 stages (by the shared memory); two stages
+                prev = batched_cuda.batched_pipeline(pipeline)
+                check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
+                      ("batched", dt, m, k, n, pipeline))
+                batched_cuda.batched_pipeline(prev)
+    print("done batched", flush=True)
+
+
 TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 QUICK = "--quick" in sys.argv
 DTYPES = (torch.float16, torch.float32) if QUICK else (torch.float16, torch.bfloat16,
                                                         torch.float32, torch.float64)
+if "--batched" in sys.argv:
+    batched_calls()
+    torch.cuda.synchronize()
+    print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")
+    raise SystemExit(1 if bad else 0)
 SHAPES = ((64, 130, 130), (40, 70, 60)) if QUICK else ((70, 90, 5), (64, 130, 130), (40, 70, 60))
 for dt in DTYPES:
     for b in ((16,) if QUICK else (16, 32)):
@@ -80,6 +109,8 @@ for dt in DTYPES:
         ref = A.to_dense().double().cpu().numpy() @ B.to_dense().double().cpu().numpy()
         check(C.to_dense(), ref, TOL[dt], ("spgemm", dt, b))
         print("done", dt, b, flush=True)
+if not QUICK:
+    batched_calls()
 torch.cuda.synchronize()
 print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")
 raise SystemExit(1 if bad else 0)

@@ -24,6 +24,8 @@ __all__ += ["ks", "structured", "structured_matmul"]
 from .blocksparse import BlockSparseMatrix, spgemm, spmm  # noqa: E402
 
 __all__ += ["BlockSparseMatrix", "spmm", "spgemm"]
+from .blocksparse_batched import BatchedBlockSparseMatrix, spmm_batched  # noqa: E402
+__all__ += ["BatchedBlockSparseMatrix", "spmm_batched"]
 
 from .strassen import strassen_matmul
 

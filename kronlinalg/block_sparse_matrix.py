@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 
@@ -172,8 +173,9 @@ class BlockSparseMatrix:
             raise ValueError(f"shape: expected non-negative sizes, got {shape!r}")
         return m, n
 
-    def _set(self, val, rows, cols, shape, b):
-        """Row-ordered state: val (library array), rows/cols (host int64, sorted row-major)."""
+    def _set(self, val, rows, cols, shape, b, row_ptr=None):
+        """Row-ordered state: val (library array), rows/cols (host int64, sorted row-major),
+        row_ptr (counted from rows unless given)."""
         self._val = val
         self._shape = shape
         self._b = b
@@ -182,8 +184,10 @@ class BlockSparseMatrix:
         R = -(-shape[0] // b)
         self._rows = rows
         self._cols = cols
-        self._row_ptr = np.zeros(R + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=R), out=self._row_ptr[1:])
+        if row_ptr is None:
+            row_ptr = np.zeros(R + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=R), out=row_ptr[1:])
+        self._row_ptr = row_ptr
         self._perm = None  # storage position of each block in row order (morton only)
         self._tile_ptr = self._tile_coords = None
         self._dev = {}  # device copies of index arrays, by name
@@ -444,13 +448,27 @@ class BlockSparseMatrix:
         if (R * b, C * b) != (m, n):
             padded = xp.zeros((R * b, C * b), dtype=a.dtype, device=dev)
             padded[:m, :n] = a
-        blocked = xp.reshape(padded, (R, b, C, b))
-        mask = xp.any(blocked != 0, axis=(1, 3))  # the scan reads memory in order
-        grid = xp.permute_dims(blocked, (0, 2, 1, 3))
-        rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(mask))
-        val = grid[_like(a, rows), _like(a, cols)] if rows.size else xp.zeros(
-            (0, b, b), dtype=a.dtype, device=dev)
-        return cls._from_coords(_backend.contiguous(val), rows, cols, (m, n), b, order, tile)
+        # one copy into block order, then a scan and a gather of contiguous blocks (none when
+        # every block holds a nonzero: a dense product's blocks are kept as they are)
+        grid = _backend.contiguous(xp.permute_dims(xp.reshape(padded, (R, b, C, b)),
+                                                   (0, 2, 1, 3)))
+        if C == 1 and padded is a:  # then block order is a's order: the "copy" may be a view
+            grid = xp.asarray(grid, copy=True)
+        flat = xp.reshape(grid, (R * C, b, b))
+        keep = _host(xp.any(xp.reshape(flat, (R * C, b * b)), axis=1))  # (-0.0 is zero)
+        if keep.all():  # every block: the pattern of a full grid, known without a sort
+            rows, cols, row_ptr = _full_grid(R, C)
+            self = cls.__new__(cls)
+            self._set(flat, rows, cols, (m, n), b, row_ptr)
+            if order == "morton":
+                self._to_morton(tile)
+            return self
+        else:
+            where = np.flatnonzero(keep)
+            rows, cols = where // max(C, 1), where % max(C, 1)
+            val = xp.take(flat, _like(a, where), axis=0) if where.size else xp.zeros(
+                (0, b, b), dtype=a.dtype, device=dev)
+        return cls._from_coords(val, rows, cols, (m, n), b, order, tile)
 
     @classmethod
     def from_coo(cls, rows, cols, data, /, *, shape, block=16, order="row", tile=4):
@@ -597,6 +615,16 @@ class BlockSparseMatrix:
         if isinstance(other, BlockSparseMatrix):
             return self._spgemm(self, other)
         return self._spmm(self, other)
+
+
+@functools.lru_cache(maxsize=8)
+def _full_grid(R: int, C: int) -> tuple:
+    """(rows, cols, row_ptr) of every block of an R x C block grid in row order: a dense
+    product's pattern, shared by the matrices that hold it (never written: the structure of a
+    matrix is replaced, not modified)."""
+    rows = np.repeat(np.arange(R, dtype=np.int64), C)
+    cols = np.tile(np.arange(C, dtype=np.int64), R)
+    return rows, cols, np.arange(R + 1, dtype=np.int64) * C
 
 
 def _zero_padding(val, m, n, b, rows, cols):

@@ -361,6 +361,15 @@ def test_conversions_round_trip(rng):
         E.to_scipy("bsr")
 
 
+def test_from_dense_copies(rng):
+    """from_dense never aliases its input (one block column: block order is the input's)."""
+    for shape in ((48, 16), (32, 48), (16, 16)):
+        a = rng.standard_normal(shape)
+        A = BlockSparseMatrix.from_dense(a)
+        a[...] = 0.0
+        assert np.count_nonzero(A.to_dense()) == A.nnz_blocks * 256
+
+
 def test_coo_blockify_duplicates_unsorted_zeros(rng):
     rows = np.array([5, 0, 5, 40, 17, 5])
     cols = np.array([3, 1, 3, 2, 30, 3])

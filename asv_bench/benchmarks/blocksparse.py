@@ -97,3 +97,65 @@ class SpmmGPU:
         return gpu_timing.event_ms(self.torch, self.fn)
 
     track_gpu_ms.unit = "ms"
+
+
+def _batched(batch, order, density, dtype="float64", seed=3):
+    """A stack sharing one random block pattern (16 x 16 blocks), as NumPy."""
+    rng = np.random.default_rng(seed)
+    q = order // 16
+    mask = rng.random((q, q)) < density
+    return (np.kron(mask, np.ones((16, 16)))[None]
+            * rng.standard_normal((batch, order, order))).astype(dtype)
+
+
+class SpmmBatchedCPU:
+    """spmm_batched on the CPU (gather and dense paths) against NumPy's batched matmul."""
+
+    params = ([64, 128], ["gather", "dense", "numpy"])
+    param_names = ["order", "algorithm"]
+    timeout = 120
+
+    def setup(self, order, algorithm):
+        a = _batched(256, order, 0.5)
+        self.x = np.random.default_rng(4).standard_normal((256, order, 32))
+        if algorithm == "numpy":
+            self.fn = lambda: a @ self.x
+        else:
+            A = kronlinalg.BatchedBlockSparseMatrix.from_dense(a)
+            self.fn = lambda: kronlinalg.spmm_batched(A, self.x, algorithm=algorithm)
+        self.fn()
+
+    def time_spmm_batched(self, order, algorithm):
+        self.fn()
+
+
+class SpmmBatchedGPU:
+    """spmm_batched, batch 10^4, FP16, 50 % block density: the batched kernel against torch.bmm
+    of the dense stacks (the issue's case RHS = order, and a narrow RHS)."""
+
+    params = ([64, 256], [32, "order"], ["kronlinalg", "bmm"])
+    param_names = ["order", "rhs", "algorithm"]
+    timeout = 300
+
+    def setup(self, order, rhs, algorithm):
+        self.torch = torch = gpu_timing.cuda_torch()
+        n = order if rhs == "order" else rhs
+        a = torch.from_numpy(_batched(10_000, order, 0.5, "float32")).to("cuda", torch.float16)
+        self.x = gpu_timing.randn(torch, (10_000, order, n), "float16", 5)
+        if algorithm == "bmm":
+            self.fn = lambda: torch.bmm(a, self.x)
+        else:
+            A = kronlinalg.BatchedBlockSparseMatrix.from_dense(a)
+            del a
+            self.fn = lambda: kronlinalg.spmm_batched(A, self.x, algorithm="blocksparse")
+        self.fn()
+        torch.cuda.synchronize()
+
+    def teardown(self, order, rhs, algorithm):
+        self.fn = self.x = None
+        gpu_timing.free(self.torch)
+
+    def track_gpu_ms(self, order, rhs, algorithm):
+        return gpu_timing.event_ms(self.torch, self.fn)
+
+    track_gpu_ms.unit = "ms"

@@ -87,6 +87,36 @@ int kl_bs_float32_mode(int mode);
 int kl_bs_spmm_variant(int variant);
 int kl_bs_cuda_device_check(void);
 
+/* Batched SpMM over matrices that share one block pattern: C[i] = alpha * A[i] @ X[i] for
+ * i < batch.  A[i] is m x k with 16 x 16 blocks, the pattern row_ptr / col_idx (row order,
+ * sorted columns) and the values val + i * nnzb * 256 (row-major blocks, edge padding zero);
+ * X[i] (k x n, leading dimension ldx) starts at X + i * x_stride, C[i] (m x n, ldc) at
+ * C + i * c_stride (elements).  CUDA, FP16/BF16 (dtype 2/3), m, k <= 256: n, ldx and x_stride
+ * multiples of 8, X and val 16-byte aligned. */
+typedef struct {
+  int64_t batch, m, k, n, nnzb;
+  const int64_t *row_ptr;
+  const int64_t *col_idx;
+  const void *val;
+  const void *X;
+  int64_t ldx, x_stride;
+  void *C;
+  int64_t ldc, c_stride;
+  double alpha;
+} kl_bs_batched_problem;
+
+int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream);
+/* The RHS tile (64, 32 or 16 columns) the batched kernel takes for these sizes; 0: none runs
+ * them (another dtype, an order over 256, or the blocks and the X tile overflow shared memory). */
+int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb);
+/* The widest RHS tile the batched kernel may take (64 by default; 16 or 32 to compare), set
+ * when cap is 16, 32 or 64 (anything else only queries); the previous. */
+int kl_bs_batched_tile_cap(int cap);
+/* The batched kernel's pipeline: 0 (default) the depth (2-4 stages) that keeps the most bytes in
+ * flight per SM; 1 two stages (the first version, to compare).  Sets it when 0 or 1 (anything
+ * else only queries); the previous. */
+int kl_bs_batched_pipeline(int pipeline);
+
 #ifdef __cplusplus
 }
 #endif

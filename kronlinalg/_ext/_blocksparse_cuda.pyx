@@ -1,9 +1,12 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA block-sparse kernels: pointers, sizes and the stream in; status out."""
 from .status cimport check_status
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport int64_t, uintptr_t
 
-from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_cuda_device_check,
+from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_batched_cuda,
+                               kl_bs_batched_cuda_tile_n, kl_bs_batched_problem,
+                               kl_bs_batched_pipeline, kl_bs_batched_tile_cap,
+                               kl_bs_cuda_device_check,
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
                                kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
                                kl_bs_spmm_problem,
@@ -68,3 +71,39 @@ def spmm_variant(int variant=-1):
 def spmm2d_rows(int dtype, long long n):
     """The block rows of the 2D kernel's panel for (dtype, n): the steps' height; 0: none."""
     return kl_bs_spmm2d_rows(dtype, n)
+
+
+def batched(tuple dims, tuple ptrs, tuple strides, double alpha, int dtype, uintptr_t stream):
+    """Enqueue C[i] = alpha * A[i] @ X[i] over a shared block pattern (see blocksparse.h):
+    dims (batch, m, k, n, nnzb); ptrs (row_ptr, col_idx, val, X, C); strides (ldx, x_stride,
+    ldc, c_stride)."""
+    cdef kl_bs_batched_problem c
+    c.batch, c.m, c.k, c.n, c.nnzb = dims[0], dims[1], dims[2], dims[3], dims[4]
+    c.row_ptr = <const int64_t *> <uintptr_t> ptrs[0]
+    c.col_idx = <const int64_t *> <uintptr_t> ptrs[1]
+    c.val = <const void *> <uintptr_t> ptrs[2]
+    c.X = <const void *> <uintptr_t> ptrs[3]
+    c.C = <void *> <uintptr_t> ptrs[4]
+    c.ldx, c.x_stride, c.ldc, c.c_stride = strides[0], strides[1], strides[2], strides[3]
+    c.alpha = alpha
+    cdef int status
+    with nogil:
+        status = kl_bs_batched_cuda(&c, dtype, <void *> stream)
+    check_status(status)
+
+
+def batched_tile_n(int dtype, long long m, long long k, long long n, long long nnzb):
+    """The RHS tile of the batched kernel for these sizes; 0: it does not run them."""
+    return kl_bs_batched_cuda_tile_n(dtype, m, k, n, nnzb)
+
+
+def batched_tile_cap(int cap=-1):
+    """The widest RHS tile the batched kernel may take (64; 16 or 32 to compare); sets it when
+    cap is 16, 32 or 64; returns the previous."""
+    return kl_bs_batched_tile_cap(cap)
+
+
+def batched_pipeline(int pipeline=-1):
+    """The batched kernel's pipeline (0: 2-4 stages, the most bytes in flight; 1: two stages);
+    sets it when 0 or 1; returns the previous."""
+    return kl_bs_batched_pipeline(pipeline)

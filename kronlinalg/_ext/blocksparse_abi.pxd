@@ -41,6 +41,17 @@ cdef extern from "blocksparse.h" nogil:
         int64_t c_nnz
         void *c_val
 
+    ctypedef struct kl_bs_batched_problem:
+        int64_t batch, m, k, n, nnzb
+        const int64_t *row_ptr
+        const int64_t *col_idx
+        const void *val
+        const void *X
+        int64_t ldx, x_stride
+        void *C
+        int64_t ldc, c_stride
+        double alpha
+
     int kl_bs_spmm_cpu(const kl_bs_spmm_problem *p, int dtype, int num_threads)
     int kl_bs_spgemm_cpu(const kl_bs_spgemm_problem *p, int phase, int dtype, int num_threads)
     int kl_bs_spmm_cuda(const kl_bs_spmm_problem *p, int dtype, void *stream)
@@ -50,6 +61,10 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_float32_mode(int mode)
     int kl_bs_spmm_variant(int variant)
     int kl_bs_spmm2d_rows(int dtype, int64_t n)
+    int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream)
+    int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb)
+    int kl_bs_batched_tile_cap(int cap)
+    int kl_bs_batched_pipeline(int pipeline)
     int kl_bs_cuda_device_check()
     const char *kl_last_error()
 

@@ -27,7 +27,8 @@ from ..roofline import roofline
 
 __all__ = ["predict_spmm_ours", "predict_spmm_morton", "predict_spmm_dense", "panel_rows",
            "predict_spmm_torch_bsr",
-           "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate"]
+           "predict_spgemm_ours", "predict_spgemm_dense", "tc_rate",
+           "predict_batched_ours", "predict_batched_gather", "predict_batched_dense"]
 
 # Fitted to the H100 runs of 2026-11-26 (docs/blocksparse.md; timed as loops of calls): the 1D
 # kernels moved 4.4-5.9 TB/s from L2 into shared memory (B block rows staged per block: on
@@ -159,3 +160,74 @@ def predict_spgemm_dense(problem, prof):
     nbytes = (m * k + k * n + 2 * m * n) * s
     seconds = roofline(flops, nbytes, prof.flops(problem.dtype), prof.bandwidth, prof.launch_s)
     return seconds, {"flops": flops}
+
+
+# -- batched small products over one shared pattern (spmm_batched) ----------------------------
+# Both the batched kernel and cuBLAS's batched GEMM stream A, X and C once at these orders
+# (<= 256): memory-bound, so the CUDA predictors are bytes read and bytes written over the rates
+# each reached in the H100 run of 2026-11-26 (least squares over 7 cases, docs/blocksparse.md),
+# as fractions of the profile's copy bandwidth: the kernel reads at 1.26x (the A blocks that
+# its later RHS tiles re-read come from L2) but writes C at 0.38x (4-byte fragment stores),
+# torch.bmm reads at 1.03x and writes at 0.84x.  Host costs alike (both replay in ~10 us).
+_BATCHED_READ, _BATCHED_WRITE = 1.26, 0.38
+_BMM_READ, _BMM_WRITE = 1.03, 0.84
+
+
+def _batched_sizes(problem):
+    i = problem.info
+    s = ITEMSIZE.get(problem.dtype, 4)
+    b2 = i["block"] ** 2
+    return i, s, b2
+
+
+# CPU (2-core EPYC, 2026-11-26, batch 2000, orders 64-256, density 0.25-0.5): the C++ SpMM over
+# the block-diagonal stack ran 54-71 GFLOP/s (FP64) and 1.2-3.6x NumPy's batched matmul, whose
+# small products reach 32-53 GFLOP/s: both about 0.3 of the BLAS rate, ours a little under it.
+_BATCHED_CPU_OURS, _BATCHED_CPU_DENSE = 0.28, 0.3
+
+
+def predict_batched_ours(problem, prof):
+    i, s, b2 = _batched_sizes(problem)
+    batch, n = i["batch"], i["n"]
+    flops = 2.0 * batch * i["nnzb"] * b2 * n
+    reads = batch * (i["nnzb"] * b2 + i["k"] * n) * s
+    writes = batch * i["m"] * n * s
+    if problem.kind == "cpu":
+        seconds = roofline(flops, reads + writes, prof.flops(problem.dtype) * _BATCHED_CPU_OURS,
+                           prof.bandwidth, prof.launch_s)
+        return seconds, {"flops": flops, "bytes": reads + writes}
+    t_mem = (reads / (_BATCHED_READ * prof.bandwidth)
+             + writes / (_BATCHED_WRITE * prof.bandwidth))
+    t_tc = flops / tc_rate(prof, problem.dtype)
+    seconds = max(t_mem, t_tc) + prof.launch_s + _HOST_DENSE
+    return seconds, {"flops": flops, "bytes": reads + writes,
+                     "terms": {"mem": t_mem, "tensor cores": t_tc}}
+
+
+def predict_batched_gather(problem, prof):
+    """The library path: the gathered X block rows and the per-block products are written and
+    read back (2 x 2 passes over nnzb x b x n per matrix), three launches."""
+    i, s, b2 = _batched_sizes(problem)
+    batch, n, b = i["batch"], i["n"], i["block"]
+    s = max(s, 4)  # half precision is computed in float32
+    flops = 2.0 * batch * i["nnzb"] * b2 * n * 1.5
+    nbytes = batch * (i["nnzb"] * b2 + (i["k"] + i["m"]) * n + 4 * i["nnzb"] * b * n) * s
+    rate = prof.flops("float32" if problem.dtype in ("float16", "bfloat16") else problem.dtype)
+    rate *= 0.5 if problem.kind == "cuda" else 0.1  # CPU: 2-4x slower than NumPy's dense stack
+    host = 3 * prof.launch_s + (_HOST_DENSE if problem.kind == "cuda" else 0.0)
+    return roofline(flops, nbytes, rate, prof.bandwidth, host), {"flops": flops, "bytes": nbytes}
+
+
+def predict_batched_dense(problem, prof):
+    i, s, _ = _batched_sizes(problem)
+    batch, m, k, n = i["batch"], i["m"], i["k"], i["n"]
+    flops = 2.0 * batch * m * k * n
+    reads, writes = batch * (m * k + k * n) * s, batch * m * n * s
+    if problem.kind == "cuda":
+        t_mem = reads / (_BMM_READ * prof.bandwidth) + writes / (_BMM_WRITE * prof.bandwidth)
+        seconds = max(flops / prof.flops(problem.dtype), t_mem) + prof.launch_s + _HOST_DENSE
+        return seconds, {"flops": flops, "bytes": reads + writes,
+                         "terms": {"flop": flops / prof.flops(problem.dtype), "mem": t_mem}}
+    seconds = roofline(flops, reads + writes, prof.flops(problem.dtype) * _BATCHED_CPU_DENSE,
+                       prof.bandwidth, prof.launch_s)
+    return seconds, {"flops": flops, "bytes": reads + writes}
