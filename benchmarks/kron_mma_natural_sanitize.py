@@ -3,9 +3,8 @@ shares float16's code but its mma) for compute-sanitizer on the GPU machine: eve
 column tiles, one to three steps, several passes, alpha and beta, partial line tiles.
     compute-sanitizer --tool racecheck python benchmarks/kron_mma_natural_sanitize.py \
         [dtypes] [extra]
-extra (comma-separated): cols8 adds 16^3 before a (1, 8) factor (a 3-step column group on tiles
-of 8 i where the knobs allow, KRONLINALG_KRON_NATURAL_TI_MIN_HALF=8); eight7 adds 1 x 8^7 (3 + 2
-+ 2 natural passes under KRONLINALG_KRON_NATURAL_SHORTER=1)."""
+extra (comma-separated): eight7 adds 1 x 8^7 (3 + 2 + 2 natural passes: the half types', and
+float64's under KRONLINALG_KRON_NATURAL_SHORTER=1)."""
 import math
 import sys
 
@@ -17,8 +16,6 @@ dtypes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["float64", "float16"]
 extra = sys.argv[2].split(",") if len(sys.argv) > 2 else []
 cases = [([(8, 8)] * 3, 5), ([(8, 8)] * 5, 3), ([(16, 16)] * 3, 3), ([(16, 16)] * 4, 2),
          ([(32, 32)] * 2, 3), ([(32, 32)] * 3, 2), ([(64, 64)] * 2, 3), ([(64, 64)] * 3, 1)]
-if "cols8" in extra:
-    cases.append(([(16, 16)] * 3 + [(1, 8)], 2))
 if "eight7" in extra:
     cases.append(([(8, 8)] * 7, 1))
 rng = cp.random.default_rng(0)

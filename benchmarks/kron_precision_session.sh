@@ -4,11 +4,11 @@
 # their GPU tests and compute-sanitizer (memcheck, racecheck) on small shapes; logs and JSON to
 # $OUT.  Each step gets what is left of a ~400 s call (the parent's elapsed time counts).
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/kron_precision_session.sh \
-#     [bench|tests|san|sweep|tests_kron|t35|ab|san35|lat|ncu]...
-# (t35: the natural mma tests of every dtype, CuPy and torch's bfloat16; ab: the float64 and
-# half plan variants against the defaults, each in its own process, --no-shuffle; san35: the
-# sanitizer on those variants; lat: kron_latency.py on kron_small and the 28 real-world sizes;
-# ncu: per-pass kernel times and DRAM throughput of a few cases)
+#     [bench|tests|san|sweep|tests_kron|t35|ab|san35|lat]...
+# (t35: the natural mma tests of every dtype, CuPy and torch's bfloat16; ab: the defaults
+# against the plans they replaced (knobs), each in its own process, --no-shuffle but the
+# float64 defaults; san35: the sanitizer on those knob settings; lat: kron_latency.py on
+# kron_small and the 28 real-world sizes)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 BUDGET=${BUDGET:-405}
@@ -74,20 +74,15 @@ for r in json.load(open(sys.argv[1]))["rows"]:
 PY
       done <<LIST
 f64_base|KL_AB=0|float64|$F64,1024x8^7,1024x128^3|1
-f64_w8|KRONLINALG_KRON_NATURAL_WARPS=8|float64|$F64
-f64_w8_ti16|KRONLINALG_KRON_NATURAL_WARPS=8 KRONLINALG_KRON_NATURAL_TI=16|float64|1024x8^6,16x8^8
-f64_ti16|KRONLINALG_KRON_NATURAL_TI=16|float64|1024x8^6,16x8^8
+f64_old_p8|KRONLINALG_KRON_NATURAL_WARPS=4 KRONLINALG_KRON_NATURAL_TI=8|float64|1024x8^6,16x8^8,1024x8^7
 half_base|KL_AB=0|float32,bfloat16|$H,1024x8^7
-half_ti8|KRONLINALG_KRON_NATURAL_TI_MIN_HALF=8|bfloat16|16x16^6
-half_t8|KRONLINALG_KRON_NATURAL_T=8|bfloat16|$H
-half_t16|KRONLINALG_KRON_NATURAL_T=16|bfloat16|$H
-shorter|KRONLINALG_KRON_NATURAL_SHORTER=1|bfloat16,float16,float64|1024x8^7
+half_old_p32|KRONLINALG_KRON_NATURAL_T=4|bfloat16|1024x32^4
+half_old_8^7|KRONLINALG_KRON_NATURAL_SHORTER=0|bfloat16|1024x8^7
 LIST
       ;;
     san35)
       for tool in memcheck racecheck; do
-        for v in "KRONLINALG_KRON_NATURAL_WARPS=8|float64|" \
-                 "KRONLINALG_KRON_NATURAL_TI_MIN_HALF=8|float16|cols8" \
+        for v in "KRONLINALG_KRON_NATURAL_WARPS=4|float64|" \
                  "KRONLINALG_KRON_NATURAL_SHORTER=1|float64,float16|eight7"; do
           IFS='|' read -r envs dts extra <<< "$v"
           # (racecheck, slow: the new kernel forms only, not 8^7's 3 + 2 + 2 of known kernels)
@@ -103,12 +98,6 @@ LIST
       t=$(limit 120); [ "$t" -gt 20 ] || continue
       timeout "$t" python benchmarks/kron_latency.py --lib cupy --sets kron_small,real_world \
         --out "$OUT" 2>&1 | tee "$OUT/latency.txt" | grep -E "median|ERROR|Error" ;;
-    ncu)  # per-pass kernel times (one call of each case after a warm-up)
-      t=$(limit 90); [ "$t" -gt 30 ] || continue
-      timeout "$t" ncu --clock-control none --metrics \
-        gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-        -k regex:natural --launch-skip 0 python benchmarks/kron_pass_profile.py 2>&1 \
-        | grep -E "kron_|gpu__time|dram__|== case" | tee "$OUT/ncu.txt" | tail -60 ;;
     san)
       for tool in memcheck racecheck; do
         t=$(limit 60); [ "$t" -gt 15 ] || continue
