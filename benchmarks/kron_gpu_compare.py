@@ -204,8 +204,8 @@ def run_case(set_name, case, dtype, args, roof, kl, kron_cuda):
     # a timing of a few ms at least: loop tiny calls
     inner = 1
     # (a warm-up call whose result is dropped, then the one kept: holding the first result
-    # during the second put the float64 1024 x 8^7 and 1024 x 128^3 cases, 17 GB an array,
-    # out of memory)
+    # during the second put float64 1024 x 8^7, 17 GB an array, out of memory; 1024 x 128^3,
+    # three passes, still runs out)
     kl.kron_matmul(xs[0], fs, algorithm="sliced")
     lib.sync()
     t0 = time.perf_counter()
