@@ -1,7 +1,10 @@
 """Small problems on the natural-order tensor-core kron kernels (float64 DMMA, float16; bfloat16
 shares float16's code but its mma) for compute-sanitizer on the GPU machine: every P, line and
 column tiles, one to three steps, several passes, alpha and beta, partial line tiles.
-    compute-sanitizer --tool racecheck python benchmarks/kron_mma_natural_sanitize.py"""
+    compute-sanitizer --tool racecheck python benchmarks/kron_mma_natural_sanitize.py \
+        [dtypes] [extra]
+extra (comma-separated): eight7 adds 1 x 8^7 (3 + 2 + 2 natural passes: the half types', and
+float64's under KRONLINALG_KRON_NATURAL_SHORTER=1)."""
 import math
 import sys
 
@@ -10,15 +13,18 @@ import cupy as cp
 import kronlinalg
 
 dtypes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["float64", "float16"]
+extra = sys.argv[2].split(",") if len(sys.argv) > 2 else []
+cases = [([(8, 8)] * 3, 5), ([(8, 8)] * 5, 3), ([(16, 16)] * 3, 3), ([(16, 16)] * 4, 2),
+         ([(32, 32)] * 2, 3), ([(32, 32)] * 3, 2), ([(64, 64)] * 2, 3), ([(64, 64)] * 3, 1)]
+if "eight7" in extra:
+    cases.append(([(8, 8)] * 7, 1))
 rng = cp.random.default_rng(0)
 for dtype in dtypes:
-    for shapes, m in [([(8, 8)] * 3, 5), ([(8, 8)] * 5, 3), ([(16, 16)] * 3, 3),
-                      ([(16, 16)] * 4, 2), ([(32, 32)] * 2, 3), ([(32, 32)] * 3, 2),
-                      ([(64, 64)] * 2, 3), ([(64, 64)] * 3, 1)]:
+    for shapes, m in cases:
         fs = [(rng.standard_normal(s) / math.sqrt(s[0])).astype(dtype) for s in shapes]
         k = math.prod(p for p, _ in shapes)
         x = rng.standard_normal((m, k)).astype(dtype)
-        y = rng.standard_normal((m, k)).astype(dtype)
+        y = rng.standard_normal((m, math.prod(q for _, q in shapes))).astype(dtype)
         kronlinalg.kron_matmul(x, fs, algorithm="sliced", alpha=0.5, beta=2.0, y=y)
 cp.cuda.Device().synchronize()
 print("sanitize workload done", dtypes)

@@ -4,7 +4,11 @@
 # their GPU tests and compute-sanitizer (memcheck, racecheck) on small shapes; logs and JSON to
 # $OUT.  Each step gets what is left of a ~400 s call (the parent's elapsed time counts).
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/kron_precision_session.sh \
-#     [bench|tests|san|sweep|tests_kron]...
+#     [bench|tests|san|sweep|tests_kron|t35|ab|san35|lat]...
+# (t35: the natural mma tests of every dtype, CuPy and torch's bfloat16; ab: the defaults
+# against the plans they replaced (knobs), each in its own process, --no-shuffle but the
+# float64 defaults; san35: the sanitizer on those knob settings; lat: kron_latency.py on
+# kron_small and the 28 real-world sizes)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 BUDGET=${BUDGET:-405}
@@ -47,6 +51,53 @@ for s in $steps; do
       t=$(limit 90); [ "$t" -gt 20 ] || continue
       timeout "$t" python -m pytest tests/test_kron.py -q -m gpu -p no:cacheprovider 2>&1 \
         | tail -15 | tee "$OUT/tests_kron.txt" ;;
+    t35)
+      t=$(limit 100); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -x -p no:cacheprovider \
+        -k "mma_natural and (cupy or bfloat16)" 2>&1 | tail -15 | tee "$OUT/tests.txt" ;;
+    ab)  # plan variants, one process each: "label|env|dtypes|cases|shuffle (1: time it too)"
+      F64="1024x8^6,1024x16^5,1024x32^4,1024x64^3,16x8^8,16x16^6,16x32^5,16x64^4"
+      H="1024x16^5,1024x32^4,1024x64^3,16x16^6,16x32^5,16x64^4"
+      while IFS='|' read -r label envs dts only shuf; do
+        [ -n "$label" ] || continue
+        t=$(limit $([ "$shuf" = 1 ] && echo 90 || echo 45)); [ "$t" -gt 12 ] || break
+        echo "-- $label ($envs)" | tee -a "$OUT/ab.txt"
+        env $envs timeout "$t" python benchmarks/kron_gpu_compare.py --cases $D/cases.json \
+          --anchors $D/h100-anchors-2026-11-22.json --sets kron_large --no-ieee \
+          $([ "$shuf" = 1 ] || echo --no-shuffle) --dtypes "$dts" --only "$only" \
+          --json "/tmp/ab_$label.json" </dev/null 2>&1 \
+          | grep -E "^(1024|16)x|ERROR|median" | tee -a "$OUT/ab.txt"
+        python - "/tmp/ab_$label.json" "$label" >> "$OUT/ab_plans.txt" 2>/dev/null <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print(f"## {sys.argv[2]} {r['case']} {r['dtype']} {r.get('ms', 0):.3f} ms\n{r.get('plan')}")
+PY
+      done <<LIST
+f64_base|KL_AB=0|float64|$F64,1024x8^7,1024x128^3|1
+f64_old_p8|KRONLINALG_KRON_NATURAL_WARPS=4 KRONLINALG_KRON_NATURAL_TI=8|float64|1024x8^6,16x8^8,1024x8^7
+half_base|KL_AB=0|float32,bfloat16|$H,1024x8^7
+half_old_p32|KRONLINALG_KRON_NATURAL_T=4|bfloat16|1024x32^4
+half_old_8^7|KRONLINALG_KRON_NATURAL_SHORTER=0|bfloat16|1024x8^7
+LIST
+      ;;
+    san35)
+      for tool in memcheck racecheck; do
+        for v in "KRONLINALG_KRON_NATURAL_WARPS=4|float64|" \
+                 "KRONLINALG_KRON_NATURAL_SHORTER=1|float64,float16|eight7"; do
+          IFS='|' read -r envs dts extra <<< "$v"
+          # (racecheck, slow: the new kernel forms only, not 8^7's 3 + 2 + 2 of known kernels)
+          [ $tool = racecheck ] && [ "$extra" = eight7 ] && continue
+          t=$(limit 45); [ "$t" -gt 15 ] || continue
+          echo "-- $tool $envs $dts $extra" | tee -a "$OUT/sanitize.txt"
+          env $envs timeout "$t" compute-sanitizer --tool $tool --print-limit 5 \
+            python benchmarks/kron_mma_natural_sanitize.py $dts $extra 2>&1 | tail -3 \
+            | tee -a "$OUT/sanitize.txt"
+        done
+      done ;;
+    lat)
+      t=$(limit 120); [ "$t" -gt 20 ] || continue
+      timeout "$t" python benchmarks/kron_latency.py --lib cupy --sets kron_small,real_world \
+        --out "$OUT" 2>&1 | tee "$OUT/latency.txt" | grep -E "median|ERROR|Error" ;;
     san)
       for tool in memcheck racecheck; do
         t=$(limit 60); [ "$t" -gt 15 ] || continue

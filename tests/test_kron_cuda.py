@@ -871,6 +871,18 @@ def _rtol_of(dtype):
     return {"float64": 1e-12, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
 
 
+def _factors(gxp, rng, shapes, dtype):
+    """(factors in gxp, their float64 values): float16 factors scaled by a power of two near
+    1 / sqrt(P), exactly, so that long chains stay finite (standard-normal 8 x 8 factors take
+    3 x 8^7 past float16's 65504 with alpha = -1.5 for about one seed in six, any plan; 32^5
+    and 16^6 always)."""
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    if dtype != "float16":
+        return fs, fns
+    fns = [f * 2.0 ** -math.ceil(math.log2(math.sqrt(s[0]))) for f, s in zip(fns, shapes)]
+    return [to_xp(gxp, f, dtype) for f in fns], fns
+
+
 @pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
 @pytest.mark.parametrize("case", NATURAL_CASES,
                          ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]) + f"-m{c[1]}")
@@ -884,7 +896,7 @@ def test_mma_natural_kernel(gxp, rng, monkeypatch, dtype, case):
     size = 3 * 8 * math.prod(lead) * k
     for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
         _poison_pool(gxp, min(size, 1 << 28))
-        fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+        fs, fns = _factors(gxp, rng, shapes, dtype)
         x, xn = random(gxp, rng, tuple(lead) + (k,), dtype)
         y, yn = random(gxp, rng, tuple(lead) + (math.prod(q for _, q in shapes),), dtype)
         kw = {"y": y, "beta": beta} if beta else {}
@@ -926,7 +938,7 @@ def test_mma_natural_kernel_many_tiles_per_block(gxp, rng, monkeypatch, dtype, s
     monkeypatch.setenv("KRONLINALG_KRON_NATURAL_STAGES", str(stages))
     k = math.prod(p for p, _ in shapes)
     _poison_pool(gxp, min(3 * 8 * m * k, 1 << 28))
-    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    fs, fns = _factors(gxp, rng, shapes, dtype)
     x, xn = random(gxp, rng, (m, k), dtype)
     out = kronlinalg.kron_matmul(x, list(fs), algorithm="sliced")
     ref = kron_matmul_ref(xn, fns, "right")
@@ -952,3 +964,86 @@ def test_mma_natural_kernel_matches_the_other_kernels(gxp, rng, monkeypatch, dty
     assert np.linalg.norm(b - ref) <= tol * np.linalg.norm(ref)
     assert np.linalg.norm(a - b) <= 2 * tol * np.linalg.norm(ref)
 
+
+
+
+def _passes_of(dtype, shapes, m):
+    """(kernel, L, threads) of each pass of a contiguous x @ kron plan (L: lines or i a tile)."""
+    kc = _kron_cuda()
+    k = math.prod(p for p, _ in shapes)
+    nq = math.prod(q for _, q in shapes)
+    descs = [(0, p, q, q, 1) for p, q in shapes]
+    text = kc.config(1, m, descs, (256, m * k, k, 1), (256, m * nq, nq, 1), kc.DTYPES[dtype])
+    return [(name, int(L), int(t)) for name, L, t in
+            re.findall(r"kernel=(\S+) L=(\d+)\S* threads=(\d+)", text)]
+
+
+def _check_every_element(gxp, rng, shapes, m, dtype, alpha=1.0, beta=0.0):
+    """x @ kron from a NaN-poisoned pool against the float64 reference, every element."""
+    k = math.prod(p for p, _ in shapes)
+    nq = math.prod(q for _, q in shapes)
+    _poison_pool(gxp, min(3 * 8 * m * k, 1 << 28))
+    fs, fns = _factors(gxp, rng, shapes, dtype)
+    x, xn = random(gxp, rng, (m, k), dtype)
+    y, yn = random(gxp, rng, (m, nq), dtype)
+    kw = {"y": y, "beta": beta} if beta else {}
+    out = kronlinalg.kron_matmul(x, list(fs), alpha=alpha, algorithm="sliced", **kw)
+    ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
+    assert_close(out, ref, gxp, dtype, rtol=_rtol_of(dtype))
+    _elementwise(out, ref, gxp, rtol=10 * _rtol_of(dtype))
+
+
+@pytest.mark.parametrize("warps", [0, 4])
+@pytest.mark.parametrize("shapes,m", [
+    ([(8, 8)] * 3, 21),                  # one 3-step line pass
+    ([(8, 8)] * 6, 5),                   # 3 + 3: a 3-step column pass
+    ([(8, 8)] * 5, 3),                   # 3 + 2: a 2-step column pass
+], ids=["8^3", "8^6", "8^5"])
+def test_mma_natural_float64_p8_tiles(gxp, rng, monkeypatch, warps, shapes, m):
+    """float64 P = 8: blocks of 8 warps and column tiles of 16 i by default (4 warps on the
+    knob), line and column passes, alpha and beta, every element."""
+    _need_mma_natural(gxp, "float64")
+    _natural_on(monkeypatch, True)
+    if warps:
+        monkeypatch.setenv("KRONLINALG_KRON_NATURAL_WARPS", str(warps))
+    natural = [p for p in _passes_of("float64", shapes, m) if "natural" in p[0]]
+    assert natural and all(t == 32 * (warps or 8) for _, _, t in natural), natural
+    if shapes == [(8, 8)] * 6:
+        assert natural[1][1] == 16, natural   # the column pass: tiles of 16 i
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _check_every_element(gxp, rng, shapes, m, "float64", alpha, beta)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shapes,m,lines", [
+    ([(32, 32)] * 2, 9, [8]),            # line tiles of 8 lines, the second partial
+    ([(32, 32)] * 5, 2, [8, 16, 128]),   # 2 + 2 + 1: the 3-step line group does not fit
+], ids=["32^2", "32^5"])
+def test_mma_natural_half_p32_line_tiles(gxp, rng, monkeypatch, dtype, shapes, m, lines):
+    """The half types' P = 32 groups of two or more on line tiles of 8 lines."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    plan = _passes_of(dtype, shapes, m)
+    assert [L for _, L, _ in plan] == lines, plan
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _check_every_element(gxp, rng, shapes, m, dtype, alpha, beta)
+
+
+@pytest.mark.parametrize("dtype", MMA_NATURAL_DTYPES)
+@pytest.mark.parametrize("m", [1, 3])
+def test_mma_natural_shorter_groups(gxp, rng, monkeypatch, dtype, m):
+    """8^7 in 3 + 2 + 2 natural steps (a middle pass with modes on both sides), not a 4-factor
+    sliced pass: the half types by default, float64 with KRONLINALG_KRON_NATURAL_SHORTER=1;
+    every element from a poisoned pool."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    shapes = [(8, 8)] * 7
+    name = MMA_NATURAL_NAME[dtype]
+    if dtype == "float64":
+        assert "natural" not in _kernels_of(dtype, shapes, m)[0]
+        monkeypatch.setenv("KRONLINALG_KRON_NATURAL_SHORTER", "1")
+    assert _kernels_of(dtype, shapes, m) == [f"{name}.natural.p8"] * 3
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _check_every_element(gxp, rng, shapes, m, dtype, alpha, beta)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_SHORTER", "0")
+    assert "natural" not in _kernels_of(dtype, shapes, m)[0]

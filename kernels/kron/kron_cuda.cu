@@ -237,12 +237,14 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 
 // The natural-order kernel (kron_cuda_natural.cuh) unless KRONLINALG_KRON_NATURAL=0, and for
 // tuning sweeps KRONLINALG_KRON_NATURAL_T (lines per line tile), _TI (i per column tile), _TI_MIN
-// (the narrowest column tile, 8 or 4), _WARPS (per block, 4 or 8), _STAGES (load buffers, 2
+// (the narrowest column tile, 8 or 4), _WARPS (per block, 4 or 8), _SHORTER (see
+// natural_takes_shorter: unset the half types, 1 float64 too, 0 none), _STAGES (load buffers, 2
 // or 3), _RING (0: no ring kernel) and _RING_TI (16 or 32: column groups that fit the other
 // kernel take the ring kernel with tiles of that many i; 0: only those that do not fit; unset:
 // 32 for P = 32, see configure_natural); read when a plan is made, part of the plan cache's key.
 struct NatTune {
-  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, stages = 0, ring = 1, ring_ti = -1;
+  int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, shorter = -1, stages = 0, ring = 1,
+      ring_ti = -1;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) { return kl::knob_int(name, -1); };
@@ -251,6 +253,8 @@ NatTune natural_tune() {
   t.T = std::max(0, num("KRONLINALG_KRON_NATURAL_T"));
   t.TI = std::max(0, num("KRONLINALG_KRON_NATURAL_TI"));
   t.ti_min = num("KRONLINALG_KRON_NATURAL_TI_MIN") == 4 ? 4 : 8;
+  const int sh = num("KRONLINALG_KRON_NATURAL_SHORTER");
+  t.shorter = sh == 0 || sh == 1 ? sh : -1;
   const int w = num("KRONLINALG_KRON_NATURAL_WARPS");
   t.warps = w == 4 || w == 8 ? w : 0;
   const int st = num("KRONLINALG_KRON_NATURAL_STAGES");
@@ -370,8 +374,13 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
-  // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98)
-  const int warps = std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 ? 8 : 4);
+  // 1024 x 8^6 2.36 / 2.30, but 1024 x 16^5 7.77 / 10.77 and 16 x 16^6 3.13 / 3.98.  float64
+  // P = 8: 8 warps, 1024 x 8^6 4.05 -> 3.84 ms, and with column tiles of 16 i below 3.27;
+  // float64 P = 32 and 64 in blocks of 8 warps (P = 64 in four column groups) lost or tied,
+  // 1024 x 64^3 4.29 against 4.24, 16 x 64^4 6.12 against 5.78)
+  const bool f64_p8 = es == 8 && P == 8;
+  const int warps =
+      std::min(nk->max_threads / 32, tune.warps ? tune.warps : P == 16 || f64_p8 ? 8 : 4);
   // (the half types: column tiles of 16 i at least, whole 32-byte sectors of x and y; on the
   // H100 their first form with 8 i, 16-byte runs, took 1024 x 32^4 in 12.7 ms, float32 6.4)
   const int ti_min = es == 2 ? std::max(16, tune.ti_min) : tune.ti_min;
@@ -386,14 +395,24 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   if (line && P == 8) T = 4 * T0;
   if (line && P == 16) T = std::max<int64_t>(T0, 2);
   if (!line && (P == 16 || es == 2)) T = std::max<int64_t>(T0, 32);
+  // (float64 P = 8: column tiles of 16 i, 128-byte runs, one 8-warp block an SM; H100, one run:
+  // 1024 x 8^6 3.27 ms against 3.84 on tiles of 8 i (4.05 in 4-warp blocks), 16 x 8^8 5.09
+  // against 5.44 (5.74))
+  if (!line && f64_p8) T = 16;
   const int stages = tune.stages ? tune.stages : 2;
   const bool buf2 = nk->col_groups > 1 && sh.count > 1;  // else every step works in place
   auto smem_of = [&](int64_t t) { return size_t(fs + t * bin * (stages + (buf2 ? 1 : 0))) * es; };
   // two blocks per SM; (but float64 P = 16 column tiles of 32 i, one 8-warp block: on the H100
   // 1024 x 16^5 12.38 ms against 13.25 with two blocks of 16 i, 16 x 16^6 4.69 against 5.12;
   // for P = 32 and 64 larger tiles lost, 1024 x 32^4 17.6 against 15.7)
-  const bool one_block = es == 8 && !line && P == 16;
+  const bool one_block = es == 8 && !line && (P == 16 || P == 8);
   while (T > T0 && !one_block && 2 * (smem_of(T) + 1024) > size_t(dev.smem_sm)) T /= 2;
+  // (the half types' P = 32 groups of 2 or more on line tiles of 8 lines, where 4 gave each warp
+  // one item, and not shrunk: a 3-step group's one-line tile, one block an SM, then does not
+  // fit.  H100, one run, bfloat16: 1024 x 32^4 4.09 -> 3.85 ms, 16 x 32^5 2.95 -> 2.81 (2 + 2
+  // + 1 passes, not 3 + 2); 8 lines lost for P = 16 and 64, 1024 x 16^5 4.57 -> 4.83, 1024 x
+  // 64^3 1.12 -> 1.28)
+  if (line && es == 2 && P == 32 && sh.count > 1) T = 8;
   if (line && tune.T > 0) T = tune.T;
   if (!line && tune.TI > 0) T = tune.TI;
   if (!line) {
@@ -423,6 +442,30 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
 bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out);
 
+// Whether the natural-order kernel takes this group less its first factor: then the half types
+// (and float64 with KRONLINALG_KRON_NATURAL_SHORTER=1; =0 neither) leave the whole group to
+// shorter natural passes, not to the sliced kernels.  (H100, one run, 1024 x 8^7: bfloat16
+// 30.5 ms in a 4-factor sliced pass + 3 natural steps, 15.6 in 3 + 2 + 2 natural, float16
+// 15.4; float32 19.6.  float64 not by default: its third pass needs a second scratch buffer,
+// 17 GB there, and 3 + 2 + 2 was not timed.  P = 8 groups on the natural kernel stop at 3)
+bool natural_takes_shorter(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                           const PassShape &sh) {
+  const int on = natural_tune().shorter;
+  if (dtype == KL_FLOAT32 || !sh.natural || sh.count < 2 || on == 0 ||
+      (dtype == KL_FLOAT64 && on != 1))
+    return false;
+  const int first = sh.last - sh.count + 1;
+  const int64_t P = p->P[sh.last];
+  for (int i = first; i <= sh.last; ++i)  // (groups of one P x P only: mixed ones as before)
+    if (p->P[i] != P || p->Q[i] != P) return false;
+  PassShape shorter = sh;
+  shorter.count = sh.count - 1;
+  shorter.O = sh.O * p->P[first];  // (the modes before the group: one more)
+  shorter.rows = sh.rows * p->P[first];
+  PassCfg unused;
+  return configure_natural(p, dtype, dev, shorter, &unused);
+}
+
 // Tile of the pass (L lines = TM rows x C instances) and its configuration; false if none fits.
 // (A single factor that fits no 3xTF32 tile, which has no column tiles, may still fit the CUDA
 // cores.  Longer groups do not fall back: more 3xTF32 passes beat fewer CUDA-core ones, e.g.
@@ -431,6 +474,7 @@ bool configure_with(const kl_kron_problem *p, const KernelDesc *k, const DeviceI
 bool configure_pass(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
                     const PassShape &sh, PassCfg *out) {
   if (configure_natural(p, dtype, dev, sh, out)) return true;
+  if (natural_takes_shorter(p, dtype, dev, sh)) return false;
   const KernelDesc *k = pick_kernel(p, dtype, sh.last, sh.count);
   if (!k) return false;
   if (configure_with(p, k, dev, sh, out)) return true;
@@ -885,8 +929,8 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
-                              nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.stages, nt.ring,
-                              nt.ring_ti,
+                              nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.shorter, nt.stages,
+                              nt.ring, nt.ring_ti,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);

@@ -14,7 +14,7 @@ cudaError_t launch_nat(const NatP &p, int grid, int block, size_t smem, cudaStre
 }
 #define KL_NATM(T, NAME, P, WN)                                                             \
   {NAME ".natural.p" #P, reinterpret_cast<const void *>(&kron_mma_natural_kernel<T, P, WN>), \
-   P, P / 8 / WN, natm_max_threads(P), int(sizeof(T)), 1, &launch_nat<T, P, WN>}
+   P, P / 8 / WN, natm_max_threads<T>(P), int(sizeof(T)), 1, &launch_nat<T, P, WN>}
 #define KL_NATM_TABLE(T, NAME) \
   {KL_NATM(T, NAME, 8, 1), KL_NATM(T, NAME, 16, 2), KL_NATM(T, NAME, 32, 4), KL_NATM(T, NAME, 64, 4)}
 const NatKernelDesc f64_table[] = KL_NATM_TABLE(double, "f64.dmma");

@@ -95,13 +95,18 @@ struct NatType<__half> : NatHalf<__half> {};
 template <>
 struct NatType<__nv_bfloat16> : NatHalf<__nv_bfloat16> {};
 
-// Blocks of up to nat_max_threads(P) threads, as the float32 kernel; float64 at two blocks per
-// SM by registers (its accumulators and A values take twice the registers).
+// Blocks of up to natm_max_threads(P) threads, as the float32 kernel, but float64 P = 8 blocks
+// of 8 warps (configure_natural); float64 at two blocks per SM by registers (its accumulators
+// and A values take twice the registers; P = 8 takes 74 and is compiled for one block of 256
+// threads, which leaves it the register cap of two blocks of 128).
 template <class T>
-__host__ __device__ constexpr int natm_min_blocks() {
-  return sizeof(T) == 8 ? 2 : 3;
+__host__ __device__ constexpr int natm_min_blocks(int P) {
+  return sizeof(T) == 8 ? (P == 8 ? 1 : 2) : 3;
 }
-__host__ __device__ constexpr int natm_max_threads(int P) { return P == 16 ? 256 : 128; }
+template <class T>
+__host__ __device__ constexpr int natm_max_threads(int P) {
+  return P == 16 || (sizeof(T) == 8 && P == 8) ? 256 : 128;
+}
 
 template <class T, int P, int WN>
 struct NatM {
@@ -544,7 +549,7 @@ struct NatM {
 // Persistent blocks over tiles, the next stages - 1 tiles streaming in meanwhile (the float32
 // kernel's loop, kron_tf32_natural_kernel).
 template <class T, int P, int WN>
-__global__ void __launch_bounds__(natm_max_threads(P), natm_min_blocks<T>())
+__global__ void __launch_bounds__(natm_max_threads<T>(P), natm_min_blocks<T>(P))
     kron_mma_natural_kernel(const __grid_constant__ NatP p) {
   using K = NatM<T, P, WN>;
   using Acc = typename K::Acc;

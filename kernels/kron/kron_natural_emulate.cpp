@@ -10,8 +10,9 @@
 //       /tmp/kron_natural_emulate
 //
 // The passes are planned here the way configure_natural (kron_cuda.cu) sizes them: tiles of T
-// lines (the last factors) or T consecutive i, blocks of 4 warps (8 for P = 16), grids of at
-// most 3 persistent blocks, so that blocks take several tiles.
+// lines (the last factors) or T consecutive i, blocks of 4 warps (8 for P = 16 and float64
+// P = 8), float64 P = 8 column tiles of 16 i, half P = 32 line tiles of 8 lines (groups of 2
+// or more), grids of at most 3 persistent blocks, so that blocks take several tiles.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -60,7 +61,7 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   for (int i = 0; i < last - count + 1; ++i) O *= P;
   for (int i = last + 1; i < n; ++i) I *= P;
   const bool line = I == 1;
-  const int warps = P == 16 ? 8 : 4;
+  const int warps = P == 16 || (sizeof(T) == 8 && P == 8) ? 8 : 4;
   // (the half types: column tiles of 16 i or more, 32-byte runs)
   const int ti_min = sizeof(T) == 2 ? 16 : 8;
   const int64_t T0 = std::max<int64_t>(line ? 1 : ti_min, 32 * warps * P / bin / NS);
@@ -68,6 +69,8 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   if (line && P == 8) TT = 4 * T0;
   if (line && P == 16) TT = std::max<int64_t>(T0, 2);
   if (!line && (P == 16 || sizeof(T) == 2)) TT = std::max<int64_t>(T0, 32);
+  if (!line && sizeof(T) == 8 && P == 8) TT = 16;
+  if (line && sizeof(T) == 2 && P == 32 && count > 1) TT = 8;
   const bool buf2_ = NS > 1 && count > 1;
   auto smem_of = [&](int64_t tt) {
     return size_t(count * P * P + tt * bin * (stages + (buf2_ ? 1 : 0))) * sizeof(T);
@@ -195,6 +198,8 @@ static void suite(const char *name, double tol) {
   check<T, 32>(name, 1, 3, {1, 2}, 1.0, 0.0, tol);
   check<T, 64>(name, 3, 2, {2}, 1.0, 1.0, tol);
   check<T, 64>(name, 2, 2, {1, 1}, 1.0, 0.0, tol);
+  check<T, 8>(name, 1, 6, {3, 3}, 0.5, 2.0, tol);     // f64: 3-step column tiles of 16 i
+  check<T, 32>(name, 9, 2, {2}, 1.0, 0.0, tol);       // half: line tiles of 8, one partial
 }
 
 int main(int argc, char **argv) {
