@@ -263,9 +263,11 @@ def _run_cuda(spec: _KSCall, want_replay=False):
         return out
     if not clean:
         return out, None
+    cupy = backend.is_cupy(x)
     return out, ks_cuda.ChainReplay(
-        spec.rows, 0 if first else 1, code, tuple(spec.out_shape), tuple(steps), x,
-        backend.is_cupy(x), np.dtype(cdt) if backend.is_cupy(x) else None,
+        spec.rows, 0 if first else 1, code, tuple(spec.out_shape), tuple(steps),
+        type(x) if cupy else functools.partial(backend.replay_template, x), cupy,
+        np.dtype(cdt) if cupy else None,
         backend.device_index(x), backend.current_device_getter(x),
         backend.current_stream_getter(x), KSFactor, KSChain)
 

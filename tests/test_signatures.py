@@ -104,3 +104,29 @@ def test_compiled_front_replays_only_what_the_full_path_would():
         kronlinalg.kron_matmul(x, fs, side=["right"])
     with pytest.raises(ValueError, match="algorithm"):
         kronlinalg.kron_matmul(x, fs, algorithm="nope")
+
+
+@pytest.mark.skipif(torch is None, reason="torch-only: the replays' result templates")
+@pytest.mark.parametrize("shape", [(8, 512), (1, 625), (3, 1, 7), (5,), (1, 1), (1,), (), (0, 5),
+                                   (2, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_replay_template_allocates_contiguous_results(shape, dtype):
+    """torch replays allocate results as torch.empty_like(template): the result must be a fresh
+    contiguous tensor of the shape, with like's dtype and device, while the template itself holds
+    at most one element of storage (a replay keeps nothing result-sized alive)."""
+    from kronlinalg.common.backend import replay_template
+
+    like = torch.ones((3, 4), dtype=getattr(torch, dtype))
+    template = replay_template(like, shape)
+    assert template.untyped_storage().nbytes() <= like.element_size()
+    outs = [torch.empty_like(template) for _ in range(2)]
+    for out in outs:
+        assert tuple(out.shape) == shape and out.dtype == like.dtype
+        assert out.device == like.device and not out.requires_grad
+        assert out.is_contiguous()
+        assert out.stride() == torch.empty(shape).stride()
+    if outs[0].numel():
+        assert outs[0].data_ptr() != outs[1].data_ptr() != template.data_ptr()
+        outs[0].fill_(1.0)
+        outs[1].fill_(2.0)
+        assert bool((outs[0] == 1).all()) and bool((outs[1] == 2).all())

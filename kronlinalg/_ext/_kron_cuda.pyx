@@ -26,7 +26,6 @@ cdef extern from "kron.h" nogil:
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
 cdef int _generation = 0  # bumped when the packed layouts go stale (tune, float32_mode)
-cdef int64_t _TEMPLATE_BYTES = 1 << 16  # torch replays keep a template of results up to this
 
 
 def device_check():
@@ -197,20 +196,12 @@ cdef class Replay:
         # a transposed result is a (…, n, K') buffer seen as (…, K', n)
         self.alloc_shape = (out_shape[:-2] + (out_shape[-1], out_shape[-2]) if transposed
                             else out_shape)
-        # CuPy: ctor = cupy.ndarray, called (shape, dtype).  torch: ctor = the x of the call that
-        # made the replay; a small result is allocated as torch.empty_like of a private template
-        # of its shape (one tensor argument parses in a third less host time than new_empty's
-        # shape), a large one by x.new_empty(shape), whose host time no longer matters
+        # CuPy: ctor = cupy.ndarray, called (shape, dtype).  torch: ctor(shape) gives the template
+        # (common/backend.py replay_template) the results are allocated from by torch.empty_like
         self.template = None
         if not is_cupy:
-            nbytes = itemsize
-            for s in self.alloc_shape:
-                nbytes *= s
-            if nbytes <= _TEMPLATE_BYTES:
-                self.template = ctor.new_empty(self.alloc_shape)
-                ctor = sys.modules["torch"].empty_like
-            else:
-                ctor = None
+            self.template = ctor(self.alloc_shape)
+            ctor = sys.modules["torch"].empty_like
         self.ctor = ctor
         self.npdtype = npdtype
         self.current_device = current_device
@@ -240,8 +231,7 @@ cdef class Replay:
             for i in range(self.nfactors):
                 self.fptrs.data.as_ulonglongs[i] = factors[i].data.ptr
         else:
-            out = (self.ctor(self.template) if self.template is not None
-                   else x.new_empty(self.alloc_shape))
+            out = self.ctor(self.template)
             xptr = x.data_ptr()
             yptr = out.data_ptr()
             for i in range(self.nfactors):

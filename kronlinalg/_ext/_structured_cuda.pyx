@@ -151,9 +151,6 @@ cdef struct _Step:
     int64_t x_ld, out_rows, out_ld
 
 
-cdef int64_t _TEMPLATE_BYTES = 1 << 16  # torch replays keep a template of results up to this
-
-
 cdef class ChainReplay:
     """The CUDA kernel's launches of a structured_matmul call again, for arrays of the same
     signature (the operation's replayer, called ``(x, factors, layout=…)``): one launch per
@@ -162,8 +159,9 @@ cdef class ChainReplay:
     no Python frame runs: a tiny product is host-bound.  None (the full path, which switches
     devices) when another GPU than x's is current, or for a chain of another length.
 
-    torch results up to 64 KiB are allocated as torch.empty_like of a private template of their
-    shape (one tensor argument parses in a third less host time than new_empty's shape)."""
+    alloc: CuPy, cupy.ndarray (called (shape, dtype)); torch, alloc(shape) gives the template
+    (common/backend.py replay_template) each step's result is allocated from by
+    torch.empty_like."""
 
     cdef _Step *steps
     cdef int nsteps, layout, dtype, device
@@ -179,11 +177,10 @@ cdef class ChainReplay:
     def __dealloc__(self):
         PyMem_Free(self.steps)
 
-    def __init__(self, int64_t rows, int layout, int dtype, tuple out_shape, steps, like,
+    def __init__(self, int64_t rows, int layout, int dtype, tuple out_shape, steps, alloc,
                  bint is_cupy, npdtype, int device, current_device, stream_of, factor_type,
                  chain_type):
         cdef int i
-        cdef int64_t nbytes
         self.nsteps = len(steps)
         self.steps = <_Step *> PyMem_Malloc(max(self.nsteps, 1) * sizeof(_Step))
         if self.steps == NULL:
@@ -202,24 +199,16 @@ cdef class ChainReplay:
             st.out_rows, st.out_ld = out_2d
             shape = out_shape if i == self.nsteps - 1 else (st.out_rows * st.out_ld,)
             self.shapes.append(shape)
-            template = None
-            if not is_cupy:
-                nbytes = like.element_size() * st.out_rows * st.out_ld
-                if nbytes <= _TEMPLATE_BYTES:
-                    template = like.new_empty(shape)
-            self.templates.append(template)
+            self.templates.append(None if is_cupy else alloc(shape))
         if is_cupy:
-            self.ndarray, self.npdtype = type(like), npdtype
+            self.ndarray, self.npdtype = alloc, npdtype
         else:
             self.empty_like = sys.modules["torch"].empty_like
 
     cdef object _empty(self, x, int i):
         if self.is_cupy:
             return self.ndarray(self.shapes[i], self.npdtype)
-        template = self.templates[i]
-        if template is not None:
-            return self.empty_like(template)
-        return x.new_empty(self.shapes[i])
+        return self.empty_like(self.templates[i])
 
     def __call__(self, x, factors, *, layout="batch_first"):
         # (the signature fixed the layout, the patterns and the arrays' layouts: not read again)

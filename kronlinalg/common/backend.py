@@ -277,6 +277,21 @@ def replay_allocator(a, dtype_name_: str):
     return type(a).new_empty
 
 
+def replay_template(like, shape):
+    """A torch tensor that a replay allocates its results of `shape` from, as
+    ``torch.empty_like(template)`` (one tensor argument parses in a third less host time than
+    ``new_empty(shape)``: 2.19 against 2.98 µs on an H100 host): like's dtype and device, and
+    one element of storage — a stride-0 view of a scalar, whose empty_like is contiguous (torch's
+    preserve_format keeps only dense strides), so a replay keeps no result-sized buffer alive.
+    A shape of at most one element gets a real tensor (its strides would be kept as they are)."""
+    n = 1
+    for s in shape:
+        n *= s
+    if n <= 1:
+        return like.new_empty(shape)
+    return like.new_empty(()).expand(shape)
+
+
 def empty_like_lib(a, shape, dtype_name_: str):
     """Uninitialised array of `shape` in a's library, on a's device."""
     if is_cupy(a):
