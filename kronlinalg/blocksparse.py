@@ -306,7 +306,7 @@ def _aligned_rhs(call, B):
     k, n = B.shape
     ptr = _backend.address_getter(B)
     size = k * n
-    ok = (size == 0 or _row_major(B)) and (n * item) % 16 == 0
+    ok = (size == 0 or _backend.is_c_contiguous(B)) and (n * item) % 16 == 0
     if ok and size and ptr(B) % 16 == 0:
         return B, n
     ld = -(-max(n, 1) * item // 16) * 16 // item
@@ -334,11 +334,6 @@ def _device_val(M: BlockSparseMatrix, cdt):
         val[...] = M.val
     return val
 
-
-def _row_major(a) -> bool:
-    if _backend.is_cupy(a):
-        return a.flags.c_contiguous
-    return a.is_contiguous()
 
 
 def _run_cuda(call: SpmmCall):
@@ -423,7 +418,7 @@ def _replay_ours(call):
         return out, replay_cpu
     items, split = A._cache["items_host"]
     item = 2 if cdt in ("float16", "bfloat16") else np.dtype(cdt).itemsize
-    if split or not _row_major(B) or (n * item) % 16:
+    if split or not _backend.is_c_contiguous(B) or (n * item) % 16:
         return out, None
     ptr = _backend.address_getter(B)
     dev = A._dev

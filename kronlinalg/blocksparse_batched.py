@@ -306,7 +306,7 @@ def _run_kernel(call: BatchedCall):
         val = _cached(A, ("val", cdt), lambda: _device_val(A, cdt))
         X = _cast(xp, call.X, cdt)
         ptr = _backend.address_getter(X)
-        if n8 != n or not _row_major(X) or ptr(X) % 16:
+        if n8 != n or not _backend.is_c_contiguous(X) or ptr(X) % 16:
             Xp = xp.zeros((batch, k, n8), dtype=getattr(xp, cdt), device=array_api_compat.device(X))
             Xp[:, :, :n] = X
             X = Xp
@@ -337,7 +337,7 @@ def _run_cpu(call: BatchedCall):
     A = call.A
     cdt = _backend.kernel_dtype(call.result)
     batch, m, k = A.shape
-    n, b, nnzb = int(call.X.shape[2]), A.block, A.nnz_blocks
+    n, b = int(call.X.shape[2]), A.block
     val = _cached(A, ("host_val", cdt), lambda: _host_float(A.val, cdt).reshape(-1, b, b))
     rp, cols = _cached(A, "block_diagonal", lambda: _block_diagonal(A))
     X = _host_float(call.X, cdt).reshape(batch * k, n)
@@ -372,9 +372,6 @@ def _block_diagonal(A) -> tuple:
     cols = (p._cols[None, :] + C * offsets[:, None]).ravel()
     return np.ascontiguousarray(rp), np.ascontiguousarray(cols, dtype=np.int64)
 
-
-def _row_major(a) -> bool:
-    return a.flags.c_contiguous if _backend.is_cupy(a) else a.is_contiguous()
 
 
 def _device_val(A, cdt):
@@ -481,7 +478,7 @@ def _replay_ours(call: BatchedCall):
     batch, m, k = A.shape
     n = int(X.shape[2])
     ptr = _backend.address_getter(X)
-    if (_backend.dtype_name(X.dtype) != cdt or n % 8 or not _row_major(X)):
+    if (_backend.dtype_name(X.dtype) != cdt or n % 8 or not _backend.is_c_contiguous(X)):
         return out, None
     fixed = (ptr(A.row_ptr), ptr(A.col_idx),
              ptr(A._cache[("val", cdt)]) if A.nnz_blocks else 0)

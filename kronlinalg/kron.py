@@ -427,7 +427,8 @@ def _cuda_replayer(layout_key, like, out_shape, transposed, cdt):
     return kron_cuda.Replay(
         kron_cuda.layout(layout_key), cupy, tuple(out_shape), transposed, _CODE[cdt],
         dtypes.ITEMSIZE[cdt], backend.device_index(like),
-        (backend.cupy_module().ndarray if cupy else functools.partial(backend.replay_template, like)),
+        (backend.cupy_module().ndarray if cupy
+         else functools.partial(backend.replay_template, like)),
         np.dtype(cdt) if cupy else None,
         backend.current_device_getter(like),
         backend.current_stream_getter(like),

@@ -130,3 +130,20 @@ def test_replay_template_allocates_contiguous_results(shape, dtype):
         outs[0].fill_(1.0)
         outs[1].fill_(2.0)
         assert bool((outs[0] == 1).all()) and bool((outs[1] == 2).all())
+
+
+def test_is_c_contiguous_is_the_libraries_own_flag():
+    """backend.is_c_contiguous, the check before a kernel reads a row-major buffer: NumPy's flag,
+    torch's is_contiguous (length-1 axes' strides do not count), never a view's gaps."""
+    from kronlinalg.common.backend import is_c_contiguous
+
+    a = np.arange(24.0).reshape(2, 3, 4)
+    for x, want in ((a, True), (a[:, :, ::2], False), (a.transpose(0, 2, 1), False),
+                    (a[:1], True), (np.ones((3, 1))[:, :1], True), (a[:, 1:2, :], False),
+                    (a[:, :, 1:], False)):
+        assert is_c_contiguous(x) is want
+    if torch is not None:
+        t = torch.arange(24.0).reshape(2, 3, 4)
+        for x, want in ((t, True), (t[:, :, ::2], False), (t.transpose(1, 2), False),
+                        (t[:1], True), (t[:, 1:2, :], False), (t[:, :, 1:], False)):
+            assert is_c_contiguous(x) is want

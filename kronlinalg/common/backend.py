@@ -8,6 +8,7 @@ library and names the stream to launch on.  Operations above it never touch poin
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass
 
@@ -266,6 +267,12 @@ def cuda_device_scope(a):
     return _torch().cuda.device(a.device)
 
 
+def is_c_contiguous(a) -> bool:
+    """Whether a's elements lie in C order without gaps, as a kernel reading a row-major buffer
+    needs (NumPy/CuPy: flags; torch: is_contiguous; the strides of length-1 axes do not count)."""
+    return a.is_contiguous() if is_torch(a) else bool(a.flags.c_contiguous)
+
+
 def replay_allocator(a, dtype_name_: str):
     """empty(like, shape) for a replay's results in a's library, resolved once: CuPy arrays on
     the current device (``cupy.ndarray(shape, dtype)``, what cupy.empty makes), torch tensors of
@@ -284,10 +291,7 @@ def replay_template(like, shape):
     one element of storage — a stride-0 view of a scalar, whose empty_like is contiguous (torch's
     preserve_format keeps only dense strides), so a replay keeps no result-sized buffer alive.
     A shape of at most one element gets a real tensor (its strides would be kept as they are)."""
-    n = 1
-    for s in shape:
-        n *= s
-    if n <= 1:
+    if math.prod(shape) <= 1:
         return like.new_empty(shape)
     return like.new_empty(()).expand(shape)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import array_api_compat
+
 from .._ext import load
 from ..common import backend
 
@@ -68,17 +70,7 @@ def supported(eng, xs, rank, mode):
     m, ia, ib, _, _, row = _view(dims, mode)
     if numel < MIN_ELEMENTS or ib < _MIN_INNER or row % 4 or ia * _MAX_RANK * _U_SHARE > numel:
         return False
-    view = backend.device_view(xs)
-    return view.ptr % 16 == 0 and _c_contiguous(view.shape, view.strides)
-
-
-def _c_contiguous(shape, strides):
-    step = 1
-    for d, s in zip(reversed(shape), reversed(strides)):
-        if d != 1 and s != step:
-            return False
-        step *= d
-    return True
+    return backend.device_view(xs).ptr % 16 == 0 and backend.is_c_contiguous(xs)
 
 
 def _padded(xp, ft):
@@ -87,15 +79,9 @@ def _padded(xp, ft):
     rows = xp.permute_dims(ft, (1, 0))
     if r == _MAX_RANK:
         return backend.contiguous(rows)
-    buf = xp.zeros((n, _MAX_RANK), dtype=ft.dtype, device=_device(ft))
+    buf = xp.zeros((n, _MAX_RANK), dtype=ft.dtype, device=array_api_compat.device(ft))
     buf[:, :r] = rows
     return buf
-
-
-def _device(a):
-    import array_api_compat
-
-    return array_api_compat.device(a)
 
 
 def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
@@ -114,16 +100,17 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     if plan is None:
         plan = _PLANS[key] = _cuda.plan(last, variant, m, ia * ib)
     splits, mpad, per_sm = plan
+    device = array_api_compat.device(xs)
     if a_modes:
         u = _padded(xp, kr_rows(xp, [fts[k] for k in a_modes]))
     else:
-        u = xp.ones((1, _MAX_RANK), dtype=xs.dtype, device=_device(xs))
+        u = xp.ones((1, _MAX_RANK), dtype=xs.dtype, device=device)
     v = _padded(xp, fts[b_mode])
-    part = xp.empty((splits * _MAX_RANK * mpad,), dtype=xs.dtype, device=_device(xs))
-    out = xp.empty((r, m), dtype=xs.dtype, device=_device(xs))
+    part = xp.empty((splits * _MAX_RANK * mpad,), dtype=xs.dtype, device=device)
+    out = xp.empty((r, m), dtype=xs.dtype, device=device)
     ptr = backend.device_view
-    _cuda.mttkrp(last, variant, m, ia, ib, r, ptr(xs).ptr, ptr(u).ptr, ptr(v).ptr, ptr(part).ptr, splits,
-                 ptr(out).ptr, m, 1, float(scale), backend.cuda_stream(xs))
+    _cuda.mttkrp(last, variant, m, ia, ib, r, ptr(xs).ptr, ptr(u).ptr, ptr(v).ptr,
+                 ptr(part).ptr, splits, ptr(out).ptr, m, 1, float(scale), backend.cuda_stream(xs))
     LAUNCHES += 1
     LAST.update(variant=variant, splits=splits, mpad=mpad, blocks_per_sm=per_sm)
     return out
