@@ -1,11 +1,14 @@
-"""Where a repeated tiny kron_matmul call's host time goes on CUDA (CuPy and torch): the whole
-call, its parts timed alone, and a cProfile of the hot path.
+"""Where a repeated tiny kron_matmul call's host time goes on CUDA (CuPy and torch), per case:
+the CUDA plan (launches, grid), kernels per call as the torch profiler sees them, the whole call
+against its parts timed alone (the array keys' attribute reads, allocation, pointers, stream),
+and a cProfile of the hot path.
 
-    python benchmarks/host_profile.py
+    python benchmarks/host_profile.py [--cases 1x5^4 8x8^3] [--cprofile]
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import pstats
@@ -13,10 +16,14 @@ import time
 
 import numpy as np
 
+from kronlinalg.testing import extension
+
 
 def per_call_us(fn, n=300, rounds=9, sync=None):
     """Host time per call: n calls back to back (fewer than the launch queue holds), timed
-    without waiting for the GPU; the median of rounds."""
+    without waiting for the GPU; (median, best) of rounds."""
+    for _ in range(30):
+        fn()
     out = []
     for _ in range(rounds):
         if sync:
@@ -27,74 +34,112 @@ def per_call_us(fn, n=300, rounds=9, sync=None):
         out.append((time.perf_counter() - t0) / n * 1e6)
     if sync:
         sync()
-    return float(np.median(out))
+    return float(np.median(out)), float(min(out))
+
+
+def parse(case):
+    m, rest = case.split("x")
+    p, n = rest.split("^")
+    return int(m), int(p), int(n)
+
+
+def plan(m, p, n, dtype="float32"):
+    kron_cuda = extension("kron_cuda")
+    k = p ** n
+    return kron_cuda.config(1, m, [(0, p, p, p, 1)] * n, (256, m * k, k, 1), (256, m * k, k, 1),
+                            kron_cuda.DTYPES[dtype])
+
+
+def show(rows, sync):
+    for name, fn in rows.items():
+        med, best = per_call_us(fn, sync=sync)
+        print(f"  {name:44s} {med:7.2f} us  [best {best:6.2f}]")
+
+
+def profile(fn, sync, label, top=14):
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(3000):
+        fn()
+        if i % 300 == 0:
+            sync()
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
+    print(label, s.getvalue())
+
+
+def kernels_per_call(torch, fn, calls=20):
+    """CUDA kernels the torch profiler records per call, by name."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+
+    fn()
+    torch.cuda.synchronize()
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    names = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            names[e.name[:60]] = names.get(e.name[:60], 0) + 1
+    return {k: v / calls for k, v in names.items()}
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cases", nargs="*", default=["1x5^4", "8x8^3"])
+    ap.add_argument("--cprofile", action="store_true")
+    args = ap.parse_args()
     import cupy as cp
+    import torch
 
     import kronlinalg
 
     rng = np.random.default_rng(0)
-    sync = cp.cuda.get_current_stream().synchronize
-    x = cp.asarray(rng.standard_normal((8, 512)), dtype=cp.float32)
-    fs = [cp.asarray(rng.standard_normal((8, 8)), dtype=cp.float32) for _ in range(3)]
-    kronlinalg.kron_matmul(x, fs)
-    rows = {
-        "kron_matmul auto (cupy)": lambda: kronlinalg.kron_matmul(x, fs),
-        "kron_matmul sliced (cupy)": lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"),
-        "cupy.empty((8, 512))": lambda: cp.empty((8, 512), dtype="float32"),
-        "cupy.cuda.runtime.getDevice()": cp.cuda.runtime.getDevice,
-        "get_current_stream().ptr": lambda: cp.cuda.get_current_stream().ptr,
-        "x + 0 (one CuPy kernel)": lambda: x + 0,
-    }
-    for name, fn in rows.items():
-        print(f"{name:34s} {per_call_us(fn, sync=sync):8.2f} us")
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(3000):
-        kronlinalg.kron_matmul(x, fs)
-        if _ % 300 == 0:
-            sync()
-    prof.disable()
-    s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
-    print(s.getvalue())
-    try:
-        import torch
-    except ImportError:
-        return
-    xt = torch.as_tensor(cp.asnumpy(x), device="cuda")
-    ft = [torch.as_tensor(cp.asnumpy(f), device="cuda") for f in fs]
-    kronlinalg.kron_matmul(xt, ft)
+    csync = cp.cuda.get_current_stream().synchronize
     tsync = torch.cuda.synchronize
-    from kronlinalg.structured import KSChain, KSFactor
-
-    chain = KSChain([KSFactor((2, 16, 16, 4), torch.randn((2, 16, 16, 4), device="cuda"))])
-    xs = torch.randn((64, 128), device="cuda")
-    kronlinalg.structured_matmul(xs, chain)
-    for name, fn in {"kron_matmul auto (torch)": lambda: kronlinalg.kron_matmul(xt, ft),
-                     "structured_matmul auto (torch)": lambda: kronlinalg.structured_matmul(xs, chain),
-                     "torch.empty((8, 512))": lambda: torch.empty((8, 512), device="cuda"),
-                     "xt.new_empty((8, 512))": lambda: xt.new_empty((8, 512)),
-                     "torch.empty_like(xt)": lambda: torch.empty_like(xt),
-                     "xt.data_ptr()": xt.data_ptr,
-                     "torch._C._cuda_getCurrentRawStream(0)":
-                         lambda: torch._C._cuda_getCurrentRawStream(0),
-                     "xt + 0 (one torch kernel)": lambda: xt + 0}.items():
-        print(f"{name:34s} {per_call_us(fn, sync=tsync):8.2f} us")
-    for label, fn in (("kron_matmul torch", lambda: kronlinalg.kron_matmul(xt, ft)),
-                      ("structured_matmul torch", lambda: kronlinalg.structured_matmul(xs, chain))):
-        prof = cProfile.Profile()
-        prof.enable()
-        for i in range(3000):
-            fn()
-            if i % 300 == 0:
-                tsync()
-        prof.disable()
-        s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(14)
-        print(label, s.getvalue())
+    for case in args.cases:
+        m, p, n = parse(case)
+        print(f"== {case} float32\n{plan(m, p, n)}")
+        x = cp.asarray(rng.standard_normal((m, p ** n)), dtype=cp.float32)
+        fs = [cp.asarray(rng.standard_normal((p, p)), dtype=cp.float32) for _ in range(n)]
+        xt = torch.as_tensor(cp.asnumpy(x), device="cuda")
+        ft = [torch.as_tensor(cp.asnumpy(f), device="cuda") for f in fs]
+        arrays = [xt] + ft
+        kronlinalg.kron_matmul(x, fs)
+        kronlinalg.kron_matmul(xt, ft)
+        print(" CuPy")
+        show({"kron_matmul auto": lambda: kronlinalg.kron_matmul(x, fs),
+              "kron_matmul sliced": lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"),
+              "keys of the arrays (Python loop)": lambda: [
+                  (type(a), a.shape, a.strides, a.dtype, a.data.device_id) for a in [x] + fs],
+              "cupy.empty(result)": lambda: cp.empty(x.shape, dtype="float32"),
+              "x + 0 (one CuPy kernel)": lambda: x + 0}, csync)
+        print(" torch")
+        t0 = xt
+        tmpl = xt.new_empty(()).expand(xt.shape)  # what replays allocate from
+        show({"kron_matmul auto": lambda: kronlinalg.kron_matmul(xt, ft),
+              "kron_matmul sliced": lambda: kronlinalg.kron_matmul(xt, ft, algorithm="sliced"),
+              "keys of the arrays (Python loop)": lambda: [
+                  (type(a), a.shape, a.stride(), a.dtype, a.get_device(), a.requires_grad)
+                  for a in arrays],
+              "one array: .shape": lambda: t0.shape,
+              "one array: .stride()": lambda: t0.stride(),
+              "one array: .get_device()": lambda: t0.get_device(),
+              "one array: .requires_grad": lambda: t0.requires_grad,
+              "one array: .dtype": lambda: t0.dtype,
+              "one array: .data_ptr()": lambda: t0.data_ptr(),
+              "one array: .is_contiguous()": lambda: t0.is_contiguous(),
+              "torch.empty_like(xt)": lambda: torch.empty_like(xt),
+              "torch.empty_like(stride-0 template)": lambda: torch.empty_like(tmpl),
+              "torch._C._cuda_getDevice()": torch._C._cuda_getDevice,
+              "torch._C._cuda_getCurrentRawStream(0)": lambda: torch._C._cuda_getCurrentRawStream(0),
+              "xt + 0 (one torch kernel)": lambda: xt + 0}, tsync)
+        # (last: the profiler leaves hooks that slow every later call)
+        print("  kernels per torch call:", kernels_per_call(torch, lambda: kronlinalg.kron_matmul(xt, ft)))
+        if args.cprofile:
+            profile(lambda: kronlinalg.kron_matmul(xt, ft), tsync, f"{case} torch")
 
 
 if __name__ == "__main__":

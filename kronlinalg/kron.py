@@ -430,7 +430,6 @@ def _cuda_replayer(layout_key, like, out_shape, transposed, cdt):
         (backend.cupy_module().ndarray if cupy
          else functools.partial(backend.replay_template, like)),
         np.dtype(cdt) if cupy else None,
-        backend.current_device_getter(like),
         backend.current_stream_getter(like),
         lambda x, n: backend.empty_like_lib(x, (n,), cdt), _KEEP_SCRATCH_BYTES)
 

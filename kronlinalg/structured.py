@@ -268,8 +268,7 @@ def _run_cuda(spec: _KSCall, want_replay=False):
         spec.rows, 0 if first else 1, code, tuple(spec.out_shape), tuple(steps),
         type(x) if cupy else functools.partial(backend.replay_template, x), cupy,
         np.dtype(cdt) if cupy else None,
-        backend.device_index(x), backend.current_device_getter(x),
-        backend.current_stream_getter(x), KSFactor, KSChain)
+        backend.device_index(x), backend.current_stream_getter(x), KSFactor, KSChain)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,6 +76,45 @@ def test_replayed_signature_then_torch_func():
     torch.testing.assert_close(grad, kron.sum(dim=1), rtol=1e-12, atol=1e-12)
 
 
+def _odd_size1_strides(torch, t):
+    """t's values in a contiguous tensor whose size-1 dimensions have unusual strides."""
+    strides = [s if n != 1 else 7 + i for i, (n, s) in enumerate(zip(t.shape, t.stride()))]
+    return torch.as_strided(t.clone(), t.shape, strides)
+
+
+@pytest.mark.skipif(torch is None, reason="torch keys")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_torch_keys_name_contiguity_not_strides(device):
+    """A contiguous torch tensor's key says "contiguous" (True) instead of its strides: tensors
+    that differ only in the strides of size-1 dimensions share it — and a replay remembered for
+    one gives the right answer for the other — while every other layout keeps its own key."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA torch")
+    import kronlinalg
+
+    g = torch.Generator(device=device).manual_seed(3)
+    a = torch.randn(3, 4, device=device, dtype=torch.float64, generator=g)
+    cuda = device == "cuda"
+    keys = {arrays_signature([v], False, True)
+            for v in (a, a.T, a[:, :2], a.float(), a.T.contiguous())}
+    assert len(keys) == 5 and None not in keys
+    assert arrays_signature([a], False, True)[0][2] is True
+    assert arrays_signature([a.T], False, True)[0][2] == (1, 4)
+    x = torch.randn(1, 1, 12, device=device, dtype=torch.float64, generator=g)[0]
+    fs = [torch.randn(3, 2, device=device, dtype=torch.float64, generator=g),
+          torch.randn(4, 3, device=device, dtype=torch.float64, generator=g)]
+    odd = _odd_size1_strides(torch, x)
+    assert odd.is_contiguous() and odd.stride() != x.stride()
+    assert arrays_signature([x] + fs, False, True) == arrays_signature([odd] + fs, False, True)
+    dense = torch.kron(fs[0], fs[1])
+    for _ in range(2):  # remembered, then replayed
+        kronlinalg.kron_matmul(x, fs)
+    for v in (odd, x):  # the replay of x's signature on odd's layout, and back
+        torch.testing.assert_close(kronlinalg.kron_matmul(v, fs), v @ dense,
+                                   rtol=1e-12, atol=1e-12)
+    assert not cuda or arrays_signature([x], False)[0][4] == x.get_device()
+
+
 def test_compiled_front_replays_only_what_the_full_path_would():
     """kron_matmul's compiled front (ScaledFront): after one call remembered the signature,
     repeated calls with every kind of scalar and option give the full path's answer — or its

@@ -11,6 +11,14 @@
 
 namespace kl {
 
+// The device this thread's launches go to (the CUDA context current on it, whichever runtime or
+// library made it current: torch, CuPy and this library agree through the driver), or -1.  A
+// replay compares it with its arrays' device in a few ns, where asking torch costs ~0.5 us.
+inline int current_device() {
+  int dev = -1;
+  return cudaGetDevice(&dev) == cudaSuccess ? dev : -1;
+}
+
 struct DeviceInfo {
   int id = 0, sms = 0, smem_optin = 0, smem_sm = 0, cc_major = 0, cc_minor = 0;
 };

@@ -60,6 +60,9 @@ int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_problem *p, int d
                               void *scratch0, void *scratch1, int64_t scratch_elems,
                               void *stream);
 void kl_kron_cuda_unbind(void *bound);
+/* The device this thread's launches go to (cudaGetDevice), or -1: a replay checks it against
+ * its arrays' device before enqueueing. */
+int kl_kron_cuda_current_device(void);
 /* Exact scratch the CUDA plan needs for this dtype: *nbufs buffers (0-2) of *elems elements.
  * The plan depends on x's and y's pointers only through their 16-byte alignment (both aligned
  * or not): ask with pointers of each kind. */

@@ -1070,6 +1070,8 @@ extern "C" void kl_kron_cuda_unbind(void *bound) { delete static_cast<kl::cu::Pl
 
 // The bound plan on new pointers: p must have the shapes, strides and pointer alignment the
 // plan was bound with (the caller's signature guarantees them).
+extern "C" int kl_kron_cuda_current_device(void) { return kl::current_device(); }
+
 extern "C" int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_problem *p, int dtype,
                                          void *scratch0, void *scratch1, int64_t scratch_elems,
                                          void *stream) {

@@ -47,6 +47,9 @@ int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads);
 /* CUDA: enqueues on `stream` (a cudaStream_t, 0 = legacy default) without synchronising.
  * x, y and values are device pointers. */
 int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream);
+/* The device this thread's launches go to (cudaGetDevice), or -1: a replay checks it against
+ * its arrays' device before enqueueing. */
+int kl_ks_cuda_current_device(void);
 
 /* The tile kl_ks_matmul_cuda would launch for *p (its pattern, batch, layout, leading dimensions
  * and pointers' alignment; the pointers may be null) with `dtype`, in the current float32 mode

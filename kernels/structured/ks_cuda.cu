@@ -71,6 +71,8 @@ int dispatch(const kl_ks_problem *p, int dtype, cudaStream_t s) {
 }  // namespace ks
 }  // namespace kl
 
+extern "C" int kl_ks_cuda_current_device(void) { return kl::current_device(); }
+
 extern "C" int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream) {
   using namespace kl;
   if (!p || p->a < 1 || p->b < 1 || p->c < 1 || p->d < 1 || p->batch < 0)

@@ -15,6 +15,7 @@ cdef extern from "ks.h" nogil:
 
     int kl_ks_matmul_cpu(const kl_ks_problem *p, int dtype, int num_threads)
     int kl_ks_matmul_cuda(const kl_ks_problem *p, int dtype, void *stream)
+    int kl_ks_cuda_current_device()
     int kl_ks_transpose_values_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream)
     int kl_ks_dense_slabs_cuda(const kl_ks_problem *p, void *out, int dtype, void *stream)
     int kl_ks_planar_cuda(int split, int64_t batch, int64_t a, int64_t n, int64_t d,
