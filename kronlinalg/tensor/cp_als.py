@@ -15,6 +15,7 @@ import array_api_compat
 
 from ..common import backend, validation
 from . import _args, _graph, _shard, _tree
+from . import solve as _solve
 from ._engine import Engine
 
 __all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "LAST_RUN"]
@@ -121,18 +122,18 @@ def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
     """Solve mode n's normal equations against y (R, I_n), the transposed MTTKRP; store the
     factor, its Gram and (normalize) the weights; keep the last mode's y for the fit."""
     xp = eng.xp
-    v = _hadamard(grams, skip=n)
+    others = [g for m, g in enumerate(grams) if m != n]
     if normalize:  # solve for A_n·diag(w), then split off its column norms
-        ft = eng.solve_spd(v, y, robust)
+        ft = eng.solve_normal(others, y, robust)
         norms = xp.sqrt(xp.sum(ft * ft, axis=1))
         wn = xp.where(norms == 0, xp.ones_like(norms), norms)
         ft = ft / wn[:, None]
         state["w"] = wn
     elif unit:  # weights all ones (the default): no scaling of the system
-        ft = eng.solve_spd(v, y, robust)
-    else:  # the weights stay as they are (given by init)
+        ft = eng.solve_normal(others, y, robust)
+    else:  # the weights stay as they are (given by init): diag(w) V diag(w) = V ∘ w wᵀ
         wn = state["w"]
-        ft = eng.solve_spd(wn[:, None] * v * wn[None, :], wn[:, None] * y, robust)
+        ft = eng.solve_normal(others + [wn[:, None] * wn[None, :]], wn[:, None] * y, robust)
     fts[n] = ft
     with eng.exact():
         grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
@@ -171,6 +172,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
         graph, reason = _graph.capture(eng, step, fts, grams, weights)
         LAST_RUN.update(graph=graph is not None, reason=reason)
+    LAST_RUN.update(solve_kernel=eng.solver == "kernel" and _solve.supported(fts[0], rank, nd - 1))
     errors, it, robust = [], 0, False
     w = weights
     while it < n_iter_max:
