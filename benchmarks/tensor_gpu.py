@@ -186,13 +186,16 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     ref_fit = None
     # variants: -library (the cuBLAS GEMM chain, no one-pass kernel), -v1 (the kernel's other
     # block shape), -lu / -cholesky (the factor updates through torch's solves, not the
-    # one-launch kernel of kronlinalg.tensor.solve)
-    for precision in ours_modes or ("tf32", "tf32-lu", "tf32-cholesky", "tf32-library", "ieee",
-                                    "ieee-lu", "float16", "float16-lu", "bfloat16"):
+    # one-launch kernel of kronlinalg.tensor.solve), -s0 (that kernel's first factorization),
+    # -nopipe (the CUDA graph's sweeps not pipelined)
+    for precision in ours_modes or ("tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library",
+                                    "ieee", "float16", "bfloat16"):
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
         fused.VARIANT = 1 if "v1" in tags else 0
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
+        solve.VARIANT = 0 if "s0" in tags else 1
+        kt.cp_als.PIPELINE = "nopipe" not in tags
         variant = precision
         precision = precision.split("-")[0]
         try:
@@ -209,6 +212,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             row(label, f"kronlinalg torch {variant}", float("nan"), error=repr(e)[:200])
         finally:
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
+            solve.VARIANT, kt.cp_als.PIPELINE = 1, True
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -507,8 +511,14 @@ def diag_section(out, n=640, rank=64):
         lo = torch.linalg.cholesky_ex(v)[0]
         return torch.cholesky_solve(rhs, lo)
 
-    for name, fn in (("update: one-launch kernel (hadamard+ridge+LDL^T+solve)",
-                      lambda: solve.solve([g1, g2], rhs, 1e-6)),
+    def kernel(variant):
+        def f():
+            solve.VARIANT = variant
+            return solve.solve([g1, g2], rhs, 1e-6)
+        return f
+
+    for name, fn in (("update: one-launch kernel (hadamard+ridge+LDL^T+solve)", kernel(1)),
+                     ("update: one-launch kernel, variant 0", kernel(0)),
                      ("update: hadamard+ridge+solve_ex (torch LU)", library(False)),
                      ("update: hadamard+ridge+cholesky_ex+2 trsm", library(True)),
                      ("solve_ex 64x64, 640 rhs", lambda: torch.linalg.solve_ex(v, rhs)),
@@ -518,6 +528,8 @@ def diag_section(out, n=640, rank=64):
             row("diag", name, 1e3 * wall(fn, 20), gpu_ms_graphed=round(1e3 * graphed(fn), 4))
         except Exception as e:  # noqa: BLE001
             row("diag", name, float("nan"), error=repr(e)[:200])
+        finally:
+            solve.VARIANT = 1
     save(out)
     fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
     from torch.profiler import ProfilerActivity, profile

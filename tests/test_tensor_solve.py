@@ -69,12 +69,21 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@pytest.fixture(params=[1, 0], ids=["variant1", "variant0"])
+def variant(request):
+    """Both factorizations of the kernel (solve.VARIANT), restored after."""
+    prev = solve.VARIANT
+    solve.VARIANT = request.param
+    yield request.param
+    solve.VARIANT = prev
+
+
 @needs_kernel
 @pytest.mark.parametrize("lib", LIBS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (32, 1, 3), (33, 640, 2),
                                           (64, 1000, 8), (64, 31, 1), (50, 97, 4)])
-def test_solve_matches_float64(lib, dtype, rank, n, count):
+def test_solve_matches_float64(lib, dtype, rank, n, count, variant):
     rng = np.random.default_rng(rank * 1000 + n + count)
     # Gram matrices of 3R-row factors: a well-conditioned Hadamard product
     grams = []
@@ -97,7 +106,7 @@ def test_solve_matches_float64(lib, dtype, rank, n, count):
 
 @needs_kernel
 @pytest.mark.parametrize("lib", LIBS)
-def test_solve_singular_product_stays_finite_and_nan_passes(lib):
+def test_solve_singular_product_stays_finite_and_nan_passes(lib, variant):
     rng = np.random.default_rng(7)
     # rank 40 above the factors' 12 rows: V = G1 ∘ G2 singular, the ridge decides
     grams = [rng.standard_normal((40, 12)) for _ in range(2)]
@@ -120,7 +129,7 @@ def test_solve_singular_product_stays_finite_and_nan_passes(lib):
 
 
 @needs_kernel
-def test_parafac_through_the_solve_kernel_matches_the_lu_route():
+def test_parafac_through_the_solve_kernel_matches_the_lu_route(variant):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(11)
     shape, rank = (40, 37, 30), 6
@@ -178,3 +187,40 @@ def test_parafac_float32_and_cupy_through_the_solve_kernel():
             assert solve.LAUNCHES > before, (lib, precision)
             fit = 1 - rel(host(lib, T.cp_to_tensor(got)).astype(np.float64), x)
             assert abs(fit - fit64) <= 0.01 * fit64, (lib, precision, fit, fit64)
+
+
+@needs_kernel
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_graph_sweeps_stop_on_tol_like_eager_sweeps(pipeline):
+    """The CUDA graph's sweeps, pipelined (sweep k + 1 queued before sweep k's fit is read) or
+    not, stop on tol at the same iteration as eager sweeps, with the same factors (the state
+    after the last sweep checked, not the one queued after it)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    shape, rank = (30, 26, 22), 3
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    xd = torch.as_tensor(x, device="cuda")
+
+    def run(fits):
+        return T.parafac(xd, rank, init=(None, [torch.as_tensor(f, device="cuda")
+                                                for f in init]),
+                         n_iter_max=300, tol=1e-7, callback=lambda i, f: fits.append(f))
+
+    prev = (T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE)
+    eager, graphed = [], []
+    try:
+        T.cp_als.GRAPH_MIN_ITERATIONS = 10 ** 9
+        ref = run(eager)
+        assert not T.cp_als.LAST_RUN["graph"]
+        T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE = prev[0], pipeline
+        got = run(graphed)
+        assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN
+        assert ("pipelined" in T.cp_als.LAST_RUN["reason"]) == pipeline
+    finally:
+        T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE = prev
+    assert 5 < len(eager) < 300
+    assert len(graphed) == len(eager)
+    np.testing.assert_allclose(graphed, eager, rtol=0, atol=1e-9)
+    assert rel(T.cp_to_tensor(got).cpu().numpy(), T.cp_to_tensor(ref).cpu().numpy()) < 1e-8

@@ -55,6 +55,7 @@ int kl_tensor_cuda_check(void);
 
 typedef struct {
   int32_t dtype;
+  int32_t variant;                 /* 1: the factorization's loads ahead of its stores; 0: not */
   int32_t rank;
   int32_t count;
   const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS];

@@ -26,6 +26,7 @@ cdef extern from "tensor.h" nogil:
     enum: KL_TENSOR_SOLVE_MAX_GRAMS
     ctypedef struct kl_tensor_spd_solve:
         int32_t dtype
+        int32_t variant
         int32_t rank
         int32_t count
         const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS]
@@ -78,7 +79,7 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
     check_status(status)
 
 
-def spd_solve(bint double, int32_t rank, grams, uintptr_t rhs, int64_t ld_rhs, uintptr_t out,
+def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, int64_t ld_rhs, uintptr_t out,
               int64_t ld_out, int64_t n, double eps, uintptr_t stream):
     """out (R, n) = (V + rho I)^-1 rhs, V the Hadamard product of the R x R matrices at the
     addresses `grams` (at most SOLVE_MAX_GRAMS); see tensor.h."""
@@ -87,6 +88,7 @@ def spd_solve(bint double, int32_t rank, grams, uintptr_t rhs, int64_t ld_rhs, u
     if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
         raise ValueError(f"grams: expected 1 to {KL_TENSOR_SOLVE_MAX_GRAMS} addresses, got {count}")
     c.dtype = 1 if double else 0
+    c.variant = variant
     c.rank = rank
     c.count = count
     for k in range(KL_TENSOR_SOLVE_MAX_GRAMS):

@@ -18,7 +18,7 @@ from . import _args, _graph, _shard, _tree
 from . import solve as _solve
 from ._engine import Engine
 
-__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "LAST_RUN"]
+__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "PIPELINE", "LAST_RUN"]
 
 
 class CPTensor(tuple):
@@ -114,6 +114,10 @@ def _hadamard(grams, skip=None):
 # a CUDA graph of the sweep pays for its capture (one warm-up sweep and the capture) from
 # this many iterations on
 GRAPH_MIN_ITERATIONS = 4
+# with a CUDA graph, queue sweep k + 1 before reading sweep k's fit (two graphs, _graph): the
+# GPU does not idle while the host reads the fit, runs the callback and launches the next
+# replay; stopping on tol then throws one sweep away
+PIPELINE = True
 # how the last parafac call ran its sweeps (for benchmarks and bug reports)
 LAST_RUN: dict = {}
 
@@ -170,14 +174,18 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     LAST_RUN.clear()
     LAST_RUN.update(graph=False, reason="eager: not a CUDA torch tensor or few iterations")
     if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
-        graph, reason = _graph.capture(eng, step, fts, grams, weights)
+        graph, reason = _graph.capture(eng, step, fts, grams, weights, PIPELINE)
         LAST_RUN.update(graph=graph is not None, reason=reason)
     LAST_RUN.update(solve_kernel=eng.solver == "kernel" and _solve.supported(fts[0], rank, nd - 1))
     errors, it, robust = [], 0, False
     w = weights
+    ahead = 1 if graph is not None and len(graph.graphs) > 1 else 0
     while it < n_iter_max:
         if graph is not None:
-            rec2, ip = graph.replay()
+            # (pipelined: sweep it + 1 is queued before sweep it's fit is read)
+            while graph.launched < min(it + 1 + ahead, n_iter_max):
+                graph.launch()
+            rec2, ip = graph.result(it)
         else:
             new = step(fts, grams, w, robust)
             rec2, ip = eng.scalars(new[3], new[4])
@@ -186,7 +194,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
             # a singular system the ridge did not tame: redo the sweep by pseudo-inverses,
             # eagerly from here on
             if graph is not None:
-                fts, grams, w = graph.rollback()
+                fts, grams, w = graph.state_before(it)
                 graph = None
             robust = True
             continue
@@ -197,8 +205,8 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
         it += 1
         if it >= 2 and abs(errors[-2] - errors[-1]) < tol:
             break
-    if graph is not None:
-        fts, grams, w = graph.state()
+    if graph is not None:  # (it ≥ 1 here: the loop ran and checked sweep it − 1 last)
+        fts, grams, w = graph.state_after(it - 1)
     progress.close()
     return w, fts
 
