@@ -67,6 +67,11 @@ typedef struct {
 
 int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);
 
+/* Shard mode (copy_cuda.cu): `height` rows of `width` bytes, `src_pitch` bytes apart in src
+ * (pinned host or device memory), to dst rows `dst_pitch` apart, on `stream` (asynchronous). */
+int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
+                        int64_t width, int64_t height, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,8 @@ cdef extern from "tensor.h" nogil:
         int64_t n, ld_rhs, ld_out
         double eps
     int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream)
+    int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
+                            int64_t width, int64_t height, void *stream)
 
 
 MAX_RANK = 64
@@ -102,6 +104,17 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
     cdef int status
     with nogil:
         status = kl_tensor_spd_solve_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def copy_rows(uintptr_t dst, int64_t dst_pitch, uintptr_t src, int64_t src_pitch,
+              int64_t width, int64_t height, uintptr_t stream):
+    """`height` rows of `width` bytes, src_pitch apart (pinned host or device memory), to dst
+    rows dst_pitch apart, asynchronously on `stream`; see tensor.h."""
+    cdef int status
+    with nogil:
+        status = kl_tensor_copy_rows(<void *> dst, dst_pitch, <const void *> src, src_pitch,
+                                     width, height, <void *> stream)
     check_status(status)
 
 

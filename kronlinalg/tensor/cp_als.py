@@ -224,36 +224,17 @@ def _fit_terms(xp, grams, w, y_last, ft_last):
 
 def _sharded(tensor, rank, n_iter_max, init, tol, random_state, normalize, callback, verbose,
              precision, device, memory_limit):
-    import numpy as np
     import torch
 
-    if isinstance(tensor, np.ndarray):
-        tensor = torch.from_numpy(tensor)
-    if not (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"):
-        raise TypeError("tensor: shard mode (device=...) takes a host tensor: a NumPy array or "
-                        "a CPU torch tensor")
-    _args.tensor_arg(tensor)
-    try:
-        device = torch.device(device)
-    except (TypeError, RuntimeError) as e:
-        raise ValueError(f"device: expected a CUDA device, got {device!r}") from e
-    if device.type != "cuda" or not torch.cuda.is_available():
-        raise ValueError(f"device: shard mode needs an available CUDA device, got {device}")
+    tensor, device, memory_limit = _shard.host_tensor(tensor, device, memory_limit, precision)
     rank = validation.count("rank", rank)
     if rank < 1:
         raise ValueError(f"rank: expected a positive integer, got {rank}")
     n_iter_max, tol = _args.iterations(n_iter_max, tol)
     callback = _args.callback_arg(callback)
-    if precision not in (None, "tf32", "ieee"):
-        raise ValueError(f"precision: shard mode takes 'tf32' or 'ieee', got {precision!r}")
     if isinstance(init, str) and init == "svd":
         raise ValueError("init: shard mode starts from 'random' or (weights, factors) (an SVD "
                          "initialisation needs cross-slab products)")
-    if memory_limit is None:
-        free, _ = torch.cuda.mem_get_info(device)
-        memory_limit = int(0.8 * free)
-    memory_limit = validation.count("memory_limit", memory_limit)
-    tensor = tensor.contiguous()
     like = torch.empty((), dtype=tensor.dtype, device=device)
     xp = array_api_compat.array_namespace(like)
     dims = [int(d) for d in tensor.shape]
