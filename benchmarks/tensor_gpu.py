@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from kronlinalg import tensor as kt
-from kronlinalg.tensor import fused
+from kronlinalg.tensor import fused, solve
 
 RESULTS: dict = {"sections": {}}
 ROWS: list = []
@@ -184,11 +184,18 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
                                         n_iter_max=k, tol=0, precision=precision, callback=cb)
 
     ref_fit = None
-    for precision in ours_modes or ("tf32", "tf32-v1", "tf32-library", "ieee", "float16",
-                                    "bfloat16"):
-        library = precision.endswith("-library")  # the cuBLAS GEMM chain, no one-pass kernel
-        fused.ENABLED = not library
-        fused.VARIANT = 1 if precision.endswith("-v1") else 0
+    # variants: -library (the cuBLAS GEMM chain, no one-pass kernel), -v1 (the kernel's other
+    # block shape), -lu / -cholesky (the factor updates through torch's solves, not the
+    # one-launch kernel of kronlinalg.tensor.solve), -s0 (that kernel's first factorization),
+    # -nopipe (the CUDA graph's sweeps not pipelined)
+    for precision in ours_modes or ("tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library",
+                                    "ieee", "float16", "bfloat16"):
+        tags = precision.split("-")[1:]
+        fused.ENABLED = "library" not in tags
+        fused.VARIANT = 1 if "v1" in tags else 0
+        solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
+        solve.VARIANT = 0 if "s0" in tags else 1
+        kt.cp_als.PIPELINE = "nopipe" not in tags
         variant = precision
         precision = precision.split("-")[0]
         try:
@@ -200,11 +207,12 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             row(label, f"kronlinalg torch {variant}",
                 1e3 * t, fit=round(fit, 6),
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
-                run=how.get("reason", "")[:120])
+                run=how.get("reason", "")[:120], solve_kernel=how.get("solve_kernel"))
         except Exception as e:  # noqa: BLE001
-            row(label, f"kronlinalg torch {precision}", float("nan"), error=repr(e)[:200])
+            row(label, f"kronlinalg torch {variant}", float("nan"), error=repr(e)[:200])
         finally:
-            fused.ENABLED, fused.VARIANT = True, 0
+            fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
+            solve.VARIANT, kt.cp_als.PIPELINE = 1, True
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -373,9 +381,86 @@ def tucker_section(out, n=640, rank=64):
     save(out)
 
 
+def graphed(fn, reps=20):
+    """GPU time of fn without its host launch costs: reps calls captured as one CUDA graph,
+    replayed between CUDA events (warm), seconds per call."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        g.replay()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3 / (5 * reps)
+
+
+def replay_breakdown(prof, path, label, keep=1):
+    """The GPU kernels of each CUDA-graph replay in a profile (grouped by the correlation id of
+    their cudaGraphLaunch): per replay its span, busy time and the idle time before it; for the
+    `keep` middle replays every kernel in order with the gap before it.  Returns the text."""
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    launches = {e["args"].get("correlation") for e in events
+                if e.get("cat") == "cuda_runtime" and "GraphLaunch" in e.get("name", "")}
+    replays: dict = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            c = e.get("args", {}).get("correlation")
+            if c in launches:
+                replays.setdefault(c, []).append(e)
+    how = "by cudaGraphLaunch correlation"
+    if not replays:  # (no correlation to the launches: split the kernels at host waits)
+        how = "split at gaps above 12 us"
+        ks = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy",
+                                                               "gpu_memset")),
+                    key=lambda k: k["ts"])
+        cur, end = [], None
+        for k in ks:
+            if cur and k["ts"] - end > 12:
+                replays[len(replays)] = cur
+                cur = []
+            cur.append(k)
+            end = k["ts"] + k["dur"] if end is None else max(end, k["ts"] + k["dur"])
+        if cur:
+            replays[len(replays)] = cur
+    lines = [f"== {label}: {len(replays)} groups ({how})"]
+    order = sorted(replays.values(), key=lambda ks: min(k["ts"] for k in ks))
+    prev_end = None
+    for ks in order:
+        ks.sort(key=lambda k: k["ts"])
+        t0, t1 = ks[0]["ts"], max(k["ts"] + k["dur"] for k in ks)
+        busy = sum(k["dur"] for k in ks)
+        idle = "" if prev_end is None else f", idle before {t0 - prev_end:.1f} us"
+        lines.append(f"replay: {len(ks)} kernels, span {t1 - t0:.1f} us, busy {busy:.1f} us"
+                     f"{idle}")
+        prev_end = t1
+    mid = order[len(order) // 2: len(order) // 2 + keep]
+    for ks in mid:
+        lines.append("  gap_us  dur_us  kernel")
+        end = ks[0]["ts"]
+        for k in ks:
+            lines.append(f"  {k['ts'] - end:6.1f} {k['dur']:7.1f}  {k['name'][:110]}")
+            end = max(end, k["ts"] + k["dur"])
+    return "\n".join(lines)
+
+
 def diag_section(out, n=640, rank=64):
     """Where a CP-ALS iteration's time goes: the root GEMM's orientations and storage types,
-    the 64×64 SPD solve's variants, and a profile of three eager iterations."""
+    the factor update's routes (GPU time without launch costs: captured as a CUDA graph), a
+    profile of three eager iterations, and every kernel of a replayed sweep (CUDA graph) with
+    the one-launch factor update and with torch's LU."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(3)
@@ -384,45 +469,105 @@ def diag_section(out, n=640, rank=64):
     x2 = x.reshape(n * n, n)
     ct = c.T.contiguous()
     with TF32():
-        row("diag", "gemm C^T X(IJ,K)^T tf32", 1e3 * wall(lambda: ct @ x2.T, 10))
-        row("diag", "gemm X(IJ,K) C tf32", 1e3 * wall(lambda: x2 @ c, 10))
+        row("diag", "gemm C^T X(IJ,K)^T tf32", 1e3 * wall(lambda: ct @ x2.T, 10),
+            gpu_ms=round(1e3 * events(lambda: ct @ x2.T), 4))
         xa = x.reshape(n, n * n)
-        row("diag", "gemm A^T X(I,JK) tf32", 1e3 * wall(lambda: ct @ xa, 10))
+        row("diag", "gemm A^T X(I,JK) tf32", 1e3 * wall(lambda: ct @ xa, 10),
+            gpu_ms=round(1e3 * events(lambda: ct @ xa), 4))
         y = ct @ x2.T
         yb = y.reshape(rank, n, n)
-        row("diag", "bmm trailing (R,I,J)(R,J,1)", 1e3 * wall(lambda: yb @ ct[:, :, None], 10))
-        row("diag", "bmm leading (R,1,I)(R,I,J)", 1e3 * wall(lambda: ct[:, None, :] @ yb, 10))
-        row("diag", "einsum rij,rj->ri", 1e3 * wall(lambda: torch.einsum("rij,rj->ri", yb, ct), 10))
-    row("diag", "gemm C^T X^T ieee", 1e3 * wall(lambda: ct @ x2.T, 10))
+        row("diag", "bmm trailing (R,I,J)(R,J,1)", 1e3 * wall(lambda: yb @ ct[:, :, None], 10),
+            gpu_ms=round(1e3 * events(lambda: yb @ ct[:, :, None]), 4))
+        row("diag", "bmm leading (R,1,I)(R,I,J)", 1e3 * wall(lambda: ct[:, None, :] @ yb, 10),
+            gpu_ms=round(1e3 * events(lambda: ct[:, None, :] @ yb), 4))
     xh = (x / x.abs().max()).half()
     ch = ct.half()
     row("diag", "gemm fp16 out fp32 (mm out_dtype)",
-        1e3 * wall(lambda: torch.mm(ch, xh.reshape(n * n, n).T, out_dtype=torch.float32), 10))
-    row("diag", "gemm fp16 out fp16", 1e3 * wall(lambda: ch @ xh.reshape(n * n, n).T, 10))
+        1e3 * wall(lambda: torch.mm(ch, xh.reshape(n * n, n).T, out_dtype=torch.float32), 10),
+        gpu_ms=round(1e3 * events(
+            lambda: torch.mm(ch, xh.reshape(n * n, n).T, out_dtype=torch.float32)), 4))
     row("diag", "copy 1.05 GB (d2d)", 1e3 * wall(lambda: x.clone(), 10))
-    v = ct @ ct.T + torch.eye(rank, device="cuda")
-    rhs = ct.contiguous()
+    del xh, y, yb
+    # the factor update: V = G1 ∘ G2 (+ ridge), solved against the MTTKRP (R, 640)
+    fa, fb = (torch.rand((rank, n), device="cuda", generator=g) for _ in range(2))
+    g1, g2 = fa @ fa.T, fb @ fb.T
+    rhs = torch.rand((rank, n), device="cuda", generator=g)
+
+    def library(cholesky):
+        def f():  # kronlinalg.tensor's library route (_engine.Engine.solve_spd), inline
+            v = g1 * g2
+            diag = torch.diagonal(v)
+            vr = v + torch.diag_embed(torch.full_like(diag, 1e-6) * diag.amax().clamp_min(1e-30))
+            if cholesky:
+                low = torch.linalg.cholesky_ex(vr)[0]
+                z = torch.linalg.solve_triangular(low, rhs, upper=False)
+                return torch.linalg.solve_triangular(low.mT, z, upper=True)
+            return torch.linalg.solve_ex(vr, rhs, check_errors=False)[0]
+        return f
+
+    v = g1 * g2 + 1e-3 * torch.eye(rank, device="cuda")
 
     def chol():
         lo = torch.linalg.cholesky_ex(v)[0]
-        z = torch.linalg.solve_triangular(lo, rhs, upper=False)
-        return torch.linalg.solve_triangular(lo.T, z, upper=True)
+        return torch.cholesky_solve(rhs, lo)
 
-    row("diag", "solve_ex 64x64, 640 rhs", 1e3 * wall(lambda: torch.linalg.solve_ex(v, rhs), 50))
-    row("diag", "cholesky + 2 trsm", 1e3 * wall(chol, 50))
-    row("diag", "inv_ex @ rhs", 1e3 * wall(lambda: torch.linalg.inv_ex(v)[0] @ rhs, 50))
+    def kernel(variant):
+        def f():
+            solve.VARIANT = variant
+            return solve.solve([g1, g2], rhs, 1e-6)
+        return f
+
+    for name, fn in (("update: one-launch kernel (hadamard+ridge+LDL^T+solve)", kernel(1)),
+                     ("update: one-launch kernel, variant 0", kernel(0)),
+                     ("update: hadamard+ridge+solve_ex (torch LU)", library(False)),
+                     ("update: hadamard+ridge+cholesky_ex+2 trsm", library(True)),
+                     ("solve_ex 64x64, 640 rhs", lambda: torch.linalg.solve_ex(v, rhs)),
+                     ("cholesky_ex + cholesky_solve", chol),
+                     ("gram 64x640x64 (ieee)", lambda: fa @ fa.T)):
+        try:
+            row("diag", name, 1e3 * wall(fn, 20), gpu_ms_graphed=round(1e3 * graphed(fn), 4))
+        except Exception as e:  # noqa: BLE001
+            row("diag", name, float("nan"), error=repr(e)[:200])
+        finally:
+            solve.VARIANT = 1
     save(out)
     fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
     from torch.profiler import ProfilerActivity, profile
 
+    texts = []
     kt.parafac(x, rank, init=(None, [f.clone() for f in fs]), n_iter_max=3, tol=0)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         kt.parafac(x, rank, init=(None, [f.clone() for f in fs]), n_iter_max=3, tol=0)
         sync()
-    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+    texts.append("== eager sweeps (3 iterations), by kernel\n" + prof.key_averages().table(
+        sort_by="cuda_time_total", row_limit=30))
+    for solver in ("auto", "lu"):
+        solve.SOLVER = solver
+        try:
+            run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
+                                     n_iter_max=8, tol=0)
+            run()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run()
+                sync()
+            texts.append(replay_breakdown(prof, out.rsplit(".", 1)[0] + f"_trace_{solver}.json",
+                                          f"graph sweeps, solver {solver}, "
+                                          f"{kt.cp_als.LAST_RUN.get('reason')}"))
+        except Exception as e:  # noqa: BLE001
+            texts.append(f"== graph profile {solver} failed: {e!r}"[:400])
+        finally:
+            solve.SOLVER = "auto"
+    import os
+
+    for solver in ("auto", "lu"):  # (only the text comes back: at most 8 files)
+        try:
+            os.remove(out.rsplit(".", 1)[0] + f"_trace_{solver}.json")
+        except OSError:
+            pass
+    text = "\n\n".join(texts)
     with open(out.rsplit(".", 1)[0] + "_profile.txt", "w") as f:
-        f.write(table)
-    print(table[:6000])
+        f.write(text)
+    print(text[-9000:])
 
 
 def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30, iters=4):
@@ -474,6 +619,56 @@ def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30, iters=4):
         resident_rows=facts["resident_rows"], slab_rows=facts["slab_rows"],
         passes=facts["passes_per_iteration"], peak_alloc_GB=round(peak / 1e9, 2),
         allocated_before_GB=round(before / 1e9, 3))
+    save(out)
+    # Tucker (HOSVD from Gram matrices + HOOI), ranks 64, the same capped pool (which counts
+    # every tensor alive: the float64 copy goes first)
+    del x64, res, res_mem
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.set_per_process_memory_fraction(cap / total)
+    try:
+        def shard_tucker(k, cb=None):
+            return kt.tucker(host, rank, n_iter_max=k, tol=0, callback=cb, device="cuda",
+                             memory_limit=cap)
+
+        shard_tucker(0)
+        sync()
+        t0 = time.perf_counter()
+        res0 = shard_tucker(0)
+        sync()
+        t_hosvd = time.perf_counter() - t0
+        facts0 = dict(kt.hooi.LAST_RUN)
+        t_it, res_t = per_iteration_cb(shard_tucker, 1, 3, 1)
+        facts_t = dict(kt.hooi.LAST_RUN)
+        peak_t = torch.cuda.max_memory_allocated()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    per_pass = facts_t["streamed_bytes_per_pass"] / h2d_bw
+    del res0
+    xd = host.to("cuda")
+    x64 = xd.double()
+    t0 = time.perf_counter()
+    mem0 = kt.tucker(xd, rank, n_iter_max=0, tol=0)
+    sync()
+    t_mem0 = time.perf_counter() - t0
+    t_mem, mem_t = per_iteration_cb(lambda k, cb: kt.tucker(xd, rank, n_iter_max=k, tol=0,
+                                                            callback=cb), 1, 3, 1)
+    del xd
+    row("shard640x640x2560", "tucker in memory (HOSVD alone)", 1e3 * t_mem0,
+        rel_error=round(tucker_error(x64, *mem0), 6))
+    row("shard640x640x2560", "tucker in memory, per HOOI iteration", 1e3 * t_mem,
+        rel_error=round(tucker_error(x64, *mem_t), 6), iterations=3)
+    row("shard640x640x2560", "tucker shard (HOSVD alone + core)", 1e3 * t_hosvd,
+        passes=facts0["passes"], transfers_ms=round(1e3 * facts0["passes"] * per_pass, 1),
+        ratio=round(t_hosvd / (facts0["passes"] * per_pass), 2))
+    row("shard640x640x2560", "tucker shard, per HOOI iteration", 1e3 * t_it,
+        rel_error=round(tucker_error(x64, *res_t), 6), iterations=3,
+        passes=facts_t["passes_per_iteration"],
+        transfers_ms=round(1e3 * facts_t["passes_per_iteration"] * per_pass, 1),
+        ratio=round(t_it / (facts_t["passes_per_iteration"] * per_pass), 2),
+        resident_rows=facts_t["resident_rows"], slab_rows=facts_t["slab_rows"],
+        peak_alloc_GB=round(peak_t / 1e9, 2))
     save(out)
 
 

@@ -1,8 +1,11 @@
-"""The one-pass MTTKRP kernel (kernels/tensor) on small tensors, for compute-sanitizer:
+"""kernels/tensor on small problems, for compute-sanitizer.  The one-pass MTTKRP kernel:
 both modes, ranks 7 and 64, output rows that leave the 128-row tile partly empty, an inner
-size that puts index boundaries inside the 32-row stages.  Prints the error against float64.
+size that puts index boundaries inside the 32-row stages; the one-launch factor update (spd
+solve): ranks 7, 33 and 64, right-hand sides not a multiple of 32, float32 and float64.
+Prints the errors against float64.
 
     compute-sanitizer --tool memcheck --kernel-name kns=mttkrp python benchmarks/tensor_sanitize.py
+    compute-sanitizer --tool racecheck --kernel-name kns=spd_solve python benchmarks/tensor_sanitize.py
 """
 
 import numpy as np
@@ -32,5 +35,25 @@ for shape, rank, variant in (((70, 36, 40), 7, 0), ((70, 36, 40), 64, 1),
             err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
             worst = max(worst, err)
             print(shape, rank, mode, variant, f"{err:.2e}")
+from kronlinalg.tensor import solve
+
+for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 45, 2, "float32"),
+                           (64, 640, 1, "float64")):
+    grams = []
+    for _ in range(count):
+        f = rng.standard_normal((rank, 3 * rank))
+        grams.append(f @ f.T / f.shape[1])
+    y = rng.standard_normal((rank, n))
+    gd = [torch.as_tensor(g.astype(dt), device="cuda") for g in grams]
+    yd = torch.as_tensor(y.astype(dt), device="cuda")
+    before = solve.LAUNCHES
+    got = solve.solve(gd, yd, 1e-6 if dt == "float32" else 1e-14)
+    assert solve.LAUNCHES == before + 1, (rank, n, count, dt)
+    v = np.prod(np.stack([g.astype(dt).astype(np.float64) for g in grams]), axis=0)
+    v += (1e-6 if dt == "float32" else 1e-14) * v.diagonal().max() * np.eye(rank)
+    ref = np.linalg.solve(v, y.astype(dt).astype(np.float64))
+    err = np.linalg.norm(got.cpu().double().numpy() - ref) / np.linalg.norm(ref)
+    worst = max(worst, err)
+    print("spd solve", rank, n, count, dt, f"{err:.2e}")
 torch.cuda.synchronize()
 print(f"sanitize script done, worst relative error {worst:.2e}")

@@ -46,6 +46,32 @@ int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red,
 int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
 int kl_tensor_cuda_check(void);
 
+/* CP-ALS's factor update (solve_cuda.cu): out = (V + rho I)^-1 rhs with V the Hadamard product
+ * of `count` R x R Gram matrices (row-major, contiguous, symmetric: the lower half is read) and
+ * rho = eps * max(max diag V, 1e-30); rhs and out (R, n) row-major with row strides ld_rhs and
+ * ld_out (out may not overlap rhs).  L D L^T in shared memory, pivots raised to at least rho;
+ * NaN and infinity pass through.  dtype 0: float32, 1: float64. */
+#define KL_TENSOR_SOLVE_MAX_GRAMS 8
+
+typedef struct {
+  int32_t dtype;
+  int32_t variant;                 /* 1: the factorization's loads ahead of its stores; 0: not */
+  int32_t rank;
+  int32_t count;
+  const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS];
+  const void *rhs;
+  void *out;
+  int64_t n, ld_rhs, ld_out;
+  double eps;
+} kl_tensor_spd_solve;
+
+int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);
+
+/* Shard mode (copy_cuda.cu): `height` rows of `width` bytes, `src_pitch` bytes apart in src
+ * (pinned host or device memory), to dst rows `dst_pitch` apart, on `stream` (asynchronous). */
+int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
+                        int64_t width, int64_t height, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,10 +23,25 @@ cdef extern from "tensor.h" nogil:
                               int32_t *splits, int64_t *mpad, int32_t *per_sm)
     int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream)
     int kl_tensor_cuda_check()
+    enum: KL_TENSOR_SOLVE_MAX_GRAMS
+    ctypedef struct kl_tensor_spd_solve:
+        int32_t dtype
+        int32_t variant
+        int32_t rank
+        int32_t count
+        const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS]
+        const void *rhs
+        void *out
+        int64_t n, ld_rhs, ld_out
+        double eps
+    int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream)
+    int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
+                            int64_t width, int64_t height, void *stream)
 
 
 MAX_RANK = 64
 MIN_INNER = 32
+SOLVE_MAX_GRAMS = KL_TENSOR_SOLVE_MAX_GRAMS
 
 
 def plan(bint last, int variant, int64_t m, int64_t red):
@@ -63,6 +78,43 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
     cdef int status
     with nogil:
         status = kl_tensor_mttkrp_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, int64_t ld_rhs, uintptr_t out,
+              int64_t ld_out, int64_t n, double eps, uintptr_t stream):
+    """out (R, n) = (V + rho I)^-1 rhs, V the Hadamard product of the R x R matrices at the
+    addresses `grams` (at most SOLVE_MAX_GRAMS); see tensor.h."""
+    cdef kl_tensor_spd_solve c
+    cdef int k, count = len(grams)
+    if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
+        raise ValueError(f"grams: expected 1 to {KL_TENSOR_SOLVE_MAX_GRAMS} addresses, got {count}")
+    c.dtype = 1 if double else 0
+    c.variant = variant
+    c.rank = rank
+    c.count = count
+    for k in range(KL_TENSOR_SOLVE_MAX_GRAMS):
+        c.grams[k] = <const void *> (<uintptr_t> grams[k]) if k < count else NULL
+    c.rhs = <const void *> rhs
+    c.out = <void *> out
+    c.n = n
+    c.ld_rhs = ld_rhs
+    c.ld_out = ld_out
+    c.eps = eps
+    cdef int status
+    with nogil:
+        status = kl_tensor_spd_solve_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def copy_rows(uintptr_t dst, int64_t dst_pitch, uintptr_t src, int64_t src_pitch,
+              int64_t width, int64_t height, uintptr_t stream):
+    """`height` rows of `width` bytes, src_pitch apart (pinned host or device memory), to dst
+    rows dst_pitch apart, asynchronously on `stream`; see tensor.h."""
+    cdef int status
+    with nogil:
+        status = kl_tensor_copy_rows(<void *> dst, dst_pitch, <const void *> src, src_pitch,
+                                     width, height, <void *> stream)
     check_status(status)
 
 

@@ -15,6 +15,7 @@ import math
 import array_api_compat
 
 from ..common import backend
+from . import solve as _solve
 
 __all__ = ["Engine"]
 
@@ -79,9 +80,11 @@ class Engine:
         self.precision = precision if self.float32 else "ieee"
         self.half = self.precision in ("float16", "bfloat16") and self.cuda
         self.device = array_api_compat.device(like)
-        # torch's SPD solve: "lu" (solve_ex), or "cholesky" where a CUDA graph cannot
-        # capture the LU (a non-PD matrix then shows as a non-finite fit: see cp_als)
-        self.solver = "lu"
+        # the normal equations' solve: "kernel" (kernels/tensor's one-launch update where it
+        # runs, else "lu"), "lu" (torch's solve_ex, the library's solve), or "cholesky" (torch,
+        # where a CUDA graph cannot capture the LU: a non-PD matrix then shows as a non-finite
+        # fit, see cp_als); solve.SOLVER chooses ("auto": "kernel")
+        self.solver = "kernel" if _solve.SOLVER == "auto" else _solve.SOLVER
 
     # -- the GEMM mode -------------------------------------------------------------------------
 
@@ -181,6 +184,22 @@ class Engine:
     def eye(self, r, like):
         return self.xp.eye(r, dtype=like.dtype, device=array_api_compat.device(like))
 
+    def _ridge_eps(self, dtype):
+        return 1e-6 if backend.dtype_name(dtype) == "float32" else 1e-14
+
+    def solve_normal(self, grams, rhs, robust=False):
+        """(∘ grams)⁻¹ rhs: the normal equations of a factor update, V the Hadamard product of
+        the other modes' Gram matrices (each R×R), with solve_spd's ridge.  On CUDA (rank ≤
+        64) one launch of kernels/tensor's solve forms V, its ridge and its factorization
+        and solves; elsewhere the Hadamard product, then solve_spd."""
+        r = int(rhs.shape[0])
+        if not robust and self.solver == "kernel" and _solve.supported(rhs, r, len(grams)):
+            return _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype))
+        v = grams[0]
+        for g in grams[1:]:
+            v = v * g
+        return self.solve_spd(v, rhs, robust)
+
     def solve_spd(self, v, rhs, robust=False):
         """v⁻¹ rhs for a symmetric positive semi-definite v (R×R): an LU solve with a ridge of
         1e-14 (float64) / 1e-6 (float32) of v's largest diagonal entry, so that a singular v
@@ -192,7 +211,9 @@ class Engine:
         r = int(v.shape[0])
         if robust:
             return xp.matmul(xp.linalg.pinv(v), rhs)
-        eps = 1e-6 if backend.dtype_name(v.dtype) == "float32" else 1e-14
+        eps = self._ridge_eps(v.dtype)
+        if self.solver == "kernel" and _solve.supported(rhs, r, 1):
+            return _solve.solve([v], rhs, eps)
         if self.lib == "torch":  # few launches: each costs more than the 64×64 work itself
             import torch
 

@@ -51,6 +51,7 @@ class Streamer:
         itemsize = x_host.element_size()
         self.resident_rows, self.slab_rows = plan(self.dims, rank, itemsize, limit)
         i0, rest = self.dims[0], math.prod(self.dims[1:])
+        self.dtype, self.itemsize = x_host.dtype, itemsize
         x2 = x_host.reshape(i0, rest)
         self.resident = x2[:self.resident_rows].to(device)
         streamed = x2[self.resident_rows:]
@@ -94,6 +95,87 @@ class Streamer:
             cur.wait_event(ready[j])
             consume(a, b, self.buffers[j][:b - a])
             free[j].record(cur)
+
+
+    def each_block(self, width, consume):
+        """consume(j0, j1, block (I_0, (j1 − j0)·∏ I_{2…}) on the device) for the slabs
+        [j0, j1) of MODE 1, `width` indices each: every row of the tensor, the resident ones
+        copied on the device, the others from pinned host memory, as strided (2D) copies on
+        the copy stream, two buffers deep (one pass over the tensor)."""
+        torch = self.torch
+        from .._ext import load
+
+        rows = load("tensor_cuda")
+        if rows is None:
+            raise RuntimeError("shard mode's mode-1 slabs need the CUDA build of kronlinalg")
+        i0, i1 = self.dims[0], self.dims[1]
+        rest2 = math.prod(self.dims[2:])
+        item = self.itemsize
+        blocks = [(j, min(j + width, i1)) for j in range(0, i1, width)]
+        bufs = [torch.empty((i0, width * rest2), dtype=self.dtype, device=self.device)
+                for _ in range(min(2, len(blocks)))]
+        cur = torch.cuda.current_stream(self.device)
+        ready = [torch.cuda.Event() for _ in bufs]
+        free = [torch.cuda.Event() for _ in bufs]
+        self.copy_stream.wait_stream(cur)
+        pitch = i1 * rest2 * item  # one mode-0 row of the tensor, in bytes
+        res = self.resident_rows
+
+        def issue(k):
+            j0, j1 = blocks[k]
+            buf = bufs[k % len(bufs)]
+            dpitch, wbytes = width * rest2 * item, (j1 - j0) * rest2 * item
+            stream = self.copy_stream
+            with torch.cuda.stream(stream):
+                stream.wait_event(free[k % len(bufs)])
+                if res:
+                    rows.copy_rows(buf.data_ptr(), dpitch,
+                                   self.resident.data_ptr() + j0 * rest2 * item, pitch,
+                                   wbytes, res, stream.cuda_stream)
+                if i0 > res:
+                    rows.copy_rows(buf.data_ptr() + res * dpitch, dpitch,
+                                   self.host.data_ptr() + j0 * rest2 * item, pitch,
+                                   wbytes, i0 - res, stream.cuda_stream)
+                ready[k % len(bufs)].record(stream)
+
+        issue(0)
+        for k, (j0, j1) in enumerate(blocks):
+            if k + 1 < len(blocks):
+                issue(k + 1)
+            j = k % len(bufs)
+            cur.wait_event(ready[j])
+            consume(j0, j1, bufs[j][:, :(j1 - j0) * rest2])
+            free[j].record(cur)
+
+
+def host_tensor(tensor, device, memory_limit, precision):
+    """The checked arguments of a shard-mode call: (C-contiguous CPU torch tensor, CUDA torch
+    device, memory limit in bytes)."""
+    import numpy as np
+    import torch
+
+    from ..common import validation
+    from . import _args
+
+    if isinstance(tensor, np.ndarray):
+        tensor = torch.from_numpy(tensor)
+    if not (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"):
+        raise TypeError("tensor: shard mode (device=...) takes a host tensor: a NumPy array or "
+                        "a CPU torch tensor")
+    _args.tensor_arg(tensor)
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError) as e:
+        raise ValueError(f"device: expected a CUDA device, got {device!r}") from e
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise ValueError(f"device: shard mode needs an available CUDA device, got {device}")
+    if precision not in (None, "tf32", "ieee"):
+        raise ValueError(f"precision: shard mode takes 'tf32' or 'ieee', got {precision!r}")
+    if memory_limit is None:
+        free, _ = torch.cuda.mem_get_info(device)
+        memory_limit = int(0.8 * free)
+    memory_limit = validation.count("memory_limit", memory_limit)
+    return tensor.contiguous(), device, memory_limit
 
 
 def als(x_host, fts, weights, rank, device, limit, n_iter_max, tol, precision, progress,

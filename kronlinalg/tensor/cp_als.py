@@ -15,9 +15,10 @@ import array_api_compat
 
 from ..common import backend, validation
 from . import _args, _graph, _shard, _tree
+from . import solve as _solve
 from ._engine import Engine
 
-__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "LAST_RUN"]
+__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "PIPELINE", "LAST_RUN"]
 
 
 class CPTensor(tuple):
@@ -113,6 +114,10 @@ def _hadamard(grams, skip=None):
 # a CUDA graph of the sweep pays for its capture (one warm-up sweep and the capture) from
 # this many iterations on
 GRAPH_MIN_ITERATIONS = 4
+# with a CUDA graph, queue sweep k + 1 before reading sweep k's fit (two graphs, _graph): the
+# GPU does not idle while the host reads the fit, runs the callback and launches the next
+# replay; stopping on tol then throws one sweep away
+PIPELINE = True
 # how the last parafac call ran its sweeps (for benchmarks and bug reports)
 LAST_RUN: dict = {}
 
@@ -121,18 +126,18 @@ def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
     """Solve mode n's normal equations against y (R, I_n), the transposed MTTKRP; store the
     factor, its Gram and (normalize) the weights; keep the last mode's y for the fit."""
     xp = eng.xp
-    v = _hadamard(grams, skip=n)
+    others = [g for m, g in enumerate(grams) if m != n]
     if normalize:  # solve for A_n·diag(w), then split off its column norms
-        ft = eng.solve_spd(v, y, robust)
+        ft = eng.solve_normal(others, y, robust)
         norms = xp.sqrt(xp.sum(ft * ft, axis=1))
         wn = xp.where(norms == 0, xp.ones_like(norms), norms)
         ft = ft / wn[:, None]
         state["w"] = wn
     elif unit:  # weights all ones (the default): no scaling of the system
-        ft = eng.solve_spd(v, y, robust)
-    else:  # the weights stay as they are (given by init)
+        ft = eng.solve_normal(others, y, robust)
+    else:  # the weights stay as they are (given by init): diag(w) V diag(w) = V ∘ w wᵀ
         wn = state["w"]
-        ft = eng.solve_spd(wn[:, None] * v * wn[None, :], wn[:, None] * y, robust)
+        ft = eng.solve_normal(others + [wn[:, None] * wn[None, :]], wn[:, None] * y, robust)
     fts[n] = ft
     with eng.exact():
         grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
@@ -169,13 +174,18 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
     LAST_RUN.clear()
     LAST_RUN.update(graph=False, reason="eager: not a CUDA torch tensor or few iterations")
     if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
-        graph, reason = _graph.capture(eng, step, fts, grams, weights)
+        graph, reason = _graph.capture(eng, step, fts, grams, weights, PIPELINE)
         LAST_RUN.update(graph=graph is not None, reason=reason)
+    LAST_RUN.update(solve_kernel=eng.solver == "kernel" and _solve.supported(fts[0], rank, nd - 1))
     errors, it, robust = [], 0, False
     w = weights
+    ahead = 1 if graph is not None and len(graph.graphs) > 1 else 0
     while it < n_iter_max:
         if graph is not None:
-            rec2, ip = graph.replay()
+            # (pipelined: sweep it + 1 is queued before sweep it's fit is read)
+            while graph.launched < min(it + 1 + ahead, n_iter_max):
+                graph.launch()
+            rec2, ip = graph.result(it)
         else:
             new = step(fts, grams, w, robust)
             rec2, ip = eng.scalars(new[3], new[4])
@@ -184,7 +194,7 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
             # a singular system the ridge did not tame: redo the sweep by pseudo-inverses,
             # eagerly from here on
             if graph is not None:
-                fts, grams, w = graph.rollback()
+                fts, grams, w = graph.state_before(it)
                 graph = None
             robust = True
             continue
@@ -195,8 +205,8 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
         it += 1
         if it >= 2 and abs(errors[-2] - errors[-1]) < tol:
             break
-    if graph is not None:
-        fts, grams, w = graph.state()
+    if graph is not None:  # (it ≥ 1 here: the loop ran and checked sweep it − 1 last)
+        fts, grams, w = graph.state_after(it - 1)
     progress.close()
     return w, fts
 
@@ -214,36 +224,17 @@ def _fit_terms(xp, grams, w, y_last, ft_last):
 
 def _sharded(tensor, rank, n_iter_max, init, tol, random_state, normalize, callback, verbose,
              precision, device, memory_limit):
-    import numpy as np
     import torch
 
-    if isinstance(tensor, np.ndarray):
-        tensor = torch.from_numpy(tensor)
-    if not (isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu"):
-        raise TypeError("tensor: shard mode (device=...) takes a host tensor: a NumPy array or "
-                        "a CPU torch tensor")
-    _args.tensor_arg(tensor)
-    try:
-        device = torch.device(device)
-    except (TypeError, RuntimeError) as e:
-        raise ValueError(f"device: expected a CUDA device, got {device!r}") from e
-    if device.type != "cuda" or not torch.cuda.is_available():
-        raise ValueError(f"device: shard mode needs an available CUDA device, got {device}")
+    tensor, device, memory_limit = _shard.host_tensor(tensor, device, memory_limit, precision)
     rank = validation.count("rank", rank)
     if rank < 1:
         raise ValueError(f"rank: expected a positive integer, got {rank}")
     n_iter_max, tol = _args.iterations(n_iter_max, tol)
     callback = _args.callback_arg(callback)
-    if precision not in (None, "tf32", "ieee"):
-        raise ValueError(f"precision: shard mode takes 'tf32' or 'ieee', got {precision!r}")
     if isinstance(init, str) and init == "svd":
         raise ValueError("init: shard mode starts from 'random' or (weights, factors) (an SVD "
                          "initialisation needs cross-slab products)")
-    if memory_limit is None:
-        free, _ = torch.cuda.mem_get_info(device)
-        memory_limit = int(0.8 * free)
-    memory_limit = validation.count("memory_limit", memory_limit)
-    tensor = tensor.contiguous()
     like = torch.empty((), dtype=tensor.dtype, device=device)
     xp = array_api_compat.array_namespace(like)
     dims = [int(d) for d in tensor.shape]

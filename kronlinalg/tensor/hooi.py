@@ -12,14 +12,16 @@ import math
 import operator
 
 from ..common import backend, validation
-from . import _args
+from . import _args, _shard, _shard_tucker
 from ._engine import Engine
 from .primitives import mode_product
 
-__all__ = ["tucker", "TuckerTensor", "CONCURRENT_HOSVD"]
+__all__ = ["tucker", "TuckerTensor", "CONCURRENT_HOSVD", "LAST_RUN"]
 
 # the HOSVD's modes (Gram and eigh each) on streams and host threads of their own (CUDA torch)
 CONCURRENT_HOSVD = True
+# how the last tucker call ran (shard mode: resident rows, slabs, passes over the tensor)
+LAST_RUN: dict = {}
 
 
 class TuckerTensor(tuple):
@@ -59,7 +61,8 @@ def _project(xp, x, factors, skip=None):
 
 
 def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=None,
-           callback=None, verbose=False, precision=None, svd="eigh"):
+           callback=None, verbose=False, precision=None, svd="eigh", device=None,
+           memory_limit=None):
     """Tucker decomposition (TensorLy's ``tucker``): HOSVD from the leading eigenvectors of the
     mode Gram matrices X₍ₙ₎X₍ₙ₎ᵀ (formed by GEMMs on the tensor's layout, no unfolding, no SVD
     of one), then HOOI iterations until the relative error changes by less than tol
@@ -68,7 +71,15 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
     "tf32" (default) or "ieee".  svd: how the leading eigenvectors of each Gram matrix are
     found: "eigh" (default, exact) or "randomized" (a (rank+16)-column subspace, two power
     steps and Rayleigh–Ritz: for large modes on the GPU, whose full eigh is latency-bound).
+    Shard mode (device="cuda" or a CUDA torch device, tensor on the host: a NumPy array or a
+    CPU torch tensor of 3 or more dimensions, pinned ideally): the tensor is streamed through
+    the GPU in slabs (HOSVD two passes, each HOOI iteration two), the leading mode-0 rows that
+    fit memory_limit (bytes; default 80 % of the free GPU memory) staying resident; core and
+    factors come back on the GPU; LAST_RUN reports the passes.
     Returns TuckerTensor(core, factors) with orthonormal factors."""
+    if device is not None:
+        return _sharded(tensor, rank, n_iter_max, init, tol, random_state, callback, verbose,
+                        precision, svd, device, memory_limit)
     xp, x = _args.tensor_arg(tensor)
     dims = [int(d) for d in x.shape]
     ranks = _ranks(rank, dims)
@@ -80,6 +91,8 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
         raise ValueError(f"svd: expected 'eigh' or 'randomized', got {svd!r}")
     eng = Engine(xp, x, precision or "tf32")
     nd = x.ndim
+    LAST_RUN.clear()
+    LAST_RUN.update(shard=False)
     with eng.fast():
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
@@ -113,4 +126,20 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
         progress.close()
         if core is None:
             core = _project(xp, x, factors)
+    return TuckerTensor(core, factors)
+
+
+def _sharded(tensor, rank, n_iter_max, init, tol, random_state, callback, verbose, precision,
+             svd, device, memory_limit):
+    tensor, device, memory_limit = _shard.host_tensor(tensor, device, memory_limit, precision)
+    ranks = _ranks(rank, [int(d) for d in tensor.shape])
+    n_iter_max, tol = _args.iterations(n_iter_max, tol)
+    callback = _args.callback_arg(callback)
+    if svd not in ("eigh", "randomized"):
+        raise ValueError(f"svd: expected 'eigh' or 'randomized', got {svd!r}")
+    core, factors, facts = _shard_tucker.tucker(
+        tensor, ranks, device, memory_limit, n_iter_max, tol, precision or "tf32", svd, init,
+        random_state, _args.Progress("tucker", verbose, n_iter_max, callback))
+    LAST_RUN.clear()
+    LAST_RUN.update(facts)
     return TuckerTensor(core, factors)

@@ -1,0 +1,226 @@
+"""CP-ALS's one-launch factor update (kernels/tensor/solve_cuda.cu, kronlinalg.tensor.solve)
+against float64 NumPy solves, on torch and CuPy arrays: ranks 1 to 64 (a warp's two rows a
+lane, part empty), right-hand sides not a multiple of a block's 32, one to eight Gram
+matrices, float32 and float64, a singular Hadamard product (the ridge), NaN passing through;
+and parafac through it against the library's LU route, eager and as a CUDA graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kronlinalg import tensor as T
+from kronlinalg.tensor import solve
+
+pytestmark = pytest.mark.gpu
+
+
+def _libs():
+    out = []
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out.append("torch")
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            out.append("cupy")
+    except Exception:  # noqa: BLE001  (no CuPy, or no device for it)
+        pass
+    return out
+
+
+LIBS = _libs()
+needs_kernel = pytest.mark.skipif(not LIBS or solve._cuda is None,
+                                  reason="no CUDA device or a build without CUDA")
+
+
+def dev(lib, a):
+    if lib == "torch":
+        import torch
+
+        return torch.as_tensor(np.ascontiguousarray(a), device="cuda")
+    import cupy
+
+    return cupy.asarray(np.ascontiguousarray(a))
+
+
+def host(lib, a):
+    return a.cpu().numpy() if lib == "torch" else a.get()
+
+
+def update(grams, rhs):
+    assert solve.supported(rhs, int(rhs.shape[0]), len(grams))
+    eps = 1e-6 if "float32" in str(rhs.dtype) else 1e-14
+    return solve.solve(grams, rhs, eps)
+
+
+def reference(grams, y, eps):
+    v = np.prod(np.stack(grams), axis=0)
+    rho = eps * max(float(v.diagonal().max()), 1e-30)
+    return np.linalg.solve(v + rho * np.eye(len(v)), y)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(params=[1, 0], ids=["variant1", "variant0"])
+def variant(request):
+    """Both factorizations of the kernel (solve.VARIANT), restored after."""
+    prev = solve.VARIANT
+    solve.VARIANT = request.param
+    yield request.param
+    solve.VARIANT = prev
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (32, 1, 3), (33, 640, 2),
+                                          (64, 1000, 8), (64, 31, 1), (50, 97, 4)])
+def test_solve_matches_float64(lib, dtype, rank, n, count, variant):
+    rng = np.random.default_rng(rank * 1000 + n + count)
+    # Gram matrices of 3R-row factors: a well-conditioned Hadamard product
+    grams = []
+    for _ in range(count):
+        f = rng.standard_normal((rank, 3 * rank + 4))
+        grams.append((f @ f.T / f.shape[1]).astype(dtype))
+    y = rng.standard_normal((rank, n)).astype(dtype)
+    eps = 1e-6 if dtype == "float32" else 1e-14
+    gd, yd = [dev(lib, g) for g in grams], dev(lib, y)
+    before = solve.LAUNCHES
+    got = host(lib, update(gd, yd))
+    assert solve.LAUNCHES == before + 1, "the kernel did not run"
+    assert got.shape == (rank, n) and got.dtype == np.dtype(dtype)
+    ref = reference([g.astype(np.float64) for g in grams], y.astype(np.float64), eps)
+    assert rel(got.astype(np.float64), ref) < (2e-4 if dtype == "float32" else 1e-11)
+    # inputs untouched
+    assert np.array_equal(host(lib, yd), y)
+    assert all(np.array_equal(host(lib, a), b) for a, b in zip(gd, grams))
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+def test_solve_singular_product_stays_finite_and_nan_passes(lib, variant):
+    rng = np.random.default_rng(7)
+    # rank 40 above the factors' 12 rows: V = G1 ∘ G2 singular, the ridge decides
+    grams = [rng.standard_normal((40, 12)) for _ in range(2)]
+    grams = [f @ f.T for f in grams]
+    y = rng.standard_normal((40, 70))
+    got = host(lib, update([dev(lib, g) for g in grams], dev(lib, y)))
+    assert np.isfinite(got).all()
+    # the solution is ill-determined (condition ~1e14): its backward error is what holds
+    v = grams[0] * grams[1]
+    vr = v + 1e-14 * v.diagonal().max() * np.eye(40)
+    resid = np.linalg.norm(vr @ got - y)
+    assert resid <= 1e-10 * (np.linalg.norm(vr) * np.linalg.norm(got) + np.linalg.norm(y))
+    g32 = [dev(lib, g.astype(np.float32)) for g in grams]
+    got32 = host(lib, update(g32, dev(lib, y.astype(np.float32))))
+    assert np.isfinite(got32).all()
+    bad = grams[0].copy()
+    bad[3, 3] = np.nan
+    got = host(lib, update([dev(lib, bad), dev(lib, grams[1])], dev(lib, y)))
+    assert np.isnan(got).any()
+
+
+@needs_kernel
+def test_parafac_through_the_solve_kernel_matches_the_lu_route(variant):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    shape, rank = (40, 37, 30), 6
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    xd = torch.as_tensor(x, device="cuda")
+    results = {}
+    for route in ("auto", "lu"):
+        solve.SOLVER = route
+        try:
+            for iters in (3, 8):  # eager sweeps, then a CUDA graph
+                before = solve.LAUNCHES
+                got = T.parafac(xd, rank, init=(None, [torch.as_tensor(f, device="cuda")
+                                                       for f in init]),
+                                n_iter_max=iters, tol=0)
+                took = solve.LAUNCHES - before
+                assert (took > 0) == (route == "auto"), (route, iters, took)
+                results[route, iters] = T.cp_to_tensor(got).cpu().numpy()
+            assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN
+            assert T.cp_als.LAST_RUN["solve_kernel"] == (route == "auto")
+        finally:
+            solve.SOLVER = "auto"
+    for iters in (3, 8):
+        assert rel(results["auto", iters], results["lu", iters]) < 1e-9
+    # the given-weights route (the weights' outer product as one more Gram matrix)
+    w = rng.random(rank) + 0.5
+    for route in ("auto", "lu"):
+        solve.SOLVER = route
+        try:
+            got = T.parafac(xd, rank, init=(torch.as_tensor(w, device="cuda"),
+                                            [torch.as_tensor(f, device="cuda") for f in init]),
+                            n_iter_max=5, tol=0)
+            results["w", route] = T.cp_to_tensor(got).cpu().numpy()
+        finally:
+            solve.SOLVER = "auto"
+    assert rel(results["w", "auto"], results["w", "lu"]) < 1e-9
+
+
+@needs_kernel
+def test_parafac_float32_and_cupy_through_the_solve_kernel():
+    rng = np.random.default_rng(12)
+    shape, rank = (64, 48, 36), 5
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.01 * rng.standard_normal(shape)
+    init = (None, [f + 0.2 * rng.standard_normal(f.shape) for f in fs])
+    ref = T.cp_to_tensor(T.parafac(x, rank, init=init, n_iter_max=10, tol=0))
+    fit64 = 1 - rel(ref, x)
+    for lib in LIBS:
+        for precision in ("tf32", "ieee", "float16"):
+            before = solve.LAUNCHES
+            got = T.parafac(dev(lib, x.astype(np.float32)), rank, n_iter_max=10, tol=0,
+                            precision=precision,
+                            init=(None, [dev(lib, f.astype(np.float32)) for f in init[1]]))
+            assert solve.LAUNCHES > before, (lib, precision)
+            fit = 1 - rel(host(lib, T.cp_to_tensor(got)).astype(np.float64), x)
+            assert abs(fit - fit64) <= 0.01 * fit64, (lib, precision, fit, fit64)
+
+
+@needs_kernel
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_graph_sweeps_stop_on_tol_like_eager_sweeps(pipeline):
+    """The CUDA graph's sweeps, pipelined (sweep k + 1 queued before sweep k's fit is read) or
+    not, stop on tol at the same iteration as eager sweeps, with the same factors (the state
+    after the last sweep checked, not the one queued after it)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    shape, rank = (30, 26, 22), 3
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    xd = torch.as_tensor(x, device="cuda")
+
+    def run(fits):
+        return T.parafac(xd, rank, init=(None, [torch.as_tensor(f, device="cuda")
+                                                for f in init]),
+                         n_iter_max=300, tol=1e-7, callback=lambda i, f: fits.append(f))
+
+    prev = (T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE)
+    eager, graphed = [], []
+    try:
+        T.cp_als.GRAPH_MIN_ITERATIONS = 10 ** 9
+        ref = run(eager)
+        assert not T.cp_als.LAST_RUN["graph"]
+        T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE = prev[0], pipeline
+        got = run(graphed)
+        assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN
+        assert ("pipelined" in T.cp_als.LAST_RUN["reason"]) == pipeline
+    finally:
+        T.cp_als.GRAPH_MIN_ITERATIONS, T.cp_als.PIPELINE = prev
+    assert 5 < len(eager) < 300
+    assert len(graphed) == len(eager)
+    np.testing.assert_allclose(graphed, eager, rtol=0, atol=1e-9)
+    assert rel(T.cp_to_tensor(got).cpu().numpy(), T.cp_to_tensor(ref).cpu().numpy()) < 1e-8
