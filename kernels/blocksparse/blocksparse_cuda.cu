@@ -25,6 +25,7 @@
 #include "cuda_device.hpp"
 #include "cuda_ptx.cuh"
 #include "fp32_mode.hpp"
+#include "knobs.hpp"
 
 namespace kl {
 namespace bs {
@@ -356,6 +357,34 @@ struct IndexRing {
   }
 };
 
+// Options of the half-precision panel kernel, for A/B runs (kl_bs_spmm_panel_opts, or
+// KRONLINALG_BS_PANEL read at the first use): bit 0 stages C through shared memory and stores
+// it as 16-byte row vectors (else each thread stores its fragments, 2 bytes at a time); bit 1
+// reads A's blocks (streamed once per RHS tile) with an L2 evict-first policy, so that they do
+// not push B's rows (re-read by every block that meets them) out of L2; bits 4-7 the pipeline
+// depth of the 256-column tile (4, 8 or 12 stages; 0: 4).
+constexpr int kPanelStageC = 1, kPanelEvictA = 2;
+constexpr int kPanelDefault = kPanelStageC | kPanelEvictA | (4 << 4);
+std::atomic<int> g_panel_opts{-1};  // -1: the knob not read yet
+
+int panel_opts() {
+  int v = g_panel_opts.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = knob_int("KRONLINALG_BS_PANEL", kPanelDefault);
+    if (v < 0) v = kPanelDefault;
+    g_panel_opts.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// cp.async of 16 bytes with an L2 cache policy (createpolicy's 64-bit handle).
+__device__ __forceinline__ void cp_async_16_policy(void *dst, const void *src, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, %2;\n" ::"r"(
+                   cu::smem_u32(dst)),
+               "l"(src), "l"(pol)
+               : "memory");
+}
+
 // The panel SpMM kernel (b = 16, RHS wider than 32; the default): a CTA of 4 warps owns one work
 // item and an RHS tile of 4 * WN columns, warp w the columns [w WN, (w + 1) WN).  The CTA stages
 // each A block once for its four warps and the B block row it meets across the whole tile, S
@@ -377,7 +406,7 @@ struct Panel {
 
 template <int MODE, int BM, int WN, int S>
 __global__ void __launch_bounds__(kWarps * 32, 4)
-    spmm_panel_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+    spmm_panel_kernel(kl_bs_spmm_problem p, int64_t ntn, int opts) {
   using PL = Panel<MODE, BM, WN, S>;
   using TL = typename PL::TL;
   using T = typename PL::T;
@@ -403,10 +432,17 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int bbytes =
       bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
   const int ar = tid / ACH, ac = tid % ACH;
+  const bool evict_a = (opts & kPanelEvictA) != 0;
+  uint64_t pol_a = 0;
+  if (evict_a) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol_a));
   auto load = [&](int slot, int64_t kcol, int64_t blk) {
     T *sa = st + slot * PL::kStage;
-    if (tid < BM * ACH)
-      cu::cp_async_16(sa + ar * PL::AP + ac * E, val + blk * BM * BM + ar * BM + ac * E, true);
+    if (tid < BM * ACH) {
+      T *dst = sa + ar * PL::AP + ac * E;
+      const T *srca = val + blk * BM * BM + ar * BM + ac * E;
+      if (evict_a) cp_async_16_policy(dst, srca, pol_a);
+      else cu::cp_async_16(dst, srca, true);
+    }
     T *sb = sa + BM * PL::AP;
     const int64_t k0 = kcol * BM;
 #pragma unroll
@@ -450,6 +486,48 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   cu::cp_async_wait_all();
 
   T *C = static_cast<T *>(p.C);
+  if constexpr (TL::kHalfLike) {
+    // C through shared memory (the stages are free once every warp is past its last block):
+    // each warp writes its 16 x WN fragments as element pairs, then stores whole 16-byte row
+    // pieces -- an eighth of the store instructions, full 32-byte sectors
+    const bool staged = (opts & kPanelStageC) && !split && !p.accumulate && p.beta == 0.0 &&
+                        p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+    if (staged) {
+      __syncthreads();
+      using T2 = typename std::conditional<MODE == kBf16, __nv_bfloat162, __half2>::type;
+      T *cs = st + warp * WN;  // the warp's columns of a BM x NTC tile, pitch BP
+      const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+        for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float x0 = float(p.alpha * double(acc[i][j][2 * h]));
+            const float x1 = float(p.alpha * double(acc[i][j][2 * h + 1]));
+            T2 v;
+            if constexpr (MODE == kBf16) v = __floats2bfloat162_rn(x0, x1);
+            else v = __floats2half2_rn(x0, x1);
+            *reinterpret_cast<T2 *>(cs + (i * 16 + g + 8 * h) * PL::BP + j * 8 + 2 * t) = v;
+          }
+      __syncwarp();
+      constexpr int CH = WN / 8;  // 16-byte pieces per row of the warp's strip
+#pragma unroll
+      for (int c = lane; c < BM * CH; c += 32) {
+        const int rr = c / CH, cc = c % CH;
+        const int64_t row = r * BM + rr, col = n0 + warp * WN + cc * 8;
+        if (row >= p.m || col >= p.n) continue;
+        const T *src = cs + rr * PL::BP + cc * 8;
+        T *dst = C + row * p.ldc + col;
+        if (col + 8 <= p.n) {
+          *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+        } else {
+          for (int e = 0; col + e < p.n; ++e) dst[e] = src[e];
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < TL::MT; ++i)
 #pragma unroll
@@ -784,13 +862,15 @@ int launch_panel(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.nitems;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm: grid too large");
-  spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(
+      p, ntn, panel_opts());
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm panel launch");
 }
 
 // Pipeline depth: about 9-10 KB a stage for 2-byte and 4-byte types, 4 stages (5-6 CTAs an
-// SM); FP64's wide tile is 19 KB a stage, 3 stages.
+// SM); FP64's wide tile is 19 KB a stage, 3 stages.  The half-precision 256-column tile takes
+// the depth of panel_opts (4, 8: 3 CTAs an SM, 12: 2), to compare.
 template <int MODE>
 int spmm_panel(const kl_bs_spmm_problem &p, cudaStream_t s) {
   switch (panel_wn(MODE, 16, p.n)) {
@@ -799,7 +879,13 @@ int spmm_panel(const kl_bs_spmm_problem &p, cudaStream_t s) {
       if constexpr (MODE == kF64) return launch_panel<MODE, 16, 32, 3>(p, s);
       else return launch_panel<MODE, 16, 32, 4>(p, s);
     case 64:
-      if constexpr (MODE == kHalf || MODE == kBf16) return launch_panel<MODE, 16, 64, 4>(p, s);
+      if constexpr (MODE == kHalf || MODE == kBf16) {
+        switch ((panel_opts() >> 4) & 15) {
+          case 8: return launch_panel<MODE, 16, 64, 8>(p, s);
+          case 12: return launch_panel<MODE, 16, 64, 12>(p, s);
+          default: return launch_panel<MODE, 16, 64, 4>(p, s);
+        }
+      }
       break;
   }
   return fail(KL_ERR_INVALID, "blocksparse spmm: no panel kernel for this tile");
@@ -893,6 +979,12 @@ extern "C" int kl_bs_spmm2d_rows(int dtype, int64_t n) {
 extern "C" int kl_bs_spmm_variant(int variant) {
   const int prev = kl::bs::g_variant.load();
   if (variant >= 0 && variant <= 2) kl::bs::g_variant.store(variant);
+  return prev;
+}
+
+extern "C" int kl_bs_spmm_panel_opts(int opts) {
+  const int prev = kl::bs::panel_opts();
+  if (opts >= 0) kl::bs::g_panel_opts.store(opts);
   return prev;
 }
 
