@@ -3,10 +3,12 @@ bytes and the roof they run against (issue 34's FP16 rows).
 
     python benchmarks/blocksparse_half.py --out half.json [--sections spmm,probe,batched]
     python benchmarks/blocksparse_half.py --ncu      # one panel launch per variant, for ncu
+    (--quick: six panel variants, not all)
 
 1. spmm, N = 16384, FP16 (one BF16 row), RHS 256 and 64, densities 0.05 / 0.1 / 0.25: the
    panel kernel under each option set of ``bs_cuda.spmm_panel_opts`` (C staged through shared
-   memory for 16-byte stores, A read L2 evict-first, 4 / 8 / 12 stages), the 128-column tile,
+   memory for 16-byte stores, A read L2 evict-first, 4 / 8 / 12 stages, the persistent form),
+   the 128-column tile,
    dense torch.mm (cuBLAS); whether every variant gives the bits of the first; the bytes each
    moves from L2 into shared memory (a B block row per stored block, the block, C) and the rate.
 2. A probe of that roof: CTAs of 128 threads copy random 8 KB panels of an 8 MB (L2-resident)
@@ -32,6 +34,7 @@ from kronlinalg.blocksparse import bs_cuda
 from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
 
 HBM_TBS = 3.35  # H100 SXM5 80 GB, the data sheet's peak
+QUICK = "--quick" in sys.argv  # fewer panel variants (the ones that matter after run a)
 
 PANEL = {  # name: spmm_panel_opts value (bit 0 C staged, bit 1 A evict-first, bits 4-7 depth)
     "old": 0 | 4 << 4,
@@ -42,6 +45,9 @@ PANEL = {  # name: spmm_panel_opts value (bit 0 C staged, bit 1 A evict-first, b
     "C+evictA d8": 3 | 8 << 4,
     "C d12": 1 | 12 << 4,
     "C+evictA d12": 3 | 12 << 4,
+    "persistent": 8 | 4 << 4,
+    "C persistent": 9 | 4 << 4,
+    "C+evictA persistent": 11 | 4 << 4,
 }
 
 
@@ -81,6 +87,9 @@ def spmm_section():
         X = torch.randn((16384, n), device="cuda").to(dt)
         row = {"dtype": dname, "density": density, "rhs": n, "nnzb": A.nnz_blocks}
         names = list(PANEL) if n > 128 else ["old", "C+evictA"]
+        if QUICK and n > 128:
+            names = ["old", "C+evictA", "C+evictA d8", "persistent", "C persistent",
+                     "C+evictA persistent"]
         first = with_opts(PANEL["old"], lambda: spmm(A, X, algorithm="blocksparse"))
         row["err_old"] = rel(first, dense.double() @ X.double())
         row["same_bits"] = {}
@@ -241,7 +250,7 @@ def ncu_run():
     """One launch of the panel kernel per variant at FP16 0.05 / 256 (ncu -k regex:panel)."""
     A = random_bsm(16384, 0.05, torch.float16, seed=50)
     X = torch.randn((16384, 256), device="cuda").half()
-    for nm in ("old", "C+evictA", "C d8", "C+evictA d12"):
+    for nm in ("old", "C+evictA", "C+evictA persistent"):
         with_opts(PANEL[nm], lambda: spmm(A, X, algorithm="blocksparse"))
         torch.cuda.synchronize()
         print("ncu variant", nm, PANEL[nm], flush=True)
@@ -252,6 +261,7 @@ def main():
     p.add_argument("--out", default="blocksparse_half.json")
     p.add_argument("--sections", default="spmm,probe,batched")
     p.add_argument("--ncu", action="store_true")
+    p.add_argument("--quick", action="store_true")
     a = p.parse_args()
     if a.ncu:
         ncu_run()

@@ -2,11 +2,12 @@
 # One device call for the half-precision SpMM and batched variants (issue 34), each step under
 # its own limit so that what finished comes back.  After the build:
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/blocksparse_half.sh
-# HALF_SECTIONS (default spmm,probe,batched); HALF_TESTS=full: every GPU test of the two
-# block-sparse files (else the half-precision ones); HALF_SAN=all: memcheck over every kernel.
+# HALF_SECTIONS (default spmm,probe,batched), HALF_ARGS (e.g. --quick); HALF_GPU=1: also the
+# FP16 rows of blocksparse_gpu.py; HALF_TESTS=full: every GPU test of the two block-sparse
+# files (else the half-precision ones); HALF_SAN=all: memcheck over every kernel.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== benchmark ($SECONDS s)"
-timeout ${HALF_BENCH_S:-120} python benchmarks/blocksparse_half.py \
+timeout ${HALF_BENCH_S:-120} python benchmarks/blocksparse_half.py $HALF_ARGS \
   --sections ${HALF_SECTIONS:-spmm,probe,batched} --out "$OUT/blocksparse_half.json" \
   2>&1 | tee "$OUT/blocksparse_half.txt" | grep -v '^{' | tail -12
 python - "$OUT/blocksparse_half.json" <<'PY' 2>&1 | tee "$OUT/blocksparse_half_table.md"
@@ -30,15 +31,20 @@ for row in r.get("batched", []):
           f"bytes={row['bytes_ratio']:.3f} floor_hbm={row['achieved_over_floor_hbm']:.2f} "
           f"floor_bmm={row['achieved_over_floor_bmm_rate']:.2f} bits={row['same_bits']}")
 PY
+if [ -n "$HALF_GPU" ]; then  # the FP16 rows of the issue's table (torch BSR, 2D, Morton)
+  echo "== blocksparse_gpu.py, FP16 ($SECONDS s)"
+  timeout ${HALF_GPU_S:-60} python benchmarks/blocksparse_gpu.py --budget 45 --sections spmm \
+    --spmm-dtypes fp16 --out "$OUT/blocksparse_fp16.json" 2>&1 | grep -E '^\| (dtype|fp16)' | cut -c1-400
+fi
 echo "== ncu ($SECONDS s)"
 if command -v ncu >/dev/null; then
-  timeout ${HALF_NCU_S:-60} ncu -k regex:spmm_panel -c 4 --metrics \
+  timeout ${HALF_NCU_S:-60} ncu -k regex:"spmm_(panel|persistent)" -c 3 --metrics \
 gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct,\
 dram__bytes_read.sum,dram__bytes_write.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,\
 sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__throughput.avg.pct_of_peak_sustained_active,\
 lts__t_sectors_srcunit_tex_op_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
     python benchmarks/blocksparse_half.py --ncu > "$OUT/blocksparse_ncu.txt" 2>&1
-  grep -E "variant|spmm_panel|duration|sectors|hit_rate|bytes|pct|ERR|rror" "$OUT/blocksparse_ncu.txt" | cut -c1-150 | tail -60
+  grep -E "variant|spmm_p|duration|sectors|hit_rate|bytes|pct|ERR|rror" "$OUT/blocksparse_ncu.txt" | cut -c1-150 | tail -60
 else
   echo "no ncu"
 fi

@@ -65,18 +65,21 @@ def batched_calls():
 
 def panel_calls():
     """The half-precision panel kernel's options (C staged or not, A evict-first or not, 4 / 8 /
-    12 stages) at 256-column tiles: edge blocks, an empty row, a row cut into pieces, beta."""
+    12 stages, persistent with and without a grid cap) at 256-column tiles: edge blocks, an
+    empty row, a row cut into pieces, beta."""
     from kronlinalg.blocksparse import bs_cuda
-    a = pattern(150, 600, 16, 0.1)
-    a[16:32] = rng.standard_normal((16, 600))  # 38 blocks: cut into pieces
-    for dt in (torch.float16, torch.bfloat16):
+    light = pattern(150, 600, 16, 0.1)  # block row 4 empty
+    heavy = light.copy()
+    heavy[16:32] = rng.standard_normal((16, 600))  # 38 blocks: cut into pieces (nothing staged)
+    for dt, a in ((torch.float16, light), (torch.float16, heavy), (torch.bfloat16, light)):
         A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt))
         ae = A.to_dense().double().cpu().numpy()
         for n in (136, 256, 258):
             x = torch.randn((600, n), device="cuda").to(dt)
             xe = x.double().cpu().numpy()
             c = torch.randn((150, n), device="cuda").to(dt)
-            for opts in (0 | 4 << 4, 3 | 4 << 4, 3 | 8 << 4, 1 | 12 << 4):
+            for opts in (0 | 4 << 4, 3 | 4 << 4, 3 | 8 << 4, 1 | 12 << 4, 11 | 4 << 4,
+                         11 | 4 << 4 | 3 << 8, 8 | 4 << 4 | 2 << 8):  # persistent, capped
                 prev = bs_cuda.spmm_panel_opts(opts)
                 check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], ("panel", dt, n, opts))
                 check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),

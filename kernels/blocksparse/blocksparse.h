@@ -86,9 +86,10 @@ int kl_bs_float32_mode(int mode);
  * sets it when 0..2 (anything else only queries); the previous. */
 int kl_bs_spmm_variant(int variant);
 /* The half-precision panel kernel's options (bit 0: C staged through shared memory for 16-byte
- * stores; bit 1: A read with an L2 evict-first policy; bits 4-7: the 256-column tile's pipeline
- * depth, 4, 8 or 12), for comparisons; sets them when opts >= 0; the previous.  The first use
- * reads KRONLINALG_BS_PANEL. */
+ * stores; bit 1: A read with an L2 evict-first policy; bit 3: the persistent form where it
+ * applies; bits 4-7: the 256-column tile's pipeline depth, 4, 8 or 12; bits 8-15: a cap on the
+ * persistent grid, for tests), for comparisons; sets them when opts >= 0; the previous.  The
+ * first use reads KRONLINALG_BS_PANEL. */
 int kl_bs_spmm_panel_opts(int opts);
 int kl_bs_cuda_device_check(void);
 

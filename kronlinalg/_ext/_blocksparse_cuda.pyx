@@ -72,8 +72,8 @@ def spmm_variant(int variant=-1):
 
 def spmm_panel_opts(int opts=-1):
     """The half-precision panel kernel's options (bit 0 C staged for 16-byte stores, bit 1 A read
-    evict-first, bits 4-7 the 256-column tile's depth 4/8/12); sets them when opts >= 0; returns
-    the previous."""
+    evict-first, bit 3 the persistent form, bits 4-7 the 256-column tile's depth 4/8/12, bits
+    8-15 a cap on the persistent grid); sets them when opts >= 0; returns the previous."""
     return kl_bs_spmm_panel_opts(opts)
 
 
