@@ -6,7 +6,8 @@ Dtypes FP16/BF16/FP32 (3xTF32, IEEE)/FP64, b = 16 and 32, RHS tiles 32/64/128, r
 order, shapes not divisible by b, empty rows, a heavy row cut into pieces (atomics), beta, the
 three SpGEMM phases, the batched kernel (spmm_batched: every RHS tile, edge blocks, an empty
 pattern).  Exits non-zero on a wrong answer.  ``--quick`` (for racecheck): FP16 and FP32,
-b = 16, the panel and 2D kernels' tiles only; ``--batched``: the batched kernel only."""
+b = 16, the panel and 2D kernels' tiles only; ``--batched``: the batched kernel only; ``--panel``:
+the half-precision panel kernel's options only (both flags: both)."""
 
 import sys
 
@@ -52,20 +53,50 @@ def batched_calls():
             A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
             x = torch.randn((batch, k, n), device="cuda").to(dt)
             ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
-            for pipeline in (0, 1):  # 2-4 stages (by the shared memory); two stages
+            for pipeline, stage_c in ((0, 1), (1, 1), (0, 0)):  # 2-4 stages; two; C staged
                 prev = batched_cuda.batched_pipeline(pipeline)
+                prev_c = batched_cuda.batched_c_stage(stage_c)
                 check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
-                      ("batched", dt, m, k, n, pipeline))
+                      ("batched", dt, m, k, n, pipeline, stage_c))
                 batched_cuda.batched_pipeline(prev)
+                batched_cuda.batched_c_stage(prev_c)
     print("done batched", flush=True)
+
+
+def panel_calls():
+    """The half-precision panel kernel's options (C staged or not, A evict-first or not, 4 / 8 /
+    12 stages, persistent with and without a grid cap) at 256-column tiles: edge blocks, an
+    empty row, a row cut into pieces, beta."""
+    from kronlinalg.blocksparse import bs_cuda
+    light = pattern(150, 600, 16, 0.1)  # block row 4 empty
+    heavy = light.copy()
+    heavy[16:32] = rng.standard_normal((16, 600))  # 38 blocks: cut into pieces (nothing staged)
+    for dt, a in ((torch.float16, light), (torch.float16, heavy), (torch.bfloat16, light)):
+        A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt))
+        ae = A.to_dense().double().cpu().numpy()
+        for n in (136, 256, 258):
+            x = torch.randn((600, n), device="cuda").to(dt)
+            xe = x.double().cpu().numpy()
+            c = torch.randn((150, n), device="cuda").to(dt)
+            for opts in (0 | 4 << 4, 3 | 4 << 4, 3 | 8 << 4, 1 | 12 << 4, 11 | 4 << 4,
+                         11 | 4 << 4 | 3 << 8, 8 | 4 << 4 | 2 << 8):  # persistent, capped
+                prev = bs_cuda.spmm_panel_opts(opts)
+                check(spmm(A, x, algorithm="blocksparse"), ae @ xe, TOL[dt], ("panel", dt, n, opts))
+                check(spmm(A, x, beta=0.5, c=c, algorithm="blocksparse"),
+                      ae @ xe + 0.5 * c.double().cpu().numpy(), TOL[dt], ("panel beta", dt, n))
+                bs_cuda.spmm_panel_opts(prev)
+    print("done panel", flush=True)
 
 
 TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 QUICK = "--quick" in sys.argv
 DTYPES = (torch.float16, torch.float32) if QUICK else (torch.float16, torch.bfloat16,
                                                         torch.float32, torch.float64)
-if "--batched" in sys.argv:
-    batched_calls()
+if "--panel" in sys.argv or "--batched" in sys.argv:
+    if "--panel" in sys.argv:
+        panel_calls()
+    if "--batched" in sys.argv:
+        batched_calls()
     torch.cuda.synchronize()
     print("blocksparse sanitize run:", "OK" if bad == 0 else f"{bad} wrong")
     raise SystemExit(1 if bad else 0)

@@ -7,6 +7,8 @@ powers of two.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,51 @@ def test_spmm_float32_modes(xp, rng):
             assert_close(spmm(A, x, algorithm="blocksparse"), ref, xp, "float32", msg=mode)
     finally:
         float32_precision(prev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [136, 256, 258])
+def test_spmm_cuda_panel_options(xp, rng, n):
+    """The half-precision panel kernel's options (C staged for 16-byte stores or stored from the
+    fragments, A read evict-first or not, 4/8/12 stages, persistent) give the same bits, on
+    poisoned output memory: two RHS tiles (n = 136: the second mostly past n; 258: a row pitch
+    that is not 16-byte aligned, so C is stored from the fragments), an empty block row, with
+    and without a row cut into pieces (added atomically: then nothing is staged), beta."""
+    if not xp.is_cuda:
+        pytest.skip("the CUDA kernels")
+    from kronlinalg.blocksparse import bs_cuda
+
+    light, _ = block_pattern(rng, 150, 595, 16, 0.1)
+    light[48:64] = 0.0  # an empty block row
+    heavy = light.copy()
+    heavy[16:32] = rng.standard_normal((16, 595))  # 38 blocks > max(32, 4 x mean): two pieces
+    prev = bs_cuda.spmm_panel_opts()
+    try:
+        for dtype, a in itertools.product(
+                [d for d in dtypes_of(xp) if d in ("float16", "bfloat16")], (light, heavy)):
+            x = to_xp(xp, rng.standard_normal((595, n)), dtype)
+            c = to_xp(xp, rng.standard_normal((150, n)), dtype)
+            xe, ce = to_numpy(x).astype(np.float64), to_numpy(c).astype(np.float64)
+            A, ae = bsm_on(xp, a, 16, dtype, "row")
+            first = None
+            # the last three: the persistent form (one RHS tile: n <= 256), two of them with the
+            # grid capped at 3 CTAs, each then walking several items as one stream
+            for opts in (0 | 4 << 4, 1 | 4 << 4, 2 | 4 << 4, 3 | 8 << 4, 1 | 12 << 4,
+                         11 | 4 << 4, 9 | 4 << 4 | 3 << 8, 8 | 4 << 4 | 3 << 8):
+                bs_cuda.spmm_panel_opts(opts)
+                what = f"{dtype} heavy={a is heavy} opts {opts}: "
+                poison = to_xp(xp, np.full(150 * n + 4096, np.nan), dtype)
+                del poison  # its memory goes back to the pool the result comes from
+                got = spmm(A, x, alpha=0.5, algorithm="blocksparse")
+                assert_close(got, 0.5 * (ae @ xe), xp, dtype, msg=what)
+                host = to_numpy(got)
+                if first is None:
+                    first = host
+                assert np.array_equal(host, first), what + "other bits"
+                assert_close(spmm(A, x, alpha=0.5, beta=-2.0, c=c, algorithm="blocksparse"),
+                             0.5 * (ae @ xe) - 2.0 * ce, xp, dtype, msg=what + "beta ")
+    finally:
+        bs_cuda.spmm_panel_opts(prev)
 
 
 @pytest.mark.gpu

@@ -107,12 +107,13 @@ def test_batched_kernel_every_tile(xp, rng, order):
 
     batch = 33
     a, mask = stack_pattern(rng, batch, order, order, 16, 0.5)
-    prev = bs_cuda.batched_pipeline()
+    prev, prev_c = bs_cuda.batched_pipeline(), bs_cuda.batched_c_stage()
     try:
         for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
             A, ae = from_mask(xp, a, mask, 16, dtype)
             for n, pipeline in itertools.product((8, 13, 16, 40, 64, 100, 256), (0, 1)):
                 bs_cuda.batched_pipeline(pipeline)
+                bs_cuda.batched_c_stage(1 - pipeline)  # C staged (16-byte stores) or not
                 x = to_xp(xp, rng.standard_normal((batch, order, n)), dtype)
                 ref = ae @ to_numpy(x).astype(np.float64)
                 poison = to_xp(xp, np.full(batch * order * max(n, 8) + 4096, np.nan), dtype)
@@ -122,6 +123,7 @@ def test_batched_kernel_every_tile(xp, rng, order):
                     assert_close(got, 2.0 * ref, xp, dtype, msg=f"{dtype} n={n} {pipeline}: ")
     finally:
         bs_cuda.batched_pipeline(prev)
+        bs_cuda.batched_c_stage(prev_c)
     for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
         A, ae = from_mask(xp, a, mask, 16, dtype)
         wide = to_xp(xp, rng.standard_normal((batch, order, 80)), dtype)[:, :, 8:72]

@@ -85,6 +85,12 @@ int kl_bs_float32_mode(int mode);
  * default), 1 the warp-per-row kernel, 2 the panel kernel with 128-column half-precision tiles;
  * sets it when 0..2 (anything else only queries); the previous. */
 int kl_bs_spmm_variant(int variant);
+/* The half-precision panel kernel's options (bit 0: C staged through shared memory for 16-byte
+ * stores; bit 1: A read with an L2 evict-first policy; bit 3: the persistent form where it
+ * applies; bits 4-7: the 256-column tile's pipeline depth, 4, 8 or 12; bits 8-15: a cap on the
+ * persistent grid, for tests), for comparisons; sets them when opts >= 0; the previous.  The
+ * first use reads KRONLINALG_BS_PANEL. */
+int kl_bs_spmm_panel_opts(int opts);
 int kl_bs_cuda_device_check(void);
 
 /* Batched SpMM over matrices that share one block pattern: C[i] = alpha * A[i] @ X[i] for
@@ -116,6 +122,9 @@ int kl_bs_batched_tile_cap(int cap);
  * flight per SM; 1 two stages (the first version, to compare).  Sets it when 0 or 1 (anything
  * else only queries); the previous. */
 int kl_bs_batched_pipeline(int pipeline);
+/* Whether the batched kernel stages C through shared memory for 16-byte stores (1, the default)
+ * or stores its fragments directly (0, the first version); sets it when 0 or 1; the previous. */
+int kl_bs_batched_c_stage(int stage);
 
 #ifdef __cplusplus
 }

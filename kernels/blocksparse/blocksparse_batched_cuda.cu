@@ -9,9 +9,10 @@
 // memory while it multiplies an earlier one, so the copies of many small problems stay in
 // flight back to back.  The pattern (row_ptr, col_idx) is read once per CTA into shared memory as
 // int32.  A warp owns a 16 x WN strip of C (a block row, WN = 16 or 32 columns), walks the block
-// row's stored blocks only, and stores its FP32 accumulators (times alpha) straight to C.
-// Measured (H100): reads at 3.7 TB/s, but C's 4-byte fragment stores write at 1.1 TB/s (bmm:
-// 2.5) -- staging C through shared memory for 16-byte row stores is the next step.
+// row's stored blocks only, then writes its FP32 accumulators (times alpha, rounded) into its
+// own 16 x WN scratch in shared memory and stores them to C as 16-byte row pieces.  (The
+// first version stored each thread's fragments as 4-byte pairs, half a 32-byte sector per row
+// and store: C written at 1.1 TB/s on the H100 where bmm writes at 2.5.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -41,6 +42,12 @@ __host__ __device__ inline int64_t index_bytes(int64_t rb, int64_t nnzb) {
 __host__ __device__ inline int64_t stage_elems(int64_t nnzb, int64_t kpad, int nt) {
   return nnzb * 256 + kpad * (nt + 8);
 }
+// Each warp's C scratch: 16 rows of WN + 8 elements (the pitch puts the 8 rows of a fragment
+// store on distinct banks).
+__host__ __device__ constexpr int strip_cols(int nt) { return nt < 32 ? nt : 32; }
+__host__ __device__ constexpr int64_t c_scratch_bytes(int nt) {
+  return int64_t(kThreads / 32) * 16 * (strip_cols(nt) + 8) * 2;
+}
 
 template <bool BF16> struct Elem;
 template <> struct Elem<false> {
@@ -61,10 +68,11 @@ __device__ __forceinline__ int swizzled_chunk(int row, int half) {
 }
 
 template <bool BF16, int NT, int S>
-__global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem p, int64_t ntn) {
+__global__ void __launch_bounds__(kThreads)
+    batched_kernel(kl_bs_batched_problem p, int64_t ntn, bool stage_c) {
   using T = typename Elem<BF16>::T;
   using T2 = typename Elem<BF16>::T2;
-  constexpr int WN = NT < 32 ? NT : 32;  // columns of a warp's strip
+  constexpr int WN = strip_cols(NT);  // columns of a warp's strip
   constexpr int NSTRIP = NT / WN;
   constexpr int XP = NT + 8;
   KL_DYNAMIC_SMEM(smem_raw);
@@ -75,6 +83,8 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
   T *stages = reinterpret_cast<T *>(smem_raw + index_bytes(rb, nnzb));
   const int64_t selems = stage_elems(nnzb, kpad, NT);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int CP = WN + 8;  // the C scratch's pitch
+  T *cs = stages + S * selems + warp * 16 * CP;  // this warp's (only when stage_c)
   for (int i = tid; i <= rb; i += kThreads) s_rp[i] = int(p.row_ptr[i]);
   for (int i = tid; i < nnzb; i += kThreads) s_col[i] = int(p.col_idx[i]);
 
@@ -148,6 +158,26 @@ __global__ void __launch_bounds__(kThreads) batched_kernel(kl_bs_batched_problem
         }
       }
       const float alpha = float(p.alpha);
+      if (stage_c) {
+#pragma unroll
+        for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<T2 *>(cs + (g + h * 8) * CP + j * 8 + 2 * t) =
+                Elem<BF16>::pack(alpha * acc[j][2 * h], alpha * acc[j][2 * h + 1]);
+        __syncwarp();
+        constexpr int CH = WN / 8;  // 16-byte pieces per row of the strip
+#pragma unroll
+        for (int c = lane; c < 16 * CH; c += 32) {
+          const int rr = c / CH, cc = c % CH;
+          const int64_t row = int64_t(r) * 16 + rr, col = col0 + n0 + cc * 8;
+          if (row < p.m && col < p.n)  // n is a multiple of 8: a piece is in or out whole
+            *reinterpret_cast<uint4 *>(Cg + row * p.ldc + col) =
+                *reinterpret_cast<const uint4 *>(cs + rr * CP + cc * 8);
+        }
+        __syncwarp();  // the scratch is rewritten by the warp's next task
+        continue;
+      }
 #pragma unroll
       for (int j = 0; j < WN / 8; ++j) {
         const int64_t col = col0 + n0 + j * 8 + 2 * t;
@@ -174,8 +204,13 @@ int cuda_fail(cudaError_t e, const char *what) {
 int64_t stage_bytes(int64_t m, int64_t k, int64_t nnzb, int nt) {
   return stage_elems(nnzb, (k + 15) / 16 * 16, nt) * 2;
 }
+// Whether C goes through the warps' shared-memory scratch (1, the default) or straight from
+// the fragments (0, the first version, to compare).
+std::atomic<int> g_stage_c{1};
+
 int64_t smem_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, int stages) {
-  return index_bytes((m + 15) / 16, nnzb) + stages * stage_bytes(m, k, nnzb, nt);
+  return index_bytes((m + 15) / 16, nnzb) + stages * stage_bytes(m, k, nnzb, nt) +
+         (g_stage_c.load(std::memory_order_relaxed) ? c_scratch_bytes(nt) : 0);
 }
 
 // The widest tile tile_n may take (64; 32 or 16 to compare narrower tiles), and the pipeline
@@ -254,7 +289,10 @@ int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
   const int64_t units = p.batch * ntn;
   int64_t grid = int64_t(d.sms) * (per_sm > 0 ? per_sm : 1);
   if (grid > units) grid = units;
-  kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(p, ntn);
+  // C goes through 16-byte stores when every row piece is 16-byte aligned
+  const bool stage_c = g_stage_c.load(std::memory_order_relaxed) && p.ldc % 8 == 0 &&
+                       p.c_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+  kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(p, ntn, stage_c);
   e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
@@ -291,6 +329,12 @@ extern "C" int kl_bs_batched_tile_cap(int cap) {
 extern "C" int kl_bs_batched_pipeline(int pipeline) {
   const int prev = kl::bsb::g_pipeline.load();
   if (pipeline == 0 || pipeline == 1) kl::bsb::g_pipeline.store(pipeline);
+  return prev;
+}
+
+extern "C" int kl_bs_batched_c_stage(int stage) {
+  const int prev = kl::bsb::g_stage_c.load();
+  if (stage == 0 || stage == 1) kl::bsb::g_stage_c.store(stage);
   return prev;
 }
 

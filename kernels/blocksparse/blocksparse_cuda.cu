@@ -25,6 +25,7 @@
 #include "cuda_device.hpp"
 #include "cuda_ptx.cuh"
 #include "fp32_mode.hpp"
+#include "knobs.hpp"
 
 namespace kl {
 namespace bs {
@@ -356,6 +357,39 @@ struct IndexRing {
   }
 };
 
+// Options of the half-precision panel kernel, for A/B runs (kl_bs_spmm_panel_opts, or
+// KRONLINALG_BS_PANEL read at the first use): bit 0 stages C through shared memory and stores
+// it as 16-byte row vectors (else each thread stores its fragments, 2 bytes at a time); bit 1
+// reads A's blocks (streamed once per RHS tile) with an L2 evict-first policy, so that they do
+// not push B's rows (re-read by every block that meets them) out of L2; bit 3 runs the
+// persistent form where it applies (below); bits 4-7 the pipeline depth of the 256-column tile
+// (4, 8 or 12 stages; 0: 4); bits 8-15, when not 0, cap the persistent grid (tests).
+constexpr int kPanelStageC = 1, kPanelEvictA = 2, kPanelPersistent = 8;
+// The default: C staged, A evict-first, 4 stages, not persistent.  H100, FP16, N = 16384, RHS
+// 256, two runs: 0.1036-0.1051 ms at density 0.05 against 0.113-0.118 for the first version
+// (0 | 4 << 4), 0.197-0.198 against 0.205-0.209 at 0.1; 8 and 12 stages 2-9 % slower; the
+// persistent form within 1 % of it (0.1050 / 0.1975 / 0.4662 against 0.1036 / 0.1967 / 0.4676).
+constexpr int kPanelDefault = kPanelStageC | kPanelEvictA | (4 << 4);
+std::atomic<int> g_panel_opts{-1};  // -1: the knob not read yet
+
+int panel_opts() {
+  int v = g_panel_opts.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = knob_int("KRONLINALG_BS_PANEL", kPanelDefault);
+    if (v < 0) v = kPanelDefault;
+    g_panel_opts.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// cp.async of 16 bytes with an L2 cache policy (createpolicy's 64-bit handle).
+__device__ __forceinline__ void cp_async_16_policy(void *dst, const void *src, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, %2;\n" ::"r"(
+                   cu::smem_u32(dst)),
+               "l"(src), "l"(pol)
+               : "memory");
+}
+
 // The panel SpMM kernel (b = 16, RHS wider than 32; the default): a CTA of 4 warps owns one work
 // item and an RHS tile of 4 * WN columns, warp w the columns [w WN, (w + 1) WN).  The CTA stages
 // each A block once for its four warps and the B block row it meets across the whole tile, S
@@ -377,7 +411,7 @@ struct Panel {
 
 template <int MODE, int BM, int WN, int S>
 __global__ void __launch_bounds__(kWarps * 32, 4)
-    spmm_panel_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+    spmm_panel_kernel(kl_bs_spmm_problem p, int64_t ntn, int opts) {
   using PL = Panel<MODE, BM, WN, S>;
   using TL = typename PL::TL;
   using T = typename PL::T;
@@ -403,10 +437,17 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   const int bbytes =
       bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
   const int ar = tid / ACH, ac = tid % ACH;
+  const bool evict_a = TL::kHalfLike && (opts & kPanelEvictA) != 0;  // FP32/FP64 as before
+  uint64_t pol_a = 0;
+  if (evict_a) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol_a));
   auto load = [&](int slot, int64_t kcol, int64_t blk) {
     T *sa = st + slot * PL::kStage;
-    if (tid < BM * ACH)
-      cu::cp_async_16(sa + ar * PL::AP + ac * E, val + blk * BM * BM + ar * BM + ac * E, true);
+    if (tid < BM * ACH) {
+      T *dst = sa + ar * PL::AP + ac * E;
+      const T *srca = val + blk * BM * BM + ar * BM + ac * E;
+      if (evict_a) cp_async_16_policy(dst, srca, pol_a);
+      else cu::cp_async_16(dst, srca, true);
+    }
     T *sb = sa + BM * PL::AP;
     const int64_t k0 = kcol * BM;
 #pragma unroll
@@ -450,6 +491,48 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   cu::cp_async_wait_all();
 
   T *C = static_cast<T *>(p.C);
+  if constexpr (TL::kHalfLike) {
+    // C through shared memory (the stages are free once every warp is past its last block):
+    // each warp writes its 16 x WN fragments as element pairs, then stores whole 16-byte row
+    // pieces -- an eighth of the store instructions, full 32-byte sectors
+    const bool staged = (opts & kPanelStageC) && !split && !p.accumulate && p.beta == 0.0 &&
+                        p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+    if (staged) {
+      __syncthreads();
+      using T2 = typename std::conditional<MODE == kBf16, __nv_bfloat162, __half2>::type;
+      T *cs = st + warp * WN;  // the warp's columns of a BM x NTC tile, pitch BP
+      const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+        for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float x0 = float(p.alpha * double(acc[i][j][2 * h]));
+            const float x1 = float(p.alpha * double(acc[i][j][2 * h + 1]));
+            T2 v;
+            if constexpr (MODE == kBf16) v = __floats2bfloat162_rn(x0, x1);
+            else v = __floats2half2_rn(x0, x1);
+            *reinterpret_cast<T2 *>(cs + (i * 16 + g + 8 * h) * PL::BP + j * 8 + 2 * t) = v;
+          }
+      __syncwarp();
+      constexpr int CH = WN / 8;  // 16-byte pieces per row of the warp's strip
+#pragma unroll
+      for (int c = lane; c < BM * CH; c += 32) {
+        const int rr = c / CH, cc = c % CH;
+        const int64_t row = r * BM + rr, col = n0 + warp * WN + cc * 8;
+        if (row >= p.m || col >= p.n) continue;
+        const T *src = cs + rr * PL::BP + cc * 8;
+        T *dst = C + row * p.ldc + col;
+        if (col + 8 <= p.n) {
+          *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+        } else {
+          for (int e = 0; col + e < p.n; ++e) dst[e] = src[e];
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < TL::MT; ++i)
 #pragma unroll
@@ -462,6 +545,190 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
         if (row >= p.m || col >= p.n) continue;
         store_c(C + row * p.ldc + col, p.alpha * double(acc[i][j][v]), p, split);
       }
+}
+
+// The persistent form of the half-precision panel kernel (one RHS tile of 4 x WN columns, b =
+// 16): a grid of as many CTAs as the SMs hold, CTA c taking the work items c, c + G, c + 2G, ...
+// as one stream of blocks, so its pipeline stays full across its items; at an item's last
+// block each warp stores its C strip (through its own shared-memory scratch, 16-byte row
+// pieces, when C allows) and starts the next item from zero.  Tried because the panel kernel
+// pays a pipeline fill and drain per item (a block row of ~50 blocks at N = 16384, density
+// 0.05) and an L2 -> shared memory probe of the same access pattern runs at 7.5 TB/s where the
+// kernel reaches 4.4; measured within 1 % of the panel kernel (H100, FP16, RHS 256), so fill,
+// drain and tail are not that gap, and the form stays behind kPanelPersistent (off).
+template <int MODE, int WN, int S>
+struct Persistent {
+  using PL = Panel<MODE, 16, WN, S>;
+  static constexpr int CP = WN + 8;  // the warps' C scratch pitch
+  static constexpr size_t smem_bytes(int jmax) {  // stages, ring, C scratch, item table
+    return size_t(S) * PL::kStage * 2 + PL::Ring::bytes() + size_t(kWarps) * 16 * CP * 2 +
+           size_t(jmax) * 16 + size_t(jmax + 1) * 4;
+  }
+};
+
+template <int MODE, int WN, int S>
+__global__ void __launch_bounds__(kWarps * 32, 4)
+    spmm_persistent_kernel(kl_bs_spmm_problem p, int opts) {
+  constexpr int BM = 16;
+  using PS = Persistent<MODE, WN, S>;
+  using PL = typename PS::PL;
+  using TL = typename PL::TL;
+  using T = typename PL::T;
+  using T2 = typename std::conditional<MODE == kBf16, __nv_bfloat162, __half2>::type;
+  constexpr int E = TL::kElem16, ACH = BM / E, BCH = PL::NTC / E, NTH = kWarps * 32;
+  constexpr int ROWS_PER_PASS = NTH / BCH, BPASSES = BM * BCH / NTH, CP = PS::CP;
+  static_assert(TL::MT == 1 && TL::kHalfLike, "half precision, b = 16");
+  KL_DYNAMIC_SMEM(smem_raw);
+  T *st = reinterpret_cast<T *>(smem_raw);
+  int64_t *ringbuf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
+  T *cscr = reinterpret_cast<T *>(ringbuf + 2 * PL::Ring::kEnt);
+  const int64_t G = gridDim.x;
+  const int J = int((p.nitems - blockIdx.x + G - 1) / G);  // this CTA's items (>= 1)
+  int64_t *s_start = reinterpret_cast<int64_t *>(cscr + kWarps * BM * CP);
+  int64_t *s_enc = s_start + J;  // item j's row (encoded: negative for a piece of a split row)
+  int *s_cum = reinterpret_cast<int *>(s_enc + J);  // blocks before item j
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  for (int j = tid; j < J; j += NTH) {
+    const int64_t it = blockIdx.x + j * G;
+    s_enc[j] = p.items[3 * it];
+    s_start[j] = p.items[3 * it + 1];
+    s_cum[j + 1] = int(p.items[3 * it + 2] - p.items[3 * it + 1]);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    s_cum[0] = 0;
+    for (int j = 0; j < J; ++j) s_cum[j + 1] += s_cum[j];
+  }
+  __syncthreads();
+  const int nsteps = s_cum[J];
+  const T *val = static_cast<const T *>(p.val);
+  const T *B = static_cast<const T *>(p.B);
+  T *C = static_cast<T *>(p.C);
+
+  const int bc = tid % BCH, br0 = tid / BCH;
+  const int64_t bcol = int64_t(bc) * E;
+  const int bbytes =
+      bcol < p.n ? int(p.n - bcol < E ? p.n - bcol : int64_t(E)) * int(sizeof(T)) : 0;
+  const int ar = tid / ACH, ac = tid % ACH;
+  const bool evict_a = (opts & kPanelEvictA) != 0;
+  uint64_t pol_a = 0;
+  if (evict_a) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol_a));
+  auto load = [&](int slot, int64_t kcol, int64_t blk) {
+    T *sa = st + slot * PL::kStage;
+    if (tid < BM * ACH) {
+      T *dst = sa + ar * PL::AP + ac * E;
+      const T *srca = val + blk * BM * BM + ar * BM + ac * E;
+      if (evict_a) cp_async_16_policy(dst, srca, pol_a);
+      else cu::cp_async_16(dst, srca, true);
+    }
+    T *sb = sa + BM * PL::AP;
+    const int64_t k0 = kcol * BM;
+#pragma unroll
+    for (int q = 0; q < BPASSES; ++q) {
+      const int rr = br0 + q * ROWS_PER_PASS;
+      const bool ok = k0 + rr < p.k && bbytes > 0;
+      cu::cp_async_16_part(sb + rr * PL::BP + bc * E, ok ? B + (k0 + rr) * p.ldb + bcol : B,
+                           ok ? bbytes : 0);
+    }
+  };
+  // step t of the CTA's stream: item j with s_cum[j] <= t < s_cum[j + 1] (the last such j,
+  // which skips empty items), block s_start[j] + t - s_cum[j] in row order
+  auto src = [&](int t, int e) -> int64_t {
+    int lo = 0, hi = J - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (s_cum[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const int64_t tb = s_start[lo] + (t - s_cum[lo]);
+    return e == 0 ? __ldg(p.col_idx + tb) : p.perm ? __ldg(p.perm + tb) : tb;
+  };
+  typename PL::Ring ring;
+  ring.buf = ringbuf;
+  ring.prime(nsteps, src);
+
+  typename TL::Acc acc[1][WN / 8][4];
+#pragma unroll
+  for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) acc[0][j][v] = 0;
+
+  const bool staged = (opts & kPanelStageC) && !p.accumulate && p.beta == 0.0 &&
+                      p.ldc % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+  T *cs = cscr + warp * BM * CP;
+  // the warp's strip of item j's C (its accumulators), then the accumulators zeroed
+  auto flush = [&](int j) {
+    const int64_t enc = s_enc[j];
+    const bool split = enc < 0;
+    const int64_t r = split ? -enc - 1 : enc;
+    if (staged && !split) {
+#pragma unroll
+      for (int jj = 0; jj < WN / 8; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float x0 = float(p.alpha * double(acc[0][jj][2 * h]));
+          const float x1 = float(p.alpha * double(acc[0][jj][2 * h + 1]));
+          T2 v;
+          if constexpr (MODE == kBf16) v = __floats2bfloat162_rn(x0, x1);
+          else v = __floats2half2_rn(x0, x1);
+          *reinterpret_cast<T2 *>(cs + (g + 8 * h) * CP + jj * 8 + 2 * t4) = v;
+        }
+      __syncwarp();
+      constexpr int CH = WN / 8;
+#pragma unroll
+      for (int c = lane; c < BM * CH; c += 32) {
+        const int rr = c / CH, cc = c % CH;
+        const int64_t row = r * BM + rr, col = warp * WN + cc * 8;
+        if (row >= p.m || col >= p.n) continue;
+        const T *sp = cs + rr * CP + cc * 8;
+        T *dst = C + row * p.ldc + col;
+        if (col + 8 <= p.n) {
+          *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(sp);
+        } else {
+          for (int e = 0; col + e < p.n; ++e) dst[e] = sp[e];
+        }
+      }
+      __syncwarp();  // the scratch is rewritten at the next item
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < WN / 8; ++jj)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          int rr, cc;
+          acc_pos<MODE>(0, jj, v, rr, cc);
+          const int64_t row = r * BM + rr, col = warp * WN + cc;
+          if (row >= p.m || col >= p.n) continue;
+          store_c(C + row * p.ldc + col, p.alpha * double(acc[0][jj][v]), p, split);
+        }
+    }
+#pragma unroll
+    for (int jj = 0; jj < WN / 8; ++jj)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[0][jj][v] = 0;
+  };
+
+  int j = 0;
+  while (j < J && s_cum[j + 1] == 0) flush(j++);  // leading empty items: zeros
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nsteps) load(s, ring.get(s, 0), ring.get(s, 1));
+    cu::cp_async_commit();
+  }
+  for (int i = 0; i < nsteps; ++i) {
+    cu::cp_async_wait<S - 2>();
+    __syncthreads();  // block i landed for every thread; slot (i - 1) % S is free
+    const int nx = i + S - 1;
+    if (nx < nsteps) load(nx % S, ring.get(nx, 0), ring.get(nx, 1));
+    cu::cp_async_commit();
+    ring.advance(nx, nsteps, src);
+    const T *sa = st + (i % S) * PL::kStage;
+    tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa, sa + BM * PL::AP + warp * WN, acc);
+    if (i + 1 == s_cum[j + 1]) {  // item j's last block: store it, then any empty items
+      flush(j++);
+      while (j < J && s_cum[j + 1] == s_cum[j]) flush(j++);
+    }
+  }
+  cu::cp_async_wait_all();
 }
 
 // The 2D kernel (b = 16): a CTA of NW warps owns a panel of P block rows (one or two Morton
@@ -784,13 +1051,55 @@ int launch_panel(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.nitems;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm: grid too large");
-  spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(p, ntn);
+  spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(
+      p, ntn, panel_opts());
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm panel launch");
 }
 
+// The persistent form (kPanelPersistent) where it applies: one RHS tile (n <= 4 WN) and at most
+// 1024 items per CTA; returns -1 where it does not (the caller runs the panel kernel).
+template <int MODE, int WN, int S>
+int launch_persistent(const kl_bs_spmm_problem &p, cudaStream_t stream) {
+  using PS = Persistent<MODE, WN, S>;
+  if (p.n > kWarps * WN) return -1;
+  auto kernel = spmm_persistent_kernel<MODE, WN, S>;
+  DeviceInfo d;
+  cudaError_t e = query_device(&d);
+  if (e != cudaSuccess) return cuda_fail(e, "spmm persistent: device");
+  static std::atomic<int> per_sm{0};  // CTAs an SM holds (the item table is a few bytes)
+  static std::atomic<int64_t> configured{0};
+  int k = per_sm.load(std::memory_order_relaxed);
+  if (k == 0) {
+    const size_t smem = PS::smem_bytes(64);
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spmm persistent: shared memory");
+    configured.store(int64_t(smem), std::memory_order_relaxed);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, kernel, kWarps * 32, smem);
+    if (e != cudaSuccess) return cuda_fail(e, "spmm persistent: occupancy");
+    if (k < 1) k = 1;
+    per_sm.store(k, std::memory_order_relaxed);
+  }
+  int64_t grid = int64_t(d.sms) * k;
+  const int cap = (panel_opts() >> 8) & 255;  // a smaller grid, for tests (more items a CTA)
+  if (cap > 0 && grid > cap) grid = cap;
+  if (grid > p.nitems) grid = p.nitems;
+  const int64_t jmax = (p.nitems + grid - 1) / grid;
+  if (jmax > 1024) return -1;
+  const size_t smem = PS::smem_bytes(int(jmax));
+  if (int64_t(smem) > configured.load(std::memory_order_relaxed)) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return cuda_fail(e, "spmm persistent: shared memory");
+    configured.store(int64_t(smem), std::memory_order_relaxed);
+  }
+  kernel<<<unsigned(grid), kWarps * 32, smem, stream>>>(p, panel_opts());
+  e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm persistent launch");
+}
+
 // Pipeline depth: about 9-10 KB a stage for 2-byte and 4-byte types, 4 stages (5-6 CTAs an
-// SM); FP64's wide tile is 19 KB a stage, 3 stages.
+// SM); FP64's wide tile is 19 KB a stage, 3 stages.  The half-precision 256-column tile takes
+// the depth of panel_opts (4, 8: 3 CTAs an SM, 12: 2), to compare.
 template <int MODE>
 int spmm_panel(const kl_bs_spmm_problem &p, cudaStream_t s) {
   switch (panel_wn(MODE, 16, p.n)) {
@@ -799,7 +1108,17 @@ int spmm_panel(const kl_bs_spmm_problem &p, cudaStream_t s) {
       if constexpr (MODE == kF64) return launch_panel<MODE, 16, 32, 3>(p, s);
       else return launch_panel<MODE, 16, 32, 4>(p, s);
     case 64:
-      if constexpr (MODE == kHalf || MODE == kBf16) return launch_panel<MODE, 16, 64, 4>(p, s);
+      if constexpr (MODE == kHalf || MODE == kBf16) {
+        if (panel_opts() & kPanelPersistent) {
+          const int rc = launch_persistent<MODE, 64, 4>(p, s);
+          if (rc >= 0) return rc;
+        }
+        switch ((panel_opts() >> 4) & 15) {
+          case 8: return launch_panel<MODE, 16, 64, 8>(p, s);
+          case 12: return launch_panel<MODE, 16, 64, 12>(p, s);
+          default: return launch_panel<MODE, 16, 64, 4>(p, s);
+        }
+      }
       break;
   }
   return fail(KL_ERR_INVALID, "blocksparse spmm: no panel kernel for this tile");
@@ -893,6 +1212,12 @@ extern "C" int kl_bs_spmm2d_rows(int dtype, int64_t n) {
 extern "C" int kl_bs_spmm_variant(int variant) {
   const int prev = kl::bs::g_variant.load();
   if (variant >= 0 && variant <= 2) kl::bs::g_variant.store(variant);
+  return prev;
+}
+
+extern "C" int kl_bs_spmm_panel_opts(int opts) {
+  const int prev = kl::bs::panel_opts();
+  if (opts >= 0) kl::bs::g_panel_opts.store(opts);
   return prev;
 }
 

@@ -5,12 +5,14 @@ from libc.stdint cimport int64_t, uintptr_t
 
 from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_batched_cuda,
                                kl_bs_batched_cuda_tile_n, kl_bs_batched_problem,
-                               kl_bs_batched_pipeline, kl_bs_batched_tile_cap,
+                               kl_bs_batched_c_stage, kl_bs_batched_pipeline,
+                               kl_bs_batched_tile_cap,
                                kl_bs_cuda_device_check,
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
                                kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
                                kl_bs_spmm_problem,
-                               kl_bs_spmm_variant, kl_bs_spmm2d_rows, kl_last_error)
+                               kl_bs_spmm_panel_opts, kl_bs_spmm_variant,
+                               kl_bs_spmm2d_rows, kl_last_error)
 
 
 def device_check():
@@ -68,6 +70,13 @@ def spmm_variant(int variant=-1):
     return kl_bs_spmm_variant(variant)
 
 
+def spmm_panel_opts(int opts=-1):
+    """The half-precision panel kernel's options (bit 0 C staged for 16-byte stores, bit 1 A read
+    evict-first, bit 3 the persistent form, bits 4-7 the 256-column tile's depth 4/8/12, bits
+    8-15 a cap on the persistent grid); sets them when opts >= 0; returns the previous."""
+    return kl_bs_spmm_panel_opts(opts)
+
+
 def spmm2d_rows(int dtype, long long n):
     """The block rows of the 2D kernel's panel for (dtype, n): the steps' height; 0: none."""
     return kl_bs_spmm2d_rows(dtype, n)
@@ -107,3 +116,9 @@ def batched_pipeline(int pipeline=-1):
     """The batched kernel's pipeline (0: 2-4 stages, the most bytes in flight; 1: two stages);
     sets it when 0 or 1; returns the previous."""
     return kl_bs_batched_pipeline(pipeline)
+
+
+def batched_c_stage(int stage=-1):
+    """Whether the batched kernel stages C through shared memory for 16-byte stores (1, default)
+    or stores fragments directly (0); sets it when 0 or 1; returns the previous."""
+    return kl_bs_batched_c_stage(stage)

@@ -60,11 +60,13 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_spmm_cuda_tile_n(int dtype, int b, int64_t n)
     int kl_bs_float32_mode(int mode)
     int kl_bs_spmm_variant(int variant)
+    int kl_bs_spmm_panel_opts(int opts)
     int kl_bs_spmm2d_rows(int dtype, int64_t n)
     int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream)
     int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb)
     int kl_bs_batched_tile_cap(int cap)
     int kl_bs_batched_pipeline(int pipeline)
+    int kl_bs_batched_c_stage(int stage)
     int kl_bs_cuda_device_check()
     const char *kl_last_error()
 

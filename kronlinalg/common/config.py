@@ -84,6 +84,11 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_KS_WGMMA", int, -1,
          "structured kernel: 1 always, 0 never takes the wgmma form (unset: the launcher decides)",
          "c++"),
+    Knob("KRONLINALG_BS_PANEL", int, -1,
+         "spmm's half-precision panel kernel: bit 0 C staged for 16-byte stores, bit 1 A read "
+         "L2 evict-first, bit 3 persistent, bits 4-7 the 256-column pipeline depth (4/8/12), "
+         "bits 8-15 a persistent grid cap; -1: the default",
+         "c++"),
     Knob("KRONLINALG_EMULATE_RN", str, "",
          "batched_matmul's CPU emulator of its CUDA kernels (tests): set, tensor-core sums "
          "round to nearest instead of truncating", "c++"),
