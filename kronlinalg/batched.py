@@ -436,8 +436,9 @@ def _replay(call, algo):
     shape, (ad, bd, cd, od) = desc
     strides = [(d[1], d[2], d[3]) for d in (ad, bd, cd, od)]
     m, n, k, code, out_shape = call.m, call.n, call.k, KERNEL_CODE[call.result], tuple(out.shape)
-    if not cuda and type(call.a) is not np.ndarray:
-        return out, None
+    if not cuda and (type(call.a) is not np.ndarray or type(call.b) is not np.ndarray
+                     or not (backend.host_ready(call.a) and backend.host_ready(call.b))):
+        return out, None  # (another byte order, a layout the full path copies: never replayed)
     addr = backend.address_getter(call.a) if cuda else backend.host_address
     ext = batched_cuda if cuda else batched_cpu
     if cuda:  # (resolved once: a repeat reads the current device and stream, allocates, launches)

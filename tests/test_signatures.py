@@ -186,3 +186,59 @@ def test_is_c_contiguous_is_the_libraries_own_flag():
         for x, want in ((t, True), (t[:, :, ::2], False), (t.transpose(1, 2), False),
                         (t[:1], True), (t[:, 1:2, :], False), (t[:, :, 1:], False)):
             assert is_c_contiguous(x) is want
+
+
+def test_numpy_pair_memo_replays_only_the_same_layout():
+    """matmul's and batched_matmul's compiled fronts remember the last NumPy pair they replayed
+    by the arrays' C fields (dimensions, strides, dtype object): every change of layout or dtype
+    — a transposed view of the same shape, another byte order, a cleared cache, more dimensions
+    than the memo holds — must still give the right answer, never the remembered pair's replay."""
+    import kronlinalg
+    from kronlinalg.common.signatures import changed
+
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((6, 6)), rng.standard_normal((6, 6))
+    for _ in range(3):  # remembered, replayed, replayed from the memo
+        np.testing.assert_allclose(kronlinalg.matmul(a, b), a @ b, rtol=1e-13, atol=1e-13)
+    variants = [
+        (a.T, b),  # same shape, other strides
+        (a, b.T),
+        (a.astype(np.float32), b.astype(np.float32)),
+        (a.astype(">f8"), b),  # equal shape, another dtype object
+        (np.asfortranarray(a), b),
+        (a[:, :5], b[:5]),
+        (rng.standard_normal((6, 6)), b),  # new values, same layout: the memo's replay
+    ]
+    for x, y in variants:
+        for _ in range(3):
+            want = np.asarray(x, dtype=np.float64) @ np.asarray(y, dtype=np.float64)
+            got = kronlinalg.matmul(x, y)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            assert got.dtype == np.matmul(x, y).dtype
+        np.testing.assert_allclose(kronlinalg.matmul(a, b), a @ b, rtol=1e-13, atol=1e-13)
+    changed()  # a cleared cache: the memo is no longer trusted
+    np.testing.assert_allclose(kronlinalg.matmul(a, b), a @ b, rtol=1e-13, atol=1e-13)
+    deep = rng.standard_normal((1,) * 8 + (3, 4))  # ten dimensions: beyond the memo
+    other = rng.standard_normal((4, 2))
+    for _ in range(3):
+        np.testing.assert_allclose(kronlinalg.matmul(deep, other), deep @ other, rtol=1e-13,
+                                   atol=1e-13)
+    s, t = rng.standard_normal((9, 5, 7)), rng.standard_normal((9, 7, 3))
+    for alpha in (1.0, 2.0, -0.5, 3):
+        for _ in range(2):
+            np.testing.assert_allclose(kronlinalg.batched_matmul(s, t, alpha=alpha),
+                                       alpha * (s @ t), rtol=1e-12, atol=1e-12)
+    # same shapes, other strides: the blocked kernel's replay reads the strides it was made for
+    s2 = rng.standard_normal((9, 7, 5)).transpose(0, 2, 1)
+    t2 = np.asfortranarray(rng.standard_normal((9, 7, 3)))
+    s32, t32 = s.astype(np.float32), t.astype(np.float32)  # same layout in elements, not bytes
+    sbe, tbe = s.astype(">f8"), t.astype(">f8")  # same byte strides, another dtype object
+    for algorithm in ("blocked", "library", "auto"):
+        for x, y in ((s, t), (s, t), (sbe, tbe), (sbe, tbe), (s, t), (s2, t), (s2, t), (s, t2),
+                     (s, t2), (s32, t32), (s32, t32), (s, t)):
+            tol = 1e-5 if x.dtype == np.float32 else 1e-12
+            want = x.astype(np.float64) @ y.astype(np.float64)
+            got = kronlinalg.batched_matmul(x, y, algorithm=algorithm)
+            assert got.dtype == np.float32 if x.dtype == np.float32 else got.dtype == np.float64
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+            np.testing.assert_allclose(kronlinalg.matmul(x, y), want, rtol=tol, atol=tol)

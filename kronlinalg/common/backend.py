@@ -103,9 +103,15 @@ def to_numpy(a) -> np.ndarray:
             n = np.from_dlpack(a)
         except (TypeError, AttributeError, BufferError, RuntimeError):
             n = np.asarray(a)
-    if n.dtype.isnative and (n.flags.aligned or strides_ok(n)):
+    if host_ready(n):
         return n
     return np.ascontiguousarray(n, dtype=n.dtype.newbyteorder("="))
+
+
+def host_ready(n: np.ndarray) -> bool:
+    """Whether the kernels can use NumPy array n as it is (to_numpy returns it uncopied): the
+    machine's byte order, and an aligned address or strides they can walk."""
+    return n.dtype.isnative and (n.flags.aligned or strides_ok(n))
 
 
 class LayoutError(ValueError):
