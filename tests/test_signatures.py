@@ -1,6 +1,8 @@
 """The fast path's array signatures: keys that tell apart what a replay must not confuse, and
 None (the full path) for anything else."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -147,17 +149,20 @@ def test_compiled_front_replays_only_what_the_full_path_would():
 
 @pytest.mark.skipif(torch is None, reason="torch-only: the replays' result templates")
 @pytest.mark.parametrize("shape", [(8, 512), (1, 625), (3, 1, 7), (5,), (1, 1), (1,), (), (0, 5),
-                                   (2, 0)])
+                                   (2, 0), (64, 256), (4097,)])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_replay_template_allocates_contiguous_results(shape, dtype):
     """torch replays allocate results as torch.empty_like(template): the result must be a fresh
     contiguous tensor of the shape, with like's dtype and device, while the template itself holds
-    at most one element of storage (a replay keeps nothing result-sized alive)."""
-    from kronlinalg.common.backend import replay_template
+    at most REAL_TEMPLATE_BYTES, or one element, of storage (a replay keeps nothing large
+    alive)."""
+    from kronlinalg.common.backend import REAL_TEMPLATE_BYTES, replay_template
 
     like = torch.ones((3, 4), dtype=getattr(torch, dtype))
     template = replay_template(like, shape)
-    assert template.untyped_storage().nbytes() <= like.element_size()
+    nbytes = math.prod(shape) * like.element_size()
+    held = template.untyped_storage().nbytes()
+    assert held == (nbytes if nbytes <= REAL_TEMPLATE_BYTES else like.element_size())
     outs = [torch.empty_like(template) for _ in range(2)]
     for out in outs:
         assert tuple(out.shape) == shape and out.dtype == like.dtype
