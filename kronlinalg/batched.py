@@ -443,9 +443,9 @@ def _replay(call, algo):
     ext = batched_cuda if cuda else batched_cpu
     if cuda:  # (resolved once: a repeat reads the current device and stream, allocates, launches)
         device, algo_code = backend.device_index(call.a), _ALGO_CODE[algo]
-        current_device = backend.current_device_getter(call.a)
+        current_device = ext.current_device
         stream_of = backend.current_stream_getter(call.a)
-        empty = backend.replay_allocator(call.a, call.result)  # (a's dtype is call.result)
+        empty = backend.replay_empty(call.a, call.result, out_shape)  # (a's dtype: call.result)
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         if (c is not None or beta != 0 or type(alpha) not in (float, int)
@@ -458,7 +458,7 @@ def _replay(call, algo):
             return o
         if current_device() != device:  # another GPU current: the full path switches to a's
             return None
-        o = empty(a, out_shape)
+        o = empty()
         ext.matmul(m, n, k, shape, (addr(a),) + strides[0], (addr(b),) + strides[1],
                    (0,) + strides[2], (addr(o),) + strides[3], float(alpha), 0.0, code,
                    algo_code, stream_of(device))

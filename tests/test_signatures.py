@@ -176,6 +176,22 @@ def test_replay_template_allocates_contiguous_results(shape, dtype):
         assert bool((outs[0] == 1).all()) and bool((outs[1] == 2).all())
 
 
+@pytest.mark.skipif(torch is None, reason="torch-only: replay allocators")
+@pytest.mark.parametrize("shape", [(7, 3, 5), (8, 512), (64, 256, 2)])
+def test_replay_empty_makes_fresh_results_like_its_array(shape):
+    """backend.replay_empty (batched_matmul's CUDA replay): each call a fresh contiguous tensor of
+    the shape with a's dtype and device."""
+    from kronlinalg.common.backend import replay_empty
+
+    a = torch.ones((2, 3), dtype=torch.float64)
+    empty = replay_empty(a, "float64", shape)
+    outs = [empty() for _ in range(2)]
+    for out in outs:
+        assert tuple(out.shape) == shape and out.dtype == a.dtype and out.device == a.device
+        assert out.is_contiguous() and not out.requires_grad
+    assert outs[0].data_ptr() != outs[1].data_ptr()
+
+
 def test_is_c_contiguous_is_the_libraries_own_flag():
     """backend.is_c_contiguous, the check before a kernel reads a row-major buffer: NumPy's flag,
     torch's is_contiguous (length-1 axes' strides do not count), never a view's gaps."""

@@ -95,6 +95,9 @@ enum kl_batched_fp32_mode { KL_BATCHED_FP32_TF32X3 = 0, KL_BATCHED_FP32_IEEE = 1
 int kl_batched_float32_mode(int mode);
 /* 0 if a CUDA device of compute capability >= 8.0 is usable, else KL_ERR_NO_DEVICE. */
 int kl_batched_cuda_device_check(void);
+/* The device this thread's launches go to (cudaGetDevice), or -1: a replay checks it against
+ * its arrays' device before enqueueing. */
+int kl_batched_cuda_current_device(void);
 
 #ifdef __cplusplus
 }

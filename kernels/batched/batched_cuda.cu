@@ -113,3 +113,5 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
 extern "C" int kl_batched_float32_mode(int mode) { return kl::batched::g_fp32.set(mode); }
 
 extern "C" int kl_batched_cuda_device_check(void) { return kl::batched::check_device(); }
+
+extern "C" int kl_batched_cuda_current_device(void) { return kl::current_device(); }

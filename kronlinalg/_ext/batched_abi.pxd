@@ -39,6 +39,7 @@ cdef extern from "batched.h" nogil:
                                    double alpha, double beta, int dtype, int algo, void *stream)
     int kl_batched_float32_mode(int mode)
     int kl_batched_cuda_device_check()
+    int kl_batched_cuda_current_device()
     const char *kl_last_error()
 
 

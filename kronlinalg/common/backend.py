@@ -8,6 +8,7 @@ library and names the stream to launch on.  Operations above it never touch poin
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 from dataclasses import dataclass
@@ -279,15 +280,14 @@ def is_c_contiguous(a) -> bool:
     return a.is_contiguous() if is_torch(a) else bool(a.flags.c_contiguous)
 
 
-def replay_allocator(a, dtype_name_: str):
-    """empty(like, shape) for a replay's results in a's library, resolved once: CuPy arrays on
+def replay_empty(a, dtype_name_: str, shape):
+    """empty() for a replay's results of one shape in a's library, resolved once: CuPy arrays on
     the current device (``cupy.ndarray(shape, dtype)``, what cupy.empty makes), torch tensors of
-    like's dtype and device (``new_empty``, without torch.empty's argument parsing: a replay
-    whose result dtype is its input's).  Replays run with a's device current."""
+    a's dtype and device as ``torch.empty_like`` of a replay_template (a replay whose result
+    dtype is its input's).  Replays run with a's device current."""
     if is_cupy(a):
-        ndarray, dtype = type(a), np.dtype(dtype_name_)
-        return lambda like, shape: ndarray(shape, dtype)
-    return type(a).new_empty
+        return functools.partial(type(a), tuple(shape), np.dtype(dtype_name_))
+    return functools.partial(_torch().empty_like, replay_template(a, tuple(shape)))
 
 
 def replay_template(like, shape):
