@@ -88,6 +88,11 @@ def _torch_cuda() -> bool:
         return False
 
 
+def cuda_libs() -> list:
+    """The GPU array libraries usable here, by module name: "torch" (CUDA torch), "cupy"."""
+    return (["torch"] if _torch_cuda() else []) + (["cupy"] if _gpu_count_cupy() > 0 else [])
+
+
 def make_backend(name: str) -> Backend:
     """The backend called `name`, or pytest.skip with the reason it is not usable here."""
     if name == "numpy":

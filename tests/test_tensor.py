@@ -263,6 +263,25 @@ def test_tucker_reconstructs_planted(xp, rng, shape, ranks):
     assert rel(T.tucker_to_tensor((c2, f2)), x) < 1e-8
 
 
+def test_tucker_given_init_and_bad_init(rng):
+    """tucker(init=(core, factors)) starts HOOI from those factors (one sweep from the exact
+    subspaces of a planted tensor reproduces it; from the random init the same); a wrong init
+    names init: an unknown string, a non-pair, factors of the wrong shapes."""
+    ranks = (2, 3, 2)
+    qs = [np.linalg.qr(rng.standard_normal((d, r)))[0] for d, r in zip((5, 6, 4), ranks)]
+    x = T.tucker_to_tensor((rng.standard_normal(ranks), qs))
+    core, fs = T.tucker(x, list(ranks), init=(None, [q.copy() for q in qs]), n_iter_max=1)
+    assert rel(T.tucker_to_tensor((core, fs)), x) < 1e-10
+    with pytest.raises(ValueError, match="init"):
+        T.tucker(x, list(ranks), init="svdd")
+    with pytest.raises(TypeError, match="init"):
+        T.tucker(x, list(ranks), init=3)
+    with pytest.raises(ValueError, match="init"):
+        T.tucker(x, list(ranks), init=(None, [q.T for q in qs]))
+    with pytest.raises(ValueError, match="init"):
+        T.tucker(x, list(ranks), init=(None, qs[:2]))
+
+
 def test_tucker_rank_capped(rng):
     x = rng.standard_normal((3, 4, 5))
     core, fs = T.tucker(x, 10, n_iter_max=2)

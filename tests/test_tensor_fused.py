@@ -10,30 +10,11 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
+from _helpers import cuda_libs
 
 pytestmark = pytest.mark.gpu
 
-
-def _libs():
-    out = []
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            out.append("torch")
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            out.append("cupy")
-    except Exception:  # noqa: BLE001  (no CuPy, or no device for it)
-        pass
-    return out
-
-
-LIBS = _libs()
+LIBS = cuda_libs()
 needs_gpu = pytest.mark.skipif(not LIBS, reason="no CUDA device")
 
 

@@ -11,30 +11,11 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import solve
+from _helpers import cuda_libs
 
 pytestmark = pytest.mark.gpu
 
-
-def _libs():
-    out = []
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            out.append("torch")
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            out.append("cupy")
-    except Exception:  # noqa: BLE001  (no CuPy, or no device for it)
-        pass
-    return out
-
-
-LIBS = _libs()
+LIBS = cuda_libs()
 needs_kernel = pytest.mark.skipif(not LIBS or solve._cuda is None,
                                   reason="no CUDA device or a build without CUDA")
 

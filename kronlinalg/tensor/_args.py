@@ -117,6 +117,24 @@ def generator(random_state):
                     f"{type(random_state).__name__}")
 
 
+def tucker_factors(init, xp, dims, ranks, random_state, like, convert):
+    """A Tucker fit's starting factors other than from its HOSVD: init "random" (orthonormal
+    columns, QR of uniform draws on like's device) or (core, factors), each factor through
+    convert and checked against (dims[n], ranks[n]).  The errors name init."""
+    if isinstance(init, str) and init == "random":
+        rng = generator(random_state)
+        return [xp.linalg.qr(random(xp, rng, (d, r), like))[0] for d, r in zip(dims, ranks)]
+    if isinstance(init, str):
+        raise ValueError(f"init: expected 'svd', 'random' or (core, factors), got {init!r}")
+    if not hasattr(init, "__len__") or isinstance(init, (str, bytes)) or len(init) != 2:
+        raise TypeError("init: expected 'svd', 'random' or (core, factors)")
+    factors = [convert(f) for f in init[1]]
+    if len(factors) != len(dims) or any(tuple(f.shape) != (d, r)
+                                        for f, d, r in zip(factors, dims, ranks)):
+        raise ValueError(f"init: expected factors of shapes {list(zip(dims, ranks))}")
+    return factors
+
+
 def random(xp, rng, shape, like):
     """Uniform [0, 1) values drawn on the host (reproducible across libraries), on like's
     device in like's dtype."""

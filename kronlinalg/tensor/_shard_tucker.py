@@ -76,19 +76,10 @@ def tucker(x_host, ranks, device, limit, n_iter_max, tol, precision, svd, init, 
             st.each_block(width, cols)
             passes += 1
             factors = [eng.top_eigvecs(grams[n], ranks[n], svd) for n in range(nd)]
-        elif isinstance(init, str) and init == "random":
-            rng = _args.generator(random_state)
-            factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), like))[0]
-                       for d, r in zip(dims, ranks)]
-        elif isinstance(init, str):
-            raise ValueError(f"init: expected 'svd', 'random' or (core, factors), got {init!r}")
         else:
-            if not hasattr(init, "__len__") or isinstance(init, (str, bytes)) or len(init) != 2:
-                raise TypeError("init: expected 'svd', 'random' or (core, factors)")
-            factors = [torch.as_tensor(f).to(device, x_host.dtype) for f in init[1]]
-            if len(factors) != nd or any(tuple(f.shape) != (d, r)
-                                         for f, d, r in zip(factors, dims, ranks)):
-                raise ValueError(f"init: expected factors of shapes {list(zip(dims, ranks))}")
+            factors = _args.tucker_factors(
+                init, xp, dims, ranks, random_state, like,
+                lambda f: torch.as_tensor(f).to(device, x_host.dtype))
         del grams
         norm_x = math.sqrt(float(norm2))
         # made once: allocations of the same sizes every iteration fragment a capped pool

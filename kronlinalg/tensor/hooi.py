@@ -97,19 +97,9 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
         x = backend.contiguous(x)
         if isinstance(init, str) and init == "svd":
             factors = eng.hosvd(x, ranks, svd, CONCURRENT_HOSVD)
-        elif isinstance(init, str) and init == "random":
-            rng = _args.generator(random_state)
-            factors = [xp.linalg.qr(_args.random(xp, rng, (d, r), x))[0]
-                       for d, r in zip(dims, ranks)]
-        elif isinstance(init, str):
-            raise ValueError(f"init: expected 'svd', 'random' or (core, factors), got {init!r}")
         else:
-            if not hasattr(init, "__len__") or isinstance(init, (str, bytes)) or len(init) != 2:
-                raise TypeError("init: expected 'svd', 'random' or (core, factors)")
-            factors = [_args.cast(xp, f, x.dtype) for f in init[1]]
-            if len(factors) != nd or any(tuple(f.shape) != (d, r)
-                                         for f, d, r in zip(factors, dims, ranks)):
-                raise ValueError(f"init: expected factors of shapes {list(zip(dims, ranks))}")
+            factors = _args.tucker_factors(init, xp, dims, ranks, random_state, x,
+                                           lambda f: _args.cast(xp, f, x.dtype))
         progress = _args.Progress("tucker", verbose, n_iter_max, callback)
         norm_x = eng.norm(x)
         errors, core = [], None
