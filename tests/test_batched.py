@@ -496,3 +496,33 @@ def test_fast_path_and_float32_mode(rng):
     float32_precision(prev)
     with pytest.raises(ValueError, match="^precision: "):
         float32_precision("tf32")
+
+
+def test_cpu_model_follows_the_blas_threads(monkeypatch):
+    """NumPy's matmul runs a large matrix on as many threads as its BLAS's environment allows
+    (OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, then OMP_NUM_THREADS; at most the cores): with one
+    BLAS thread the planner takes our kernel at order 160 (0.63-0.78 of NumPy's time on a 2-core
+    EPYC), where it used to send every order >= 128 to NumPy."""
+    from kronlinalg.common.signatures import changed
+    from kronlinalg.planner.profiles import blas_threads
+
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert blas_threads(4) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert blas_threads(4) == 3
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert blas_threads(4) == 1
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "many")  # not a count: the next variable
+    assert blas_threads(4) == 3
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "64")
+    assert blas_threads(4) == 4
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    changed()  # (plans made under other settings are dropped)
+    try:
+        for dt in ("float32", "float64"):
+            pick = kronlinalg.plan("batched_matmul", (2, 160, 160), (2, 160, 160), dtype=dt,
+                                   device="cpu")[0].name
+            assert pick == "blocked", dt
+    finally:
+        changed()

@@ -200,6 +200,17 @@ def _cpu_cache(level: int, default: float) -> float:
     return default
 
 
+def blas_threads(cores: int) -> int:
+    """Threads NumPy's BLAS gives a large product: the thread count its environment sets
+    (OpenBLAS's variable, MKL's, then OpenMP's, the ones those libraries read when they load),
+    at most the cores; the cores when none is set."""
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        text = os.environ.get(var, "").split(",")[0].strip()
+        if text.isdigit() and int(text) > 0:
+            return max(1, min(cores, int(text)))
+    return max(1, cores)
+
+
 def _cpu_profile() -> DeviceProfile:
     cores, simd, clock = _cpu_cores(), _simd_bytes(), _cpu_clock_hz()
     # Two FMA ports per core: peak = cores·lanes·2 flops·2 ports·clock; OpenBLAS reaches about

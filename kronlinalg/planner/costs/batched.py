@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from ..kami import kami, kami_params
+from ..profiles import blas_threads
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 from .matmul import _predict_library as _library_roofline, normalise as matmul_normalise
 
@@ -43,6 +44,7 @@ COEF = {
     # ~10 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
     "cpu_numpy_per_matrix_s": 40e-9,
     "cpu_numpy_half_order": 12.0,
+    "cpu_numpy_threads_from": 1.0e6,  # m·n·k from which BLAS runs a matrix on its threads
     "cpu_blocked_ratio": {"float64": 1.5, "float32": 1.25},
     "cpu_blocked_half_order": 6.0,
     "cpu_blocked_per_product_s": 10e-9,
@@ -155,8 +157,11 @@ def predict_library(problem, prof):
         order = max(1, min(info["m"], info["n"], info["k"]))
         per_core = prof.flops(problem.dtype) / max(1, prof.units)
         rate = per_core * order / (order + COEF["cpu_numpy_half_order"])
-        if info["m"] * info["n"] * info["k"] >= 128 ** 3:
-            rate *= max(1, prof.units)
+        # BLAS's threads pay from about 100³ (2-core EPYC, OpenBLAS, float32/float64: order 80
+        # ran no faster on two threads than on one, orders 112-128 1.6-1.9x faster); as many as
+        # its environment allows (OPENBLAS_NUM_THREADS=1: one core, not all)
+        if info["m"] * info["n"] * info["k"] >= COEF["cpu_numpy_threads_from"]:
+            rate *= blas_threads(prof.units)
         flop = info["flops"] / rate
         per = info["batch"] * COEF["cpu_numpy_per_matrix_s"]
         if info.get("variable"):
@@ -194,9 +199,11 @@ def predict_blocked(problem, prof):
     info = problem.info
     cores = max(1, prof.units) if info["flops"] >= COEF["cpu_thread_min_flops"] else 1
     order = max(1, min(info["m"], info["n"], info["k"]))
+    # (the same per-core ratio at orders >= 128: 2-core EPYC, one BLAS thread, orders 128-256,
+    # batch 2 and 8: our kernel took 0.63-0.78 of NumPy's time; with BLAS on both cores NumPy
+    # wins below the kernel's threading threshold and loses above it, 0.60-0.76 -- the BLAS
+    # threads, not a cutoff at 128, decide)
     ratio = COEF["cpu_blocked_ratio"].get(problem.dtype, 1.0)
-    if order >= 128:  # no cache blocking over k: BLAS's own kernels from here on
-        ratio = 0.9
     per_core = prof.flops(problem.dtype) / max(1, prof.units)
     rate = per_core * ratio * order / (order + COEF["cpu_blocked_half_order"]) * cores
     flop = info["flops"] / rate
