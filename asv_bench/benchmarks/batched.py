@@ -3,11 +3,17 @@ BLAS call per matrix), and a variable-size list; on the GPU (BatchedGPU) against
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
 import kronlinalg
 
 from . import gpu_timing
+
+# A process's first call on NumPy arrays imports array_api_compat's NumPy namespace (~35 ms,
+# once); --quick's single sample would time that instead of the operation, so the module does
+# it (the CPU points before ba86556 had it done by the run's other imports).
+array_api_compat.array_namespace(np.empty(0))
 
 
 class BatchedCPU:
