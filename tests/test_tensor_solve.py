@@ -11,12 +11,13 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import solve
+from kronlinalg.testing import extension
 from _helpers import cuda_libs
 
 pytestmark = pytest.mark.gpu
 
 LIBS = cuda_libs()
-needs_kernel = pytest.mark.skipif(not LIBS or solve._cuda is None,
+needs_kernel = pytest.mark.skipif(not LIBS or extension("tensor_cuda") is None,
                                   reason="no CUDA device or a build without CUDA")
 
 
