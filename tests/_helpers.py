@@ -93,6 +93,22 @@ def cuda_libs() -> list:
     return (["torch"] if _torch_cuda() else []) + (["cupy"] if _gpu_count_cupy() > 0 else [])
 
 
+def gpu_array(lib: str, a):
+    """NumPy array a on the GPU in library lib ("torch" or "cupy"), C-contiguous."""
+    if lib == "torch":
+        import torch
+
+        return torch.as_tensor(np.ascontiguousarray(a), device="cuda")
+    import cupy
+
+    return cupy.asarray(np.ascontiguousarray(a))
+
+
+def host_array(lib: str, a) -> np.ndarray:
+    """A GPU array of library lib back on the host."""
+    return a.cpu().numpy() if lib == "torch" else a.get()
+
+
 def make_backend(name: str) -> Backend:
     """The backend called `name`, or pytest.skip with the reason it is not usable here."""
     if name == "numpy":

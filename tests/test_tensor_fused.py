@@ -10,26 +10,12 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
-from _helpers import cuda_libs
+from _helpers import cuda_libs, gpu_array as dev, host_array as host
 
 pytestmark = pytest.mark.gpu
 
 LIBS = cuda_libs()
 needs_gpu = pytest.mark.skipif(not LIBS, reason="no CUDA device")
-
-
-def dev(lib, a):
-    if lib == "torch":
-        import torch
-
-        return torch.as_tensor(np.ascontiguousarray(a), device="cuda")
-    import cupy
-
-    return cupy.asarray(np.ascontiguousarray(a))
-
-
-def host(lib, a):
-    return a.cpu().numpy() if lib == "torch" else a.get()
 
 
 def unfold(x, mode):

@@ -12,27 +12,13 @@ import pytest
 from kronlinalg import tensor as T
 from kronlinalg.tensor import solve
 from kronlinalg.testing import extension
-from _helpers import cuda_libs
+from _helpers import cuda_libs, gpu_array as dev, host_array as host
 
 pytestmark = pytest.mark.gpu
 
 LIBS = cuda_libs()
 needs_kernel = pytest.mark.skipif(not LIBS or extension("tensor_cuda") is None,
                                   reason="no CUDA device or a build without CUDA")
-
-
-def dev(lib, a):
-    if lib == "torch":
-        import torch
-
-        return torch.as_tensor(np.ascontiguousarray(a), device="cuda")
-    import cupy
-
-    return cupy.asarray(np.ascontiguousarray(a))
-
-
-def host(lib, a):
-    return a.cpu().numpy() if lib == "torch" else a.get()
 
 
 def update(grams, rhs):

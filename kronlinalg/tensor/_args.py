@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
 
 from ..common import validation
@@ -115,6 +117,16 @@ def generator(random_state):
         return random_state
     raise TypeError(f"random_state: expected None, an int or a NumPy generator, got "
                     f"{type(random_state).__name__}")
+
+
+def hooi_converged(eng, core, norm_x, errors, it, tol, progress):
+    """One HOOI sweep's bookkeeping: its relative error (from the core's norm: the factors are
+    orthonormal) appended to errors and reported as the fit; True once two sweeps' errors differ
+    by less than tol (stop)."""
+    err = math.sqrt(abs(norm_x ** 2 - eng.norm(core) ** 2)) / (norm_x or 1.0)
+    errors.append(err)
+    progress.report(it, 1.0 - err)
+    return it >= 1 and abs(errors[-2] - errors[-1]) < tol
 
 
 def tucker_factors(init, xp, dims, ranks, random_state, like, convert):

@@ -107,10 +107,7 @@ def tucker(x_host, ranks, device, limit, n_iter_max, tol, precision, svd, init, 
             core = mode_product(xp, y, xp.permute_dims(factors[nd - 1], (1, 0)), nd - 1)
             passes += 2
             per_iteration = 2
-            err = math.sqrt(abs(norm_x ** 2 - eng.norm(core) ** 2)) / (norm_x or 1.0)
-            errors.append(err)
-            progress.report(it, 1.0 - err)
-            if it >= 1 and abs(errors[-2] - errors[-1]) < tol:
+            if _args.hooi_converged(eng, core, norm_x, errors, it, tol, progress):
                 break
         progress.close()
         if core is None:

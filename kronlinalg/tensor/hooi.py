@@ -8,7 +8,6 @@ views of the full tensor), the middle ones on the already smaller result."""
 
 from __future__ import annotations
 
-import math
 import operator
 
 from ..common import backend, validation
@@ -108,10 +107,7 @@ def tucker(tensor, rank, *, n_iter_max=100, init="svd", tol=1e-4, random_state=N
                 y = _project(xp, x, factors, skip=n)
                 factors[n] = eng.top_eigvecs(eng.gram(y, n), ranks[n], svd)
             core = mode_product(xp, y, xp.permute_dims(factors[nd - 1], (1, 0)), nd - 1)
-            err = math.sqrt(abs(norm_x ** 2 - eng.norm(core) ** 2)) / (norm_x or 1.0)
-            errors.append(err)
-            progress.report(it, 1.0 - err)
-            if it >= 1 and abs(errors[-2] - errors[-1]) < tol:
+            if _args.hooi_converged(eng, core, norm_x, errors, it, tol, progress):
                 break
         progress.close()
         if core is None:
