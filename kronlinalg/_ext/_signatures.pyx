@@ -13,13 +13,17 @@ cdef extern from *:
     #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
     #include <numpy/ndarraytypes.h>
     """
-    # NumPy's inline accessors of an array's fields (no API table: no import_array needed)
+    # NumPy's inline accessors of an array's fields (no API table: no import_array needed),
+    # declared with NumPy's own types (GCC 14 rejects implicit pointer conversions)
     ctypedef struct PyArrayObject:
         pass
+    ctypedef struct PyArray_Descr:
+        pass
+    ctypedef Py_ssize_t npy_intp
     int PyArray_NDIM(PyArrayObject *arr)
-    Py_ssize_t *PyArray_DIMS(PyArrayObject *arr)
-    Py_ssize_t *PyArray_STRIDES(PyArrayObject *arr)
-    PyObject *PyArray_DESCR(PyArrayObject *arr)
+    npy_intp *PyArray_DIMS(PyArrayObject *arr)
+    npy_intp *PyArray_STRIDES(PyArrayObject *arr)
+    PyArray_Descr *PyArray_DESCR(PyArrayObject *arr)
 
 cdef object _ndarray = np.ndarray
 cdef object _cupy_ndarray = None  # resolved once CuPy is imported
@@ -112,8 +116,8 @@ cdef inline bint _read_fields(Py_ssize_t *dst, int *nd, object a):
     cdef int n = PyArray_NDIM(arr), i
     if n > _MEMO_NDIM:
         return False
-    cdef Py_ssize_t *dims = PyArray_DIMS(arr)
-    cdef Py_ssize_t *strides = PyArray_STRIDES(arr)
+    cdef npy_intp *dims = PyArray_DIMS(arr)
+    cdef npy_intp *strides = PyArray_STRIDES(arr)
     for i in range(n):
         dst[i] = dims[i]
         dst[_MEMO_NDIM + i] = strides[i]
@@ -123,10 +127,10 @@ cdef inline bint _read_fields(Py_ssize_t *dst, int *nd, object a):
 
 cdef inline bint _same_fields(const Py_ssize_t *ref, int nd, object descr, object a):
     cdef PyArrayObject *arr = <PyArrayObject *> a
-    if PyArray_NDIM(arr) != nd or <object> PyArray_DESCR(arr) is not descr:
+    if PyArray_NDIM(arr) != nd or <object> <PyObject *> PyArray_DESCR(arr) is not descr:
         return False
-    cdef Py_ssize_t *dims = PyArray_DIMS(arr)
-    cdef Py_ssize_t *strides = PyArray_STRIDES(arr)
+    cdef npy_intp *dims = PyArray_DIMS(arr)
+    cdef npy_intp *strides = PyArray_STRIDES(arr)
     cdef int i
     for i in range(nd):
         if dims[i] != ref[i] or strides[i] != ref[_MEMO_NDIM + i]:
@@ -141,8 +145,8 @@ cdef _PairMemo _pair_memo(entries, replayer, algorithm, a, b):
     if not _read_fields(m.sa, &m.nda, a) or not _read_fields(m.sb, &m.ndb, b):
         return None
     m.entries, m.replayer, m.algorithm = entries, replayer, algorithm
-    m.da = <object> PyArray_DESCR(<PyArrayObject *> a)
-    m.db = <object> PyArray_DESCR(<PyArrayObject *> b)
+    m.da = <object> <PyObject *> PyArray_DESCR(<PyArrayObject *> a)
+    m.db = <object> <PyObject *> PyArray_DESCR(<PyArrayObject *> b)
     return m
 
 
