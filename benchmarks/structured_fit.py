@@ -78,7 +78,7 @@ def device_profile(path, device_name):
     """The run's device profile: the table row of its GPU updated by the calibration file."""
     from kronlinalg.planner import profiles
 
-    row = profiles._table_row(device_name, (9, 0), 132) or profiles.KNOWN_GPUS["h100-sxm"]
+    row = profiles.table_row(device_name, (9, 0), 132) or profiles.KNOWN_GPUS["h100-sxm"]
     prof = dataclasses.replace(row, coef={})
     if path is not None and os.path.exists(path):
         with open(path, encoding="utf-8") as fh:

@@ -234,6 +234,12 @@ class KSPacked(KSChain):
         super().__init__([KSFactor(f.pattern, _snapshot(f.values)) for f in chain])
         self._forms = {}
 
+    @property
+    def forms(self) -> dict:
+        """The forms made of these factors so far, by (form, dtype): what structured_matmul
+        keeps between calls (filled by it, never by the caller)."""
+        return self._forms
+
     def __repr__(self) -> str:
         return (f"KSPacked(patterns={list(self.patterns)}, shape={self.shape}, "
                 f"formed={sorted({k[0] for k in self._forms})})")

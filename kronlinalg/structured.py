@@ -89,7 +89,7 @@ def _prepare(x, factors, *, layout="batch_first") -> _KSCall:
         rows, out_shape = (shape[1] if x.ndim == 2 else 1), (M,) + shape[1:]
     # the CUDA kernel computes half types natively (float32 accumulation); elsewhere in float32
     compute = result if backend.on_cuda(x) else dtypes.compute(result)
-    forms = factors._forms if isinstance(factors, KSPacked) else None
+    forms = factors.forms if isinstance(factors, KSPacked) else None
     return _KSCall(xp, x, tuple(named.values()), rows == 0, x=x, chain=chain, layout=layout,
                    rows=rows, in_len=N, out_len=M, out_shape=out_shape, result_dtype=result,
                    compute_dtype=compute, forms=forms)
@@ -340,7 +340,7 @@ def _dense(spec: _KSCall):
 def _chain_forms(factors):
     chain = (factors.factors if isinstance(factors, KSChain) else
              (factors,) if isinstance(factors, KSFactor) else tuple(factors))
-    return chain, (factors._forms if isinstance(factors, KSPacked) else None)
+    return chain, (factors.forms if isinstance(factors, KSPacked) else None)
 
 
 def _rerun(run):

@@ -368,7 +368,7 @@ def test_implausible_measurement_is_measured_again_then_not_stored(cache_dir, mo
         return {"bandwidth": expected.bandwidth * 0.01,
                 "gemm_flops": dict(expected.gemm_flops), "launch_s": 1e-6}
 
-    monkeypatch.setattr("kronlinalg.planner.calibration._measure_cpu", busy)
+    monkeypatch.setattr("kronlinalg.planner.calibration.measure_cpu", busy)
     with pytest.warns(RuntimeWarning, match="not plausible"):
         prof = kronlinalg.calibrate("cpu", force=True)
     assert len(calls) == 2  # measured once more before giving up
@@ -385,7 +385,7 @@ def test_disturbed_first_measurement_is_replaced_by_the_second(cache_dir, monkey
         return {"bandwidth": expected.bandwidth * next(readings),
                 "gemm_flops": dict(expected.gemm_flops), "launch_s": 1e-6}
 
-    monkeypatch.setattr("kronlinalg.planner.calibration._measure_cpu", once_busy)
+    monkeypatch.setattr("kronlinalg.planner.calibration.measure_cpu", once_busy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prof = kronlinalg.calibrate("cpu", force=True)

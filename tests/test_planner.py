@@ -238,7 +238,7 @@ def test_cpu_calibration_writes_and_reloads(fresh_planner, monkeypatch):
     assert stored["bandwidth"] == pytest.approx(prof.bandwidth)
     # a new process (simulated: forget every profile) reads the file instead of measuring
     profiles.invalidate()
-    monkeypatch.setattr(calibration, "_measure_cpu", lambda quick: pytest.fail("re-measured"))
+    monkeypatch.setattr(calibration, "measure_cpu", lambda quick: pytest.fail("re-measured"))
     again = kronlinalg.calibrate("cpu")
     assert again.bandwidth == pytest.approx(prof.bandwidth)
     assert profiles.profile_for("cpu").source == "calibrated"
@@ -255,10 +255,10 @@ def test_stored_coefficients_change_predictions(fresh_planner):
 def test_known_gpus_and_device_names():
     h100 = planner.KNOWN_GPUS["h100-sxm"]
     assert (h100.units, h100.bandwidth, h100.gemm_flops["float64"]) == (132, 2.96e12, 57e12)
-    assert profiles._table_row("NVIDIA H100 80GB HBM3", (9, 0), 132) is h100
-    assert profiles._table_row("NVIDIA H100 PCIe", (9, 0), 114).units == 114
-    assert profiles._table_row("Some Future GPU", (8, 0), 108).name == "NVIDIA A100"
-    assert profiles._table_row("Some Future GPU", (12, 0), 7) is None
+    assert profiles.table_row("NVIDIA H100 80GB HBM3", (9, 0), 132) is h100
+    assert profiles.table_row("NVIDIA H100 PCIe", (9, 0), 114).units == 114
+    assert profiles.table_row("Some Future GPU", (8, 0), 108).name == "NVIDIA A100"
+    assert profiles.table_row("Some Future GPU", (12, 0), 7) is None
     assert profiles.resolve_device("cuda:1") == "cuda:1"
     assert profiles.resolve_device(2) == "cuda:2"
     assert profiles.resolve_device(np.ones(3)) == "cpu"

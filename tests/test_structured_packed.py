@@ -98,16 +98,16 @@ def test_packed_forms_are_made_once(xp, rng):
     dtype = kernel_dtype(xp)
     packed = KSPacked(make_chain(xp, rng, [(2, 3, 4, 3), (1, 4, 6, 6)], dtype))
     x, _ = x_for(xp, rng, packed, "batch_first", 5, dtype)
-    assert packed._forms == {}
+    assert packed.forms == {}
     structured_matmul(x, packed, algorithm="dense")
     structured_matmul(x, packed, algorithm="bmm")
-    kept = dict(packed._forms)
+    kept = dict(packed.forms)
     assert {k[0] for k in kept} == {"dense", "bmm"}
     assert len([k for k in kept if k[0] == "bmm"]) == 2  # one stack per factor
     structured_matmul(x, packed, algorithm="dense")
     structured_matmul(x, packed, algorithm="bmm")
-    assert all(packed._forms[k] is v for k, v in kept.items())
-    w = packed._forms[("dense", dtype)]
+    assert all(packed.forms[k] is v for k, v in kept.items())
+    w = packed.forms[("dense", dtype)]
     np.testing.assert_allclose(np.asarray(_host(w), dtype=np.float64), chain_dense_ref(packed),
                                rtol=1e-5, atol=1e-6)
     assert "formed=['bmm', 'dense']" in repr(packed)

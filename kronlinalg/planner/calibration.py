@@ -14,7 +14,7 @@ import warnings
 
 from . import profile_cache as _cache, ranking as _plan, profiles as _profiles
 
-__all__ = ["calibrate", "implausible", "MIN_FRACTION"]
+__all__ = ["calibrate", "implausible", "measure_cpu", "measure_gpu", "MIN_FRACTION"]
 
 
 def calibrate(device=None, force=False, *, quick=False):
@@ -39,7 +39,7 @@ def calibrate(device=None, force=False, *, quick=False):
     stored = _cache.load(base.key) or {}
     if not force and stored.get("source") == "calibrated":
         return base
-    measure = (lambda: _measure_cpu(quick)) if base.kind == "cpu" else (lambda: _measure_gpu(dev, quick))
+    measure = (lambda: measure_cpu(quick)) if base.kind == "cpu" else (lambda: measure_gpu(dev, quick))
     # quick measurements are small and noisy by design (tests): only their types and bounds
     # are checked; a full one far below what the profile expects is measured again
     expected = None if quick else base
@@ -123,7 +123,7 @@ def _best_time(fn, reps: int) -> float:
     return best
 
 
-def _measure_cpu(quick: bool) -> dict:
+def measure_cpu(quick: bool) -> dict:
     import numpy as np
 
     # Many short runs, best kept: on a shared machine some of them run undisturbed.  The copy
@@ -144,7 +144,7 @@ def _measure_cpu(quick: bool) -> dict:
             "raw": {"copy_bytes": nbytes, "gemm_n": n}}
 
 
-def _measure_gpu(dev: str, quick: bool) -> dict:
+def measure_gpu(dev: str, quick: bool) -> dict:
     import cupy
 
     from ..common.probes import gpu_probes

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from . import profile_cache as _cache
 
 __all__ = ["DeviceProfile", "KNOWN_GPUS", "profile_for", "resolve_device", "invalidate",
-           "cpu_key", "gpu_identity"]
+           "cpu_key", "gpu_identity", "table_row", "blas_threads"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ _NAME_HINTS = (("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"
                ("A100", "a100"), ("V100", "v100"), ("L40S", "l40s"), ("4090", "rtx4090"))
 
 
-def _table_row(name: str, cc, sms: int):
+def table_row(name: str, cc, sms: int):
     for hint, row in _NAME_HINTS:
         if hint.lower() in name.lower():
             return KNOWN_GPUS[row]
@@ -278,7 +278,7 @@ def _attribute(attr: int):
 
 def _gpu_profile(index: int) -> DeviceProfile:
     name, cc, sms, props = gpu_identity(index)
-    row = _table_row(name, cc, sms)
+    row = table_row(name, cc, sms)
     base = row if row is not None else _derived_gpu(name, cc, sms, props)
     return dataclasses.replace(base, name=name, cc=tuple(cc), units=sms,
                                key=f"cuda-{name}-sm{cc[0]}{cc[1]}-{sms}")
