@@ -78,7 +78,37 @@ def _like(ref, host: np.ndarray):
     return _backend.from_host(ref, xp, host)
 
 
-class BlockSparseMatrix:
+class StoredBlocks:
+    """What BlockSparseMatrix and BatchedBlockSparseMatrix share: the blocks ``val`` in the
+    caller's array library (``_val``, block side ``_b``), their dtype and device, and the
+    index arrays copied once into that library (``_index``, cached in ``_dev``)."""
+
+    @property
+    def block(self) -> int:
+        return self._b
+
+    @property
+    def dtype(self):
+        return self._val.dtype
+
+    @property
+    def device(self):
+        return array_api_compat.device(self._val)
+
+    @property
+    def val(self):
+        return self._val
+
+    def _index(self, name, host):
+        if _lib(self._val) == "numpy":
+            return host
+        arr = self._dev.get(name)
+        if arr is None:
+            arr = self._dev[name] = _like(self._val, host)
+        return arr
+
+
+class BlockSparseMatrix(StoredBlocks):
     """A sparse matrix stored as dense b×b blocks (KAMI's Val, RowPtr, ColBlkIdx).
 
     ``val`` (nnz_blocks, b, b) holds the blocks, in the caller's array library and on its
@@ -248,10 +278,6 @@ class BlockSparseMatrix:
         return self._shape
 
     @property
-    def block(self) -> int:
-        return self._b
-
-    @property
     def nnz_blocks(self) -> int:
         return int(self._val.shape[0])
 
@@ -268,14 +294,6 @@ class BlockSparseMatrix:
         return self.nnz_blocks / (R * C) if R * C else 0.0
 
     @property
-    def dtype(self):
-        return self._val.dtype
-
-    @property
-    def device(self):
-        return array_api_compat.device(self._val)
-
-    @property
     def order(self) -> str:
         return self._order
 
@@ -283,18 +301,6 @@ class BlockSparseMatrix:
     def tile(self) -> int:
         """q, the side of a warp tile in blocks (Morton order; 0 in row order)."""
         return self._tile
-
-    @property
-    def val(self):
-        return self._val
-
-    def _index(self, name, host):
-        if _lib(self._val) == "numpy":
-            return host
-        arr = self._dev.get(name)
-        if arr is None:
-            arr = self._dev[name] = _like(self._val, host)
-        return arr
 
     @property
     def row_ptr(self):

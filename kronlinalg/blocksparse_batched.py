@@ -37,7 +37,8 @@ import numpy as np
 
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
-from .block_sparse_matrix import BlockSparseMatrix, _block_arg, _host, _lib, _like, _zero_padding
+from .block_sparse_matrix import (BlockSparseMatrix, StoredBlocks, _block_arg, _host, _lib, _like,
+                                  _zero_padding)
 from .common import backend as _backend, validation as _validation
 from .common.dtypes import KERNEL_CODE
 from .planner.costs import blocksparse as _costs
@@ -48,7 +49,7 @@ bs_cpu, bs_cuda = load("blocksparse_cpu"), load("blocksparse_cuda")
 _SERIAL = iter(range(1 << 62))
 
 
-class BatchedBlockSparseMatrix:
+class BatchedBlockSparseMatrix(StoredBlocks):
     """A stack of ``batch`` block-sparse m × n matrices with one block pattern.
 
     ``val`` (batch, nnz_blocks, b, b) holds matrix i's blocks in ``val[i]``, in the order of
@@ -101,10 +102,6 @@ class BatchedBlockSparseMatrix:
         return self._shape[0]
 
     @property
-    def block(self) -> int:
-        return self._b
-
-    @property
     def nnz_blocks(self) -> int:
         """Stored blocks of each matrix."""
         return int(self._val.shape[1])
@@ -116,26 +113,6 @@ class BatchedBlockSparseMatrix:
     @property
     def density(self) -> float:
         return self._pattern.density
-
-    @property
-    def dtype(self):
-        return self._val.dtype
-
-    @property
-    def device(self):
-        return array_api_compat.device(self._val)
-
-    @property
-    def val(self):
-        return self._val
-
-    def _index(self, name, host):
-        if _lib(self._val) == "numpy":
-            return host
-        arr = self._dev.get(name)
-        if arr is None:
-            arr = self._dev[name] = _like(self._val, host)
-        return arr
 
     @property
     def row_ptr(self):
