@@ -3,7 +3,7 @@ the CUDA plan (launches, grid), kernels per call as the torch profiler sees them
 against its parts timed alone (the array keys' attribute reads, allocation, pointers, stream),
 and a cProfile of the hot path.
 
-    python benchmarks/host_profile.py [--cases 1x5^4 8x8^3] [--cprofile]
+    python benchmarks/host_profile.py [--cases 1x5^4 8x8^3] [--cprofile] [--structured]
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cases", nargs="*", default=["1x5^4", "8x8^3"])
     ap.add_argument("--cprofile", action="store_true")
+    ap.add_argument("--structured", action="store_true",
+                    help="also structured_matmul 64x(2,16,16,4), CuPy and torch, in parts")
     args = ap.parse_args()
     import cupy as cp
     import torch
@@ -140,6 +142,47 @@ def main():
         print("  kernels per torch call:", kernels_per_call(torch, lambda: kronlinalg.kron_matmul(xt, ft)))
         if args.cprofile:
             profile(lambda: kronlinalg.kron_matmul(xt, ft), tsync, f"{case} torch")
+    if args.structured:
+        structured_parts(cp, torch, kronlinalg, rng, csync, tsync, args.cprofile)
+
+
+def structured_parts(cp, torch, kronlinalg, rng, csync, tsync, cprofile):
+    """structured_matmul's repeated tiny call (host_time.py's case) against its parts."""
+    from kronlinalg.common.signatures import arrays_signature
+    from kronlinalg.structured import KSChain, KSFactor
+
+    chain = KSChain.random([(2, 16, 16, 4)], rng=1, dtype="float32")
+    values = np.asarray(chain[0].values)
+    x = rng.standard_normal((64, 128)).astype("float32")
+    cchain = KSChain([KSFactor(chain[0].pattern, cp.asarray(values))])
+    tchain = KSChain([KSFactor(chain[0].pattern, torch.as_tensor(values, device="cuda"))])
+    xc, xt = cp.asarray(x), torch.as_tensor(x, device="cuda")
+    print("== structured_matmul 64x(2,16,16,4) float32")
+    for lib, xx, ch, sync in (("CuPy", xc, cchain, csync), ("torch", xt, tchain, tsync)):
+        kronlinalg.structured_matmul(xx, ch)
+        out = kronlinalg.structured_matmul(xx, ch)
+        arrays = [xx, ch[0].values]
+        print(f" {lib}: result {tuple(out.shape)} {out.dtype}")
+        rows = {"structured_matmul auto": lambda: kronlinalg.structured_matmul(xx, ch),
+                "structured_matmul kernel": lambda: kronlinalg.structured_matmul(
+                    xx, ch, algorithm="kernel"),
+                "arrays_signature([x, values])": lambda: arrays_signature(arrays, False),
+                "chain.factors, f.values, f.pattern": lambda: [
+                    (f.values, f.pattern) for f in ch.factors]}
+        if lib == "torch":
+            real = torch.empty_like(out)
+            tmpl = out.new_empty(()).expand(out.shape)
+            rows.update({"torch.empty_like(real result-sized)": lambda: torch.empty_like(real),
+                         "torch.empty_like(stride-0 template)": lambda: torch.empty_like(tmpl),
+                         "xt + 0 (one torch kernel)": lambda: xt + 0})
+        else:
+            rows.update({"cupy.ndarray(result shape)": lambda: cp.ndarray(out.shape, "float32"),
+                         "xc + 0 (one CuPy kernel)": lambda: xc + 0})
+        show(rows, sync)
+    print("  kernels per torch call:", kernels_per_call(
+        torch, lambda: kronlinalg.structured_matmul(xt, tchain)))
+    if cprofile:
+        profile(lambda: kronlinalg.structured_matmul(xt, tchain), tsync, "structured torch")
 
 
 if __name__ == "__main__":

@@ -263,3 +263,94 @@ def test_numpy_pair_memo_replays_only_the_same_layout():
             assert got.dtype == np.float32 if x.dtype == np.float32 else got.dtype == np.float64
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
             np.testing.assert_allclose(kronlinalg.matmul(x, y), want, rtol=tol, atol=tol)
+
+
+def _kron_ref(x, fs):
+    k = np.ones((1, 1))
+    for f in fs:
+        k = np.kron(k, np.asarray(f, dtype=np.float64))
+    return np.asarray(x, dtype=np.float64) @ k
+
+
+def _call_memo_cases(xp, device):
+    """(description, x, factors) after a remembered (x0, f0) call: each differs from it in one
+    thing the memo of the last replayed call must notice."""
+    rng = np.random.default_rng(11)
+
+    def arr(shape, dtype="float64"):
+        a = rng.standard_normal(shape).astype(dtype)
+        return a if xp is None else xp(a, device)
+
+    x0 = arr((3, 12))
+    f0 = [arr((3, 3)), arr((4, 4))]
+    yield "same", x0, f0
+    yield "new values, same layout", arr((3, 12)), [arr((3, 3)), arr((4, 4))]
+    yield "transposed factor (strides)", x0, [f0[0], arr((4, 4)).T]
+    yield "float32 x (dtype)", arr((3, 12), "float32"), f0
+    yield "one more row (shape)", arr((4, 12)), f0
+    yield "factor shapes swapped", x0, [f0[1][:3, :3], arr((4, 4))]
+    yield "one factor fewer", arr((3, 4)), [f0[1]]
+    yield "one more factor, same x", x0, f0 + [arr((1, 1)) * 0 + 2]
+    yield "strided x", arr((3, 24))[:, ::2], f0
+    yield "same again", x0, f0
+
+
+@pytest.mark.parametrize("lib", ["numpy", pytest.param("torch", marks=pytest.mark.skipif(
+    torch is None, reason="torch")), pytest.param("cupy", marks=pytest.mark.gpu),
+    pytest.param("torch-cuda", marks=pytest.mark.gpu)])
+def test_last_call_memo_replays_only_the_same_call(lib):
+    """kron_matmul's compiled front remembers the last call it replayed and compares the next
+    call's arrays field by field instead of building their key: every change of shape, strides,
+    dtype or factor count between calls is a different call (the right answer, never the old
+    replay's), and a call after the cache is cleared or with autograd takes the full path."""
+    import kronlinalg
+    from kronlinalg.common import signatures
+
+    if lib == "numpy":
+        xp, device = None, None
+    elif lib == "cupy":
+        cupy = pytest.importorskip("cupy")
+        xp, device = (lambda a, d: cupy.asarray(a)), None
+    else:
+        device = "cuda" if lib == "torch-cuda" else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            pytest.skip("no CUDA torch")
+        xp = lambda a, d: torch.from_numpy(np.ascontiguousarray(a)).to(d)  # noqa: E731
+
+    def host(a):
+        if hasattr(a, "detach"):
+            return a.detach().cpu().numpy()
+        return a.get() if hasattr(a, "get") else a
+
+    cases = list(_call_memo_cases(xp, device))
+    _, x0, f0 = cases[0]
+    for _ in range(3):  # the second call replays from the key, the third from the memo
+        kronlinalg.kron_matmul(x0, f0)
+    for name, x, fs in cases:
+        for _ in range(2):
+            got = host(kronlinalg.kron_matmul(x, fs))
+            want = _kron_ref(host(x), [host(f) for f in fs])
+            tol = 1e-5 if got.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+        for _ in range(2):  # back to the remembered call, then on from it
+            got = host(kronlinalg.kron_matmul(x0, f0))
+            np.testing.assert_allclose(got, _kron_ref(host(x0), [host(f) for f in f0]),
+                                       rtol=1e-12, atol=1e-12, err_msg=name)
+    kronlinalg.kron_matmul(x0, f0, side="right")
+    # the other side on a square product: the memo's side is part of the call
+    xs = x0.T
+    got = host(kronlinalg.kron_matmul(xs, f0, side="left"))
+    k = _kron_ref(np.eye(12), [host(f) for f in f0])
+    np.testing.assert_allclose(got, k @ host(xs), rtol=1e-12, atol=1e-12)
+    signatures.changed()  # a cleared cache: the memo is not read again
+    np.testing.assert_allclose(host(kronlinalg.kron_matmul(x0, f0)),
+                               _kron_ref(host(x0), [host(f) for f in f0]), rtol=1e-12, atol=1e-12)
+    if lib.startswith("torch"):
+        f = f0[0].clone().requires_grad_(True)
+        out = kronlinalg.kron_matmul(x0, [f, f0[1]])
+        assert out.grad_fn is not None  # autograd: never the remembered replay
+        fd = f0[1].clone()
+        for _ in range(3):
+            kronlinalg.kron_matmul(x0, [f0[0], fd])
+        fd.data = torch.zeros_like(fd)  # new storage, no version bump: the pointer is read again
+        np.testing.assert_allclose(host(kronlinalg.kron_matmul(x0, [f0[0], fd])), 0.0)
