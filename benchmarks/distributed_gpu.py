@@ -34,7 +34,11 @@ CPU = "--cpu" in sys.argv
 OUT = os.environ.get("OUT", "/tmp/out")
 # ONLY=strassen: the correctness check, the link and the Strassen–Winograd part alone
 ONLY = os.environ.get("ONLY", "")
-PIPELINES = (1, 2, 4, 8, 16)  # column chunks of the Strassen engine (1: no overlap)
+# column chunks of the Strassen engine (1: no overlap); STRASSEN_PIPELINES=1,4 to shorten
+PIPELINES = tuple(int(k) for k in os.environ.get("STRASSEN_PIPELINES", "1,2,4,8,16").split(","))
+# Strassen–Winograd's level counts timed (the classical split: one level, the baseline)
+SW_LEVELS = tuple(int(v) for v in os.environ.get("SW_LEVELS", "1,2").split(","))
+HP_PIPELINES = tuple(int(k) for k in os.environ.get("HP_PIPELINES", "1,4,8").split(","))
 
 
 def log(*a):
@@ -254,23 +258,27 @@ def strassen_part(groups, n_mm, rank):
     a = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 200 + r)
     b = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 300 + r)
     comm = kd.communicator(grp)
-    sw = {"pipelines": list(PIPELINES), "n": n_mm}
-    for alg in ("strassen_winograd", "classical"):
+    sw = {"pipelines": list(PIPELINES), "n": n_mm, "sw_levels": list(SW_LEVELS)}
+    variants = [("classical", 1)] + [("strassen_winograd", lv) for lv in SW_LEVELS]
+    for alg, lv in variants:
+        name = alg if lv == 1 else f"{alg}_L{lv}"
         for k in PIPELINES:
             comm.reset_counters()
-            t = timed(lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=k),
-                      grp, 5)
-            sw[f"{alg}_p{k}"] = t
-            sw[f"{alg}_p{k}_bytes_per_call"] = comm.bytes_sent / 6
-            log(f"strassen: {alg} pipeline={k}: {t * 1e3:.1f} ms")
-        # the overlap changes no value: pipeline=4 against pipeline=1 at this size
-        one = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=1)
-        four = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=4)
-        diff = torch.tensor([float((one - four).abs().max() / one.abs().max())], device=DEV,
-                            dtype=torch.float64)
-        dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=grp)
-        sw[f"{alg}_p4_vs_p1_max_rel"] = float(diff)
-        del one, four
+            t = timed(lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv,
+                                                 pipeline=k), grp, 5)
+            sw[f"{name}_p{k}"] = t
+            sw[f"{name}_p{k}_bytes_per_call"] = comm.bytes_sent / 6
+            log(f"strassen: {name} pipeline={k}: {t * 1e3:.1f} ms")
+        if len(PIPELINES) > 1:  # the overlap changes no value: pipeline=4 against 1
+            one = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, pipeline=1)
+            four = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, pipeline=4)
+            diff = torch.tensor([float((one - four).abs().max() / one.abs().max())],
+                                device=DEV, dtype=torch.float64)
+            dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=grp)
+            sw[f"{name}_p4_vs_p1_max_rel"] = float(diff)
+            del one, four
+        if not CPU:
+            torch.cuda.empty_cache()
     # the floor: one product of half-size blocks a rank (all ranks at once), no exchange
     h = n_mm // 2
     x, y = randn((h, h), torch.float64, 400 + r), randn((h, h), torch.float64, 500 + r)
@@ -284,15 +292,20 @@ def strassen_part(groups, n_mm, rank):
         B = randn((n_mm, n_mm), torch.float64, 2)
         sw["one_gpu_matmul"] = timed(lambda: torch.matmul(A, B), groups[1][0], 3)
         del A, B
-        best = {alg: min(PIPELINES, key=lambda k: sw[f"{alg}_p{k}"])
-                for alg in ("strassen_winograd", "classical")}
+        names = ["classical"] + [f"strassen_winograd{'' if lv == 1 else f'_L{lv}'}"
+                                 for lv in SW_LEVELS]
+        best = {nm: min(PIPELINES, key=lambda k: sw[f"{nm}_p{k}"]) for nm in names}
         sw["best_pipeline"] = best
-        for key in ("strassen_winograd", "classical"):
-            sw[key] = sw[f"{key}_p{best[key]}"]
-        sw["speedup_vs_one_gpu"] = sw["one_gpu_matmul"] / sw["strassen_winograd"]
-        sw["speedup_vs_classical"] = sw["classical"] / sw["strassen_winograd"]
-        sw["speedup_vs_classical_p1"] = sw["classical_p1"] / sw["strassen_winograd"]
-        sw["speedup_p1_vs_classical_p1"] = sw["classical_p1"] / sw["strassen_winograd_p1"]
+        for nm in names:
+            sw[nm] = sw[f"{nm}_p{best[nm]}"]
+            if nm != "classical":
+                sw[f"{nm}_vs_one_gpu"] = sw["one_gpu_matmul"] / sw[nm]
+                sw[f"{nm}_vs_classical"] = sw["classical"] / sw[nm]
+                sw[f"{nm}_vs_classical_p1"] = sw["classical_p1"] / sw[nm]
+        if "strassen_winograd" in sw:
+            sw["speedup_vs_one_gpu"] = sw["one_gpu_matmul"] / sw["strassen_winograd"]
+            sw["speedup_vs_classical"] = sw["classical"] / sw["strassen_winograd"]
+            sw["speedup_vs_classical_p1"] = sw["classical_p1"] / sw["strassen_winograd"]
         sw["floor_strassen_winograd"] = 1.75 * sw["one_product_per_rank"]
         sw["floor_classical"] = 2.0 * sw["one_product_per_rank"]
         log("strassen:", sw)
@@ -316,12 +329,14 @@ def high_priority_part(n_mm, rank):
     b = randn((n_mm, n_mm // 2 // 4 * 2), torch.float64, 300 + rank)
     comm = kd.communicator(grp)
     out = {}
-    for alg in ("strassen_winograd", "classical"):
-        for k in (1, 4, 8):
-            out[f"{alg}_p{k}"] = timed(
-                lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, pipeline=k), grp, 5)
-            log(f"strassen, high-priority NCCL stream: {alg} pipeline={k}: "
-                f"{out[f'{alg}_p{k}'] * 1e3:.1f} ms")
+    for alg, lv in [("classical", 1)] + [("strassen_winograd", v) for v in SW_LEVELS]:
+        name = alg if lv == 1 else f"{alg}_L{lv}"
+        for k in HP_PIPELINES:
+            out[f"{name}_p{k}"] = timed(
+                lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv,
+                                           pipeline=k), grp, 5)
+            log(f"strassen, high-priority NCCL stream: {name} pipeline={k}: "
+                f"{out[f'{name}_p{k}'] * 1e3:.1f} ms")
     del a, b
     torch.cuda.empty_cache()
     return out
@@ -357,17 +372,18 @@ def markdown(res):
         lines += ["", f"FP64 N = {s['n']}, 4 ranks; one GPU torch.matmul {ms(s['one_gpu_matmul'])} "
                   f"ms; one half-size product a rank {ms(s['one_product_per_rank'])} ms (floor: "
                   f"SW 1.75×, classical 2×)", "",
-                  "| pipeline | classical 2×2 ms | Strassen–Winograd ms | SW vs classical (same k) "
-                  "| SW vs 1 GPU |", "|---|---|---|---|---|"]
-        for k in s["pipelines"]:
-            sw_t, cl_t = s[f"strassen_winograd_p{k}"], s[f"classical_p{k}"]
-            lines.append(f"| {k} | {ms(cl_t)} | {ms(sw_t)} | {cl_t / sw_t:.3f}× | "
-                         f"{s['one_gpu_matmul'] / sw_t:.2f}× |")
-        lines += ["", f"best: {s['best_pipeline']}; SW best vs classical best "
-                  f"{s['speedup_vs_classical']:.3f}×, vs classical pipeline=1 "
-                  f"{s['speedup_vs_classical_p1']:.3f}×; pipeline 4 vs 1 max rel. difference: "
-                  f"SW {s['strassen_winograd_p4_vs_p1_max_rel']:.1e}, classical "
-                  f"{s['classical_p4_vs_p1_max_rel']:.1e}"]
+                  "| variant | pipeline | ms | vs classical (same k) | vs classical best | "
+                  "vs 1 GPU |", "|---|---|---|---|---|---|"]
+        names = ["classical"] + [f"strassen_winograd{'' if lv == 1 else f'_L{lv}'}"
+                                 for lv in s.get("sw_levels", [1])]
+        for nm in names:
+            for k in s["pipelines"]:
+                t, cl_t = s[f"{nm}_p{k}"], s[f"classical_p{k}"]
+                lines.append(f"| {nm} | {k} | {ms(t)} | {cl_t / t:.3f}× | "
+                             f"{s['classical'] / t:.3f}× | {s['one_gpu_matmul'] / t:.2f}× |")
+        lines += ["", f"best pipeline: {s['best_pipeline']}; pipeline 4 vs 1 max rel. "
+                  "difference: " + ", ".join(f"{key[:-17]} {v:.1e}" for key, v in s.items()
+                                              if key.endswith("_p4_vs_p1_max_rel"))]
     if isinstance(res.get("strassen_high_priority"), dict):
         hp = res["strassen_high_priority"]
         lines += ["", "high-priority NCCL stream: " + ", ".join(

@@ -261,6 +261,73 @@ def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, pipeline, seed)
     assert err <= 6 * err_classical, (err, err_classical)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
+       st.sampled_from(["strassen_winograd", "classical"]), st.sampled_from([2, 3]),
+       st.integers(1, 3), st.integers(0, 2 ** 31))
+def test_strassen_levels_equal_classical(size, mb, kb, nb, alg, levels, pipeline, seed):
+    """L nested levels over ranks (7^L products, blocks of a 2^L split, every addition on the
+    strips): the product to L levels' error bound (2 · 3^L × the classical error), inputs
+    untouched, and the bytes the counter saw equal to strassen_bytes."""
+    split = 2 ** levels
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((split * mb, split * kb))
+    b = rng.standard_normal((split * kb, split * nb))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+
+    def work(comm):
+        a_s = kd.quadrant_shard(a32, size, comm.rank, levels)
+        b_s = kd.quadrant_shard(b32, size, comm.rank, levels)
+        before = (a_s.copy(), b_s.copy())
+        c_s = kd.strassen_matmul(a_s, b_s, comm=comm, algorithm=alg, levels=levels,
+                                 pipeline=pipeline)
+        assert np.array_equal(a_s, before[0]) and np.array_equal(b_s, before[1])
+        return c_s, comm.bytes_sent
+
+    out = run_ranks(size, work)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    for r, (_, sent) in enumerate(out):
+        assert sent == kd.strassen_bytes(split * mb, split * kb, split * nb, size, r, 4, alg,
+                                         levels)
+    got = kd.quadrant_assemble([c for c, _ in out], np, levels)
+    ref = a @ b
+    eps = np.finfo(np.float32).eps
+    scale = np.abs(a).max() * np.abs(b).max() * split * kb
+    err = np.abs(got - ref).max() / scale
+    err_classical = max(np.abs(a32 @ b32 - ref).max() / scale, eps)
+    assert err <= 2 * 3 ** levels * err_classical, (err, err_classical)
+
+
+def test_strassen_levels_programs():
+    """The composed programs: 7^L (8^L) products, each block of C from its own sums; the
+    two-level Strassen–Winograd program on exact integers equals A @ B, and so does the layout
+    round trip of every level count."""
+    from kronlinalg.distributed.strassen import program
+
+    for levels in (1, 2, 3):
+        assert len(program("strassen_winograd", levels)[2]) == 7 ** levels
+        assert len(program("classical", levels)[2]) == 8 ** levels
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (8, 12)).astype(np.float64)
+    b = rng.integers(-3, 4, (12, 4)).astype(np.float64)
+    out = run_ranks(3, lambda comm: kd.strassen_matmul(
+        kd.quadrant_shard(a, 3, comm.rank, 2), kd.quadrant_shard(b, 3, comm.rank, 2),
+        comm=comm, levels=2))
+    assert np.array_equal(kd.quadrant_assemble(out, np, 2), a @ b)
+    for levels in (1, 2, 3):
+        x = rng.standard_normal((3, 8 * 5))
+        for size in (1, 2, 5):
+            strips = [kd.quadrant_shard(x, size, r, levels) for r in range(size)]
+            assert np.array_equal(kd.quadrant_assemble(strips, np, levels), x)
+    with pytest.raises(ValueError, match="levels"):
+        kd.strassen_matmul(a, b, comm=kd.SelfCommunicator(), levels=4)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        kd.strassen_matmul(np.ones((6, 8)), np.ones((8, 8)), comm=kd.SelfCommunicator(),
+                           levels=2)
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
 def test_strassen_pipeline_changes_no_value(size):
     # chunks of columns give each product column the same sums: the result of every pipeline

@@ -8,7 +8,9 @@ same layout (column block width ∏Q / G_K).
 Strassen–Winograd and the classical split, on `size` ranks: every operand (A: m × k,
 B: k × n, C: m × n, even m, k, n) is cut into its four quadrants and each quadrant's columns
 into `size` near-equal strips; rank r holds strip r of every quadrant, all rows, as one array
-[[X0_r, X1_r], [X2_r, X3_r]] of shape (rows, 2 · strip width).
+[[X0_r, X1_r], [X2_r, X3_r]] of shape (rows, 2 · strip width).  With L levels the columns are
+cut into 2^L blocks instead of 2 (rows need no cut: every rank holds all of them) and rank r
+holds its strip of each block, side by side.
 """
 
 from __future__ import annotations
@@ -46,29 +48,37 @@ def kron_assemble(blocks, grid, xp=None):
     return xp.concat(rows, axis=0)
 
 
-def quadrant_columns(cols: int, size: int, rank: int):
-    """The two column slices of an operand with `cols` columns (even) that rank holds."""
-    if cols % 2:
-        raise ValueError(f"the operand has {cols} columns: an even count is needed")
-    h = cols // 2
-    c0, c1 = cols_split(h, size, rank)
-    return slice(c0, c1), slice(h + c0, h + c1)
+def quadrant_columns(cols: int, size: int, rank: int, levels: int = 1):
+    """The 2^levels column slices of an operand with `cols` columns (divisible by 2^levels)
+    that rank holds: its strip of each column block, left to right."""
+    split = 1 << levels
+    if levels < 1 or cols % split:
+        raise ValueError(f"the operand has {cols} columns: a multiple of {split} is needed "
+                         f"for {levels} level(s)")
+    w = cols // split
+    c0, c1 = cols_split(w, size, rank)
+    return tuple(slice(j * w + c0, j * w + c1) for j in range(split))
 
 
-def quadrant_shard(x, size: int, rank: int):
-    """rank's strips of the global matrix x (rows × cols, both even)."""
+def quadrant_shard(x, size: int, rank: int, levels: int = 1):
+    """rank's strips of the global matrix x (rows × cols): its strip of each of the 2^levels
+    column blocks, side by side (levels=1: [[X0_r, X1_r], [X2_r, X3_r]])."""
     import array_api_compat
 
     xp = array_api_compat.array_namespace(x)
-    left, right = quadrant_columns(x.shape[1], size, rank)
-    return xp.concat([x[:, left], x[:, right]], axis=1)
+    return xp.concat([x[:, s] for s in quadrant_columns(x.shape[1], size, rank, levels)],
+                     axis=1)
 
 
-def quadrant_assemble(strips, xp=None):
+def quadrant_assemble(strips, xp=None, levels: int = 1):
     """The global matrix from every rank's strips (a list in rank order)."""
     import array_api_compat
 
     xp = xp or array_api_compat.array_namespace(strips[0])
-    lefts = [s[:, :s.shape[1] // 2] for s in strips]
-    rights = [s[:, s.shape[1] // 2:] for s in strips]
-    return xp.concat(lefts + rights, axis=1)
+    split = 1 << levels
+    blocks = []
+    for j in range(split):
+        for s in strips:
+            w = s.shape[1] // split
+            blocks.append(s[:, j * w:(j + 1) * w])
+    return xp.concat(blocks, axis=1)
