@@ -36,8 +36,15 @@ OUT = os.environ.get("OUT", "/tmp/out")
 ONLY = os.environ.get("ONLY", "")
 # column chunks of the Strassen engine (1: no overlap); STRASSEN_PIPELINES=1,4 to shorten
 PIPELINES = tuple(int(k) for k in os.environ.get("STRASSEN_PIPELINES", "1,2,4,8,16").split(","))
-# Strassen–Winograd's level counts timed (the classical split: one level, the baseline)
-SW_LEVELS = tuple(int(v) for v in os.environ.get("SW_LEVELS", "1,2").split(","))
+# Strassen–Winograd's variants timed, leaf:levels (the classical split: one level, the library
+# leaf: the baseline); names strassen_winograd[_L<levels>][_leaf<leaf>]
+SW_VARIANTS = tuple((v.split(":")[0], int(v.split(":")[1])) for v in os.environ.get(
+    "SW_VARIANTS", "library:1,library:2,strassen:1").split(","))
+
+
+def variant_name(alg, levels, leaf="library"):
+    return (alg + ("" if levels == 1 else f"_L{levels}")
+            + ("" if leaf == "library" else f"_leaf{leaf}"))
 HP_PIPELINES = tuple(int(k) for k in os.environ.get("HP_PIPELINES", "1,4,8").split(","))
 
 
@@ -258,20 +265,24 @@ def strassen_part(groups, n_mm, rank):
     a = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 200 + r)
     b = randn((n_mm, n_mm // 2 // g * 2), torch.float64, 300 + r)
     comm = kd.communicator(grp)
-    sw = {"pipelines": list(PIPELINES), "n": n_mm, "sw_levels": list(SW_LEVELS)}
-    variants = [("classical", 1)] + [("strassen_winograd", lv) for lv in SW_LEVELS]
-    for alg, lv in variants:
-        name = alg if lv == 1 else f"{alg}_L{lv}"
+    variants = [("classical", 1, "library")] + [("strassen_winograd", lv, leaf)
+                                                for leaf, lv in SW_VARIANTS]
+    sw = {"pipelines": list(PIPELINES), "n": n_mm,
+          "variants": [variant_name(*v) for v in variants]}
+    for alg, lv, leaf in variants:
+        name = variant_name(alg, lv, leaf)
         for k in PIPELINES:
             comm.reset_counters()
             t = timed(lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv,
-                                                 pipeline=k), grp, 5)
+                                                 leaf=leaf, pipeline=k), grp, 5)
             sw[f"{name}_p{k}"] = t
             sw[f"{name}_p{k}_bytes_per_call"] = comm.bytes_sent / 6
             log(f"strassen: {name} pipeline={k}: {t * 1e3:.1f} ms")
         if len(PIPELINES) > 1:  # the overlap changes no value: pipeline=4 against 1
-            one = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, pipeline=1)
-            four = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, pipeline=4)
+            one = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, leaf=leaf,
+                                     pipeline=1)
+            four = kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv, leaf=leaf,
+                                      pipeline=4)
             diff = torch.tensor([float((one - four).abs().max() / one.abs().max())],
                                 device=DEV, dtype=torch.float64)
             dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=grp)
@@ -283,6 +294,12 @@ def strassen_part(groups, n_mm, rank):
     h = n_mm // 2
     x, y = randn((h, h), torch.float64, 400 + r), randn((h, h), torch.float64, 500 + r)
     sw["one_product_per_rank"] = timed(lambda: torch.matmul(x, y), grp, 3)
+    # the same through the single-GPU strassen_matmul (the planner's choice): the leaf of
+    # leaf="strassen", all ranks at once
+    sw["one_product_per_rank_strassen"] = timed(lambda: kronlinalg.strassen_matmul(x, y), grp, 3)
+    log(f"strassen: one half-size product a rank: torch.matmul "
+        f"{sw['one_product_per_rank'] * 1e3:.1f} ms, strassen_matmul "
+        f"{sw['one_product_per_rank_strassen'] * 1e3:.1f} ms")
     del x, y, a, b
     if not CPU:
         torch.cuda.empty_cache()
@@ -292,8 +309,7 @@ def strassen_part(groups, n_mm, rank):
         B = randn((n_mm, n_mm), torch.float64, 2)
         sw["one_gpu_matmul"] = timed(lambda: torch.matmul(A, B), groups[1][0], 3)
         del A, B
-        names = ["classical"] + [f"strassen_winograd{'' if lv == 1 else f'_L{lv}'}"
-                                 for lv in SW_LEVELS]
+        names = sw["variants"]
         best = {nm: min(PIPELINES, key=lambda k: sw[f"{nm}_p{k}"]) for nm in names}
         sw["best_pipeline"] = best
         for nm in names:
@@ -329,12 +345,13 @@ def high_priority_part(n_mm, rank):
     b = randn((n_mm, n_mm // 2 // 4 * 2), torch.float64, 300 + rank)
     comm = kd.communicator(grp)
     out = {}
-    for alg, lv in [("classical", 1)] + [("strassen_winograd", v) for v in SW_LEVELS]:
-        name = alg if lv == 1 else f"{alg}_L{lv}"
+    for alg, lv, leaf in [("classical", 1, "library")] + [("strassen_winograd", lv, leaf)
+                                                          for leaf, lv in SW_VARIANTS]:
+        name = variant_name(alg, lv, leaf)
         for k in HP_PIPELINES:
             out[f"{name}_p{k}"] = timed(
                 lambda: kd.strassen_matmul(a, b, comm=comm, algorithm=alg, levels=lv,
-                                           pipeline=k), grp, 5)
+                                           leaf=leaf, pipeline=k), grp, 5)
             log(f"strassen, high-priority NCCL stream: {name} pipeline={k}: "
                 f"{out[f'{name}_p{k}'] * 1e3:.1f} ms")
     del a, b
@@ -374,9 +391,7 @@ def markdown(res):
                   f"SW 1.75×, classical 2×)", "",
                   "| variant | pipeline | ms | vs classical (same k) | vs classical best | "
                   "vs 1 GPU |", "|---|---|---|---|---|---|"]
-        names = ["classical"] + [f"strassen_winograd{'' if lv == 1 else f'_L{lv}'}"
-                                 for lv in s.get("sw_levels", [1])]
-        for nm in names:
+        for nm in s.get("variants", ["classical", "strassen_winograd"]):
             for k in s["pipelines"]:
                 t, cl_t = s[f"{nm}_p{k}"], s[f"classical_p{k}"]
                 lines.append(f"| {nm} | {k} | {ms(t)} | {cl_t / t:.3f}× | "
