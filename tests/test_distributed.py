@@ -328,6 +328,24 @@ def test_strassen_levels_programs():
                            levels=2)
 
 
+@pytest.mark.parametrize("leaf", [None, "library", "auto", "strassen"])
+@pytest.mark.parametrize("alg", ["strassen_winograd", "classical"])
+def test_strassen_leaves(alg, leaf):
+    """Every leaf (None: strassen_matmul's for Strassen–Winograd, the library's for the split)
+    gives the product; an unknown leaf is the same ValueError on every rank."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((20, 28)), rng.standard_normal((28, 12))
+    out = run_ranks(3, lambda comm: kd.strassen_matmul(
+        kd.quadrant_shard(a, 3, comm.rank), kd.quadrant_shard(b, 3, comm.rank), comm=comm,
+        algorithm=alg, leaf=leaf))
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    np.testing.assert_allclose(kd.quadrant_assemble(out, np), a @ b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="leaf"):
+        kd.strassen_matmul(a, b, comm=kd.SelfCommunicator(), algorithm=alg, leaf="cublas")
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
 def test_strassen_pipeline_changes_no_value(size):
     # chunks of columns give each product column the same sums: the result of every pipeline

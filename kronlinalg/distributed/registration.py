@@ -44,7 +44,7 @@ def _kron_run(algorithm):
     return run
 
 
-def _matmul_predict(n_products, additions):
+def _matmul_predict(n_products, additions, leaf_op):
     def predict(problem, prof):
         info, opt = problem.info, problem.options
         if info["m"] % 2 or info["k"] % 2 or info["n"] % 2:
@@ -53,7 +53,8 @@ def _matmul_predict(n_products, additions):
             return math.inf, {"reason": "m, k and n must be even"}
         return costs.predict_matmul(info["m"], info["k"], info["n"], int(opt.get("ranks", 1)),
                                     n_products, problem.dtype, problem.device, problem.kind,
-                                    opt.get("latency_s"), opt.get("bandwidth"), prof, additions)
+                                    opt.get("latency_s"), opt.get("bandwidth"), prof, additions,
+                                    leaf_op)
 
     return predict
 
@@ -73,7 +74,11 @@ for _name, _pf in (("fastkron", False), ("per_factor", True)):
     planner.register("distributed_kron_matmul", planner.Candidate(
         _name, _kron_predict(_pf), devices=("cpu", "cuda"), run=_kron_run(_name),
         family=f"distributed/{_name}"))
-for _name, _np, _adds in (("strassen_winograd", 7, 15), ("classical", 8, 4)):
+# (each with its default leaf: Strassen–Winograd's pieces through strassen_matmul, the classical
+# split's through the library GEMM)
+for _name, _np, _adds, _leaf in (("strassen_winograd", 7, 15, "strassen_matmul"),
+                                 ("classical", 8, 4, "matmul")):
     planner.register("distributed_matmul", planner.Candidate(
-        _name, _matmul_predict(_np, _adds), devices=("cpu", "cuda"), run=_matmul_run(_name),
+        _name, _matmul_predict(_np, _adds, _leaf), devices=("cpu", "cuda"),
+        run=_matmul_run(_name),
         family=f"distributed/{_name}"))

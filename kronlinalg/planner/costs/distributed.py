@@ -204,9 +204,12 @@ def chunk_segments(n_products: int, cols: int, size: int, chunks: int):
 
 
 def predict_matmul(m, k, n, size, n_products, dtype="float64", device="cpu", kind="cpu",
-                   latency_s=None, bandwidth=None, profile=None, additions=15):
+                   latency_s=None, bandwidth=None, profile=None, additions=15,
+                   leaf_op="matmul"):
     """(seconds, details) of the slowest rank for a bilinear algorithm of `n_products` products
-    of half-size blocks over `size` ranks (7: Strassen–Winograd, 8: the classical split)."""
+    of half-size blocks over `size` ranks (7: Strassen–Winograd, 8: the classical split), each
+    piece priced by the single-device model of `leaf_op` ("matmul" for the library's GEMM,
+    "strassen_matmul" for Strassen leaves)."""
     from ..ranking import plan
 
     m2, k2, n2 = m // 2, k // 2, n // 2
@@ -220,8 +223,12 @@ def predict_matmul(m, k, n, size, n_products, dtype="float64", device="cpu", kin
         msgs = 0
         for i, c0, c1 in pieces:
             try:
-                compute += plan("matmul", (m2, k2), (k2, c1 - c0), dtype=dtype,
-                                device=device)[0].seconds
+                best = plan(leaf_op, (m2, k2), (k2, c1 - c0), dtype=dtype, device=device)[0]
+                if leaf_op != "matmul" and best.name == "classical":
+                    # (strassen_matmul's classical is the library GEMM: priced by its model)
+                    best = plan("matmul", (m2, k2), (k2, c1 - c0), dtype=dtype,
+                                device=device)[0]
+                compute += best.seconds
             except (ValueError, KeyError, TypeError):
                 compute += 2.0 * m2 * k2 * (c1 - c0) / 1e11
             recv += (m2 * k2 + k2 * (c1 - c0)) * (size - 1) / size
