@@ -1,6 +1,7 @@
 """kernels/tensor on small problems, for compute-sanitizer.  The one-pass MTTKRP kernel:
 both modes, ranks 7 and 64, output rows that leave the 128-row tile partly empty, an inner
-size that puts index boundaries inside the 32-row stages; the one-launch factor update (spd
+size that puts index boundaries inside the 32-row stages; its half-storage variant (float16,
+bfloat16; mode 0); the one-launch factor update (spd
 solve): ranks 7, 33 and 64, right-hand sides not a multiple of 32, float32 and float64.
 Prints the errors against float64.
 
@@ -35,6 +36,23 @@ for shape, rank, variant in (((70, 36, 40), 7, 0), ((70, 36, 40), 64, 1),
             err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
             worst = max(worst, err)
             print(shape, rank, mode, variant, f"{err:.2e}")
+# the half-storage variant (mode 0): float16 / bfloat16, both block shapes, inner sizes 72 / 136
+# (index boundaries inside the 64-p stages) and 64, output rows below and above one tile
+for shape, rank, variant, dt in (((70, 36, 72), 7, 0, "float16"), ((70, 36, 72), 64, 1, "bfloat16"),
+                                 ((9, 33, 136), 33, 0, "bfloat16"), ((130, 5, 64), 64, 1, "float16")):
+    fused.VARIANT = variant
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]
+    xh = torch.as_tensor(x, device="cuda").to(getattr(torch, dt))
+    before = fused.LAUNCHES
+    got = fused.stored_mttkrp(xh, [torch.as_tensor(f, device="cuda") for f in fs])
+    assert fused.LAUNCHES == before + 1, (shape, rank, dt)
+    ref = (xh.double().cpu().numpy().reshape(shape[0], -1)
+           @ np.einsum("ir,jr->ijr", *[f.astype(np.float64) for f in fs[1:]]).reshape(-1, rank))
+    err = np.linalg.norm(got.cpu().double().numpy() - ref) / np.linalg.norm(ref)
+    worst = max(worst, err)
+    print(shape, rank, 0, variant, dt, f"{err:.2e}")
+fused.VARIANT = 0
 from kronlinalg.tensor import solve
 
 for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 45, 2, "float32"),

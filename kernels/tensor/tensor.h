@@ -11,7 +11,14 @@
  * consecutive p spans at most two a), the row length of X's view a multiple of 4 floats and X,
  * U, V 16-byte aligned.  The sum over p is split over `splits` thread blocks per output tile
  * (kl_tensor_mttkrp_plan); their partial sums go to `part` and one more launch adds them in a
- * fixed order (deterministic). */
+ * fixed order (deterministic).
+ *
+ * dtype 1 / 2 (float16 / bfloat16 storage of X, tensor_half_cuda.cu): the first mode only
+ * (last = 0), X's elements in the half type, U and V float32 as above; W is rounded to the half
+ * type (the caller scales U and V so that it fits float16's range), products on m16n8k16 tensor
+ * cores with float32 sums.  Requires ib >= 64 (a stage of 64 p spans at most two a) and red a
+ * multiple of 8 halves.  dscale (device, may be NULL): one float the output is multiplied by
+ * besides alpha (the inverse of U's and V's scales, without a host synchronization). */
 #ifndef KRONLINALG_TENSOR_H
 #define KRONLINALG_TENSOR_H
 
@@ -25,24 +32,28 @@ extern "C" {
 
 #define KL_TENSOR_MAX_RANK 64
 #define KL_TENSOR_MIN_INNER 32
+#define KL_TENSOR_MIN_INNER_HALF 64
 
 typedef struct {
   int32_t last;
   int32_t variant;                 /* 0: 4 warps of 64 x 32 outputs; 1: 8 warps of 32 x 32 */
+  int32_t dtype;                   /* X's type: 0 float32, 1 float16, 2 bfloat16 */
   int64_t m, red, ia, ib;
   int32_t rank;
-  const float *x, *u, *v;
+  const void *x;
+  const float *u, *v;
   float *part;                     /* splits * 64 * mpad floats (kl_tensor_mttkrp_plan) */
   int32_t splits;
   float *out;                      /* element (r, i) at out[r * out_stride_r + i * out_stride_m] */
   int64_t out_stride_r, out_stride_m;
   float alpha;
+  const float *dscale;
 } kl_tensor_mttkrp;
 
 /* The split of the sum over p that fills the GPU once (one wave of per_sm blocks a
  * multiprocessor), and the padded output length mpad. */
-int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red, int32_t *splits,
-                          int64_t *mpad, int32_t *per_sm);
+int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m, int64_t red,
+                          int32_t *splits, int64_t *mpad, int32_t *per_sm);
 int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
 int kl_tensor_cuda_check(void);
 

@@ -9,9 +9,10 @@ cdef extern from "tensor.h" nogil:
     ctypedef struct kl_tensor_mttkrp:
         int32_t last
         int32_t variant
+        int32_t dtype
         int64_t m, red, ia, ib
         int32_t rank
-        const float *x
+        const void *x
         const float *u
         const float *v
         float *part
@@ -19,8 +20,9 @@ cdef extern from "tensor.h" nogil:
         float *out
         int64_t out_stride_r, out_stride_m
         float alpha
-    int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red,
-                              int32_t *splits, int64_t *mpad, int32_t *per_sm)
+        const float *dscale
+    int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
+                              int64_t red, int32_t *splits, int64_t *mpad, int32_t *per_sm)
     int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream)
     int kl_tensor_cuda_check()
     enum: KL_TENSOR_SOLVE_MAX_GRAMS
@@ -41,32 +43,37 @@ cdef extern from "tensor.h" nogil:
 
 MAX_RANK = 64
 MIN_INNER = 32
+MIN_INNER_HALF = 64
 SOLVE_MAX_GRAMS = KL_TENSOR_SOLVE_MAX_GRAMS
 
 
-def plan(bint last, int variant, int64_t m, int64_t red):
+def plan(bint last, int variant, int64_t m, int64_t red, int dtype=0):
     """(splits, mpad, blocks per SM): the split of the sum that fills the current GPU once,
     the padded output length (the partial sums take splits * 64 * mpad floats), and how many
-    blocks of the variant a multiprocessor holds."""
+    blocks of the variant a multiprocessor holds.  dtype: the tensor's storage, 0 float32,
+    1 float16, 2 bfloat16."""
     cdef int32_t splits = 0, per_sm = 0
     cdef int64_t mpad = 0
-    check_status(kl_tensor_mttkrp_plan(last, variant, m, red, &splits, &mpad, &per_sm))
+    check_status(kl_tensor_mttkrp_plan(last, variant, dtype, m, red, &splits, &mpad, &per_sm))
     return splits, mpad, per_sm
 
 
 def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t rank, uintptr_t x,
            uintptr_t u, uintptr_t v, uintptr_t part, int32_t splits, uintptr_t out,
-           int64_t out_stride_r, int64_t out_stride_m, float alpha, uintptr_t stream):
-    """out[r, i] = alpha * the MTTKRP of the first (last=False) or the last mode; see tensor.h."""
+           int64_t out_stride_r, int64_t out_stride_m, float alpha, uintptr_t stream,
+           int dtype=0, uintptr_t dscale=0):
+    """out[r, i] = alpha * (*dscale) * the MTTKRP of the first (last=False) or the last mode;
+    dtype the tensor's storage (0 float32, 1 float16, 2 bfloat16); see tensor.h."""
     cdef kl_tensor_mttkrp c
     c.last = last
     c.variant = variant
+    c.dtype = dtype
     c.m = m
     c.red = ia * ib
     c.ia = ia
     c.ib = ib
     c.rank = rank
-    c.x = <const float *> x
+    c.x = <const void *> x
     c.u = <const float *> u
     c.v = <const float *> v
     c.part = <float *> part
@@ -75,6 +82,7 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
     c.out_stride_r = out_stride_r
     c.out_stride_m = out_stride_m
     c.alpha = alpha
+    c.dscale = <const float *> dscale
     cdef int status
     with nogil:
         status = kl_tensor_mttkrp_cuda(&c, <void *> stream)

@@ -134,23 +134,29 @@ class Engine:
         s = xp.where(s > 0, s, xp.ones_like(s))
         return xp.astype(ft / s, getattr(xp, self.precision)), s
 
-    def mm_stored(self, ft, x2, transpose_x, scale):
+    def mm_stored(self, ft, x2, transpose_x, scale, defer=False, half_out=False):
         """ft (R, P) times the stored tensor viewed as a matrix x2 (P, Q), or x2ᵀ (x2: (Q, P))
-        with transpose_x: (R, Q) in the working dtype."""
+        with transpose_x: (R, Q) in the working dtype.  defer: (the product, the factor it
+        is still to be multiplied by: a device scalar, a float or None), so that a caller
+        scales a smaller result instead.  half_out (torch, half storage, with defer): the
+        product in the half type (half the bytes written and read again; its sums of P
+        products of magnitudes ≤ 1 fit float16 for P below 2¹⁵)."""
         xp = self.xp
         a, s = self.lhs(ft)
         b = xp.permute_dims(x2, (1, 0)) if transpose_x else x2
         if self.half and self.lib == "torch":  # float32 out: sums of P half products overflow
             import torch                        # float16's range for large P
 
-            out = torch.mm(a, b, out_dtype=self.dtype) * (s * scale)
+            half = defer and half_out and int(b.shape[0]) < (1 << 15)
+            out = torch.mm(a, b) if half else torch.mm(a, b, out_dtype=self.dtype)
+            mult = s * scale
         elif self.half:
-            out = xp.astype(xp.matmul(a, b), self.dtype) * (s * scale)
+            out, mult = xp.astype(xp.matmul(a, b), self.dtype), s * scale
         else:
-            out = xp.matmul(a, b)
-        if not self.half and scale != 1.0:
-            out = out * scale
-        return out
+            out, mult = xp.matmul(a, b), (scale if scale != 1.0 else None)
+        if defer:
+            return out, mult
+        return out if mult is None else out * mult
 
     # -- Gram matrices from the layout ---------------------------------------------------------
 
