@@ -29,7 +29,8 @@ RESULTS: dict = {"sections": {}}
 # parafac's variants timed at 640³ rank 64 (--cp-modes replaces them)
 CP_MODES = ["tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee", "float16",
             "float16-old", "bfloat16", "bfloat16-old"]
-HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE)
+HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+                 solve.PREFACTOR)
 ROWS: list = []
 START = time.perf_counter()
 
@@ -193,7 +194,8 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # one-launch kernel of kronlinalg.tensor.solve), -s0 (that kernel's first factorization),
     # -nopipe (the CUDA graph's sweeps not pipelined); half storage: -old (session 5's path:
     # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
-    # -hy (the library pass's intermediate in the half type)
+    # -hy (the library pass's intermediate in the half type), -hv1 (the half kernel's 256-row
+    # blocks); -pf: the updates' factorizations on a side stream (solve.PREFACTOR)
     for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
@@ -201,6 +203,8 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         fused.HALF = not ("old" in tags or "nokernel" in tags)
         fused.DEFER_SCALE = "old" not in tags
         fused.HALF_INTERMEDIATE = "hy" in tags
+        fused.HALF_VARIANT = 1 if "hv1" in tags else 0
+        solve.PREFACTOR = "pf" in tags
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
         solve.VARIANT = 0 if "s0" in tags else 1
         kt.cp_als.PIPELINE = "nopipe" not in tags
@@ -213,7 +217,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             if precision == "ieee":
                 ref_fit = fit
             row(label, f"kronlinalg torch {variant}",
-                1e3 * t, fit=round(fit, 6),
+                1e3 * t, fit=round(fit, 6), fit9=f"{fit:.9f}",
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
                 run=how.get("reason", "")[:120], solve_kernel=how.get("solve_kernel"))
         except Exception as e:  # noqa: BLE001
@@ -221,14 +225,16 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         finally:
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
             solve.VARIANT, kt.cp_als.PIPELINE = 1, True
-            fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE = HALF_DEFAULTS
+            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+             solve.PREFACTOR) = HALF_DEFAULTS
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
         t, res = per_iteration_cb(lambda k, cb: kt.parafac(x64, rank, init=(None, init64),
                                                            n_iter_max=k, tol=0, callback=cb),
                                   lo, hi, 1)
-        row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
+        fit = fit_of(x64, res)
+        row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit, 6), fit9=f"{fit:.9f}")
         try:
             import cupy as cp
 
@@ -309,8 +315,9 @@ def mttkrp_section(out, n=640, rank=64):
             finally:
                 fused.ENABLED, fused.VARIANT = True, 0
         if mode == 0:  # the half kernel on the tensor stored in the half type (parafac's)
-            for dt, variant in (("float16", 0), ("float16", 1), ("bfloat16", 0)):
-                fused.VARIANT = variant
+            for dt, variant in (("float16", 0), ("float16", 1), ("bfloat16", 0),
+                                ("bfloat16", 1)):
+                fused.HALF_VARIANT = variant
                 try:
                     s = float(x.abs().max())
                     xh = (x / s).to(getattr(torch, dt))
@@ -326,7 +333,7 @@ def mttkrp_section(out, n=640, rank=64):
                     row("mttkrp640", f"kronlinalg {dt}-storage kernel v{variant} mode 0",
                         float("nan"), error=repr(e)[:200])
                 finally:
-                    fused.VARIANT = 0
+                    fused.HALF_VARIANT = HALF_DEFAULTS[3]
         t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
         row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t,
             gpu_ms=round(1e3 * events(lambda: tl_mttkrp(x, (None, fs), mode)), 4))
@@ -634,24 +641,30 @@ def half_section(out, n=640, rank=64):
     del y32, y16, xh, xa
     save(out)
     texts = []
-    for label, cfg in (("new (half kernel, deferred scales)", (True, True, False)),
-                       ("old (session 5)", (False, False, False)),
-                       ("half intermediate", (True, True, True))):
-        fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE = cfg
+    for label, prec, cfg in (
+            ("float16 new (half kernel, deferred scales)", "float16", (True, True, False, 0, False)),
+            ("float16 new, prefactored updates", "float16", (True, True, False, 0, True)),
+            ("float16 new, half intermediate, prefactored", "float16", (True, True, True, 0, True)),
+            ("float16 old (session 5)", "float16", (False, False, False, 0, False)),
+            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False,)),
+            ("tf32, prefactored updates", "tf32", HALF_DEFAULTS[:4] + (True,))):
+        (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+         solve.PREFACTOR) = cfg
         try:
             run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
-                                     n_iter_max=8, tol=0, precision="float16")
+                                     n_iter_max=8, tol=0, precision=prec)
             run()
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 run()
                 sync()
             texts.append(replay_breakdown(prof, out.rsplit(".", 1)[0] + "_trace_half.json",
-                                          f"float16 sweeps, {label}, "
+                                          f"sweeps, {label}, "
                                           f"{kt.cp_als.LAST_RUN.get('reason')}"))
         except Exception as e:  # noqa: BLE001
-            texts.append(f"== float16 profile {label} failed: {e!r}"[:400])
+            texts.append(f"== profile {label} failed: {e!r}"[:400])
         finally:
-            fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE = HALF_DEFAULTS
+            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+             solve.PREFACTOR) = HALF_DEFAULTS
     import os
 
     try:

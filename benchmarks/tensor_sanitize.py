@@ -40,7 +40,7 @@ for shape, rank, variant in (((70, 36, 40), 7, 0), ((70, 36, 40), 64, 1),
 # (index boundaries inside the 64-p stages) and 64, output rows below and above one tile
 for shape, rank, variant, dt in (((70, 36, 72), 7, 0, "float16"), ((70, 36, 72), 64, 1, "bfloat16"),
                                  ((9, 33, 136), 33, 0, "bfloat16"), ((130, 5, 64), 64, 1, "float16")):
-    fused.VARIANT = variant
+    fused.HALF_VARIANT = variant
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]
     xh = torch.as_tensor(x, device="cuda").to(getattr(torch, dt))
@@ -52,7 +52,7 @@ for shape, rank, variant, dt in (((70, 36, 72), 7, 0, "float16"), ((70, 36, 72),
     err = np.linalg.norm(got.cpu().double().numpy() - ref) / np.linalg.norm(ref)
     worst = max(worst, err)
     print(shape, rank, 0, variant, dt, f"{err:.2e}")
-fused.VARIANT = 0
+fused.HALF_VARIANT = 0
 from kronlinalg.tensor import solve
 
 for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 45, 2, "float32"),
@@ -67,6 +67,10 @@ for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 4
     before = solve.LAUNCHES
     got = solve.solve(gd, yd, 1e-6 if dt == "float32" else 1e-14)
     assert solve.LAUNCHES == before + 1, (rank, n, count, dt)
+    # its two-launch form (factor, then solve from the workspace)
+    ws = solve.factor(gd, 1e-6 if dt == "float32" else 1e-14)
+    two = solve.solve([], yd, 1e-6 if dt == "float32" else 1e-14, factored=ws)
+    assert torch.equal(two, got), (rank, n, count, dt)
     v = np.prod(np.stack([g.astype(dt).astype(np.float64) for g in grams]), axis=0)
     v += (1e-6 if dt == "float32" else 1e-14) * v.diagonal().max() * np.eye(rank)
     ref = np.linalg.solve(v, y.astype(dt).astype(np.float64))

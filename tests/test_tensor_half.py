@@ -111,7 +111,8 @@ def test_half_mttkrp_both_block_shapes(small_ok, variant):
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]
     fd = [torch.as_tensor(f, device="cuda") for f in fs]
-    fused.VARIANT = variant
+    prev = fused.HALF_VARIANT
+    fused.HALF_VARIANT = variant
     try:
         for dtype in ("float16", "bfloat16"):
             xd, x64 = stored("torch", x, dtype)
@@ -120,7 +121,7 @@ def test_half_mttkrp_both_block_shapes(small_ok, variant):
             ref = unfold(x64, 0) @ kr_ref([f.astype(np.float64) for f in fs[1:]])
             assert rel(got, ref) < TOL[dtype]
     finally:
-        fused.VARIANT = 0
+        fused.HALF_VARIANT = prev
 
 
 @needs_gpu
@@ -179,6 +180,31 @@ def test_parafac_half_paths_match_float64(small_ok, monkeypatch, lib, dtype, pat
     rec = host(lib, T.cp_to_tensor(got)).astype(np.float64)
     fit = 1 - rel(rec, x)
     assert abs(fit - fit64) <= 0.01 * fit64, (fit, fit64)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_parafac_half_with_prefactored_updates(small_ok, monkeypatch, dtype):
+    """The half path with solve.PREFACTOR (factorizations on a side stream beside the passes):
+    the same factors as without it (eager and graphed sweeps)."""
+    torch = pytest.importorskip("torch")
+    from kronlinalg.tensor import solve
+
+    rng = np.random.default_rng(17)
+    shape, rank = (130, 67, 72), 6
+    x = torch.as_tensor(planted(rng, shape, rank, 0.1).astype(np.float32), device="cuda")
+    init = [torch.as_tensor(rng.random((d, rank)).astype(np.float32), device="cuda")
+            for d in shape]
+    out = {}
+    for pf in (False, True):
+        monkeypatch.setattr(solve, "PREFACTOR", pf)
+        for iters in (3, 8):
+            got = T.parafac(x, rank, n_iter_max=iters, tol=0, precision=dtype,
+                            init=(None, [f.clone() for f in init]))
+            out[pf, iters] = [f.cpu().numpy() for f in got.factors]
+    for iters in (3, 8):
+        for a, b in zip(out[False, iters], out[True, iters]):
+            assert np.array_equal(a, b)
 
 
 @needs_gpu

@@ -61,7 +61,11 @@ int kl_tensor_cuda_check(void);
  * of `count` R x R Gram matrices (row-major, contiguous, symmetric: the lower half is read) and
  * rho = eps * max(max diag V, 1e-30); rhs and out (R, n) row-major with row strides ld_rhs and
  * ld_out (out may not overlap rhs).  L D L^T in shared memory, pivots raised to at least rho;
- * NaN and infinity pass through.  dtype 0: float32, 1: float64. */
+ * NaN and infinity pass through.  dtype 0: float32, 1: float64.
+ * phase 0: all in one launch; 1: the Hadamard product, ridge and factorization only, written
+ * to ws (R * R + R elements of dtype; rhs, out and n unused); 2: the solve from ws (grams
+ * unused): CP-ALS factorizes a mode's system on a side stream during the tensor pass that
+ * precedes its update. */
 #define KL_TENSOR_SOLVE_MAX_GRAMS 8
 
 typedef struct {
@@ -74,6 +78,8 @@ typedef struct {
   void *out;
   int64_t n, ld_rhs, ld_out;
   double eps;
+  int32_t phase;
+  void *ws;
 } kl_tensor_spd_solve;
 
 int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);

@@ -36,6 +36,8 @@ cdef extern from "tensor.h" nogil:
         void *out
         int64_t n, ld_rhs, ld_out
         double eps
+        int32_t phase
+        void *ws
     int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream)
     int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
                             int64_t width, int64_t height, void *stream)
@@ -90,12 +92,15 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
 
 
 def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, int64_t ld_rhs, uintptr_t out,
-              int64_t ld_out, int64_t n, double eps, uintptr_t stream):
+              int64_t ld_out, int64_t n, double eps, uintptr_t stream, int32_t phase=0,
+              uintptr_t ws=0):
     """out (R, n) = (V + rho I)^-1 rhs, V the Hadamard product of the R x R matrices at the
-    addresses `grams` (at most SOLVE_MAX_GRAMS); see tensor.h."""
+    addresses `grams` (at most SOLVE_MAX_GRAMS); phase 1: only V's factorization, into ws
+    (R * R + R elements); phase 2: only the solve, from ws (grams may be empty); see
+    tensor.h."""
     cdef kl_tensor_spd_solve c
     cdef int k, count = len(grams)
-    if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
+    if phase != 2 and (count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS):
         raise ValueError(f"grams: expected 1 to {KL_TENSOR_SOLVE_MAX_GRAMS} addresses, got {count}")
     c.dtype = 1 if double else 0
     c.variant = variant
@@ -103,6 +108,8 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
     c.count = count
     for k in range(KL_TENSOR_SOLVE_MAX_GRAMS):
         c.grams[k] = <const void *> (<uintptr_t> grams[k]) if k < count else NULL
+    c.phase = phase
+    c.ws = <void *> ws
     c.rhs = <const void *> rhs
     c.out = <void *> out
     c.n = n

@@ -52,12 +52,14 @@ def _bmm(xp, a, b):
     import torch
 
     half_a = a.element_size() == 2
-    f = b if half_a else a
-    s = torch.amax(torch.abs(f))
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    fh = (f / s).to(a.dtype if half_a else b.dtype)
-    out = torch.bmm(a, fh, out_dtype=f.dtype) if half_a else torch.bmm(fh, b, out_dtype=f.dtype)
-    return out * s
+    f, half = (b, a.dtype) if half_a else (a, b.dtype)
+    s = None
+    if half == torch.float16:  # (bfloat16 has float32's range)
+        s = torch.linalg.vector_norm(f, float("inf")).clamp_min(1e-30)
+        f = f / s
+    fh = f.to(half)
+    out = torch.bmm(a, fh, out_dtype=b.dtype) if half_a else torch.bmm(fh, b, out_dtype=a.dtype)
+    return out if s is None else out * s
 
 
 def _trailing(xp, y, ft, pre, d):

@@ -25,7 +25,8 @@ import array_api_compat
 from .._ext import load
 from ..common import backend
 
-__all__ = ["ENABLED", "HALF", "DEFER_SCALE", "HALF_INTERMEDIATE", "VARIANT", "MIN_ELEMENTS",
+__all__ = ["ENABLED", "HALF", "DEFER_SCALE", "HALF_INTERMEDIATE", "HALF_VARIANT", "VARIANT",
+           "MIN_ELEMENTS",
            "LAUNCHES", "LAST", "supported", "mttkrp_rows", "stored_mttkrp"]
 
 _cuda = load("tensor_cuda")
@@ -44,6 +45,9 @@ DEFER_SCALE = True
 # (R, ∏ other sizes) written in the half type and contracted by half products with float32
 # sums (half its bytes written and read twice; its rounding adds ~2⁻¹¹ / 2⁻⁸ relative)
 HALF_INTERMEDIATE = False
+# the half variant's thread-block shape: 0 (4 warps, 128 output rows a block, two blocks a
+# multiprocessor) or 1 (8 warps, 256 rows: each staged row of V serves twice the rows of X)
+HALF_VARIANT = 0
 # the kernel's thread-block shape: 0 (4 warps of 64 × 32 outputs) or 1 (8 warps of 32 × 32);
 # H100, 640³ rank 64: 0.434 / 0.427 ms (modes 0 / 2) for 0, 0.526 / 0.510 ms for 1
 VARIANT = 0
@@ -102,6 +106,10 @@ def _padded(xp, ft, s=None):
     divided by the device scalar s if given."""
     r, n = int(ft.shape[0]), int(ft.shape[1])
     rows = xp.permute_dims(ft, (1, 0))
+    if s is not None and r == _MAX_RANK and backend.is_torch(ft):  # (one launch)
+        import torch
+
+        return torch.div(rows, s, out=torch.empty((n, r), dtype=ft.dtype, device=ft.device))
     if s is not None:
         rows = rows / s
     if r == _MAX_RANK:
@@ -112,7 +120,12 @@ def _padded(xp, ft, s=None):
 
 
 def _largest(xp, a):
-    """max |a| as a device scalar, 1 where a is all zeros."""
+    """max |a| as a device scalar (at least 1e-30), in few launches (each costs more than
+    the work in a CUDA graph of the sweep)."""
+    if backend.is_torch(a):
+        import torch
+
+        return torch.linalg.vector_norm(a, float("inf")).clamp_min(1e-30)
     s = xp.max(xp.abs(a))
     return xp.where(s > 0, s, xp.ones_like(s))
 
@@ -128,8 +141,8 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     r = int(fts[0].shape[0])
     m, ia, ib, a_modes, b_mode, _ = _view(dims, mode)
     last = mode != 0
-    variant = 1 if VARIANT else 0
     code = _HALF_CODES.get(backend.dtype_name(xs.dtype), 0)
+    variant = 1 if (HALF_VARIANT if code else VARIANT) else 0
     key = (last, variant, code, m, ia * ib, backend.device_index(xs))
     plan = _PLANS.get(key)
     if plan is None:

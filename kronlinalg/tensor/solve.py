@@ -18,7 +18,7 @@ import array_api_compat
 from .._ext import load
 from ..common import backend
 
-__all__ = ["SOLVER", "VARIANT", "LAUNCHES", "supported", "solve"]
+__all__ = ["SOLVER", "VARIANT", "PREFACTOR", "LAUNCHES", "supported", "factor", "solve"]
 
 _cuda = load("tensor_cuda")
 
@@ -27,6 +27,10 @@ SOLVER = "auto"
 # the kernel's factorization: 1 (its loads issued ahead of its stores) or 0 (a row at a time,
 # the first version: 66 µs a rank-64 update on an H100, against 148 µs for torch's route)
 VARIANT = 1
+# CP-ALS on CUDA torch: each mode's system factorized (factor()) on a side stream as soon as
+# its Gram matrices are known — during the tensor pass before its update — and only the
+# solve left after that pass (the factorization is the latency-bound part of the update)
+PREFACTOR = False
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
 _MAX_RANK = 64
@@ -41,10 +45,28 @@ def supported(like, rank, count):
             and backend.dtype_name(like.dtype) in ("float32", "float64"))
 
 
-def solve(grams, rhs, eps):
+def factor(grams, eps, ws=None):
+    """The factorization of ∘ grams + ρI (see solve) alone, one block on the current stream,
+    into the workspace ws (R·R + R,) (a new one if None) for solve(..., factored=ws); returns
+    ws (call supported() first)."""
+    g0 = grams[0]
+    xp = array_api_compat.array_namespace(g0)
+    r = int(g0.shape[0])
+    if ws is None:
+        ws = xp.empty((r * r + r,), dtype=g0.dtype, device=array_api_compat.device(g0))
+    grams = [backend.contiguous(g) for g in grams]
+    ptr = backend.address_getter(g0)
+    _cuda.spd_solve(backend.dtype_name(g0.dtype) == "float64", 1 if VARIANT else 0, r,
+                    [ptr(g) for g in grams], 0, 0, 0, 0, 0, float(eps), backend.cuda_stream(g0),
+                    1, ptr(ws))
+    return ws
+
+
+def solve(grams, rhs, eps, factored=None):
     """(∘ grams + ρI)⁻¹ rhs, ρ = eps · max(its largest diagonal entry, 1e-30) (call
     supported() first): grams R×R, rhs (R, n), all of one dtype on one GPU; a new (R, n)
-    array.  Inputs are not modified."""
+    array.  Inputs are not modified.  factored: factor(grams, eps)'s workspace (its launch
+    ordered before this one): only the solve runs."""
     global LAUNCHES
     xp = array_api_compat.array_namespace(rhs)
     r, n = int(rhs.shape[0]), int(rhs.shape[1])
@@ -52,9 +74,14 @@ def solve(grams, rhs, eps):
     if n == 0:
         return out
     rhs = backend.contiguous(rhs)
-    grams = [backend.contiguous(g) for g in grams]
     ptr = backend.address_getter(rhs)
-    _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1 if VARIANT else 0, r, [ptr(g) for g in grams],
-                    ptr(rhs), n, ptr(out), n, n, float(eps), backend.cuda_stream(rhs))
+    if factored is not None:
+        _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1, r, [], ptr(rhs), n,
+                        ptr(out), n, n, float(eps), backend.cuda_stream(rhs), 2, ptr(factored))
+    else:
+        grams = [backend.contiguous(g) for g in grams]
+        _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1 if VARIANT else 0, r,
+                        [ptr(g) for g in grams], ptr(rhs), n, ptr(out), n, n, float(eps),
+                        backend.cuda_stream(rhs))
     LAUNCHES += 1
     return out
