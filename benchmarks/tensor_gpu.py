@@ -30,7 +30,7 @@ RESULTS: dict = {"sections": {}}
 CP_MODES = ["tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee", "float16",
             "float16-old", "bfloat16", "bfloat16-old"]
 HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-                 solve.PREFACTOR)
+                 solve.PREFACTOR, fused.HALF_CONTRACT)
 ROWS: list = []
 START = time.perf_counter()
 
@@ -194,8 +194,9 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # one-launch kernel of kronlinalg.tensor.solve), -s0 (that kernel's first factorization),
     # -nopipe (the CUDA graph's sweeps not pipelined); half storage: -old (session 5's path:
     # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
-    # -hy (the library pass's intermediate in the half type), -hv1 (the half kernel's 256-row
-    # blocks); -pf: the updates' factorizations on a side stream (solve.PREFACTOR)
+    # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
+    # -hyb: by torch's bmm), -hv1 (the half kernel's 256-row blocks); -pf: the updates'
+    # factorizations on a side stream (solve.PREFACTOR)
     for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
@@ -204,6 +205,8 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         fused.DEFER_SCALE = "old" not in tags
         fused.HALF_INTERMEDIATE = "hy" in tags
         fused.HALF_VARIANT = 1 if "hv1" in tags else 0
+        fused.HALF_CONTRACT = "hyb" not in tags
+        fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
         solve.PREFACTOR = "pf" in tags
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
         solve.VARIANT = 0 if "s0" in tags else 1
@@ -226,7 +229,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
             solve.VARIANT, kt.cp_als.PIPELINE = 1, True
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT) = HALF_DEFAULTS
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -629,7 +632,12 @@ def half_section(out, n=640, rank=64):
     y16 = torch.mm(ah, xa).reshape(rank, n, n)
     v32 = fs[2].T.contiguous()[:, :, None]
     v16 = v32.half()
-    for name, fn in (("bmm trailing fp32 (R,J,K)(R,K,1)", lambda: y32 @ v32),
+    f2 = fs[2].T.contiguous()
+    for name, fn in (("half contraction kernel trailing fp16", lambda: fused.half_contract(
+                         y16, f2, False)),
+                     ("half contraction kernel leading fp16", lambda: fused.half_contract(
+                         y16, f2, True)),
+                     ("bmm trailing fp32 (R,J,K)(R,K,1)", lambda: y32 @ v32),
                      ("bmm trailing fp16 out fp32", lambda: torch.bmm(y16, v16,
                                                                       out_dtype=torch.float32)),
                      ("bmm leading fp16 out fp32", lambda: torch.bmm(
@@ -642,14 +650,17 @@ def half_section(out, n=640, rank=64):
     save(out)
     texts = []
     for label, prec, cfg in (
-            ("float16 new (half kernel, deferred scales)", "float16", (True, True, False, 0, False)),
-            ("float16 new, prefactored updates", "float16", (True, True, False, 0, True)),
-            ("float16 new, half intermediate, prefactored", "float16", (True, True, True, 0, True)),
-            ("float16 old (session 5)", "float16", (False, False, False, 0, False)),
-            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False,)),
-            ("tf32, prefactored updates", "tf32", HALF_DEFAULTS[:4] + (True,))):
+            ("float16 new (half kernel, deferred scales)", "float16",
+             (True, True, False, 0, False, True)),
+            ("float16 new, prefactored updates", "float16", (True, True, False, 0, True, True)),
+            ("float16 new, half intermediate, prefactored", "float16",
+             (True, True, True, 0, True, True)),
+            ("float16 no half kernel, scales on the intermediates", "float16",
+             (False, False, False, 0, False, True)),
+            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True)),
+            ("tf32, prefactored updates", "tf32", HALF_DEFAULTS[:4] + (True, True))):
         (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-         solve.PREFACTOR) = cfg
+         solve.PREFACTOR, fused.HALF_CONTRACT) = cfg
         try:
             run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
                                      n_iter_max=8, tol=0, precision=prec)
@@ -664,7 +675,7 @@ def half_section(out, n=640, rank=64):
             texts.append(f"== profile {label} failed: {e!r}"[:400])
         finally:
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT) = HALF_DEFAULTS
     import os
 
     try:

@@ -11,11 +11,11 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export KRONLINALG_CACHE_DIR=$(mktemp -d)
 python3 -c "import tensorly, torch; print('tensorly', tensorly.__version__, 'torch', torch.__version__)"
 echo "== half kernel tests ($SECONDS s)"
-timeout ${TENSOR_TEST_S:-75} python3 -m pytest -q -m gpu -p no:cacheprovider -rf -x \
+timeout ${TENSOR_TEST_S:-60} python3 -m pytest -q -m gpu -p no:cacheprovider -rf --maxfail=6 \
   tests/test_tensor_half.py 2>&1 | tee "$OUT/tensor_tests.txt" | tail -6
 echo "== benchmark ($SECONDS s)"
-modes=${TENSOR_CP_MODES:-tf32,tf32-pf,ieee,float16-old,float16-nokernel,float16,float16-hv1,float16-hy,float16-pf,float16-hy-pf,float16-hv1-hy-pf,bfloat16-old,bfloat16,bfloat16-hy-pf,bfloat16-hv1-hy-pf}
-timeout ${TENSOR_BENCH_S:-130} python3 benchmarks/tensor_gpu.py --budget ${TENSOR_BUDGET:-110} \
+modes=${TENSOR_CP_MODES:-tf32,tf32-pf,ieee,float16-old,float16-nokernel,float16,float16-hv1,float16-pf,float16-hy,float16-hy-pf,float16-hyb-pf,float16-hv1-hy-pf,bfloat16-old,bfloat16,bfloat16-hy-pf,bfloat16-hv1-hy-pf}
+timeout ${TENSOR_BENCH_S:-125} python3 benchmarks/tensor_gpu.py --budget ${TENSOR_BUDGET:-100} \
   --sections "${TENSOR_SECTIONS:-mttkrp,cp640,half}" --cp-modes "$modes" \
   --out "$OUT/tensor_gpu.json" > "$OUT/tensor_bench.txt" 2>&1
 python3 - "$OUT" <<'PY'
@@ -39,18 +39,21 @@ for block in text.split("\n\n"):
         print(block.splitlines()[0][:110], f"| median span {statistics.median(spans):.1f} us")
 PY
 echo "== solve and fused tests ($SECONDS s)"
-timeout ${TENSOR_TEST2_S:-60} python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+timeout ${TENSOR_TEST2_S:-50} python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
   tests/test_tensor_solve.py tests/test_tensor_fused.py 2>&1 | tee -a "$OUT/tensor_tests.txt" \
   | tail -6
 echo "== compute-sanitizer ($SECONDS s)"
-for tool in memcheck racecheck; do
+{
+  echo "-- memcheck, every kernel of the script"
+  timeout ${TENSOR_SAN_S:-45} compute-sanitizer --tool memcheck \
+    python3 benchmarks/tensor_sanitize.py 2>&1 | tail -3
   for kernel in mttkrp spd_solve; do
-    echo "-- $tool $kernel"
-    timeout ${TENSOR_SAN_S:-40} compute-sanitizer --tool $tool --kernel-name kns=$kernel \
+    echo "-- racecheck $kernel"
+    timeout ${TENSOR_SAN_S:-45} compute-sanitizer --tool racecheck --kernel-name kns=$kernel \
       python3 benchmarks/tensor_sanitize.py 2>&1 | tail -3
   done
-done 2>&1 | tee -a "$OUT/tensor_tests.txt"
+} 2>&1 | tee -a "$OUT/tensor_tests.txt"
 echo "== other GPU tensor tests ($SECONDS s)"
-timeout ${TENSOR_TEST3_S:-45} python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
+timeout ${TENSOR_TEST3_S:-40} python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
   tests/test_tensor.py 2>&1 | tee -a "$OUT/tensor_tests.txt" | tail -4
 echo "== done ($SECONDS s)"

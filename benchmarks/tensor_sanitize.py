@@ -1,8 +1,8 @@
 """kernels/tensor on small problems, for compute-sanitizer.  The one-pass MTTKRP kernel:
 both modes, ranks 7 and 64, output rows that leave the 128-row tile partly empty, an inner
 size that puts index boundaries inside the 32-row stages; its half-storage variant (float16,
-bfloat16; mode 0); the one-launch factor update (spd
-solve): ranks 7, 33 and 64, right-hand sides not a multiple of 32, float32 and float64.
+bfloat16; mode 0) and CP-ALS's half-intermediate contractions; the one-launch factor update
+(spd solve) and its two-launch form: ranks 7, 33 and 64, right-hand sides not a multiple of 32, float32 and float64.
 Prints the errors against float64.
 
     compute-sanitizer --tool memcheck --kernel-name kns=mttkrp python benchmarks/tensor_sanitize.py
@@ -53,6 +53,19 @@ for shape, rank, variant, dt in (((70, 36, 72), 7, 0, "float16"), ((70, 36, 72),
     worst = max(worst, err)
     print(shape, rank, 0, variant, dt, f"{err:.2e}")
 fused.HALF_VARIANT = 0
+# CP-ALS's half-intermediate contractions: K a multiple of 8, J not a multiple of the warps'
+# rows, K beyond one 256-wide block
+for (r, j, k), dt in (((3, 37, 72), "float16"), ((5, 41, 776), "bfloat16")):
+    y = torch.as_tensor(rng.uniform(-4, 4, (r, j, k)).astype(np.float32), device="cuda")
+    yh = y.to(getattr(torch, dt))
+    for leading, n in ((False, k), (True, j)):
+        f = torch.as_tensor(rng.standard_normal((r, n)).astype(np.float32), device="cuda")
+        got = fused.half_contract(yh, f, leading).double()
+        ref = (torch.einsum("rjk,rj->rk", yh.double(), f.double()) if leading
+               else torch.einsum("rjk,rk->rj", yh.double(), f.double()))
+        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        worst = max(worst, err)
+        print("half contraction", (r, j, k), dt, "leading" if leading else "trailing", f"{err:.2e}")
 from kronlinalg.tensor import solve
 
 for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 45, 2, "float32"),

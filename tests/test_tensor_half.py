@@ -140,6 +140,32 @@ def test_half_mttkrp_not_taken_where_it_cannot_run(small_ok):
         assert fused.LAUNCHES == before
 
 
+@needs_gpu
+@pytest.mark.parametrize("lib,dtype", STORES)
+@pytest.mark.parametrize("r,j,k", [(1, 5, 8), (7, 33, 72), (33, 70, 264), (64, 100, 640),
+                                   (5, 41, 776)])
+def test_half_contractions_match_float64(lib, dtype, r, j, k):
+    """CP-ALS's half intermediate Y (R, J, K) contracted over K (trailing) and over J
+    (leading) with a float32 factor: float32 sums of the half values."""
+    rng = np.random.default_rng(r * 100 + j + k)
+    y = rng.uniform(-30, 30, (r, j, k)).astype(np.float32)
+    yd, y64 = stored(lib, y, dtype)
+    ft, fl = rng.standard_normal((r, k)), rng.standard_normal((r, j))
+    got_t = fused.half_contract(yd, dev(lib, ft.astype(np.float32)), False)
+    got_l = fused.half_contract(yd, dev(lib, fl.astype(np.float32)), True)
+    ref_t = np.einsum("rjk,rk->rj", y64, ft.astype(np.float32).astype(np.float64))
+    ref_l = np.einsum("rjk,rj->rk", y64, fl.astype(np.float32).astype(np.float64))
+    assert got_t is not None and got_l is not None
+    got_t, got_l = host(lib, got_t), host(lib, got_l)
+    assert got_t.shape == (r, j) and got_l.shape == (r, k) and got_t.dtype == np.float32
+    assert rel(got_t.astype(np.float64), ref_t) < 1e-5
+    assert rel(got_l.astype(np.float64), ref_l) < 1e-5
+    # not taken: K not a multiple of 8 (the caller then uses torch's bmm)
+    if k > 8:
+        assert fused.half_contract(yd[:, :, : k - 3], dev(lib, ft.astype(np.float32)), False) \
+            is None
+
+
 def planted(rng, shape, rank, noise):
     fs = [rng.standard_normal((d, rank)) for d in shape]
     x = np.reshape(kr_ref(fs).sum(1), shape)
@@ -150,6 +176,7 @@ def planted(rng, shape, rank, noise):
 # (neither the kernel nor the deferred scale), the half intermediate
 PATHS = {"kernel": {}, "library": {"HALF": False}, "old": {"HALF": False, "DEFER_SCALE": False},
          "half-intermediate": {"HALF_INTERMEDIATE": True},
+         "half-intermediate-bmm": {"HALF_INTERMEDIATE": True, "HALF_CONTRACT": False},
          "library-half-intermediate": {"HALF": False, "HALF_INTERMEDIATE": True}}
 
 
@@ -172,7 +199,7 @@ def test_parafac_half_paths_match_float64(small_ok, monkeypatch, lib, dtype, pat
     got = T.parafac(dev(lib, x.astype(np.float32)), rank, n_iter_max=n_iter, tol=0,
                     precision=dtype, init=(None, [dev(lib, f.astype(np.float32)) for f in init]))
     # (the kernel serves CP-ALS's first pass for a 3-way tensor: a 4-way sweep splits at 2)
-    kernel = path in ("kernel", "half-intermediate") and len(shape) == 3
+    kernel = path in ("kernel", "half-intermediate", "half-intermediate-bmm") and len(shape) == 3
     assert (fused.LAUNCHES > before) == kernel, path
     if lib == "torch":
         assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN["reason"]

@@ -57,6 +57,22 @@ int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t 
 int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
 int kl_tensor_cuda_check(void);
 
+/* CP-ALS's half intermediate (tensor_half_cuda.cu): Y (r, j, k) row-major in float16 (dtype 1)
+ * or bfloat16 (2), contracted with the float32 rank-first factor f, float32 sums and output:
+ *   leading = 0: out[r, j] = sum_k Y[r, j, k] f[r, k]   (f: r x k)
+ *   leading = 1: out[r, k] = sum_j f[r, j] Y[r, j, k]   (f: r x j)
+ * k a multiple of 8, Y 16-byte aligned, everything contiguous. */
+typedef struct {
+  int32_t dtype;
+  int32_t leading;
+  int64_t r, j, k;
+  const void *y;
+  const float *f;
+  float *out;
+} kl_tensor_half_contract;
+
+int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream);
+
 /* CP-ALS's factor update (solve_cuda.cu): out = (V + rho I)^-1 rhs with V the Hadamard product
  * of `count` R x R Gram matrices (row-major, contiguous, symmetric: the lower half is read) and
  * rho = eps * max(max diag V, 1e-30); rhs and out (R, n) row-major with row strides ld_rhs and

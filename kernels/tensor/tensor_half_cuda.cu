@@ -278,3 +278,126 @@ cudaError_t launch_half_mttkrp(const kl_tensor_mttkrp *c, int64_t stages, int64_
 
 }  // namespace tensor
 }  // namespace kl
+
+// ---------------------------------------------------------------------------------------------
+// CP-ALS's half intermediate (tensor.h, kl_tensor_half_contract): Y (R, J, K) in the half type,
+// contracted over K or over J with a float32 rank-first factor, float32 sums.  Bandwidth-bound;
+// every sum in a fixed order (deterministic).
+namespace {
+
+template <bool BF16>
+__device__ __forceinline__ void unpack8(const uint4 &q, float (&v)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if constexpr (BF16) {
+      __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162 *>(&w[e]);
+      const float2 f = __bfloat1622float2(h);
+      v[2 * e] = f.x;
+      v[2 * e + 1] = f.y;
+    } else {
+      __half2 h = *reinterpret_cast<const __half2 *>(&w[e]);
+      const float2 f = __half22float2(h);
+      v[2 * e] = f.x;
+      v[2 * e + 1] = f.y;
+    }
+  }
+}
+
+// out[r, j] = sum_k Y[r, j, k] f[r, k]: a warp a row (r, j), lanes over 8-element chunks of k,
+// then a shuffle reduction
+template <bool BF16>
+__global__ void __launch_bounds__(256) half_trailing_kernel(const uint16_t *y, const float *f,
+                                                            float *out, int64_t R, int64_t J,
+                                                            int64_t K) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);  // r * J + j
+  if (row >= R * J) return;
+  const int64_t r = row / J;
+  const uint16_t *yr = y + row * K;
+  const float *fr = f + r * K;
+  float s = 0.f;
+  for (int64_t c = lane; c < K / 8; c += 32) {
+    float v[8];
+    unpack8<BF16>(*reinterpret_cast<const uint4 *>(yr + 8 * c), v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += v[e] * fr[8 * c + e];
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) out[row] = s;
+}
+
+// out[r, k] = sum_j f[r, j] Y[r, j, k]: a block a (r, 256 k), a lane 8 consecutive k, the 8
+// warps over j (4 rows in flight a warp), then the warps' sums added in order in shared memory
+template <bool BF16>
+__global__ void __launch_bounds__(256) half_leading_kernel(const uint16_t *y, const float *f,
+                                                           float *out, int64_t J, int64_t K) {
+  __shared__ float part[8][256];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t r = blockIdx.y;
+  const int64_t k0 = int64_t(blockIdx.x) * 256 + lane * 8;
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+  if (k0 < K) {
+    const uint16_t *yr = y + r * J * K + k0;
+    const float *fr = f + r * J;
+    int64_t j = warp;
+    for (; j + 24 < J; j += 32) {  // four rows in flight
+      uint4 q[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const uint4 *>(yr + (j + 8 * u) * K);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        float v[8];
+        unpack8<BF16>(q[u], v);
+        const float w = fr[j + 8 * u];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] += w * v[e];
+      }
+    }
+    for (; j < J; j += 8) {
+      float v[8];
+      unpack8<BF16>(*reinterpret_cast<const uint4 *>(yr + j * K), v);
+      const float w = fr[j];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] += w * v[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) part[warp][lane * 8 + e] = acc[e];
+  __syncthreads();
+  const int64_t k = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (k < K) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) s += part[w][threadIdx.x];
+    out[r * K + k] = s;
+  }
+}
+
+}  // namespace
+
+extern "C" int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream) {
+  if ((c->dtype != 1 && c->dtype != 2) || c->r < 1 || c->j < 1 || c->k < 1 || c->k % 8 ||
+      reinterpret_cast<uintptr_t>(c->y) % 16 || reinterpret_cast<uintptr_t>(c->f) % 4)
+    return kl::fail(KL_ERR_INVALID, "tensor half contraction: dtype not float16/bfloat16, an "
+                                    "empty size, K not a multiple of 8 or Y not 16-byte aligned");
+  if (c->r > 65535 || (c->r * c->j + 7) / 8 > 0x7fffffff)
+    return kl::fail(KL_ERR_INVALID, "tensor half contraction: too large for one launch");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const uint16_t *y = static_cast<const uint16_t *>(c->y);
+  const bool bf = c->dtype == 2;
+  if (c->leading) {
+    dim3 grid(unsigned((c->k + 255) / 256), unsigned(c->r));
+    bf ? half_leading_kernel<true><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k)
+       : half_leading_kernel<false><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k);
+  } else {
+    const unsigned blocks = unsigned((c->r * c->j + 7) / 8);
+    bf ? half_trailing_kernel<true><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k)
+       : half_trailing_kernel<false><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k);
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? KL_OK : kl::fail(KL_ERR_CUDA, cudaGetErrorString(e));
+}

@@ -24,6 +24,14 @@ cdef extern from "tensor.h" nogil:
     int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
                               int64_t red, int32_t *splits, int64_t *mpad, int32_t *per_sm)
     int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream)
+    ctypedef struct kl_tensor_half_contract:
+        int32_t dtype
+        int32_t leading
+        int64_t r, j, k
+        const void *y
+        const float *f
+        float *out
+    int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream)
     int kl_tensor_cuda_check()
     enum: KL_TENSOR_SOLVE_MAX_GRAMS
     ctypedef struct kl_tensor_spd_solve:
@@ -88,6 +96,25 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
     cdef int status
     with nogil:
         status = kl_tensor_mttkrp_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def half_contract(int dtype, bint leading, int64_t r, int64_t j, int64_t k, uintptr_t y,
+                  uintptr_t f, uintptr_t out, uintptr_t stream):
+    """Y (r, j, k) of a half type (dtype 1 float16, 2 bfloat16) contracted with the float32
+    f over k (out (r, j)) or, leading, over j (out (r, k)); see tensor.h."""
+    cdef kl_tensor_half_contract c
+    c.dtype = dtype
+    c.leading = leading
+    c.r = r
+    c.j = j
+    c.k = k
+    c.y = <const void *> y
+    c.f = <const float *> f
+    c.out = <float *> out
+    cdef int status
+    with nogil:
+        status = kl_tensor_half_contract_cuda(&c, <void *> stream)
     check_status(status)
 
 

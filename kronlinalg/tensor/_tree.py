@@ -63,15 +63,27 @@ def _bmm(xp, a, b):
 
 
 def _trailing(xp, y, ft, pre, d):
-    """Σ_i y[r, p, i] F[i, r] → (R, pre): y (R, pre·d)."""
+    """Σ_i y[r, p, i] F[i, r] → (R, pre): y (R, pre·d) (of a half type: kernels/tensor's half
+    contraction where it runs)."""
     r = int(ft.shape[0])
-    return xp.reshape(_bmm(xp, xp.reshape(y, (r, pre, d)), ft[:, :, None]), (r, pre))
+    y3 = xp.reshape(y, (r, pre, d))
+    if y.dtype != ft.dtype:
+        out = fused.half_contract(y3, ft, False)
+        if out is not None:
+            return out
+    return xp.reshape(_bmm(xp, y3, ft[:, :, None]), (r, pre))
 
 
 def _leading(xp, y, ft, d, post):
-    """Σ_i F[i, r] y[r, i, q] → (R, post): y (R, d·post)."""
+    """Σ_i F[i, r] y[r, i, q] → (R, post): y (R, d·post) (of a half type: kernels/tensor's half
+    contraction where it runs)."""
     r = int(ft.shape[0])
-    return xp.reshape(_bmm(xp, ft[:, None, :], xp.reshape(y, (r, d, post))), (r, post))
+    y3 = xp.reshape(y, (r, d, post))
+    if y.dtype != ft.dtype:
+        out = fused.half_contract(y3, ft, True)
+        if out is not None:
+            return out
+    return xp.reshape(_bmm(xp, ft[:, None, :], y3), (r, post))
 
 
 def _use_kr(dims, modes, boundary):

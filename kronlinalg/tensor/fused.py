@@ -26,8 +26,8 @@ from .._ext import load
 from ..common import backend
 
 __all__ = ["ENABLED", "HALF", "DEFER_SCALE", "HALF_INTERMEDIATE", "HALF_VARIANT", "VARIANT",
-           "MIN_ELEMENTS",
-           "LAUNCHES", "LAST", "supported", "mttkrp_rows", "stored_mttkrp"]
+           "HALF_CONTRACT", "MIN_ELEMENTS",
+           "LAUNCHES", "LAST", "supported", "mttkrp_rows", "stored_mttkrp", "half_contract"]
 
 _cuda = load("tensor_cuda")
 
@@ -45,6 +45,9 @@ DEFER_SCALE = True
 # (R, ∏ other sizes) written in the half type and contracted by half products with float32
 # sums (half its bytes written and read twice; its rounding adds ~2⁻¹¹ / 2⁻⁸ relative)
 HALF_INTERMEDIATE = False
+# the half intermediate contracted by kernels/tensor's half contractions (else torch's bmm with
+# float32 output; CuPy has only the kernel)
+HALF_CONTRACT = True
 # the half variant's thread-block shape: 0 (4 warps, 128 output rows a block, two blocks a
 # multiprocessor) or 1 (8 warps, 256 rows: each staged row of V serves twice the rows of X)
 HALF_VARIANT = 0
@@ -198,3 +201,24 @@ def _kr_rows(xp, fts):
     for f in fts[1:]:
         k = xp.reshape(k[:, :, None] * f[:, None, :], (int(k.shape[0]), -1))
     return k
+
+
+def half_contract(y3, ft, leading):
+    """A half intermediate y3 (R, J, K) (float16 / bfloat16, CUDA torch or CuPy) contracted with
+    the float32 rank-first factor ft by kernels/tensor's half contraction, float32 sums:
+    Σ_k y3[r, j, k] ft[r, k] → (R, J), or (leading) Σ_j ft[r, j] y3[r, j, k] → (R, K).  None
+    where the kernel does not take it (HALF_CONTRACT off, no CUDA build, K not a multiple of
+    8, y3 not contiguous or not 16-byte aligned)."""
+    code = _HALF_CODES.get(backend.dtype_name(y3.dtype), 0)
+    if not (HALF_CONTRACT and _cuda is not None and code and backend.on_cuda(y3)):
+        return None
+    r, j, k = (int(d) for d in y3.shape)
+    if k % 8 or not backend.is_c_contiguous(y3) or backend.device_view(y3).ptr % 16:
+        return None
+    xp = array_api_compat.array_namespace(y3)
+    ft = backend.contiguous(ft)
+    out = xp.empty((r, k if leading else j), dtype=ft.dtype, device=array_api_compat.device(ft))
+    ptr = backend.device_view
+    _cuda.half_contract(code, leading, r, j, k, ptr(y3).ptr, ptr(ft).ptr, ptr(out).ptr,
+                        backend.cuda_stream(y3))
+    return out
