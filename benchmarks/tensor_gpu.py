@@ -30,7 +30,7 @@ RESULTS: dict = {"sections": {}}
 CP_MODES = ["tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee", "float16",
             "float16-old", "bfloat16", "bfloat16-old"]
 HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-                 solve.PREFACTOR, fused.HALF_CONTRACT)
+                 solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL)
 ROWS: list = []
 START = time.perf_counter()
 
@@ -196,7 +196,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
     # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
     # -hyb: by torch's bmm), -hv1 (the half kernel's 256-row blocks); -pf: the updates'
-    # factorizations on a side stream (solve.PREFACTOR)
+    # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch
     for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
@@ -208,6 +208,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         fused.HALF_CONTRACT = "hyb" not in tags
         fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
         solve.PREFACTOR = "pf" in tags
+        solve.FIT_KERNEL = "fk" in tags
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
         solve.VARIANT = 0 if "s0" in tags else 1
         kt.cp_als.PIPELINE = "nopipe" not in tags
@@ -229,7 +230,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
             solve.VARIANT, kt.cp_als.PIPELINE = 1, True
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = HALF_DEFAULTS
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -651,16 +652,16 @@ def half_section(out, n=640, rank=64):
     texts = []
     for label, prec, cfg in (
             ("float16 new (half kernel, deferred scales)", "float16",
-             (True, True, False, 0, False, True)),
-            ("float16 new, prefactored updates", "float16", (True, True, False, 0, True, True)),
-            ("float16 new, half intermediate, prefactored", "float16",
-             (True, True, True, 0, True, True)),
+             (True, True, False, 0, False, True, False)),
+            ("float16 new, half intermediate, prefactored, fit kernel", "float16",
+             (True, True, True, 0, True, True, True)),
             ("float16 no half kernel, scales on the intermediates", "float16",
-             (False, False, False, 0, False, True)),
-            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True)),
-            ("tf32, prefactored updates", "tf32", HALF_DEFAULTS[:4] + (True, True))):
+             (False, False, False, 0, False, True, False)),
+            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True, False)),
+            ("tf32, prefactored updates, fit kernel", "tf32",
+             HALF_DEFAULTS[:4] + (True, True, True))):
         (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-         solve.PREFACTOR, fused.HALF_CONTRACT) = cfg
+         solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = cfg
         try:
             run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
                                      n_iter_max=8, tol=0, precision=prec)
@@ -675,7 +676,7 @@ def half_section(out, n=640, rank=64):
             texts.append(f"== profile {label} failed: {e!r}"[:400])
         finally:
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = HALF_DEFAULTS
     import os
 
     try:

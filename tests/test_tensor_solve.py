@@ -253,3 +253,55 @@ def test_parafac_prefactor_equals_the_one_launch_updates(dtype, normalize):
     for iters in (3, 8):
         for a, b in zip(results[False, iters], results[True, iters]):
             assert np.array_equal(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (64, 640, 2), (50, 1000, 3)])
+def test_fit_terms_kernel_matches_float64(monkeypatch, lib, dtype, rank, n, count):
+    """solve.fit_terms (one launch): ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i y f."""
+    monkeypatch.setattr(solve, "FIT_KERNEL", True)
+    rng = np.random.default_rng(rank + n + count)
+    grams = [rng.standard_normal((rank, rank)).astype(dtype) for _ in range(count)]
+    w = rng.random(rank).astype(dtype)
+    y, f = (rng.standard_normal((rank, n)).astype(dtype) for _ in range(2))
+    got = solve.fit_terms([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y), dev(lib, f))
+    assert got is not None
+    rec2, ip = (float(host(lib, v)) for v in got)
+    had = np.prod(np.stack(grams).astype(np.float64), axis=0)
+    w64 = w.astype(np.float64)
+    ref_rec = w64 @ had @ w64
+    ref_ip = float(np.sum((y.astype(np.float64) * f) @ np.ones(n) * w64))
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    assert abs(rec2 - ref_rec) <= tol * np.sum(np.abs(had) * np.outer(w64, w64))
+    assert abs(ip - ref_ip) <= tol * np.sum(np.abs(y * f) @ np.ones(n) * w64)
+    monkeypatch.setattr(solve, "FIT_KERNEL", False)
+    assert solve.fit_terms([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y),
+                           dev(lib, f)) is None
+
+
+@needs_kernel
+def test_parafac_fit_kernel_same_factors_and_fits(monkeypatch):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(18)
+    shape, rank = (40, 37, 30), 6
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    for dtype in ("float32", "float64"):
+        xd = torch.as_tensor(x.astype(dtype), device="cuda")
+        out = {}
+        for fk in (False, True):
+            monkeypatch.setattr(solve, "FIT_KERNEL", fk)
+            for iters in (3, 8):  # eager sweeps, then a CUDA graph
+                fits = []
+                got = T.parafac(xd, rank, n_iter_max=iters, tol=0, callback=lambda i, f:
+                                fits.append(f), init=(None, [torch.as_tensor(
+                                    f.astype(dtype), device="cuda") for f in init]))
+                out[fk, iters] = ([f.cpu().numpy() for f in got.factors], fits)
+        for iters in (3, 8):
+            for a, b in zip(out[False, iters][0], out[True, iters][0]):
+                assert np.array_equal(a, b)
+            np.testing.assert_allclose(out[True, iters][1], out[False, iters][1], rtol=1e-6,
+                                       atol=1e-9)

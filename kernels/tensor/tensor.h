@@ -100,6 +100,21 @@ typedef struct {
 
 int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);
 
+/* CP-ALS's fit terms (fit_cuda.cu), one block: out[0] = sum_ij w_i (o grams)_ij w_j and out[1]
+ * = sum_r w_r sum_i y[r, i] f[r, i] (y, f: rank x n row-major, contiguous), float64 sums;
+ * dtype 0: float32, 1: float64 (grams, w, y, f). */
+typedef struct {
+  int32_t dtype;
+  int32_t rank;
+  int32_t count;
+  const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS];
+  const void *w, *y, *f;
+  int64_t n;
+  double *out;
+} kl_tensor_fit_terms;
+
+int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream);
+
 /* Shard mode (copy_cuda.cu): `height` rows of `width` bytes, `src_pitch` bytes apart in src
  * (pinned host or device memory), to dst rows `dst_pitch` apart, on `stream` (asynchronous). */
 int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,

@@ -47,6 +47,17 @@ cdef extern from "tensor.h" nogil:
         int32_t phase
         void *ws
     int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream)
+    ctypedef struct kl_tensor_fit_terms:
+        int32_t dtype
+        int32_t rank
+        int32_t count
+        const void *grams[KL_TENSOR_SOLVE_MAX_GRAMS]
+        const void *w
+        const void *y
+        const void *f
+        int64_t n
+        double *out
+    int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream)
     int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
                             int64_t width, int64_t height, void *stream)
 
@@ -146,6 +157,30 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
     cdef int status
     with nogil:
         status = kl_tensor_spd_solve_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintptr_t f,
+              int64_t n, uintptr_t out, uintptr_t stream):
+    """out[0] = w^T (o grams) w, out[1] = sum_r w_r sum_i y[r, i] f[r, i] (float64 out, at
+    most SOLVE_MAX_GRAMS Gram matrices); see tensor.h."""
+    cdef kl_tensor_fit_terms c
+    cdef int k, count = len(grams)
+    if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
+        raise ValueError(f"grams: expected 1 to {KL_TENSOR_SOLVE_MAX_GRAMS} addresses, got {count}")
+    c.dtype = 1 if double else 0
+    c.rank = rank
+    c.count = count
+    for k in range(KL_TENSOR_SOLVE_MAX_GRAMS):
+        c.grams[k] = <const void *> (<uintptr_t> grams[k]) if k < count else NULL
+    c.w = <const void *> w
+    c.y = <const void *> y
+    c.f = <const void *> f
+    c.n = n
+    c.out = <double *> out
+    cdef int status
+    with nogil:
+        status = kl_tensor_fit_terms_cuda(&c, <void *> stream)
     check_status(status)
 
 

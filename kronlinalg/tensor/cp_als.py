@@ -221,7 +221,11 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
 
 def _fit_terms(xp, grams, w, y_last, ft_last):
     """Device scalars ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i M[i, r] A_N[i, r] (M the
-    last MTTKRP, of factors unchanged since), summed in float64."""
+    last MTTKRP, of factors unchanged since), summed in float64 (one launch of kernels/tensor's
+    fit kernel where solve.fit_terms runs)."""
+    both = _solve.fit_terms(grams, w, y_last, ft_last)
+    if both is not None:
+        return both
     f64 = xp.float64
     w64 = xp.astype(w, f64)
     had = xp.astype(_hadamard(grams), f64)

@@ -18,7 +18,8 @@ import array_api_compat
 from .._ext import load
 from ..common import backend
 
-__all__ = ["SOLVER", "VARIANT", "PREFACTOR", "LAUNCHES", "supported", "factor", "solve"]
+__all__ = ["SOLVER", "VARIANT", "PREFACTOR", "FIT_KERNEL", "LAUNCHES", "supported", "factor",
+           "solve", "fit_terms"]
 
 _cuda = load("tensor_cuda")
 
@@ -31,6 +32,9 @@ VARIANT = 1
 # its Gram matrices are known — during the tensor pass before its update — and only the
 # solve left after that pass (the factorization is the latency-bound part of the update)
 PREFACTOR = False
+# CP-ALS's fit terms (‖X̂‖², ⟨X, X̂⟩) in one launch where fit_terms() runs (else ~12 library
+# launches)
+FIT_KERNEL = False
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
 _MAX_RANK = 64
@@ -85,3 +89,25 @@ def solve(grams, rhs, eps, factored=None):
                         backend.cuda_stream(rhs))
     LAUNCHES += 1
     return out
+
+
+def fit_terms(grams, w, y, ft):
+    """(‖X̂‖², ⟨X, X̂⟩) of CP-ALS's fit as two float64 device scalars, by one launch of
+    kernels/tensor's fit kernel — w (R,) the weights, grams the R×R Gram matrices, y and ft
+    (R, n) the last mode's transposed MTTKRP and factor — or None where it does not run
+    (FIT_KERNEL off, not CUDA torch/CuPy, rank above 64, more than 8 Gram matrices, mixed
+    dtypes)."""
+    r = int(ft.shape[0])
+    if not (FIT_KERNEL and supported(ft, r, len(grams))):
+        return None
+    if any(a.dtype != ft.dtype for a in (*grams, w, y)):
+        return None
+    xp = array_api_compat.array_namespace(ft)
+    n = int(ft.shape[1])
+    out = xp.empty((2,), dtype=xp.float64, device=array_api_compat.device(ft))
+    ft, y, w = backend.contiguous(ft), backend.contiguous(y), backend.contiguous(w)
+    grams = [backend.contiguous(g) for g in grams]
+    ptr = backend.address_getter(ft)
+    _cuda.fit_terms(backend.dtype_name(ft.dtype) == "float64", r, [ptr(g) for g in grams],
+                    ptr(w), ptr(y), ptr(ft), n, ptr(out), backend.cuda_stream(ft))
+    return out[0], out[1]
