@@ -90,5 +90,16 @@ for rank, n, count, dt in ((7, 33, 2, "float32"), (33, 70, 3, "float64"), (64, 4
     err = np.linalg.norm(got.cpu().double().numpy() - ref) / np.linalg.norm(ref)
     worst = max(worst, err)
     print("spd solve", rank, n, count, dt, f"{err:.2e}")
+# CP-ALS's fit terms in one launch
+solve.FIT_KERNEL = True
+for rank, n, count, dt in ((7, 33, 2, torch.float32), (64, 640, 3, torch.float64)):
+    gs = [torch.randn(rank, rank, dtype=dt, device="cuda") for _ in range(count)]
+    w, y, f = torch.rand(rank, dtype=dt, device="cuda"), *(torch.randn(rank, n, dtype=dt,
+                                                                      device="cuda") for _ in range(2))
+    rec2, ip = solve.fit_terms(gs, w, y, f)
+    had = torch.stack(gs).double().prod(0)
+    ref = float(w.double() @ had @ w.double()), float(((y.double() * f.double()).sum(1) * w).sum())
+    print("fit terms", rank, n, count, dt, f"{abs(float(rec2) - ref[0]):.1e}",
+          f"{abs(float(ip) - ref[1]):.1e}")
 torch.cuda.synchronize()
 print(f"sanitize script done, worst relative error {worst:.2e}")
