@@ -195,7 +195,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # -nopipe (the CUDA graph's sweeps not pipelined); half storage: -old (session 5's path:
     # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
     # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
-    # -hyb: by torch's bmm), -hv1 (the half kernel's 256-row blocks); -pf: the updates'
+    # -hyb: by torch's bmm), -hv1 / -hv2 (the half kernel's 256-row / b-major blocks); -pf: the updates'
     # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch
     for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
@@ -204,7 +204,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         fused.HALF = not ("old" in tags or "nokernel" in tags)
         fused.DEFER_SCALE = "old" not in tags
         fused.HALF_INTERMEDIATE = "hy" in tags
-        fused.HALF_VARIANT = 1 if "hv1" in tags else 0
+        fused.HALF_VARIANT = 1 if "hv1" in tags else 2 if "hv2" in tags else 0
         fused.HALF_CONTRACT = "hyb" not in tags
         fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
         solve.PREFACTOR = "pf" in tags
@@ -319,8 +319,8 @@ def mttkrp_section(out, n=640, rank=64):
             finally:
                 fused.ENABLED, fused.VARIANT = True, 0
         if mode == 0:  # the half kernel on the tensor stored in the half type (parafac's)
-            for dt, variant in (("float16", 0), ("float16", 1), ("bfloat16", 0),
-                                ("bfloat16", 1)):
+            for dt, variant in (("float16", 0), ("float16", 1), ("float16", 2),
+                                ("bfloat16", 0), ("bfloat16", 1), ("bfloat16", 2)):
                 fused.HALF_VARIANT = variant
                 try:
                     s = float(x.abs().max())
@@ -655,6 +655,8 @@ def half_section(out, n=640, rank=64):
              (True, True, False, 0, False, True, False)),
             ("float16 new, half intermediate, prefactored, fit kernel", "float16",
              (True, True, True, 0, True, True, True)),
+            ("float16 new b-major kernel, half intermediate, prefactored, fit kernel", "float16",
+             (True, True, True, 2, True, True, True)),
             ("float16 no half kernel, scales on the intermediates", "float16",
              (False, False, False, 0, False, True, False)),
             ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True, False)),

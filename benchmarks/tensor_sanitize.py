@@ -39,7 +39,8 @@ for shape, rank, variant in (((70, 36, 40), 7, 0), ((70, 36, 40), 64, 1),
 # the half-storage variant (mode 0): float16 / bfloat16, both block shapes, inner sizes 72 / 136
 # (index boundaries inside the 64-p stages) and 64, output rows below and above one tile
 for shape, rank, variant, dt in (((70, 36, 72), 7, 0, "float16"), ((70, 36, 72), 64, 1, "bfloat16"),
-                                 ((9, 33, 136), 33, 0, "bfloat16"), ((130, 5, 64), 64, 1, "float16")):
+                                 ((9, 33, 136), 33, 0, "bfloat16"), ((130, 5, 64), 64, 1, "float16"),
+                                 ((70, 36, 72), 7, 2, "float16"), ((130, 5, 136), 64, 2, "bfloat16")):
     fused.HALF_VARIANT = variant
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]

@@ -63,11 +63,18 @@ def stored(lib, x, dtype):
 SHAPES = [(130, 67, 72), (257, 33, 96), (33, 12, 10, 64)]
 
 
+@pytest.fixture(params=[0, 2], ids=["v0", "v2"])
+def half_variant(request, monkeypatch):
+    """The half kernel's 128-row blocks over p (0) and its b-major blocks (2)."""
+    monkeypatch.setattr(fused, "HALF_VARIANT", request.param)
+    return request.param
+
+
 @needs_gpu
 @pytest.mark.parametrize("lib,dtype", STORES)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("rank", [1, 7, 33, 64])
-def test_half_mttkrp_matches_float64(small_ok, lib, dtype, shape, rank):
+def test_half_mttkrp_matches_float64(small_ok, half_variant, lib, dtype, shape, rank):
     rng = np.random.default_rng(hash((shape, rank, dtype)) % 2**32)
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     fs = [rng.standard_normal((d, rank)).astype(np.float32) for d in shape]
@@ -76,6 +83,7 @@ def test_half_mttkrp_matches_float64(small_ok, lib, dtype, shape, rank):
     before = fused.LAUNCHES
     got = fused.stored_mttkrp(xd, fd, 0, 0.5)
     assert got is not None and fused.LAUNCHES == before + 1 and fused.LAST["dtype"] > 0
+    assert fused.LAST["variant"] == half_variant
     got = host(lib, got).astype(np.float64)
     ref = 0.5 * unfold(x64, 0) @ kr_ref([f.astype(np.float64) for f in fs[1:]])
     assert got.shape == (shape[0], rank)
@@ -88,7 +96,8 @@ def test_half_mttkrp_matches_float64(small_ok, lib, dtype, shape, rank):
 @needs_gpu
 @pytest.mark.parametrize("lib,dtype", STORES)
 @pytest.mark.parametrize("magnitude", [1e-5, 1e5])
-def test_half_mttkrp_factors_outside_float16_range(small_ok, lib, dtype, magnitude):
+def test_half_mttkrp_factors_outside_float16_range(small_ok, half_variant, lib, dtype,
+                                                   magnitude):
     """Products U·V of 1e10 or 1e-10 (beyond float16's 65504 / below its 6e-8): the kernel's
     inputs are scaled by their largest magnitudes, so the result keeps its accuracy."""
     rng = np.random.default_rng(11)
@@ -103,8 +112,8 @@ def test_half_mttkrp_factors_outside_float16_range(small_ok, lib, dtype, magnitu
 
 
 @needs_gpu
-@pytest.mark.parametrize("variant", [0, 1])
-def test_half_mttkrp_both_block_shapes(small_ok, variant):
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_half_mttkrp_every_block_shape(small_ok, variant):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(12)
     shape, rank = (257, 33, 96), 40
@@ -177,6 +186,7 @@ def planted(rng, shape, rank, noise):
 PATHS = {"kernel": {}, "library": {"HALF": False}, "old": {"HALF": False, "DEFER_SCALE": False},
          "half-intermediate": {"HALF_INTERMEDIATE": True},
          "half-intermediate-bmm": {"HALF_INTERMEDIATE": True, "HALF_CONTRACT": False},
+         "kernel-v2-half-intermediate": {"HALF_VARIANT": 2, "HALF_INTERMEDIATE": True},
          "library-half-intermediate": {"HALF": False, "HALF_INTERMEDIATE": True}}
 
 
@@ -199,7 +209,7 @@ def test_parafac_half_paths_match_float64(small_ok, monkeypatch, lib, dtype, pat
     got = T.parafac(dev(lib, x.astype(np.float32)), rank, n_iter_max=n_iter, tol=0,
                     precision=dtype, init=(None, [dev(lib, f.astype(np.float32)) for f in init]))
     # (the kernel serves CP-ALS's first pass for a 3-way tensor: a 4-way sweep splits at 2)
-    kernel = path in ("kernel", "half-intermediate", "half-intermediate-bmm") and len(shape) == 3
+    kernel = path.startswith(("kernel", "half-intermediate")) and len(shape) == 3
     assert (fused.LAUNCHES > before) == kernel, path
     if lib == "torch":
         assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN["reason"]

@@ -17,7 +17,8 @@
  * (last = 0), X's elements in the half type, U and V float32 as above; W is rounded to the half
  * type (the caller scales U and V so that it fits float16's range), products on m16n8k16 tensor
  * cores with float32 sums.  Requires ib >= 64 (a stage of 64 p spans at most two a) and red a
- * multiple of 8 halves.  dscale (device, may be NULL): one float the output is multiplied by
+ * multiple of 8 halves; variant 2 (a block a 64-wide chunk of b and a range of a: V staged
+ * once per block) also ib a multiple of 8 and the plan's splits.  dscale (device, may be NULL): one float the output is multiplied by
  * besides alpha (the inverse of U's and V's scales, without a host synchronization). */
 #ifndef KRONLINALG_TENSOR_H
 #define KRONLINALG_TENSOR_H
@@ -36,7 +37,8 @@ extern "C" {
 
 typedef struct {
   int32_t last;
-  int32_t variant;                 /* 0: 4 warps of 64 x 32 outputs; 1: 8 warps of 32 x 32 */
+  int32_t variant;                 /* float32: 0 (4 warps of 64 x 32 outputs), 1 (8 warps of
+                                      32 x 32); half: 0 (128 rows a block), 1 (256), 2 (b-major) */
   int32_t dtype;                   /* X's type: 0 float32, 1 float16, 2 bfloat16 */
   int64_t m, red, ia, ib;
   int32_t rank;
@@ -53,7 +55,7 @@ typedef struct {
 /* The split of the sum over p that fills the GPU once (one wave of per_sm blocks a
  * multiprocessor), and the padded output length mpad. */
 int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m, int64_t red,
-                          int32_t *splits, int64_t *mpad, int32_t *per_sm);
+                          int64_t ib, int32_t *splits, int64_t *mpad, int32_t *per_sm);
 int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream);
 int kl_tensor_cuda_check(void);
 

@@ -268,11 +268,13 @@ int cuda_fail(cudaError_t e) { return kl::fail(KL_ERR_CUDA, cudaGetErrorString(e
 }  // namespace
 
 extern "C" int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
-                                     int64_t red, int32_t *splits, int64_t *mpad,
+                                     int64_t red, int64_t ib, int32_t *splits, int64_t *mpad,
                                      int32_t *per_sm) {
-  if (m <= 0 || red <= 0) return kl::fail(KL_ERR_INVALID, "tensor mttkrp: empty problem");
-  if (dtype < 0 || dtype > 2 || (dtype && last))
-    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half storage runs the first mode only");
+  if (m <= 0 || red <= 0 || ib <= 0 || red % ib)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: empty problem or inner size not dividing");
+  if (dtype < 0 || dtype > 2 || (dtype && last) || variant < 0 || variant > (dtype ? 2 : 1))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half storage runs the first mode only; "
+                                    "variants 0-1 (float32), 0-2 (half)");
   kl::DeviceInfo dev;
   cudaError_t e = kl::query_device(&dev);
   if (e != cudaSuccess) return kl::fail(KL_ERR_NO_DEVICE, cudaGetErrorString(e));
@@ -284,8 +286,16 @@ extern "C" int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtyp
   const int bm = dtype ? kl::tensor::half_rows(variant) : BM;
   const int64_t tiles = (m + bm - 1) / bm, stages = (red + bk - 1) / bk;
   int64_t s = int64_t(dev.sms) * blocks / tiles;  // one wave of blocks
+  if (dtype && variant == 2) {  // whole chunks of b times ranges of a (at most ia of them)
+    const int64_t nb = (ib + bk - 1) / bk, ia = red / ib;
+    int64_t sa = s / nb;
+    if (sa < 1) sa = 1;
+    if (sa > ia) sa = ia;
+    if (sa * nb > 65535) sa = 65535 / nb;
+    s = sa * nb;
+  }
   if (s < 1) s = 1;
-  if (s > stages) s = stages;
+  if (s > stages && !(dtype && variant == 2)) s = stages;
   if (s > 65535) s = 65535;
   *splits = int32_t(s);
   *mpad = tiles * bm;
@@ -298,9 +308,15 @@ extern "C" int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream) {
       c->ia < 1 || c->m < 1 || c->red != c->ia * c->ib || c->splits < 1 || c->splits > 65535)
     return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rank above 64, inner size below 32 or "
                                     "inconsistent sizes");
-  if (c->dtype < 0 || c->dtype > 2 || (c->dtype && (c->last || c->ib < KL_TENSOR_MIN_INNER_HALF)))
+  if (c->dtype < 0 || c->dtype > 2 || (c->dtype && (c->last || c->ib < KL_TENSOR_MIN_INNER_HALF)) ||
+      c->variant < 0 || c->variant > (c->dtype ? 2 : 1))
     return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half storage runs the first mode only, "
-                                    "with an inner size of at least 64");
+                                    "with an inner size of at least 64; variants 0-1 "
+                                    "(float32), 0-2 (half)");
+  if (c->dtype && c->variant == 2 &&
+      (c->ib % 8 || c->splits % ((c->ib + 63) / 64) || c->splits / ((c->ib + 63) / 64) > c->ia))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half variant 2 needs an inner size that is "
+                                    "a multiple of 8 and whole chunks of it per split (the plan)");
   const int64_t row = c->last ? c->m : c->red;
   if (row % (c->dtype ? 8 : 4) ||
       (reinterpret_cast<uintptr_t>(c->x) | reinterpret_cast<uintptr_t>(c->u) |

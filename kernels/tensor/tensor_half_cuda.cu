@@ -58,6 +58,7 @@ struct HalfArgs {
   float *part;
   int64_t m, red, ia, ib, stages, mpad;
   int32_t splits;
+  int64_t nb, sa;  // variant 2: chunks of 64 b, and ranges of a (splits = nb * sa)
 };
 
 struct Walk {
@@ -219,6 +220,138 @@ __global__ void __launch_bounds__(HalfTile<WARPS_M, MT_>::THREADS,
     }
 }
 
+// Variant 2 ("b-major"): a block takes one 64-wide chunk of b and a range of a, so the chunk's
+// rows of V are staged once (V's bytes from L2 vanish; variants 0 / 1 stage 64 rows of V with
+// every 64 p) and each stage is one a: 128 rows of X at p = a * ib + b0 ... b0 + 63, and one row
+// of U.  The block's partial sums go to part[bc + nb * as].  Requires ib % 8 == 0.
+struct BTile {
+  static constexpr int THREADS = 128, MT = 4, BM = 128;
+  static constexpr int X_BYTES = BM * LDX * 2;
+  static constexpr int V_BYTES = BK * LDV * 4;
+  static constexpr int STAGE = X_BYTES + RP * 4;  // X, then U's row
+  static constexpr size_t SMEM = size_t(V_BYTES) + size_t(NS) * STAGE;
+};
+
+__device__ __forceinline__ void load_bstage(const HalfArgs &a, unsigned char *st, int64_t ua,
+                                            int64_t b0, int64_t mbase, int tid) {
+  using T = BTile;
+#pragma unroll
+  for (int c = tid; c < T::BM * (BK / 8); c += T::THREADS) {
+    const int row = c / (BK / 8), col = (c % (BK / 8)) * 8;
+    const int64_t i = mbase + row;
+    const bool ok = i < a.m && b0 + col < a.ib;
+    cp_async_16(st + (row * LDX + col) * 2, ok ? a.x + i * a.red + ua * a.ib + b0 + col : a.x,
+                ok);
+  }
+  if (tid < RP / 4)
+    cp_async_16(st + T::X_BYTES + tid * 16, a.u + ua * RP + tid * 4, true);
+}
+
+template <bool BF16>
+__global__ void __launch_bounds__(BTile::THREADS, 3) mttkrp_half_bmajor_kernel(HalfArgs a) {
+  using T = BTile;
+  constexpr int MT = T::MT, WARPS_M = 2;
+  KL_DYNAMIC_SMEM(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp % WARPS_M) * (16 * MT), wn = (warp / WARPS_M) * 32;
+  const int64_t mbase = int64_t(blockIdx.x) * T::BM;
+  const int split = blockIdx.y;  // bc + nb * as
+  const int64_t bc = split % a.nb, as = split / a.nb;
+  const int64_t b0 = bc * BK;
+  const int64_t a_begin = a.ia * as / a.sa;
+  const int n_it = int(a.ia * (as + 1) / a.sa - a_begin);
+  const int lrow = lane & 15, lcol = (lane >> 4) * 8;
+  float *vs = reinterpret_cast<float *>(smem);
+  unsigned char *stages = smem + T::V_BYTES;
+
+  float acc[MT][4][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc[i][j][k] = 0.f;
+
+  // the chunk's rows of V (zeros beyond ib), in the first group with stage 0
+#pragma unroll
+  for (int c = tid; c < BK * (RP / 4); c += T::THREADS) {
+    const int row = c / (RP / 4), col = (c % (RP / 4)) * 4;
+    const bool ok = b0 + row < a.ib;
+    cp_async_16(vs + row * LDV + col, ok ? a.v + (b0 + row) * RP + col : a.v, ok);
+  }
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < n_it) load_bstage(a, stages + s * T::STAGE, a_begin + s, b0, mbase, tid);
+    cp_async_commit();
+  }
+  for (int it = 0; it < n_it; ++it) {
+    cp_async_wait<NS - 2>();
+    __syncthreads();  // stage `it` (and V) landed for every thread; slot (it - 1) % NS is free
+    if (it + NS - 1 < n_it)
+      load_bstage(a, stages + ((it + NS - 1) % NS) * T::STAGE, a_begin + it + NS - 1, b0, mbase,
+                  tid);
+    cp_async_commit();
+    const unsigned char *st = stages + (it % NS) * T::STAGE;
+    const float *us = reinterpret_cast<const float *>(st + T::X_BYTES);
+    float u[4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) u[nt] = us[wn + nt * 8 + g];
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      const int k0 = ks * 16 + 2 * t;
+      uint32_t bf[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int col = wn + nt * 8 + g;
+        bf[nt][0] = pack2<BF16>(vs[k0 * LDV + col] * u[nt], vs[(k0 + 1) * LDV + col] * u[nt]);
+        bf[nt][1] = pack2<BF16>(vs[(k0 + 8) * LDV + col] * u[nt],
+                                vs[(k0 + 9) * LDV + col] * u[nt]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t af[4];
+        ldsm_x4(af, st + ((wm + mt * 16 + lrow) * LDX + ks * 16 + lcol) * 2);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_16816<BF16>(acc[mt][nt], af, bf[nt][0], bf[nt][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  float *out = a.part + int64_t(split) * RP * a.mpad + mbase;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int m = wm + mt * 16 + g, r = wn + nt * 8 + 2 * t;
+      out[int64_t(r) * a.mpad + m] = acc[mt][nt][0];
+      out[int64_t(r + 1) * a.mpad + m] = acc[mt][nt][1];
+      out[int64_t(r) * a.mpad + m + 8] = acc[mt][nt][2];
+      out[int64_t(r + 1) * a.mpad + m + 8] = acc[mt][nt][3];
+    }
+}
+
+template <bool BF16>
+cudaError_t bmajor_blocks(int dev, int *out) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(dev);
+  if (it == cache.end()) {
+    cudaError_t e = cudaFuncSetAttribute(mttkrp_half_bmajor_kernel<BF16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(BTile::SMEM));
+    if (e != cudaSuccess) return e;
+    int n = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mttkrp_half_bmajor_kernel<BF16>,
+                                                      BTile::THREADS, BTile::SMEM);
+    if (e != cudaSuccess) return e;
+    it = cache.emplace(dev, n > 0 ? n : 1).first;
+  }
+  *out = it->second;
+  return cudaSuccess;
+}
+
 template <bool BF16, int WARPS_M, int MT>
 cudaError_t blocks_for(int dev, int *out) {
   using T = HalfTile<WARPS_M, MT>;
@@ -256,9 +389,10 @@ cudaError_t launch_half(const HalfArgs &a, dim3 grid, cudaStream_t s, int dev) {
 namespace kl {
 namespace tensor {
 
-int half_rows(int variant) { return variant ? HalfTile<4, 4>::BM : HalfTile<2, 4>::BM; }
+int half_rows(int variant) { return variant == 1 ? HalfTile<4, 4>::BM : HalfTile<2, 4>::BM; }
 
 cudaError_t half_blocks_per_sm(int dtype, int variant, int dev, int *out) {
+  if (variant == 2) return dtype == 2 ? bmajor_blocks<true>(dev, out) : bmajor_blocks<false>(dev, out);
   if (dtype == 2)
     return variant ? blocks_for<true, 4, 4>(dev, out) : blocks_for<true, 2, 4>(dev, out);
   return variant ? blocks_for<false, 4, 4>(dev, out) : blocks_for<false, 2, 4>(dev, out);
@@ -267,8 +401,21 @@ cudaError_t half_blocks_per_sm(int dtype, int variant, int dev, int *out) {
 cudaError_t launch_half_mttkrp(const kl_tensor_mttkrp *c, int64_t stages, int64_t mpad,
                                int64_t tiles, int dev, cudaStream_t s) {
   HalfArgs a{static_cast<const uint16_t *>(c->x), c->u, c->v, c->part, c->m, c->red, c->ia,
-             c->ib, stages, mpad, c->splits};
+             c->ib, stages, mpad, c->splits, 0, 0};
   dim3 grid(unsigned(tiles), unsigned(c->splits));
+  if (c->variant == 2) {  // (splits = nb * sa, checked by the caller)
+    a.nb = (c->ib + BK - 1) / BK;
+    a.sa = c->splits / a.nb;
+    int blocks = 0;
+    cudaError_t e = c->dtype == 2 ? bmajor_blocks<true>(dev, &blocks)
+                                  : bmajor_blocks<false>(dev, &blocks);
+    if (e != cudaSuccess) return e;
+    if (c->dtype == 2)
+      mttkrp_half_bmajor_kernel<true><<<grid, BTile::THREADS, BTile::SMEM, s>>>(a);
+    else
+      mttkrp_half_bmajor_kernel<false><<<grid, BTile::THREADS, BTile::SMEM, s>>>(a);
+    return cudaGetLastError();
+  }
   if (c->dtype == 2)
     return c->variant ? launch_half<true, 4, 4>(a, grid, s, dev)
                       : launch_half<true, 2, 4>(a, grid, s, dev);

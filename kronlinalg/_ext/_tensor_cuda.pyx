@@ -22,7 +22,8 @@ cdef extern from "tensor.h" nogil:
         float alpha
         const float *dscale
     int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
-                              int64_t red, int32_t *splits, int64_t *mpad, int32_t *per_sm)
+                              int64_t red, int64_t ib, int32_t *splits, int64_t *mpad,
+                              int32_t *per_sm)
     int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream)
     ctypedef struct kl_tensor_half_contract:
         int32_t dtype
@@ -68,14 +69,15 @@ MIN_INNER_HALF = 64
 SOLVE_MAX_GRAMS = KL_TENSOR_SOLVE_MAX_GRAMS
 
 
-def plan(bint last, int variant, int64_t m, int64_t red, int dtype=0):
+def plan(bint last, int variant, int64_t m, int64_t red, int dtype=0, int64_t ib=0):
     """(splits, mpad, blocks per SM): the split of the sum that fills the current GPU once,
     the padded output length (the partial sums take splits * 64 * mpad floats), and how many
     blocks of the variant a multiprocessor holds.  dtype: the tensor's storage, 0 float32,
-    1 float16, 2 bfloat16."""
+    1 float16, 2 bfloat16; ib: the inner size (0: red itself)."""
     cdef int32_t splits = 0, per_sm = 0
     cdef int64_t mpad = 0
-    check_status(kl_tensor_mttkrp_plan(last, variant, dtype, m, red, &splits, &mpad, &per_sm))
+    check_status(kl_tensor_mttkrp_plan(last, variant, dtype, m, red, ib if ib else red, &splits,
+                                       &mpad, &per_sm))
     return splits, mpad, per_sm
 
 

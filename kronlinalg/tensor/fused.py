@@ -48,8 +48,10 @@ HALF_INTERMEDIATE = False
 # the half intermediate contracted by kernels/tensor's half contractions (else torch's bmm with
 # float32 output; CuPy has only the kernel)
 HALF_CONTRACT = True
-# the half variant's thread-block shape: 0 (4 warps, 128 output rows a block, two blocks a
-# multiprocessor) or 1 (8 warps, 256 rows: each staged row of V serves twice the rows of X)
+# the half variant's blocks: 0 (4 warps, 128 output rows, 64 p a stage, two blocks a
+# multiprocessor), 1 (8 warps, 256 rows: each staged row of V serves twice the rows of X), 2
+# ("b-major": 4 warps, 128 rows, a 64-wide chunk of the inner index b with a range of the outer
+# a, so the chunk's rows of V are staged once; three blocks a multiprocessor)
 HALF_VARIANT = 0
 # the kernel's thread-block shape: 0 (4 warps of 64 × 32 outputs) or 1 (8 warps of 32 × 32);
 # H100, 640³ rank 64: 0.434 / 0.427 ms (modes 0 / 2) for 0, 0.526 / 0.510 ms for 1
@@ -145,11 +147,11 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     m, ia, ib, a_modes, b_mode, _ = _view(dims, mode)
     last = mode != 0
     code = _HALF_CODES.get(backend.dtype_name(xs.dtype), 0)
-    variant = 1 if (HALF_VARIANT if code else VARIANT) else 0
-    key = (last, variant, code, m, ia * ib, backend.device_index(xs))
+    variant = int(HALF_VARIANT) if code else (1 if VARIANT else 0)
+    key = (last, variant, code, m, ia, ib, backend.device_index(xs))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = _cuda.plan(last, variant, m, ia * ib, code)
+        plan = _PLANS[key] = _cuda.plan(last, variant, m, ia * ib, code, ib)
     splits, mpad, per_sm = plan
     device = array_api_compat.device(xs)
     f32 = fts[b_mode].dtype
