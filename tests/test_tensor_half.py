@@ -181,13 +181,18 @@ def planted(rng, shape, rank, noise):
     return x + noise * np.linalg.norm(x) / np.sqrt(x.size) * rng.standard_normal(shape)
 
 
-# the half paths: the kernel (default), the library's half GEMMs (HALF off), the old path
-# (neither the kernel nor the deferred scale), the half intermediate
-PATHS = {"kernel": {}, "library": {"HALF": False}, "old": {"HALF": False, "DEFER_SCALE": False},
+# the half paths (every knob set, whatever the defaults): the kernel with the float32
+# intermediate, the library's half GEMMs, the old path (neither the kernel nor the deferred
+# scale), the half intermediate (its kernels or torch's bmm), the b-major kernel
+_BASE = {"HALF": True, "DEFER_SCALE": True, "HALF_INTERMEDIATE": False, "HALF_CONTRACT": True,
+         "HALF_VARIANT": 0}
+PATHS = {"kernel": {},
+         "library": {"HALF": False},
+         "old": {"HALF": False, "DEFER_SCALE": False},
          "half-intermediate": {"HALF_INTERMEDIATE": True},
          "half-intermediate-bmm": {"HALF_INTERMEDIATE": True, "HALF_CONTRACT": False},
-         "kernel-v2-half-intermediate": {"HALF_VARIANT": 2, "HALF_INTERMEDIATE": True},
-         "library-half-intermediate": {"HALF": False, "HALF_INTERMEDIATE": True}}
+         "library-half-intermediate": {"HALF": False, "HALF_INTERMEDIATE": True},
+         "kernel-v2-half-intermediate": {"HALF_VARIANT": 2, "HALF_INTERMEDIATE": True}}
 
 
 @needs_gpu
@@ -197,7 +202,7 @@ PATHS = {"kernel": {}, "library": {"HALF": False}, "old": {"HALF": False, "DEFER
 def test_parafac_half_paths_match_float64(small_ok, monkeypatch, lib, dtype, path, shape, rank):
     if lib == "cupy" and "intermediate" in path:
         pytest.skip("the half intermediate is torch's (bmm with float32 output)")
-    for name, value in PATHS[path].items():
+    for name, value in {**_BASE, **PATHS[path]}.items():
         monkeypatch.setattr(fused, name, value)
     rng = np.random.default_rng(14)
     x = planted(rng, shape, rank, 0.1)

@@ -44,7 +44,7 @@ DEFER_SCALE = True
 # half-precision storage, torch, with DEFER_SCALE: the intermediate of CP-ALS's library pass
 # (R, ∏ other sizes) written in the half type and contracted by half products with float32
 # sums (half its bytes written and read twice; its rounding adds ~2⁻¹¹ / 2⁻⁸ relative)
-HALF_INTERMEDIATE = False
+HALF_INTERMEDIATE = True
 # the half intermediate contracted by kernels/tensor's half contractions (else torch's bmm with
 # float32 output; CuPy has only the kernel)
 HALF_CONTRACT = True
@@ -52,7 +52,7 @@ HALF_CONTRACT = True
 # multiprocessor), 1 (8 warps, 256 rows: each staged row of V serves twice the rows of X), 2
 # ("b-major": 4 warps, 128 rows, a 64-wide chunk of the inner index b with a range of the outer
 # a, so the chunk's rows of V are staged once; three blocks a multiprocessor)
-HALF_VARIANT = 0
+HALF_VARIANT = 2
 # the kernel's thread-block shape: 0 (4 warps of 64 × 32 outputs) or 1 (8 warps of 32 × 32);
 # H100, 640³ rank 64: 0.434 / 0.427 ms (modes 0 / 2) for 0, 0.526 / 0.510 ms for 1
 VARIANT = 0

@@ -31,10 +31,10 @@ VARIANT = 1
 # CP-ALS on CUDA torch: each mode's system factorized (factor()) on a side stream as soon as
 # its Gram matrices are known — during the tensor pass before its update — and only the
 # solve left after that pass (the factorization is the latency-bound part of the update)
-PREFACTOR = False
+PREFACTOR = True
 # CP-ALS's fit terms (‖X̂‖², ⟨X, X̂⟩) in one launch where fit_terms() runs (else ~12 library
 # launches)
-FIT_KERNEL = False
+FIT_KERNEL = True
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
 _MAX_RANK = 64
