@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from kronlinalg import tensor as kt
-from kronlinalg.tensor import fused, solve
+from kronlinalg.tensor import fused, scaling, solve
 
 RESULTS: dict = {"sections": {}}
 # parafac's variants timed at 640³ rank 64 (--cp-modes replaces them).  A variant's tags set
@@ -32,7 +32,7 @@ RESULTS: dict = {"sections": {}}
 CP_MODES = ["tf32-pf", "tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee",
             "float16-hv2-hy-pf", "float16-old", "bfloat16-hv2-hy-pf", "bfloat16-old"]
 HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-                 solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL)
+                 solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL)
 ROWS: list = []
 START = time.perf_counter()
 
@@ -198,7 +198,8 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
     # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
     # -hyb: by torch's bmm), -hv1 / -hv2 (the half kernel's 256-row / b-major blocks); -pf: the updates'
-    # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch
+    # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch;
+    # -sk: the half operands' scaling in one launch each (scaling.KERNEL)
     for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
@@ -211,6 +212,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
         solve.PREFACTOR = "pf" in tags
         solve.FIT_KERNEL = "fk" in tags
+        scaling.KERNEL = "sk" in tags
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
         solve.VARIANT = 0 if "s0" in tags else 1
         kt.cp_als.PIPELINE = "nopipe" not in tags
@@ -232,7 +234,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
             solve.VARIANT, kt.cp_als.PIPELINE = 1, True
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -659,13 +661,16 @@ def half_section(out, n=640, rank=64):
              (True, True, True, 0, True, True, True)),
             ("float16 new b-major kernel, half intermediate, prefactored, fit kernel", "float16",
              (True, True, True, 2, True, True, True)),
+            ("float16 the same, one-launch scaling", "float16",
+             (True, True, True, 2, True, True, True, True)),
             ("float16 no half kernel, scales on the intermediates", "float16",
              (False, False, False, 0, False, True, False)),
             ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True, False)),
             ("tf32, prefactored updates, fit kernel", "tf32",
              HALF_DEFAULTS[:4] + (True, True, True))):
         (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-         solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = cfg
+         solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = cfg + (
+             (False,) if len(cfg) == 7 else ())
         try:
             run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
                                      n_iter_max=8, tol=0, precision=prec)
@@ -680,7 +685,7 @@ def half_section(out, n=640, rank=64):
             texts.append(f"== profile {label} failed: {e!r}"[:400])
         finally:
             (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL) = HALF_DEFAULTS
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
     import os
 
     try:

@@ -15,7 +15,7 @@ timeout ${TENSOR_TEST_S:-110} python3 -m pytest -q -m gpu -p no:cacheprovider -r
   tests/test_tensor_half.py tests/test_tensor_solve.py tests/test_tensor_fused.py 2>&1 \
   | tee "$OUT/tensor_tests.txt" | tail -8
 echo "== benchmark ($SECONDS s)"
-modes=${TENSOR_CP_MODES:-tf32,tf32-pf,tf32-fk,tf32-pf-fk,ieee,float16-old,float16-nokernel,float16,float16-hv1,float16-hv2,float16-pf,float16-hy,float16-hyb,float16-fk,float16-hy-pf-fk,float16-hv1-hy-pf-fk,float16-hv2-hy-pf-fk,bfloat16-old,bfloat16,bfloat16-hv2,bfloat16-hy-pf-fk,bfloat16-hv2-hy-pf-fk}
+modes=${TENSOR_CP_MODES:-tf32,tf32-pf,tf32-pf-fk,ieee,float16-old,float16-hv2-hy-pf,float16-hv2-hy-pf-fk,float16-hv2-hy-pf-sk,float16-hv2-hy-pf-sk-fk,bfloat16-old,bfloat16-hv2-hy-pf,bfloat16-hv2-hy-pf-sk-fk}
 timeout ${TENSOR_BENCH_S:-125} python3 benchmarks/tensor_gpu.py --budget ${TENSOR_BUDGET:-100} \
   --sections "${TENSOR_SECTIONS:-mttkrp,cp640,half}" --cp-modes "$modes" \
   --out "$OUT/tensor_gpu.json" > "$OUT/tensor_bench.txt" 2>&1
@@ -44,7 +44,7 @@ echo "== compute-sanitizer ($SECONDS s)"
   echo "-- memcheck, every kernel of the script"
   timeout ${TENSOR_MEMCHECK_S:-60} compute-sanitizer --tool memcheck \
     python3 benchmarks/tensor_sanitize.py 2>&1 | tail -3
-  for kernel in mttkrp spd_solve; do
+  for kernel in mttkrp spd_solve fit_terms; do
     echo "-- racecheck $kernel"
     timeout ${TENSOR_SAN_S:-35} compute-sanitizer --tool racecheck --kernel-name kns=$kernel \
       python3 benchmarks/tensor_sanitize.py 2>&1 | tail -3

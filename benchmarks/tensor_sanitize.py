@@ -102,5 +102,15 @@ for rank, n, count, dt in ((7, 33, 2, torch.float32), (64, 640, 3, torch.float64
     ref = float(w.double() @ had @ w.double()), float(((y.double() * f.double()).sum(1) * w).sum())
     print("fit terms", rank, n, count, dt, f"{abs(float(rec2) - ref[0]):.1e}",
           f"{abs(float(ip) - ref[1]):.1e}")
+# the half path's one-launch operand scaling
+from kronlinalg.tensor import scaling
+
+scaling.KERNEL = True
+for rank, n in ((7, 130), (64, 640)):
+    a = torch.randn(rank, n, device="cuda") * 100
+    padded, s_ = scaling.scaled_copy(a, pad64=True)
+    half, s2 = scaling.scaled_copy(a, out_dtype=torch.float16)
+    err = float((padded[:, :rank] - a.T / a.abs().max()).abs().max())
+    print("scaled copy", rank, n, f"{err:.1e}", float(s_) == float(a.abs().max()) == float(s2))
 torch.cuda.synchronize()
 print(f"sanitize script done, worst relative error {worst:.2e}")

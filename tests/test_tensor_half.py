@@ -175,6 +175,72 @@ def test_half_contractions_match_float64(lib, dtype, r, j, k):
             is None
 
 
+@needs_gpu
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("rank,n", [(1, 5), (7, 130), (64, 640), (33, 1000)])
+def test_scaled_copy_matches_numpy(monkeypatch, lib, rank, n):
+    """scaling.scaled_copy: the largest magnitude, the padded (n, 64) rows, the half copies."""
+    from kronlinalg.tensor import scaling
+
+    monkeypatch.setattr(scaling, "KERNEL", True)
+    rng = np.random.default_rng(rank + n)
+    a = (1e4 * rng.standard_normal((rank, n))).astype(np.float32)
+    ad = dev(lib, a)
+    assert scaling.supported(ad, True)
+    s_ref = np.abs(a).max()
+    padded, s = scaling.scaled_copy(ad, pad64=True)
+    assert float(host(lib, s)[0]) == s_ref
+    ref = np.zeros((n, 64), np.float32)
+    ref[:, :rank] = a.T * np.float32(1 / s_ref)
+    np.testing.assert_allclose(host(lib, padded), ref, rtol=1e-6, atol=0)
+    plain, none = scaling.scaled_copy(ad, pad64=True, scale=False)
+    assert none is None and np.array_equal(host(lib, plain)[:, :rank], a.T)
+    assert not np.any(host(lib, plain)[:, rank:])
+    names = ["float16"] + (["bfloat16"] if lib == "torch" else [])
+    for name in names:
+        if lib == "torch":
+            import torch
+
+            dt = getattr(torch, name)
+        else:
+            import cupy
+
+            dt = cupy.float16
+        half, s = scaling.scaled_copy(ad, out_dtype=dt)
+        got = host(lib, half.float() if lib == "torch" else half.astype(np.float32))
+        tol = 2 ** -11 if name == "float16" else 2 ** -8
+        np.testing.assert_allclose(got, a / s_ref, rtol=tol, atol=1e-7)
+    assert np.array_equal(host(lib, ad), a)  # input untouched
+    monkeypatch.setattr(scaling, "KERNEL", False)
+    assert not scaling.supported(ad)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_parafac_half_with_one_launch_scaling(small_ok, monkeypatch, dtype):
+    """scaling.KERNEL (the half path's operand scaling in one launch each): the fit of the
+    library's scaling to 1e-6, eager and graphed."""
+    torch = pytest.importorskip("torch")
+    from kronlinalg.tensor import scaling
+
+    rng = np.random.default_rng(19)
+    shape, rank = (130, 67, 72), 6
+    x = torch.as_tensor(planted(rng, shape, rank, 0.1).astype(np.float32), device="cuda")
+    init = [torch.as_tensor(rng.random((d, rank)).astype(np.float32), device="cuda")
+            for d in shape]
+    x64 = x.double()
+    fits = {}
+    for on in (False, True):
+        monkeypatch.setattr(scaling, "KERNEL", on)
+        for iters in (3, 8):
+            w, f = T.parafac(x, rank, n_iter_max=iters, tol=0, precision=dtype,
+                             init=(None, [a.clone() for a in init]))
+            err = torch.linalg.norm(T.cp_to_tensor((w, f)).double() - x64) / torch.linalg.norm(x64)
+            fits[on, iters] = 1 - float(err)
+    for iters in (3, 8):
+        assert abs(fits[True, iters] - fits[False, iters]) <= 1e-6 * abs(fits[False, iters])
+
+
 def planted(rng, shape, rank, noise):
     fs = [rng.standard_normal((d, rank)) for d in shape]
     x = np.reshape(kr_ref(fs).sum(1), shape)

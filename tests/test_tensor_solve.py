@@ -266,9 +266,11 @@ def test_fit_terms_kernel_matches_float64(monkeypatch, lib, dtype, rank, n, coun
     grams = [rng.standard_normal((rank, rank)).astype(dtype) for _ in range(count)]
     w = rng.random(rank).astype(dtype)
     y, f = (rng.standard_normal((rank, n)).astype(dtype) for _ in range(2))
-    got = solve.fit_terms([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y), dev(lib, f))
+    args = ([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y), dev(lib, f))
+    got = solve.fit_terms(*args)
     assert got is not None
     rec2, ip = (float(host(lib, v)) for v in got)
+    assert [float(host(lib, v)) for v in solve.fit_terms(*args)] == [rec2, ip]  # fixed order
     had = np.prod(np.stack(grams).astype(np.float64), axis=0)
     w64 = w.astype(np.float64)
     ref_rec = w64 @ had @ w64

@@ -102,9 +102,27 @@ typedef struct {
 
 int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);
 
-/* CP-ALS's fit terms (fit_cuda.cu), one block: out[0] = sum_ij w_i (o grams)_ij w_j and out[1]
- * = sum_r w_r sum_i y[r, i] f[r, i] (y, f: rank x n row-major, contiguous), float64 sums;
- * dtype 0: float32, 1: float64 (grams, w, y, f). */
+/* The half path's operand preparation (scale_cuda.cu), one block: in (rows, n) float32
+ * row-major; scale non-NULL: s = max(max |in|, 1e-30) written to scale[0] and the copy
+ * divided by it; pad64: out (n, 64) float32 with out[i][r] = in[r][i] (zeros for r >= rows,
+ * rows <= 64), else out (rows, n) in dtype_out (0 float32, 1 float16, 2 bfloat16). */
+typedef struct {
+  int32_t dtype_out;
+  int32_t pad64;
+  int32_t rows;
+  int64_t n;
+  const float *in;
+  void *out;
+  float *scale;
+} kl_tensor_scaled_copy;
+
+int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream);
+
+/* CP-ALS's fit terms (fit_cuda.cu), a block a rank index: out[0] = sum_ij w_i (o grams)_ij w_j
+ * and out[1] = sum_r w_r sum_i y[r, i] f[r, i] (y, f: rank x n row-major, contiguous), float64
+ * sums in a fixed order; dtype 0: float32, 1: float64 (grams, w, y, f).  work: 2 * rank + 1
+ * doubles, the last one zero before the first call (a ticket counter the kernel leaves at
+ * zero). */
 typedef struct {
   int32_t dtype;
   int32_t rank;
@@ -113,6 +131,7 @@ typedef struct {
   const void *w, *y, *f;
   int64_t n;
   double *out;
+  double *work;
 } kl_tensor_fit_terms;
 
 int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream);

@@ -58,7 +58,17 @@ cdef extern from "tensor.h" nogil:
         const void *f
         int64_t n
         double *out
+        double *work
     int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream)
+    ctypedef struct kl_tensor_scaled_copy:
+        int32_t dtype_out
+        int32_t pad64
+        int32_t rows
+        int64_t n
+        const float *input "in"
+        void *out
+        float *scale
+    int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream)
     int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
                             int64_t width, int64_t height, void *stream)
 
@@ -163,9 +173,10 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
 
 
 def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintptr_t f,
-              int64_t n, uintptr_t out, uintptr_t stream):
+              int64_t n, uintptr_t out, uintptr_t work, uintptr_t stream):
     """out[0] = w^T (o grams) w, out[1] = sum_r w_r sum_i y[r, i] f[r, i] (float64 out, at
-    most SOLVE_MAX_GRAMS Gram matrices); see tensor.h."""
+    most SOLVE_MAX_GRAMS Gram matrices; work: 2 * rank + 1 doubles, the last zero); see
+    tensor.h."""
     cdef kl_tensor_fit_terms c
     cdef int k, count = len(grams)
     if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
@@ -180,9 +191,29 @@ def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintpt
     c.f = <const void *> f
     c.n = n
     c.out = <double *> out
+    c.work = <double *> work
     cdef int status
     with nogil:
         status = kl_tensor_fit_terms_cuda(&c, <void *> stream)
+    check_status(status)
+
+
+def scaled_copy(int dtype_out, bint pad64, int32_t rows, int64_t n, uintptr_t src,
+                uintptr_t out, uintptr_t scale, uintptr_t stream):
+    """out = src (rows, n) float32 divided by its largest magnitude (written to scale[0]; not
+    scaled where scale is 0), as padded (n, 64) float32 rows (pad64) or an (rows, n) copy of
+    dtype_out (0 float32, 1 float16, 2 bfloat16); see tensor.h."""
+    cdef kl_tensor_scaled_copy c
+    c.dtype_out = dtype_out
+    c.pad64 = pad64
+    c.rows = rows
+    c.n = n
+    c.input = <const float *> src
+    c.out = <void *> out
+    c.scale = <float *> scale
+    cdef int status
+    with nogil:
+        status = kl_tensor_scaled_copy_cuda(&c, <void *> stream)
     check_status(status)
 
 

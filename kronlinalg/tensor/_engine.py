@@ -15,6 +15,7 @@ import math
 import array_api_compat
 
 from ..common import backend
+from . import scaling
 from . import solve as _solve
 
 __all__ = ["Engine"]
@@ -130,6 +131,15 @@ class Engine:
         if not self.half:
             return ft, None
         xp = self.xp
+        if scaling.supported(ft):  # (one launch)
+            if self.lib == "torch":
+                import torch
+
+                half = getattr(torch, self.precision)
+            else:
+                half = getattr(xp, self.precision)
+            out, s = scaling.scaled_copy(ft, out_dtype=half)
+            return out, xp.reshape(s, ())
         if self.lib == "torch":  # (fewer launches: each costs more than its work in a graph)
             import torch
 

@@ -24,6 +24,7 @@ import array_api_compat
 
 from .._ext import load
 from ..common import backend
+from . import scaling
 
 __all__ = ["ENABLED", "HALF", "DEFER_SCALE", "HALF_INTERMEDIATE", "HALF_VARIANT", "VARIANT",
            "HALF_CONTRACT", "MIN_ELEMENTS",
@@ -160,16 +161,22 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     device = array_api_compat.device(xs)
     f32 = fts[b_mode].dtype
     uk = kr_rows(xp, [fts[k] for k in a_modes]) if a_modes else None
-    su = sv = dscale = None
-    if code == 1:  # float16: W = U·V must fit its range, so U and V enter divided by their
+    su = sv = dscale = u = v = None
+    if code == 1 and scaling.supported(fts[b_mode], True) and (
+            uk is None or scaling.supported(uk, True)):  # (one launch a factor)
+        v, sv = scaling.scaled_copy(fts[b_mode], pad64=True)
+        if uk is not None:
+            u, su = scaling.scaled_copy(uk, pad64=True)
+        dscale = sv if su is None else su * sv
+    elif code == 1:  # float16: W = U·V must fit its range, so U and V enter divided by their
         sv = _largest(xp, fts[b_mode])  # largest magnitudes (undone by dscale on the device)
         su = _largest(xp, uk) if uk is not None else None
         dscale = xp.reshape(sv if su is None else su * sv, (1,))
-    if uk is not None:
-        u = _padded(xp, uk, su)
-    else:
-        u = xp.ones((1, _MAX_RANK), dtype=f32, device=device)
-    v = _padded(xp, fts[b_mode], sv)
+    if u is None:
+        u = (_padded(xp, uk, su) if uk is not None
+             else xp.ones((1, _MAX_RANK), dtype=f32, device=device))
+    if v is None:
+        v = _padded(xp, fts[b_mode], sv)
     part = xp.empty((splits * _MAX_RANK * mpad,), dtype=f32, device=device)
     out = xp.empty((r, m), dtype=f32, device=device)
     ptr = backend.device_view

@@ -35,10 +35,10 @@ VARIANT = 1
 # rank 64 1.080 against 1.111 ms per iteration (tf32), 0.775 against 0.788 (float16)
 PREFACTOR = True
 # CP-ALS's fit terms (‖X̂‖², ⟨X, X̂⟩) in one launch where fit_terms() runs, else ~12 library
-# launches.  Off: its one block took 44.5 µs of an H100 at rank 64 × 640 (it reads two 64×640
-# arrays on one multiprocessor), against ~20 µs for the library's launches in a CUDA graph
-# (CP-ALS 640³ rank 64: 1.128 against 1.111 ms per iteration in tf32, 0.802 against 0.788 in
-# float16)
+# launches (~20 µs in a CUDA graph of the sweep at rank 64 × 640 on an H100).  Off: its first
+# version (one block) took 44.5 µs (CP-ALS 640³ rank 64: 1.128 against 1.111 ms per iteration
+# in tf32, 0.802 against 0.788 in float16); the present one (a block a rank index, the last
+# block adding the partial sums in order) is not yet timed on a GPU
 FIT_KERNEL = False
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
@@ -109,10 +109,12 @@ def fit_terms(grams, w, y, ft):
         return None
     xp = array_api_compat.array_namespace(ft)
     n = int(ft.shape[1])
-    out = xp.empty((2,), dtype=xp.float64, device=array_api_compat.device(ft))
+    device = array_api_compat.device(ft)
+    out = xp.empty((2,), dtype=xp.float64, device=device)
+    work = xp.zeros((2 * r + 1,), dtype=xp.float64, device=device)  # (partials, a ticket)
     ft, y, w = backend.contiguous(ft), backend.contiguous(y), backend.contiguous(w)
     grams = [backend.contiguous(g) for g in grams]
     ptr = backend.address_getter(ft)
     _cuda.fit_terms(backend.dtype_name(ft.dtype) == "float64", r, [ptr(g) for g in grams],
-                    ptr(w), ptr(y), ptr(ft), n, ptr(out), backend.cuda_stream(ft))
+                    ptr(w), ptr(y), ptr(ft), n, ptr(out), ptr(work), backend.cuda_stream(ft))
     return out[0], out[1]
