@@ -23,9 +23,16 @@ import time
 import numpy as np
 
 from kronlinalg import tensor as kt
-from kronlinalg.tensor import fused, solve
+from kronlinalg.tensor import fused, scaling, solve
 
 RESULTS: dict = {"sections": {}}
+# parafac's variants timed at 640³ rank 64 (--cp-modes replaces them).  A variant's tags set
+# every switch, whatever the library's defaults (a switch not tagged is off): the defaults
+# are tf32-pf and float16-hv2-hy-pf / bfloat16-hv2-hy-pf (see cp_section)
+CP_MODES = ["tf32-pf", "tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee",
+            "float16-hv2-hy-pf", "float16-old", "bfloat16-hv2-hy-pf", "bfloat16-old"]
+HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+                 solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL)
 ROWS: list = []
 START = time.perf_counter()
 
@@ -187,12 +194,25 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # variants: -library (the cuBLAS GEMM chain, no one-pass kernel), -v1 (the kernel's other
     # block shape), -lu / -cholesky (the factor updates through torch's solves, not the
     # one-launch kernel of kronlinalg.tensor.solve), -s0 (that kernel's first factorization),
-    # -nopipe (the CUDA graph's sweeps not pipelined)
-    for precision in ours_modes or ("tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library",
-                                    "ieee", "float16", "bfloat16"):
+    # -nopipe (the CUDA graph's sweeps not pipelined); half storage: -old (session 5's path:
+    # no half kernel, the GEMMs' scale on their intermediates), -nokernel (no half kernel),
+    # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
+    # -hyb: by torch's bmm), -hv1 / -hv2 (the half kernel's 256-row / b-major blocks); -pf: the updates'
+    # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch;
+    # -sk: the half operands' scaling in one launch each (scaling.KERNEL)
+    for precision in ours_modes or CP_MODES:
         tags = precision.split("-")[1:]
         fused.ENABLED = "library" not in tags
         fused.VARIANT = 1 if "v1" in tags else 0
+        fused.HALF = not ("old" in tags or "nokernel" in tags)
+        fused.DEFER_SCALE = "old" not in tags
+        fused.HALF_INTERMEDIATE = "hy" in tags
+        fused.HALF_VARIANT = 1 if "hv1" in tags else 2 if "hv2" in tags else 0
+        fused.HALF_CONTRACT = "hyb" not in tags
+        fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
+        solve.PREFACTOR = "pf" in tags
+        solve.FIT_KERNEL = "fk" in tags
+        scaling.KERNEL = "sk" in tags
         solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
         solve.VARIANT = 0 if "s0" in tags else 1
         kt.cp_als.PIPELINE = "nopipe" not in tags
@@ -205,7 +225,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
             if precision == "ieee":
                 ref_fit = fit
             row(label, f"kronlinalg torch {variant}",
-                1e3 * t, fit=round(fit, 6),
+                1e3 * t, fit=round(fit, 6), fit9=f"{fit:.9f}",
                 nan=not all(bool(torch.isfinite(f).all()) for f in res[1]),
                 run=how.get("reason", "")[:120], solve_kernel=how.get("solve_kernel"))
         except Exception as e:  # noqa: BLE001
@@ -213,13 +233,16 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         finally:
             fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
             solve.VARIANT, kt.cp_als.PIPELINE = 1, True
+            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
         t, res = per_iteration_cb(lambda k, cb: kt.parafac(x64, rank, init=(None, init64),
                                                            n_iter_max=k, tol=0, callback=cb),
                                   lo, hi, 1)
-        row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit_of(x64, res), 6))
+        fit = fit_of(x64, res)
+        row(label, "kronlinalg torch float64", 1e3 * t, fit=round(fit, 6), fit9=f"{fit:.9f}")
         try:
             import cupy as cp
 
@@ -299,6 +322,26 @@ def mttkrp_section(out, n=640, rank=64):
                     kernel=dict(fused.LAST) if prec == "tf32" and fused.ENABLED else "")
             finally:
                 fused.ENABLED, fused.VARIANT = True, 0
+        if mode == 0:  # the half kernel on the tensor stored in the half type (parafac's)
+            for dt, variant in (("float16", 0), ("float16", 1), ("float16", 2),
+                                ("bfloat16", 0), ("bfloat16", 1), ("bfloat16", 2)):
+                fused.HALF_VARIANT = variant
+                try:
+                    s = float(x.abs().max())
+                    xh = (x / s).to(getattr(torch, dt))
+                    got = fused.stored_mttkrp(xh, fs, 0, s)
+                    err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+                    gpu = events(lambda: fused.stored_mttkrp(xh, fs, 0, s))
+                    row("mttkrp640", f"kronlinalg {dt}-storage kernel v{variant} mode 0",
+                        1e3 * wall(lambda: fused.stored_mttkrp(xh, fs, 0, s), 10),
+                        rel_err=f"{err:.1e}", gpu_ms=round(1e3 * gpu, 4),
+                        tb_s=round(xh.numel() * 2 / gpu / 1e12, 2), kernel=dict(fused.LAST))
+                    del xh
+                except Exception as e:  # noqa: BLE001
+                    row("mttkrp640", f"kronlinalg {dt}-storage kernel v{variant} mode 0",
+                        float("nan"), error=repr(e)[:200])
+                finally:
+                    fused.HALF_VARIANT = HALF_DEFAULTS[3]
         t = wall(lambda: tl_mttkrp(x, (None, fs), mode), 10)
         row("mttkrp640", f"tensorly torch (ieee) mode {mode}", 1e3 * t,
             gpu_ms=round(1e3 * events(lambda: tl_mttkrp(x, (None, fs), mode)), 4))
@@ -570,6 +613,91 @@ def diag_section(out, n=640, rank=64):
     print(text[-9000:])
 
 
+def half_section(out, n=640, rank=64):
+    """Where a float16-storage CP-ALS iteration's time goes: every kernel of a replayed sweep
+    (CUDA graph) for the new path (the half kernel, deferred scales), the old one and the
+    half intermediate; and the library pass's pieces alone (GPU time, events)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn((n, n, n), device="cuda", generator=g)
+    fs = [torch.rand((n, rank), device="cuda", generator=g) for _ in range(3)]
+    xh = (x / x.abs().max()).half()
+    ah = (fs[0].T / fs[0].abs().max()).half().contiguous()
+    xa = xh.reshape(n, n * n)
+    for name, fn in (("gemm fp16 A^T X(I,JK) out fp32", lambda: torch.mm(ah, xa,
+                                                                         out_dtype=torch.float32)),
+                     ("gemm fp16 A^T X(I,JK) out fp16", lambda: torch.mm(ah, xa))):
+        try:
+            row("half", name, 1e3 * wall(fn, 10), gpu_ms=round(1e3 * events(fn), 4))
+        except Exception as e:  # noqa: BLE001
+            row("half", name, float("nan"), error=repr(e)[:200])
+    y32 = torch.mm(ah, xa, out_dtype=torch.float32).reshape(rank, n, n)
+    y16 = torch.mm(ah, xa).reshape(rank, n, n)
+    v32 = fs[2].T.contiguous()[:, :, None]
+    v16 = v32.half()
+    f2 = fs[2].T.contiguous()
+    for name, fn in (("half contraction kernel trailing fp16", lambda: fused.half_contract(
+                         y16, f2, False)),
+                     ("half contraction kernel leading fp16", lambda: fused.half_contract(
+                         y16, f2, True)),
+                     ("bmm trailing fp32 (R,J,K)(R,K,1)", lambda: y32 @ v32),
+                     ("bmm trailing fp16 out fp32", lambda: torch.bmm(y16, v16,
+                                                                      out_dtype=torch.float32)),
+                     ("bmm leading fp16 out fp32", lambda: torch.bmm(
+                         v16.transpose(1, 2), y16, out_dtype=torch.float32))):
+        try:
+            row("half", name, 1e3 * wall(fn, 10), gpu_ms=round(1e3 * events(fn), 4))
+        except Exception as e:  # noqa: BLE001
+            row("half", name, float("nan"), error=repr(e)[:200])
+    del y32, y16, xh, xa
+    save(out)
+    texts = []
+    for label, prec, cfg in (
+            ("float16 new (half kernel, deferred scales)", "float16",
+             (True, True, False, 0, False, True, False)),
+            ("float16 new, half intermediate, prefactored, fit kernel", "float16",
+             (True, True, True, 0, True, True, True)),
+            ("float16 new b-major kernel, half intermediate, prefactored, fit kernel", "float16",
+             (True, True, True, 2, True, True, True)),
+            ("float16 the same, one-launch scaling", "float16",
+             (True, True, True, 2, True, True, True, True)),
+            ("float16 no half kernel, scales on the intermediates", "float16",
+             (False, False, False, 0, False, True, False)),
+            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True, False)),
+            ("tf32, prefactored updates, fit kernel", "tf32",
+             HALF_DEFAULTS[:4] + (True, True, True))):
+        (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+         solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = cfg + (
+             (False,) if len(cfg) == 7 else ())
+        try:
+            run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
+                                     n_iter_max=8, tol=0, precision=prec)
+            run()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run()
+                sync()
+            texts.append(replay_breakdown(prof, out.rsplit(".", 1)[0] + "_trace_half.json",
+                                          f"sweeps, {label}, "
+                                          f"{kt.cp_als.LAST_RUN.get('reason')}"))
+        except Exception as e:  # noqa: BLE001
+            texts.append(f"== profile {label} failed: {e!r}"[:400])
+        finally:
+            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
+    import os
+
+    try:
+        os.remove(out.rsplit(".", 1)[0] + "_trace_half.json")
+    except OSError:
+        pass
+    text = "\n\n".join(texts)
+    with open(out.rsplit(".", 1)[0] + "_half_profile.txt", "w") as f:
+        f.write(text)
+    print(text[-6000:])
+
+
 def shard_section(out, shape=(640, 640, 2560), rank=64, cap=2 << 30, iters=4):
     """CP of a 4.2 GB host tensor with the GPU pool capped at 2 GB (run first, on an empty
     pool), against the same decomposition in memory (same initial factors and iteration
@@ -697,8 +825,10 @@ def main():
     ap.add_argument("--out", default="tensor.json")
     ap.add_argument("--budget", type=float, default=150)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--cp-modes", default="", help="comma-separated parafac variants of the "
+                    "cp640 section (default: CP_MODES)")
     ap.add_argument("--sections", default="", help="comma-separated: mttkrp, cp640, tucker, "
-                    "shard, diag, cp160^4, gene100, gene500, gene1000 (default: all but shard, "
+                    "shard, diag, half, cp160^4, gene100, gene500, gene1000 (default: all but shard, "
                     "which should run in a process of its own)")
     a = ap.parse_args()
     if a.cpu:
@@ -706,6 +836,8 @@ def main():
         return
     import torch
 
+    if a.cp_modes:
+        CP_MODES[:] = a.cp_modes.split(",")
     RESULTS["device"] = torch.cuda.get_device_name()
     RESULTS["torch"] = torch.__version__
     named = {
@@ -714,8 +846,9 @@ def main():
         "tucker": lambda: tucker_section(a.out),
         "shard": lambda: shard_section(a.out),
         "diag": lambda: diag_section(a.out),
+        "half": lambda: half_section(a.out),
         "cp160^4": lambda: cp_section(a.out, (160, 160, 160, 160), 32, 4, 8, 2, "cp160^4 r32",
-                                      tensorly_cupy=False, ours_modes=("tf32", "ieee")),
+                                      tensorly_cupy=False, ours_modes=("tf32-pf", "ieee")),
     }
     for r in (100, 500, 1000):
         named[f"gene{r}"] = (lambda r=r: cp_section(a.out, (40490, 449, 44), r, 4, 6, 1,

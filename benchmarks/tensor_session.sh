@@ -13,7 +13,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -c "import tensorly, torch; print('tensorly', tensorly.__version__, 'torch', torch.__version__)"
 echo "== kernel tests ($SECONDS s)"
 timeout ${TENSOR_TEST_S:-60} python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
-  tests/test_tensor_solve.py tests/test_tensor_fused.py 2>&1 | tee "$OUT/tensor_tests.txt" \
+  tests/test_tensor_solve.py tests/test_tensor_fused.py tests/test_tensor_half.py 2>&1 \
+  | tee "$OUT/tensor_tests.txt" \
   | tail -8
 if [ "${TENSOR_SHARD:-1}" = 1 ] && [ "${TENSOR_SHARD_FIRST:-0}" = 1 ]; then
   echo "== shard mode, a process of its own ($SECONDS s)"

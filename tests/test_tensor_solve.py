@@ -192,3 +192,118 @@ def test_graph_sweeps_stop_on_tol_like_eager_sweeps(pipeline):
     assert len(graphed) == len(eager)
     np.testing.assert_allclose(graphed, eager, rtol=0, atol=1e-9)
     assert rel(T.cp_to_tensor(got).cpu().numpy(), T.cp_to_tensor(ref).cpu().numpy()) < 1e-8
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (33, 640, 2), (64, 1000, 8),
+                                          (50, 97, 4)])
+def test_factor_then_solve_equals_one_launch(lib, dtype, rank, n, count, variant):
+    """solve.factor (one block: the Hadamard product, ridge, L·D·Lᵀ into a workspace) then
+    solve(factored=) (each block loads it and solves): the one-launch kernel's result, bit for
+    bit (the same factorization and solve), on fresh and on poisoned workspaces."""
+    rng = np.random.default_rng(rank * 7 + n + count)
+    grams = []
+    for _ in range(count):
+        f = rng.standard_normal((rank, 3 * rank + 4))
+        grams.append((f @ f.T / f.shape[1]).astype(dtype))
+    y = rng.standard_normal((rank, n)).astype(dtype)
+    eps = 1e-6 if dtype == "float32" else 1e-14
+    gd, yd = [dev(lib, g) for g in grams], dev(lib, y)
+    one = host(lib, solve.solve(gd, yd, eps))
+    ws = solve.factor(gd, eps)
+    two = host(lib, solve.solve([], yd, eps, factored=ws))
+    assert np.array_equal(one, two)
+    poisoned = dev(lib, np.full(rank * rank + rank, np.nan, dtype=dtype))
+    assert solve.factor(gd, eps, poisoned) is poisoned
+    assert np.array_equal(host(lib, solve.solve([], yd, eps, factored=poisoned)), one)
+    ref = reference([g.astype(np.float64) for g in grams], y.astype(np.float64), eps)
+    assert rel(two.astype(np.float64), ref) < (2e-4 if dtype == "float32" else 1e-11)
+    assert np.array_equal(host(lib, yd), y)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_parafac_prefactor_equals_the_one_launch_updates(dtype, normalize):
+    """solve.PREFACTOR (each mode's system factorized on a side stream during the tensor pass
+    before its update), eager and as a CUDA graph: the same factors as without it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(16)
+    shape, rank = (40, 37, 30), 6
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    xd = torch.as_tensor(x.astype(dtype), device="cuda")
+    results = {}
+    prev = solve.PREFACTOR
+    try:
+        for pf in (False, True):
+            solve.PREFACTOR = pf
+            for iters in (3, 8):  # eager sweeps, then a CUDA graph
+                got = T.parafac(xd, rank, n_iter_max=iters, tol=0, normalize_factors=normalize,
+                                init=(None, [torch.as_tensor(f.astype(dtype), device="cuda")
+                                             for f in init]), precision="ieee")
+                assert T.cp_als.LAST_RUN["solve_kernel"]
+                results[pf, iters] = [f.cpu().numpy() for f in got.factors]
+            assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN
+    finally:
+        solve.PREFACTOR = prev
+    for iters in (3, 8):
+        for a, b in zip(results[False, iters], results[True, iters]):
+            assert np.array_equal(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (64, 640, 2), (50, 1000, 3)])
+def test_fit_terms_kernel_matches_float64(monkeypatch, lib, dtype, rank, n, count):
+    """solve.fit_terms (one launch): ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i y f."""
+    monkeypatch.setattr(solve, "FIT_KERNEL", True)
+    rng = np.random.default_rng(rank + n + count)
+    grams = [rng.standard_normal((rank, rank)).astype(dtype) for _ in range(count)]
+    w = rng.random(rank).astype(dtype)
+    y, f = (rng.standard_normal((rank, n)).astype(dtype) for _ in range(2))
+    args = ([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y), dev(lib, f))
+    got = solve.fit_terms(*args)
+    assert got is not None
+    rec2, ip = (float(host(lib, v)) for v in got)
+    assert [float(host(lib, v)) for v in solve.fit_terms(*args)] == [rec2, ip]  # fixed order
+    had = np.prod(np.stack(grams).astype(np.float64), axis=0)
+    w64 = w.astype(np.float64)
+    ref_rec = w64 @ had @ w64
+    ref_ip = float(np.sum((y.astype(np.float64) * f) @ np.ones(n) * w64))
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    assert abs(rec2 - ref_rec) <= tol * np.sum(np.abs(had) * np.outer(w64, w64))
+    assert abs(ip - ref_ip) <= tol * np.sum(np.abs(y * f) @ np.ones(n) * w64)
+    monkeypatch.setattr(solve, "FIT_KERNEL", False)
+    assert solve.fit_terms([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y),
+                           dev(lib, f)) is None
+
+
+@needs_kernel
+def test_parafac_fit_kernel_same_factors_and_fits(monkeypatch):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(18)
+    shape, rank = (40, 37, 30), 6
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
+    init = [rng.random((d, rank)) for d in shape]
+    for dtype in ("float32", "float64"):
+        xd = torch.as_tensor(x.astype(dtype), device="cuda")
+        out = {}
+        for fk in (False, True):
+            monkeypatch.setattr(solve, "FIT_KERNEL", fk)
+            for iters in (3, 8):  # eager sweeps, then a CUDA graph
+                fits = []
+                got = T.parafac(xd, rank, n_iter_max=iters, tol=0, callback=lambda i, f:
+                                fits.append(f), init=(None, [torch.as_tensor(
+                                    f.astype(dtype), device="cuda") for f in init]))
+                out[fk, iters] = ([f.cpu().numpy() for f in got.factors], fits)
+        for iters in (3, 8):
+            for a, b in zip(out[False, iters][0], out[True, iters][0]):
+                assert np.array_equal(a, b)
+            np.testing.assert_allclose(out[True, iters][1], out[False, iters][1], rtol=1e-6,
+                                       atol=1e-9)

@@ -36,17 +36,29 @@ struct Args {
   T *out;
   int64_t n, ld_rhs, ld_out;
   T eps;
+  T *ws;  // PHASE 1 writes, PHASE 2 reads: the unit lower factor (R x R) and 1 / D (R)
 };
 
 // FAST: the factorization's loads issued ahead of its stores (variant 1); else a row at a time
-// (variant 0, the first version: 66 us a rank-64 solve on an H100)
-template <typename T, bool FAST>
+// (variant 0, the first version: 66 us a rank-64 solve on an H100).  PHASE 0: all in one
+// launch; 1: one block factorizes and writes the factor to ws (CP-ALS runs it on a side stream
+// while the tensor pass before the update runs); 2: each block loads the factor from ws and
+// solves its right-hand sides.
+template <typename T, bool FAST, int PHASE>
 __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
   __shared__ T A[RP * LD];
   __shared__ T inv_d[RP];
   __shared__ T rho_s;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int R = a.rank;
+  if (PHASE == 2) {
+    for (int idx = tid; idx < R * R; idx += THREADS) {
+      const int i = idx / R;
+      A[i * LD + idx - i * R] = a.ws[idx];
+    }
+    if (tid < R) inv_d[tid] = a.ws[R * R + tid];
+    __syncthreads();
+  } else {
 
   // V = the Hadamard product of the Gram matrices (row-major R x R; its lower half is used)
   if (FAST) {  // all of a thread's loads in flight at once (up to 16 elements, 8 matrices)
@@ -142,6 +154,15 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
     if (k < i) A[i * LD + k] *= inv_d[k];
   }
   __syncthreads();
+  if (PHASE == 1) {
+    for (int idx = tid; idx < R * R; idx += THREADS) {
+      const int i = idx / R;
+      a.ws[idx] = A[i * LD + idx - i * R];
+    }
+    if (tid < R) a.ws[R * R + tid] = inv_d[tid];
+    return;
+  }
+  }  // (PHASE != 2)
 
   // this warp's right-hand sides, rows lane and lane + 32 of each in registers
   const int64_t c0 = int64_t(blockIdx.x) * BLOCK_COLS + warp * COLS;
@@ -217,11 +238,17 @@ int launch(const kl_tensor_spd_solve *c, cudaStream_t s) {
   a.ld_rhs = c->ld_rhs;
   a.ld_out = c->ld_out;
   a.eps = T(c->eps);
-  const int64_t blocks = (c->n + BLOCK_COLS - 1) / BLOCK_COLS;
-  if (c->variant)
-    spd_solve_kernel<T, true><<<unsigned(blocks), THREADS, 0, s>>>(a);
+  a.ws = static_cast<T *>(c->ws);
+  const int64_t blocks = c->phase == 1 ? 1 : (c->n + BLOCK_COLS - 1) / BLOCK_COLS;
+  if (c->phase == 1)
+    c->variant ? spd_solve_kernel<T, true, 1><<<1, THREADS, 0, s>>>(a)
+               : spd_solve_kernel<T, false, 1><<<1, THREADS, 0, s>>>(a);
+  else if (c->phase == 2)  // (the factorization's variant does not matter here)
+    spd_solve_kernel<T, true, 2><<<unsigned(blocks), THREADS, 0, s>>>(a);
+  else if (c->variant)
+    spd_solve_kernel<T, true, 0><<<unsigned(blocks), THREADS, 0, s>>>(a);
   else
-    spd_solve_kernel<T, false><<<unsigned(blocks), THREADS, 0, s>>>(a);
+    spd_solve_kernel<T, false, 0><<<unsigned(blocks), THREADS, 0, s>>>(a);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : kl::fail(KL_ERR_CUDA, cudaGetErrorString(e));
 }
@@ -229,14 +256,16 @@ int launch(const kl_tensor_spd_solve *c, cudaStream_t s) {
 }  // namespace
 
 extern "C" int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream) {
-  if (c->rank < 1 || c->rank > KL_TENSOR_MAX_RANK || c->count < 1 ||
-      c->count > KL_TENSOR_SOLVE_MAX_GRAMS || c->n < 1 || c->ld_rhs < c->n ||
-      c->ld_out < c->n || (c->dtype != 0 && c->dtype != 1))
+  if (c->phase < 0 || c->phase > 2 || (c->phase && !c->ws))
+    return kl::fail(KL_ERR_INVALID, "tensor spd solve: phase not 0, 1 or 2, or no workspace");
+  if (c->rank < 1 || c->rank > KL_TENSOR_MAX_RANK || (c->dtype != 0 && c->dtype != 1) ||
+      (c->phase != 2 && (c->count < 1 || c->count > KL_TENSOR_SOLVE_MAX_GRAMS)) ||
+      (c->phase != 1 && (c->n < 1 || c->ld_rhs < c->n || c->ld_out < c->n)))
     return kl::fail(KL_ERR_INVALID, "tensor spd solve: rank above 64, 0 or more than 8 Gram "
                                     "matrices, an empty or inconsistent right-hand side");
-  if ((c->n + BLOCK_COLS - 1) / BLOCK_COLS > 0x7fffffff)
+  if (c->phase != 1 && (c->n + BLOCK_COLS - 1) / BLOCK_COLS > 0x7fffffff)
     return kl::fail(KL_ERR_INVALID, "tensor spd solve: too many right-hand sides");
-  for (int k = 0; k < c->count; ++k)
+  for (int k = 0; c->phase != 2 && k < c->count; ++k)
     if (!c->grams[k]) return kl::fail(KL_ERR_INVALID, "tensor spd solve: a null Gram matrix");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return c->dtype == 0 ? launch<float>(c, s) : launch<double>(c, s);

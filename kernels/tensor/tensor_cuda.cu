@@ -16,6 +16,7 @@
 #include "cuda_device.hpp"
 #include "cuda_ptx.cuh"
 #include "tensor.h"
+#include "tensor_internal.hpp"
 
 namespace {
 
@@ -218,14 +219,14 @@ __global__ void __launch_bounds__(Tile<LAST, WARPS_M>::THREADS, 2)
 // out[r, i] = alpha * sum over the splits of part[s][r][i], in split order
 __global__ void mttkrp_reduce_kernel(const float *part, int32_t splits, int64_t mpad, int64_t m,
                                      int32_t rank, float *out, int64_t os_r, int64_t os_m,
-                                     float alpha) {
+                                     float alpha, const float *dscale) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(rank) * m) return;
   const int64_t r = idx / m, i = idx % m;
   const float *p = part + r * mpad + i;
   float s = 0.f;
   for (int32_t k = 0; k < splits; ++k) s += p[int64_t(k) * RP * mpad];
-  out[r * os_r + i * os_m] = alpha * s;
+  out[r * os_r + i * os_m] = (dscale ? alpha * *dscale : alpha) * s;
 }
 
 template <bool LAST, int WARPS_M>
@@ -266,21 +267,38 @@ int cuda_fail(cudaError_t e) { return kl::fail(KL_ERR_CUDA, cudaGetErrorString(e
 
 }  // namespace
 
-extern "C" int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int64_t m, int64_t red,
-                                     int32_t *splits, int64_t *mpad, int32_t *per_sm) {
-  if (m <= 0 || red <= 0) return kl::fail(KL_ERR_INVALID, "tensor mttkrp: empty problem");
+extern "C" int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
+                                     int64_t red, int64_t ib, int32_t *splits, int64_t *mpad,
+                                     int32_t *per_sm) {
+  if (m <= 0 || red <= 0 || ib <= 0 || red % ib)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: empty problem or inner size not dividing");
+  if (dtype < 0 || dtype > 2 || (dtype && last) || variant < 0 || variant > (dtype ? 2 : 1))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half storage runs the first mode only; "
+                                    "variants 0-1 (float32), 0-2 (half)");
   kl::DeviceInfo dev;
   cudaError_t e = kl::query_device(&dev);
   if (e != cudaSuccess) return kl::fail(KL_ERR_NO_DEVICE, cudaGetErrorString(e));
   int blocks = 1;
-  if ((e = blocks_per_sm(last, variant, dev.id, &blocks)) != cudaSuccess) return cuda_fail(e);
-  const int64_t tiles = (m + BM - 1) / BM, stages = (red + BK - 1) / BK;
+  e = dtype ? kl::tensor::half_blocks_per_sm(dtype, variant, dev.id, &blocks)
+            : blocks_per_sm(last, variant, dev.id, &blocks);
+  if (e != cudaSuccess) return cuda_fail(e);
+  const int bk = dtype ? kl::tensor::HALF_BK : BK;
+  const int bm = dtype ? kl::tensor::half_rows(variant) : BM;
+  const int64_t tiles = (m + bm - 1) / bm, stages = (red + bk - 1) / bk;
   int64_t s = int64_t(dev.sms) * blocks / tiles;  // one wave of blocks
+  if (dtype && variant == 2) {  // whole chunks of b times ranges of a (at most ia of them)
+    const int64_t nb = (ib + bk - 1) / bk, ia = red / ib;
+    int64_t sa = s / nb;
+    if (sa < 1) sa = 1;
+    if (sa > ia) sa = ia;
+    if (sa * nb > 65535) sa = 65535 / nb;
+    s = sa * nb;
+  }
   if (s < 1) s = 1;
-  if (s > stages) s = stages;
+  if (s > stages && !(dtype && variant == 2)) s = stages;
   if (s > 65535) s = 65535;
   *splits = int32_t(s);
-  *mpad = tiles * BM;
+  *mpad = tiles * bm;
   *per_sm = blocks;
   return KL_OK;
 }
@@ -290,33 +308,52 @@ extern "C" int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream) {
       c->ia < 1 || c->m < 1 || c->red != c->ia * c->ib || c->splits < 1 || c->splits > 65535)
     return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rank above 64, inner size below 32 or "
                                     "inconsistent sizes");
+  if (c->dtype < 0 || c->dtype > 2 || (c->dtype && (c->last || c->ib < KL_TENSOR_MIN_INNER_HALF)) ||
+      c->variant < 0 || c->variant > (c->dtype ? 2 : 1))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half storage runs the first mode only, "
+                                    "with an inner size of at least 64; variants 0-1 "
+                                    "(float32), 0-2 (half)");
+  if (c->dtype && c->variant == 2 &&
+      (c->ib % 8 || c->splits % ((c->ib + 63) / 64) || c->splits / ((c->ib + 63) / 64) > c->ia))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half variant 2 needs an inner size that is "
+                                    "a multiple of 8 and whole chunks of it per split (the plan)");
   const int64_t row = c->last ? c->m : c->red;
-  if (row % 4 || (reinterpret_cast<uintptr_t>(c->x) | reinterpret_cast<uintptr_t>(c->u) |
-                  reinterpret_cast<uintptr_t>(c->v)) % 16)
-    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rows of the tensor's view must be a "
-                                    "multiple of 4 floats and every operand 16-byte aligned");
-  const int64_t tiles = (c->m + BM - 1) / BM;
-  const int64_t stages = (c->red + BK - 1) / BK;
+  if (row % (c->dtype ? 8 : 4) ||
+      (reinterpret_cast<uintptr_t>(c->x) | reinterpret_cast<uintptr_t>(c->u) |
+       reinterpret_cast<uintptr_t>(c->v)) % 16)
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: rows of the tensor's view must be 16-byte "
+                                    "multiples and every operand 16-byte aligned");
+  const int bm = c->dtype ? kl::tensor::half_rows(c->variant) : BM;
+  const int64_t tiles = (c->m + bm - 1) / bm;
+  const int bk = c->dtype ? kl::tensor::HALF_BK : BK;
+  const int64_t stages = (c->red + bk - 1) / bk;
   if (tiles > 0x7fffffff || stages / c->splits > 0x3fffffff)
     return kl::fail(KL_ERR_INVALID, "tensor mttkrp: problem too large for one launch");
   kl::DeviceInfo dev;
   cudaError_t e = kl::query_device(&dev);
   if (e != cudaSuccess) return kl::fail(KL_ERR_NO_DEVICE, cudaGetErrorString(e));
-  int blocks = 1;
-  if ((e = blocks_per_sm(c->last, c->variant, dev.id, &blocks)) != cudaSuccess)
-    return cuda_fail(e);
-  Args a{c->x, c->u, c->v, c->part, c->m, c->red, c->ia, c->ib, stages, tiles * BM, c->splits};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  dim3 grid(unsigned(tiles), unsigned(c->splits));
-  if (c->last)
-    c->variant ? launch<true, 4>(a, grid, s) : launch<true, 2>(a, grid, s);
-  else
-    c->variant ? launch<false, 4>(a, grid, s) : launch<false, 2>(a, grid, s);
-  if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
+  if (c->dtype) {
+    if ((e = kl::tensor::launch_half_mttkrp(c, stages, tiles * bm, tiles, dev.id, s)) !=
+        cudaSuccess)
+      return cuda_fail(e);
+  } else {
+    int blocks = 1;
+    if ((e = blocks_per_sm(c->last, c->variant, dev.id, &blocks)) != cudaSuccess)
+      return cuda_fail(e);
+    Args a{static_cast<const float *>(c->x), c->u, c->v, c->part, c->m, c->red, c->ia, c->ib,
+           stages, tiles * BM, c->splits};
+    dim3 grid(unsigned(tiles), unsigned(c->splits));
+    if (c->last)
+      c->variant ? launch<true, 4>(a, grid, s) : launch<true, 2>(a, grid, s);
+    else
+      c->variant ? launch<false, 4>(a, grid, s) : launch<false, 2>(a, grid, s);
+    if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
+  }
   const int64_t n = int64_t(c->rank) * c->m;
   mttkrp_reduce_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(
-      c->part, c->splits, a.mpad, c->m, c->rank, c->out, c->out_stride_r, c->out_stride_m,
-      c->alpha);
+      c->part, c->splits, tiles * bm, c->m, c->rank, c->out, c->out_stride_r, c->out_stride_m,
+      c->alpha, c->dscale);
   if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
   return KL_OK;
 }

@@ -14,10 +14,11 @@ product of the other factors, and a CP-ALS iteration reads the tensor twice what
 - _engine: the per-library linear algebra (float32 modes TF32/IEEE, half-precision storage);
 - fused: the one-pass MTTKRP of the first and the last mode (kernels/tensor, CUDA float32);
 - solve: CP-ALS's factor update (Hadamard product, ridge, factorization, solve) in one launch
-  (kernels/tensor, CUDA, rank ≤ 64).
+  (kernels/tensor, CUDA, rank ≤ 64);
+- scaling: the half path's operand scaling in one launch each (kernels/tensor, CUDA).
 """
 
-from . import fused, solve
+from . import fused, scaling, solve
 from .cp_als import CPTensor, parafac
 from .hooi import TuckerTensor, tucker
 from .multi_mode import MULTI_MODE_DOT, multi_mode_dot, tucker_to_tensor

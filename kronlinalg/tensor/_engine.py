@@ -15,6 +15,7 @@ import math
 import array_api_compat
 
 from ..common import backend
+from . import scaling
 from . import solve as _solve
 
 __all__ = ["Engine"]
@@ -130,27 +131,47 @@ class Engine:
         if not self.half:
             return ft, None
         xp = self.xp
+        if scaling.supported(ft):  # (one launch)
+            if self.lib == "torch":
+                import torch
+
+                half = getattr(torch, self.precision)
+            else:
+                half = getattr(xp, self.precision)
+            out, s = scaling.scaled_copy(ft, out_dtype=half)
+            return out, xp.reshape(s, ())
+        if self.lib == "torch":  # (fewer launches: each costs more than its work in a graph)
+            import torch
+
+            s = torch.linalg.vector_norm(ft, float("inf")).clamp_min(1e-30)
+            return (ft / s).to(getattr(torch, self.precision)), s
         s = xp.max(xp.abs(ft))
         s = xp.where(s > 0, s, xp.ones_like(s))
         return xp.astype(ft / s, getattr(xp, self.precision)), s
 
-    def mm_stored(self, ft, x2, transpose_x, scale):
+    def mm_stored(self, ft, x2, transpose_x, scale, defer=False, half_out=False):
         """ft (R, P) times the stored tensor viewed as a matrix x2 (P, Q), or x2ᵀ (x2: (Q, P))
-        with transpose_x: (R, Q) in the working dtype."""
+        with transpose_x: (R, Q) in the working dtype.  defer: (the product, the factor it
+        is still to be multiplied by: a device scalar, a float or None), so that a caller
+        scales a smaller result instead.  half_out (torch, half storage, with defer): the
+        product in the half type (half the bytes written and read again; its sums of P
+        products of magnitudes ≤ 1 fit float16 for P below 2¹⁵)."""
         xp = self.xp
         a, s = self.lhs(ft)
         b = xp.permute_dims(x2, (1, 0)) if transpose_x else x2
         if self.half and self.lib == "torch":  # float32 out: sums of P half products overflow
             import torch                        # float16's range for large P
 
-            out = torch.mm(a, b, out_dtype=self.dtype) * (s * scale)
+            half = defer and half_out and int(b.shape[0]) < (1 << 15)
+            out = torch.mm(a, b) if half else torch.mm(a, b, out_dtype=self.dtype)
+            mult = s * scale
         elif self.half:
-            out = xp.astype(xp.matmul(a, b), self.dtype) * (s * scale)
+            out, mult = xp.astype(xp.matmul(a, b), self.dtype), s * scale
         else:
-            out = xp.matmul(a, b)
-        if not self.half and scale != 1.0:
-            out = out * scale
-        return out
+            out, mult = xp.matmul(a, b), (scale if scale != 1.0 else None)
+        if defer:
+            return out, mult
+        return out if mult is None else out * mult
 
     # -- Gram matrices from the layout ---------------------------------------------------------
 
@@ -187,12 +208,44 @@ class Engine:
     def _ridge_eps(self, dtype):
         return 1e-6 if backend.dtype_name(dtype) == "float32" else 1e-14
 
-    def solve_normal(self, grams, rhs, robust=False):
+    def prefactor(self, grams):
+        """Start the factorization of (∘ grams)'s normal equations on a side stream (CUDA
+        torch, the kernel's solver, solve.PREFACTOR), so that it runs beside the work queued
+        next on the current stream (the tensor pass before the update): a handle for
+        solve_normal(pre=), or None."""
+        if not (_solve.PREFACTOR and self.solver == "kernel" and self.lib == "torch"
+                and self.cuda):
+            return None
+        r = int(grams[0].shape[0])
+        if not _solve.supported(grams[0], r, len(grams)):
+            return None
+        import torch
+
+        if getattr(self, "_side", None) is None:
+            self._side = torch.cuda.Stream(device=grams[0].device)
+        side = self._side
+        # ws made on the current stream, like the grams: it waits for side (solve_normal)
+        # before it uses or frees any of them
+        ws = torch.empty((r * r + r,), dtype=grams[0].dtype, device=grams[0].device)
+        side.wait_stream(torch.cuda.current_stream(grams[0].device))
+        with torch.cuda.stream(side):
+            _solve.factor(grams, self._ridge_eps(grams[0].dtype), ws)
+        return ws, side
+
+    def solve_normal(self, grams, rhs, robust=False, pre=None):
         """(∘ grams)⁻¹ rhs: the normal equations of a factor update, V the Hadamard product of
         the other modes' Gram matrices (each R×R), with solve_spd's ridge.  On CUDA (rank ≤
         64) one launch of kernels/tensor's solve forms V, its ridge and its factorization
-        and solves; elsewhere the Hadamard product, then solve_spd."""
+        and solves (or, with pre from prefactor(grams), only solves); elsewhere the Hadamard
+        product, then solve_spd."""
         r = int(rhs.shape[0])
+        if pre is not None:
+            import torch
+
+            ws, side = pre
+            torch.cuda.current_stream(rhs.device).wait_stream(side)
+            if not robust:
+                return _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype), factored=ws)
         if not robust and self.solver == "kernel" and _solve.supported(rhs, r, len(grams)):
             return _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype))
         v = grams[0]

@@ -43,16 +43,47 @@ def kr_rows(xp, fts):
     return k
 
 
+def _bmm(xp, a, b):
+    """a @ b over a leading batch index.  One of them in a half type (a half intermediate,
+    torch): the other, float32, rounded to that type after division by its largest magnitude;
+    float32 sums and output."""
+    if a.dtype == b.dtype:
+        return xp.matmul(a, b)
+    import torch
+
+    half_a = a.element_size() == 2
+    f, half = (b, a.dtype) if half_a else (a, b.dtype)
+    s = None
+    if half == torch.float16:  # (bfloat16 has float32's range)
+        s = torch.linalg.vector_norm(f, float("inf")).clamp_min(1e-30)
+        f = f / s
+    fh = f.to(half)
+    out = torch.bmm(a, fh, out_dtype=b.dtype) if half_a else torch.bmm(fh, b, out_dtype=a.dtype)
+    return out if s is None else out * s
+
+
 def _trailing(xp, y, ft, pre, d):
-    """Σ_i y[r, p, i] F[i, r] → (R, pre): y (R, pre·d)."""
+    """Σ_i y[r, p, i] F[i, r] → (R, pre): y (R, pre·d) (of a half type: kernels/tensor's half
+    contraction where it runs)."""
     r = int(ft.shape[0])
-    return xp.reshape(xp.matmul(xp.reshape(y, (r, pre, d)), ft[:, :, None]), (r, pre))
+    y3 = xp.reshape(y, (r, pre, d))
+    if y.dtype != ft.dtype:
+        out = fused.half_contract(y3, ft, False)
+        if out is not None:
+            return out
+    return xp.reshape(_bmm(xp, y3, ft[:, :, None]), (r, pre))
 
 
 def _leading(xp, y, ft, d, post):
-    """Σ_i F[i, r] y[r, i, q] → (R, post): y (R, d·post)."""
+    """Σ_i F[i, r] y[r, i, q] → (R, post): y (R, d·post) (of a half type: kernels/tensor's half
+    contraction where it runs)."""
     r = int(ft.shape[0])
-    return xp.reshape(xp.matmul(ft[:, None, :], xp.reshape(y, (r, d, post))), (r, post))
+    y3 = xp.reshape(y, (r, d, post))
+    if y.dtype != ft.dtype:
+        out = fused.half_contract(y3, ft, True)
+        if out is not None:
+            return out
+    return xp.reshape(_bmm(xp, ft[:, None, :], y3), (r, post))
 
 
 def _use_kr(dims, modes, boundary):
@@ -63,34 +94,44 @@ def _use_kr(dims, modes, boundary):
     return math.prod(dims[m] for m in modes) < math.prod(dims) // dims[boundary]
 
 
-def contract_suffix(eng, xs, scale, fts, p):
-    """X contracted over modes p…N−1 with their factors: (R, I_0⋯I_{p−1})."""
+def _scaled(y, mult):
+    return y if mult is None else y * mult
+
+
+def contract_suffix(eng, xs, scale, fts, p, defer=False, half_out=False):
+    """X contracted over modes p…N−1 with their factors: (R, I_0⋯I_{p−1}); with defer, (that
+    before its scale, the scale: see Engine.mm_stored)."""
     xp, dims, n = eng.xp, [int(d) for d in xs.shape], xs.ndim
     numel, left = math.prod(dims), math.prod(dims[:p])
     modes = list(range(p, n))
     if _use_kr(dims, modes, n - 1):
         k = kr_rows(xp, [fts[m] for m in modes])
-        return eng.mm_stored(k, xp.reshape(xs, (left, numel // left)), True, scale)
-    y = eng.mm_stored(fts[n - 1], xp.reshape(xs, (numel // dims[-1], dims[-1])), True, scale)
+        y, mult = eng.mm_stored(k, xp.reshape(xs, (left, numel // left)), True, scale, True)
+        return (y, mult) if defer else _scaled(y, mult)
+    y, mult = eng.mm_stored(fts[n - 1], xp.reshape(xs, (numel // dims[-1], dims[-1])), True,
+                            scale, True, half_out and p == n - 1)
     for m in range(n - 2, p - 1, -1):
         y = _trailing(xp, y, fts[m], math.prod(dims[:m]), dims[m])
-    return y
+    return (y, mult) if defer else _scaled(y, mult)
 
 
-def contract_prefix(eng, xs, scale, fts, p):
-    """X contracted over modes 0…p−1 with their factors: (R, I_p⋯I_{N−1})."""
+def contract_prefix(eng, xs, scale, fts, p, defer=False, half_out=False):
+    """X contracted over modes 0…p−1 with their factors: (R, I_p⋯I_{N−1}); with defer, (that
+    before its scale, the scale: see Engine.mm_stored)."""
     xp, dims = eng.xp, [int(d) for d in xs.shape]
     numel, lead = math.prod(dims), math.prod(dims[:p])
     modes = list(range(p))
     if _use_kr(dims, modes, 0):
         k = kr_rows(xp, [fts[m] for m in modes])
-        return eng.mm_stored(k, xp.reshape(xs, (lead, numel // lead)), False, scale)
-    y = eng.mm_stored(fts[0], xp.reshape(xs, (dims[0], numel // dims[0])), False, scale)
+        y, mult = eng.mm_stored(k, xp.reshape(xs, (lead, numel // lead)), False, scale, True)
+        return (y, mult) if defer else _scaled(y, mult)
+    y, mult = eng.mm_stored(fts[0], xp.reshape(xs, (dims[0], numel // dims[0])), False, scale,
+                            True, half_out and p == 1)
     post = numel // dims[0]
     for m in range(1, p):
         post //= dims[m]
         y = _leading(xp, y, fts[m], dims[m], post)
-    return y
+    return (y, mult) if defer else _scaled(y, mult)
 
 
 def _written(dims, r, p):
@@ -158,20 +199,31 @@ def subtree(eng, y, modes, fts, dims, update):
 def sweep(eng, xs, scale, fts, update, p):
     """One ALS sweep over every mode in order 0…N−1: update(n, y_n) with y_n (R, I_n) the
     transposed MTTKRP of mode n from the factors current at that moment; update must store the
-    new factor in fts[n].  Reads the (stored) tensor xs twice."""
+    new factor in fts[n].  Reads the (stored) tensor xs twice.  Half storage (fused.DEFER_SCALE):
+    each pass's scale is applied to the (R, I_n) results, not to its intermediate."""
     dims = [int(d) for d in xs.shape]
     n = len(dims)
-    if p == 1:
-        y = _root(eng, xs, scale, fts, 0, lambda: contract_suffix(eng, xs, scale, fts, p))
-    else:
-        y = contract_suffix(eng, xs, scale, fts, p)
-    subtree(eng, y, list(range(p)), fts, dims, update)
+    defer = eng.half and fused.DEFER_SCALE
+    half_out = defer and fused.HALF_INTERMEDIATE and eng.lib == "torch"
+
+    def root(mode, library, served):
+        """(y, its pending scale): the one-pass kernel where the pass serves one mode (mode
+        not None) that it runs, else the library's contraction (a half intermediate only
+        where a subtree of several modes contracts it further)."""
+        if mode is not None and fused.supported(eng, xs, int(fts[0].shape[0]), mode):
+            return fused.mttkrp_rows(eng, xs, scale, fts, mode, kr_rows), None
+        if defer:
+            return library(eng, xs, scale, fts, p, True, half_out and served > 1)
+        return library(eng, xs, scale, fts, p), None
+
+    def scaled_update(mult):
+        return update if mult is None else (lambda m, y: update(m, y * mult))
+
+    y, mult = root(0 if p == 1 else None, contract_suffix, p)
+    subtree(eng, y, list(range(p)), fts, dims, scaled_update(mult))
     del y
-    if p == n - 1:
-        y = _root(eng, xs, scale, fts, n - 1, lambda: contract_prefix(eng, xs, scale, fts, p))
-    else:
-        y = contract_prefix(eng, xs, scale, fts, p)
-    subtree(eng, y, list(range(p, n)), fts, dims, update)
+    y, mult = root(n - 1 if p == n - 1 else None, contract_prefix, n - p)
+    subtree(eng, y, list(range(p, n)), fts, dims, scaled_update(mult))
 
 
 def mttkrp_rows(eng, xs, scale, fts, mode):

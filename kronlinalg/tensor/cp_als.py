@@ -124,25 +124,31 @@ LAST_RUN: dict = {}
 
 def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
     """Solve mode n's normal equations against y (R, I_n), the transposed MTTKRP; store the
-    factor, its Gram and (normalize) the weights; keep the last mode's y for the fit."""
+    factor, its Gram and (normalize) the weights; keep the last mode's y for the fit.  With
+    state["pre"] (a dict: eager or graphed sweeps, not shard mode), mode n's system may have
+    been factorized ahead (Engine.prefactor), and mode n + 1's is started here."""
     xp = eng.xp
     others = [g for m, g in enumerate(grams) if m != n]
+    pre = state["pre"].pop(n, None) if "pre" in state else None
     if normalize:  # solve for A_n·diag(w), then split off its column norms
-        ft = eng.solve_normal(others, y, robust)
+        ft = eng.solve_normal(others, y, robust, pre)
         norms = xp.sqrt(xp.sum(ft * ft, axis=1))
         wn = xp.where(norms == 0, xp.ones_like(norms), norms)
         ft = ft / wn[:, None]
         state["w"] = wn
     elif unit:  # weights all ones (the default): no scaling of the system
-        ft = eng.solve_normal(others, y, robust)
+        ft = eng.solve_normal(others, y, robust, pre)
     else:  # the weights stay as they are (given by init): diag(w) V diag(w) = V ∘ w wᵀ
         wn = state["w"]
-        ft = eng.solve_normal(others + [wn[:, None] * wn[None, :]], wn[:, None] * y, robust)
+        ft = eng.solve_normal(others + [wn[:, None] * wn[None, :]], wn[:, None] * y, robust,
+                              pre)
     fts[n] = ft
     with eng.exact():
         grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
     if n == len(fts) - 1:
         state["last"] = y
+    elif "pre" in state and not robust and (unit or normalize):
+        state["pre"][n + 1] = eng.prefactor([g for m, g in enumerate(grams) if m != n + 1])
 
 
 def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust):
@@ -150,7 +156,9 @@ def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust):
     (‖X̂‖², ⟨X, X̂⟩) of the fit.  Pure on its inputs (new lists), so that a CUDA graph can
     replay it on static buffers."""
     fts, grams = list(fts), list(grams)
-    state = {"w": w, "last": None}
+    state = {"w": w, "last": None, "pre": {}}
+    if not robust and (unit or normalize):
+        state["pre"][0] = eng.prefactor(grams[1:])
     _tree.sweep(eng, xs, scale, fts,
                 lambda n, y: _update(eng, fts, grams, state, n, y, normalize, unit, robust), p)
     rec2, ip = _fit_terms(eng.xp, grams, state["w"], state["last"], fts[-1])
@@ -213,7 +221,11 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
 
 def _fit_terms(xp, grams, w, y_last, ft_last):
     """Device scalars ‖X̂‖² = wᵀ(∘ Grams)w and ⟨X, X̂⟩ = Σ_r w_r Σ_i M[i, r] A_N[i, r] (M the
-    last MTTKRP, of factors unchanged since), summed in float64."""
+    last MTTKRP, of factors unchanged since), summed in float64 (one launch of kernels/tensor's
+    fit kernel where solve.fit_terms runs)."""
+    both = _solve.fit_terms(grams, w, y_last, ft_last)
+    if both is not None:
+        return both
     f64 = xp.float64
     w64 = xp.astype(w, f64)
     had = xp.astype(_hadamard(grams), f64)

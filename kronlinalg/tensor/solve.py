@@ -18,7 +18,8 @@ import array_api_compat
 from .._ext import load
 from ..common import backend
 
-__all__ = ["SOLVER", "VARIANT", "LAUNCHES", "supported", "solve"]
+__all__ = ["SOLVER", "VARIANT", "PREFACTOR", "FIT_KERNEL", "LAUNCHES", "supported", "factor",
+           "solve", "fit_terms"]
 
 _cuda = load("tensor_cuda")
 
@@ -27,6 +28,18 @@ SOLVER = "auto"
 # the kernel's factorization: 1 (its loads issued ahead of its stores) or 0 (a row at a time,
 # the first version: 66 µs a rank-64 update on an H100, against 148 µs for torch's route)
 VARIANT = 1
+# CP-ALS on CUDA torch: each mode's system factorized (factor()) on a side stream as soon as
+# its Gram matrices are known — during the tensor pass before its update — and only the
+# solve left after that pass.  H100, rank 64, 640 right-hand sides: the factorization 24–28 µs
+# beside the pass, the solve from it 20 µs, against 34 µs for the one launch; CP-ALS 640³
+# rank 64 1.080 against 1.111 ms per iteration (tf32), 0.775 against 0.788 (float16)
+PREFACTOR = True
+# CP-ALS's fit terms (‖X̂‖², ⟨X, X̂⟩) in one launch where fit_terms() runs, else ~12 library
+# launches (~20 µs in a CUDA graph of the sweep at rank 64 × 640 on an H100).  Off: its first
+# version (one block) took 44.5 µs (CP-ALS 640³ rank 64: 1.128 against 1.111 ms per iteration
+# in tf32, 0.802 against 0.788 in float16); the present one (a block a rank index, the last
+# block adding the partial sums in order) is not yet timed on a GPU
+FIT_KERNEL = False
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
 _MAX_RANK = 64
@@ -41,10 +54,28 @@ def supported(like, rank, count):
             and backend.dtype_name(like.dtype) in ("float32", "float64"))
 
 
-def solve(grams, rhs, eps):
+def factor(grams, eps, ws=None):
+    """The factorization of ∘ grams + ρI (see solve) alone, one block on the current stream,
+    into the workspace ws (R·R + R,) (a new one if None) for solve(..., factored=ws); returns
+    ws (call supported() first)."""
+    g0 = grams[0]
+    xp = array_api_compat.array_namespace(g0)
+    r = int(g0.shape[0])
+    if ws is None:
+        ws = xp.empty((r * r + r,), dtype=g0.dtype, device=array_api_compat.device(g0))
+    grams = [backend.contiguous(g) for g in grams]
+    ptr = backend.address_getter(g0)
+    _cuda.spd_solve(backend.dtype_name(g0.dtype) == "float64", 1 if VARIANT else 0, r,
+                    [ptr(g) for g in grams], 0, 0, 0, 0, 0, float(eps), backend.cuda_stream(g0),
+                    1, ptr(ws))
+    return ws
+
+
+def solve(grams, rhs, eps, factored=None):
     """(∘ grams + ρI)⁻¹ rhs, ρ = eps · max(its largest diagonal entry, 1e-30) (call
     supported() first): grams R×R, rhs (R, n), all of one dtype on one GPU; a new (R, n)
-    array.  Inputs are not modified."""
+    array.  Inputs are not modified.  factored: factor(grams, eps)'s workspace (its launch
+    ordered before this one): only the solve runs."""
     global LAUNCHES
     xp = array_api_compat.array_namespace(rhs)
     r, n = int(rhs.shape[0]), int(rhs.shape[1])
@@ -52,9 +83,38 @@ def solve(grams, rhs, eps):
     if n == 0:
         return out
     rhs = backend.contiguous(rhs)
-    grams = [backend.contiguous(g) for g in grams]
     ptr = backend.address_getter(rhs)
-    _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1 if VARIANT else 0, r, [ptr(g) for g in grams],
-                    ptr(rhs), n, ptr(out), n, n, float(eps), backend.cuda_stream(rhs))
+    if factored is not None:
+        _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1, r, [], ptr(rhs), n,
+                        ptr(out), n, n, float(eps), backend.cuda_stream(rhs), 2, ptr(factored))
+    else:
+        grams = [backend.contiguous(g) for g in grams]
+        _cuda.spd_solve(backend.dtype_name(rhs.dtype) == "float64", 1 if VARIANT else 0, r,
+                        [ptr(g) for g in grams], ptr(rhs), n, ptr(out), n, n, float(eps),
+                        backend.cuda_stream(rhs))
     LAUNCHES += 1
     return out
+
+
+def fit_terms(grams, w, y, ft):
+    """(‖X̂‖², ⟨X, X̂⟩) of CP-ALS's fit as two float64 device scalars, by one launch of
+    kernels/tensor's fit kernel — w (R,) the weights, grams the R×R Gram matrices, y and ft
+    (R, n) the last mode's transposed MTTKRP and factor — or None where it does not run
+    (FIT_KERNEL off, not CUDA torch/CuPy, rank above 64, more than 8 Gram matrices, mixed
+    dtypes)."""
+    r = int(ft.shape[0])
+    if not (FIT_KERNEL and supported(ft, r, len(grams))):
+        return None
+    if any(a.dtype != ft.dtype for a in (*grams, w, y)):
+        return None
+    xp = array_api_compat.array_namespace(ft)
+    n = int(ft.shape[1])
+    device = array_api_compat.device(ft)
+    out = xp.empty((2,), dtype=xp.float64, device=device)
+    work = xp.zeros((2 * r + 1,), dtype=xp.float64, device=device)  # (partials, a ticket)
+    ft, y, w = backend.contiguous(ft), backend.contiguous(y), backend.contiguous(w)
+    grams = [backend.contiguous(g) for g in grams]
+    ptr = backend.address_getter(ft)
+    _cuda.fit_terms(backend.dtype_name(ft.dtype) == "float64", r, [ptr(g) for g in grams],
+                    ptr(w), ptr(y), ptr(ft), n, ptr(out), ptr(work), backend.cuda_stream(ft))
+    return out[0], out[1]
