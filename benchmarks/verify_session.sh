@@ -24,7 +24,7 @@ bash benchmarks/gpu_tests.sh ${VERIFY_FILES:-tests/test_signatures.py tests/test
   tests/test_strassen_gpu.py tests/test_namespace.py tests/test_structured.py \
   tests/test_structured_packed.py tests/test_kron.py tests/test_autograd.py tests/test_hardening.py \
   tests/test_planner.py tests/test_kron_operator.py tests/test_tensor.py tests/test_tensor_fused.py \
-  tests/test_tensor_solve.py tests/test_kron_cuda.py}
+  tests/test_tensor_solve.py tests/test_tensor_half.py tests/test_kron_cuda.py}
 export PYTHONPATH=/tmp/new-site:/tmp/site PYTHONUNBUFFERED=1
 [ "${VERIFY_SAN:-1}" = 1 ] && for s in sanitize_fastpath batched_sanitize blocksparse_sanitize strassen_sanitize tensor_sanitize; do
   cp "benchmarks/$s.py" "/tmp/$s.py"

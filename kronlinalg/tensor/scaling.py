@@ -54,7 +54,9 @@ def scaled_copy(a, out_dtype=None, pad64=False, scale=True):
         out, code = xp.empty((n, _MAX_RANK), dtype=a.dtype, device=device), 0
     else:
         dt = out_dtype if out_dtype is not None else a.dtype
-        out, code = xp.empty((r, n), dtype=dt, device=device), _CODES[backend.dtype_name(dt)]
+        out = xp.empty((r, n), dtype=dt, device=device)
+        # (named from the array's dtype: CuPy takes out_dtype as a scalar type, numpy.float16)
+        code = _CODES[backend.dtype_name(out.dtype)]
     s = xp.empty((1,), dtype=a.dtype, device=device) if scale else None
     ptr = backend.device_view
     _cuda.scaled_copy(code, pad64, r, n, ptr(a).ptr, ptr(out).ptr,
