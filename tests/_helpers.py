@@ -263,3 +263,20 @@ def assert_close(actual, expected, xp: Backend, dtype: str, rtol: float | None =
     else:
         rel = err / ref_norm
         assert rel <= rtol, f"{msg}relative Frobenius error {rel:.3e} > {rtol:.1e}"
+
+
+# tensor references (the GPU tensor test files)
+
+def unfold(x, mode):
+    return np.reshape(np.moveaxis(x, mode, 0), (x.shape[mode], -1))
+
+
+def kr_ref(mats):
+    res = mats[0]
+    for m in mats[1:]:
+        res = np.einsum("ir,jr->ijr", res, m).reshape(-1, res.shape[1])
+    return res
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))

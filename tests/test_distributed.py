@@ -89,6 +89,15 @@ def run_ranks(size, fn, skip=()):
     return out
 
 
+def run_ranks_ok(size, fn):
+    """run_ranks, raising the first rank's exception."""
+    out = run_ranks(size, fn)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    return out
+
+
 def dense(factors):
     out = factors[0]
     for f in factors[1:]:
@@ -214,10 +223,7 @@ def test_kron_matmul_equals_single_process(problem, seed):
         assert np.array_equal(xs, before)
         return y, comm.bytes_sent
 
-    out = run_ranks(size, work)
-    for r in out:
-        if isinstance(r, Exception):
-            raise r
+    out = run_ranks_ok(size, work)
     got = kd.kron_assemble([y for y, _ in out], grid, np)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     for r, (_, sent) in enumerate(out):
@@ -243,10 +249,7 @@ def test_strassen_matmul_equals_classical(size, m2, k2, n2, alg, pipeline, seed)
         assert np.array_equal(a_s, before[0]) and np.array_equal(b_s, before[1])
         return c_s, comm.bytes_sent
 
-    out = run_ranks(size, work)
-    for r in out:
-        if isinstance(r, Exception):
-            raise r
+    out = run_ranks_ok(size, work)
     for r, (_, sent) in enumerate(out):  # the same bytes for every pipeline count
         assert sent == kd.strassen_bytes(2 * m2, 2 * k2, 2 * n2, size, r, 4, alg)
     got = kd.quadrant_assemble([c for c, _ in out], np)
@@ -284,10 +287,7 @@ def test_strassen_levels_equal_classical(size, mb, kb, nb, alg, levels, pipeline
         assert np.array_equal(a_s, before[0]) and np.array_equal(b_s, before[1])
         return c_s, comm.bytes_sent
 
-    out = run_ranks(size, work)
-    for r in out:
-        if isinstance(r, Exception):
-            raise r
+    out = run_ranks_ok(size, work)
     for r, (_, sent) in enumerate(out):
         assert sent == kd.strassen_bytes(split * mb, split * kb, split * nb, size, r, 4, alg,
                                          levels)
@@ -335,12 +335,9 @@ def test_strassen_leaves(alg, leaf):
     gives the product; an unknown leaf is the same ValueError on every rank."""
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((20, 28)), rng.standard_normal((28, 12))
-    out = run_ranks(3, lambda comm: kd.strassen_matmul(
+    out = run_ranks_ok(3, lambda comm: kd.strassen_matmul(
         kd.quadrant_shard(a, 3, comm.rank), kd.quadrant_shard(b, 3, comm.rank), comm=comm,
         algorithm=alg, leaf=leaf))
-    for r in out:
-        if isinstance(r, Exception):
-            raise r
     np.testing.assert_allclose(kd.quadrant_assemble(out, np), a @ b, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="leaf"):
         kd.strassen_matmul(a, b, comm=kd.SelfCommunicator(), algorithm=alg, leaf="cublas")
@@ -360,10 +357,7 @@ def test_strassen_pipeline_changes_no_value(size):
                                      kd.quadrant_shard(b, size, comm.rank), comm=comm,
                                      pipeline=pipeline)
             return c_s, comm.bytes_sent
-        out = run_ranks(size, body)
-        for r in out:
-            if isinstance(r, Exception):
-                raise r
+        out = run_ranks_ok(size, body)
         return kd.quadrant_assemble([c for c, _ in out], np), [s for _, s in out]
 
     one, sent_one = work(1)
@@ -430,10 +424,8 @@ def test_bad_input_same_error_on_every_thread_rank():
 
 
 def test_calibrate_on_thread_ranks():
-    out = run_ranks(3, lambda comm: kd.calibrate(comm, nbytes=1 << 16, repeats=2, install=False))
-    for r in out:
-        if isinstance(r, Exception):
-            raise r
+    out = run_ranks_ok(3, lambda comm: kd.calibrate(comm, nbytes=1 << 16, repeats=2,
+                                                    install=False))
     assert all(r == out[0] for r in out)
     assert out[0]["latency_s"] >= 0 and out[0]["bandwidth"] > 0
 

@@ -10,27 +10,13 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
-from _helpers import cuda_libs, gpu_array as dev, host_array as host
+from _helpers import cuda_libs, gpu_array as dev, host_array as host, kr_ref, rel, unfold
 
 pytestmark = pytest.mark.gpu
 
 LIBS = cuda_libs()
 needs_gpu = pytest.mark.skipif(not LIBS, reason="no CUDA device")
 
-
-def unfold(x, mode):
-    return np.reshape(np.moveaxis(x, mode, 0), (x.shape[mode], -1))
-
-
-def kr_ref(mats):
-    res = mats[0]
-    for m in mats[1:]:
-        res = np.einsum("ir,jr->ijr", res, m).reshape(-1, res.shape[1])
-    return res
-
-
-def rel(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 # (shape, modes the kernel must take): output rows 130 / 257 / 124 / 132 (not multiples of

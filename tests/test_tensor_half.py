@@ -12,7 +12,7 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
-from _helpers import cuda_libs, gpu_array as dev, host_array as host
+from _helpers import cuda_libs, gpu_array as dev, host_array as host, kr_ref, rel, unfold
 
 pytestmark = pytest.mark.gpu
 
@@ -24,20 +24,6 @@ STORES = [(lib, dt) for lib in LIBS for dt in ("float16", "bfloat16")
 # the storage's rounding of the Khatri–Rao rows (2⁻¹¹, 2⁻⁸) summed in float32
 TOL = {"float16": 3e-3, "bfloat16": 2e-2}
 
-
-def unfold(x, mode):
-    return np.reshape(np.moveaxis(x, mode, 0), (x.shape[mode], -1))
-
-
-def kr_ref(mats):
-    res = mats[0]
-    for m in mats[1:]:
-        res = np.einsum("ir,jr->ijr", res, m).reshape(-1, res.shape[1])
-    return res
-
-
-def rel(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.fixture
