@@ -47,19 +47,24 @@ def variant(request):
 
 
 @needs_kernel
-@pytest.mark.parametrize("lib", LIBS)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (32, 1, 3), (33, 640, 2),
-                                          (64, 1000, 8), (64, 31, 1), (50, 97, 4)])
-def test_solve_matches_float64(lib, dtype, rank, n, count, variant):
-    rng = np.random.default_rng(rank * 1000 + n + count)
-    # Gram matrices of 3R-row factors: a well-conditioned Hadamard product
+def _system(seed, rank, n, count, dtype):
+    """(grams, y, eps) of one factor update: `count` Gram matrices of 3R-row factors (a
+    well-conditioned Hadamard product), right-hand sides (rank, n), the ridge."""
+    rng = np.random.default_rng(seed)
     grams = []
     for _ in range(count):
         f = rng.standard_normal((rank, 3 * rank + 4))
         grams.append((f @ f.T / f.shape[1]).astype(dtype))
     y = rng.standard_normal((rank, n)).astype(dtype)
-    eps = 1e-6 if dtype == "float32" else 1e-14
+    return grams, y, (1e-6 if dtype == "float32" else 1e-14)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (32, 1, 3), (33, 640, 2),
+                                          (64, 1000, 8), (64, 31, 1), (50, 97, 4)])
+def test_solve_matches_float64(lib, dtype, rank, n, count, variant):
+    grams, y, eps = _system(rank * 1000 + n + count, rank, n, count, dtype)
     gd, yd = [dev(lib, g) for g in grams], dev(lib, y)
     before = solve.LAUNCHES
     got = host(lib, update(gd, yd))
@@ -203,13 +208,7 @@ def test_factor_then_solve_equals_one_launch(lib, dtype, rank, n, count, variant
     """solve.factor (one block: the Hadamard product, ridge, L·D·Lᵀ into a workspace) then
     solve(factored=) (each block loads it and solves): the one-launch kernel's result, bit for
     bit (the same factorization and solve), on fresh and on poisoned workspaces."""
-    rng = np.random.default_rng(rank * 7 + n + count)
-    grams = []
-    for _ in range(count):
-        f = rng.standard_normal((rank, 3 * rank + 4))
-        grams.append((f @ f.T / f.shape[1]).astype(dtype))
-    y = rng.standard_normal((rank, n)).astype(dtype)
-    eps = 1e-6 if dtype == "float32" else 1e-14
+    grams, y, eps = _system(rank * 7 + n + count, rank, n, count, dtype)
     gd, yd = [dev(lib, g) for g in grams], dev(lib, y)
     one = host(lib, solve.solve(gd, yd, eps))
     ws = solve.factor(gd, eps)
