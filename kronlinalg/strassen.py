@@ -460,7 +460,11 @@ def _stage_times(a, b, levels, algorithm, repeats):
 
 
 def _facts_for(dtype):
-    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])} if strassen_cuda else {}
+    if not strassen_cuda:
+        return {}
+    code = KERNEL_CODE[dtype]
+    return {"leaf_tile": strassen_cuda.leaf_tile(code),
+            "leaf_kernel": "cutlass" if strassen_cuda.leaf_kernel(code) else "own"}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen
