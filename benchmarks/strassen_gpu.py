@@ -84,9 +84,10 @@ def rand(n, m, dtype, seed):
 # the `strassen` case set of ../shared/bench/cases.json (the device run has no ../shared)
 CASE_ORDERS = (2048, 4096, 8192, 12288, 16384)
 CASE_DTYPES = (np.float64, np.float32)
-# the orders: the algorithms and levels are swept there
-SWEEP = {(np.float64, 4096), (np.float64, 8192), (np.float64, 12288), (np.float64, 16384),
-         (np.float32, 16384)}
+# the orders, where the algorithms and levels are swept: its targets first (with the
+# planner's pick), then the rest of the case set (the pick only), then the orders it only reports
+SWEEP_FIRST = [(np.float64, 16384), (np.float64, 8192), (np.float32, 16384)]
+SWEEP_LATE = [(np.float64, 12288), (np.float64, 4096)]
 
 
 def section_error(res):
@@ -137,15 +138,16 @@ def section_cases(res, args, left):
     print("\n| dtype | shape | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
           "predicted ms | max err / check |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    # the targets first (FP64 16384 and 8192, FP32 16384), so a short budget keeps them
-    first = [(np.float64, 16384), (np.float64, 8192), (np.float32, 16384), (np.float64, 12288),
-             (np.float64, 4096)]
-    rest = [(dt, n) for n in CASE_ORDERS for dt in CASE_DTYPES if (dt, n) not in first]
-    cases = [(dt, (n, n, n), None) for dt, n in first + rest]
-    cases += [(np.float64, (8191, 8191, 8191), None), (np.float64, (12000, 9000, 10000), None),
-              (np.float64, (16384, 16384, 16384), (0.7, -0.3)),
-              (np.float32, (12000, 9000, 10000), None)]
-    for dtype, (m, k, n), ab in cases:
+    rest = [(dt, n) for n in CASE_ORDERS for dt in CASE_DTYPES if (dt, n) not in SWEEP_FIRST]
+    # (dtype, (m, k, n), (alpha, beta) or None, the planner's pick, the sweep)
+    cases = [(dt, (n, n, n), None, True, True) for dt, n in SWEEP_FIRST]
+    cases += [(dt, (n, n, n), None, True, False) for dt, n in rest]
+    cases += [(np.float64, (8191, 8191, 8191), None, True, False),
+              (np.float64, (12000, 9000, 10000), None, True, False),
+              (np.float64, (16384, 16384, 16384), (0.7, -0.3), True, False),
+              (np.float32, (12000, 9000, 10000), None, True, False)]
+    cases += [(dt, (n, n, n), None, False, True) for dt, n in SWEEP_LATE]
+    for dtype, (m, k, n), ab, with_pick, sweep in cases:
         if left() < 0:
             print("(cases: out of time)")
             return
@@ -159,7 +161,6 @@ def section_cases(res, args, left):
             peer = lambda: a @ b  # noqa: E731
         t_cp = cuda_time(peer, args.reps)
         t_th = float("nan")
-        sweep = (dtype, m) in SWEEP and m == k == n and not ab
         if torch is not None and sweep:
             ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
             t_th = torch_time(lambda: ta @ tb, args.reps)
@@ -170,18 +171,19 @@ def section_cases(res, args, left):
               f"{t_th / t_cp:.3f} | - | - |", flush=True)
         # the planner's pick (levels=None) and what it measures: the no-regression check
         kw = {"c": c, "alpha": ab[0], "beta": ab[1]} if ab else {}
-        pick = kronlinalg.plan("strassen_matmul", (m, k), (k, n), dtype=name, device=a,
-                               levels=None, overwrite=False)[0]
-        t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b, **kw), args.reps)
-        slower = pick.name != "classical" and t_auto > 1.02 * t_cp
-        res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
-                             "levels": pick.details.get("levels"), "s": t_auto,
-                             "vs_cupy": t_cp / t_auto, "predicted_s":
-                             pick.details.get("model_s", pick.seconds), "regression": slower})
-        print(f"| {name} | {shape} | auto -> {pick.name} | {pick.details.get('levels')} | "
-              f"default | {t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | - | "
-              f"{pick.details.get('model_s', pick.seconds) * 1e3:.2f} | "
-              f"{'REGRESSION' if slower else 'ok'} |", flush=True)
+        if with_pick:
+            pick = kronlinalg.plan("strassen_matmul", (m, k), (k, n), dtype=name, device=a,
+                                   levels=None, overwrite=False)[0]
+            t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b, **kw), args.reps)
+            slower = pick.name != "classical" and t_auto > 1.02 * t_cp
+            pred = pick.details.get("model_s", pick.seconds)
+            res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
+                                 "levels": pick.details.get("levels"), "s": t_auto,
+                                 "vs_cupy": t_cp / t_auto, "predicted_s": pred,
+                                 "regression": slower})
+            print(f"| {name} | {shape} | auto -> {pick.name} | {pick.details.get('levels')} | "
+                  f"default | {t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | - | {pred * 1e3:.2f} | "
+                  f"{'REGRESSION' if slower else 'ok'} |", flush=True)
         if sweep:
             ref = a @ b
             for algo, L, ow in (("strassen", 1, False), ("strassen", 1, True),
