@@ -260,6 +260,7 @@ int main(int argc, char **argv) {
       cut<256, 64, 16, 64, 32, 3, 4>("cut 256x64x16 w64x32 st3 k4"),
       cut<128, 64, 16, 64, 32, 3, 4>("cut 128x64x16 w64x32 st3 k4 [3]"),
       cut<64, 128, 16, 32, 64, 4, 4>("cut 64x128x16 w32x64 st4 k4"),
+      cut<64, 256, 16, 32, 64, 3, 4>("cut 64x256x16 w32x64 st3 k4"),
   };
 #endif
   std::vector<Variant> sums = {
