@@ -21,6 +21,7 @@ nvcc -arch=sm_90a -std=c++17 -O3 -I kernels/include -I kernels/common -I kernels
   > "$OUT/strassen_leaf.txt" 2>&1 &
 nvcc_pid=$!
 (
+  sleep 5  # after pytest's import (the editable build's no-op rebuild check)
   timeout ${ST_SAN_S:-60} compute-sanitizer --tool memcheck --error-exitcode 9 \
     python benchmarks/strassen_sanitize.py --leaf > "$OUT/strassen_sanitizer.txt" 2>&1
   echo "memcheck (--leaf) rc $?" >> "$OUT/strassen_sanitizer.txt"
