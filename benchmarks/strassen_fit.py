@@ -87,7 +87,7 @@ def main():
     leaf_kernel = args.leaf_kernel or ("own" if res.get("leaf_choice") == 0 else "cutlass")
     if args.fit:
         best = None
-        for frac in [0.5 + 0.01 * i for i in range(56)]:
+        for frac in [0.5 + 0.01 * i for i in range(61)]:
             for k0 in (0.0, 50.0, 100.0, 150.0, 200.0, 300.0, 400.0, 600.0, 800.0):
                 if leaf_kernel == "cutlass":
                     costs.CUTLASS_LEAF_FRACTION, costs.CUTLASS_LEAF_K0 = frac, k0

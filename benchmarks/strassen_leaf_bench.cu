@@ -46,7 +46,7 @@ using namespace kl_strassen;
 // 1. instruction throughput
 
 template <int SHAPE>  // 0: m8n8k4, 1: m16n8k8, 2: m16n8k16, 3: m16n8k4 (CUTLASS's sm_90 FP64)
-__global__ void mma_rate(double *out, int iters) {
+__global__ void __launch_bounds__(512) mma_rate(double *out, int iters) {  // 16 warps an SM
   double acc[8][4], a[8], b[4];
   for (int u = 0; u < 8; ++u)
     for (int e = 0; e < 4; ++e) acc[u][e] = 0.0;
