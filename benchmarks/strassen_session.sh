@@ -25,7 +25,7 @@ nvcc_pid=$!
   timeout ${ST_SAN_S:-60} compute-sanitizer --tool memcheck --error-exitcode 9 \
     python benchmarks/strassen_sanitize.py --leaf > "$OUT/strassen_sanitizer.txt" 2>&1
   echo "memcheck (--leaf) rc $?" >> "$OUT/strassen_sanitizer.txt"
-  timeout ${ST_RACE_S:-60} compute-sanitizer --tool racecheck --error-exitcode 9 \
+  timeout ${ST_RACE_S:-120} compute-sanitizer --tool racecheck --error-exitcode 9 \
     python benchmarks/strassen_sanitize.py --leaf --quick >> "$OUT/strassen_sanitizer.txt" 2>&1
   echo "racecheck (--leaf --quick) rc $?" >> "$OUT/strassen_sanitizer.txt"
 ) &
