@@ -1,20 +1,26 @@
 """strassen_matmul on one GPU against cuBLAS (cupy.matmul, torch.matmul), in one run.
 
-    python benchmarks/strassen_gpu.py --out strassen.json [--budget 150]
+    python benchmarks/strassen_gpu.py --out strassen.json [--budget 150] [--sections ...]
 
-Everything is timed with CUDA events on warm inputs, median of >= 10 runs.  Sections (each
-skipped once the time budget is spent, the JSON written after every one):
+Everything is timed with CUDA events on warm inputs, median of >= `--reps` runs.  Sections (each
+skipped once its share of the time budget is spent, the JSON written after every one):
 
-1. leaf kernel vs cuBLAS: strassen_matmul(levels=0, algorithm="strassen") (the multi-target leaf
-   kernel, one target) against cupy.matmul at 2048..8192;
-2. the issue's cases (FP64 N = 4096, 8192, 16384; FP32 N = 16384): cuBLAS (CuPy and torch),
-   "strassen" and "strassen_cublas" at levels 1..3, default and overwrite mode, with the max
-   error against cuBLAS's result and the planner's prediction;
-3. per-stage CUDA-event timing (passes, product groups, strips), predicted beside measured;
-4. overwrite mode's memory: pool bytes and device free memory before and after;
-5. error growth per level (FP32 N = 1024, max-norm error relative to cuBLAS's, against a float64
-   reference).
-Prints markdown tables; the JSON holds every number.
+error   error growth per level (FP32 N = 1024, max-norm error relative to cuBLAS's, against a
+        float64 reference);
+leaf    the leaf kernel vs cuBLAS: strassen_matmul(levels=0, algorithm="strassen") (the FP64 leaf
+        is the CUTLASS mainloop where built, KRONLINALG_STRASSEN_LEAF picks) against cupy.matmul
+        at 2048..8192;
+cases   the `strassen` case set of ../shared/bench/cases.json (orders 2048..16384, float64 and
+        float32, plus non-square, odd and alpha/beta cases): cuBLAS against what the planner
+        picks (levels=None) - the no-regression check: a pick other than classical that measures
+        > 2 % slower is flagged REGRESSION - and, at the issue's orders, "strassen" and
+        "strassen_cublas" at levels 1..3 with the max error against cuBLAS's result and the
+        planner's prediction;
+stages  per-stage CUDA-event timing (passes, product groups, strips), predicted beside measured,
+        "strassen" and "strassen_cublas" at levels 1..3, N = 4096, 8192, 16384;
+memory  overwrite mode's memory: pool bytes and device free memory before and after.
+Prints markdown tables; the JSON holds every number (and the planner's device profile, so that
+the predictions can be recomputed offline).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 
 import kronlinalg
 from kronlinalg import strassen
+from kronlinalg.common import config
 
 try:
     import cupy as cp
@@ -74,23 +81,16 @@ def rand(n, m, dtype, seed):
     return cp.random.default_rng(seed).standard_normal((n, m), dtype=np.float64).astype(dtype)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="strassen.json")
-    ap.add_argument("--budget", type=float, default=150.0, help="seconds for the whole run")
-    ap.add_argument("--reps", type=int, default=10)
-    args = ap.parse_args()
-    res = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-           "leaf": [], "cases": [], "stages": [], "memory": [], "error_growth": []}
+# the `strassen` case set of ../shared/bench/cases.json (the device run has no ../shared)
+CASE_ORDERS = (2048, 4096, 8192, 12288, 16384)
+CASE_DTYPES = (np.float64, np.float32)
+# the issue's orders, where the algorithms and levels are swept: its targets first (with the
+# planner's pick), then the rest of the case set (the pick only), then the orders it only reports
+SWEEP_FIRST = [(np.float64, 16384), (np.float64, 8192), (np.float32, 16384)]
+SWEEP_LATE = [(np.float64, 12288), (np.float64, 4096)]
 
-    def save():
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
 
-    def left():
-        return args.budget - (time.time() - START)
-
-    # 5. error growth (cheap, first)
+def section_error(res):
     n = 1024
     a, b = rand(n, n, np.float32, 1), rand(n, n, np.float32, 2)
     ref = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(b).astype(np.float64)
@@ -101,100 +101,130 @@ def main():
         res["error_growth"].append({"levels": L, "err": err, "vs_cublas": err / base})
     print("error growth (FP32 N=1024, max-norm error / cuBLAS's):",
           ", ".join(f"L{r['levels']} {r['vs_cublas']:.2f}" for r in res["error_growth"]))
-    save()
 
-    # 1. leaf kernel vs cuBLAS
+
+def section_leaf(res, args, left):
     print("\n| leaf | dtype | N | kernel ms | cuBLAS ms | kernel / cuBLAS speed |")
     print("|---|---|---|---|---|---|")
     for dtype in (np.float64, np.float32):
         for n in (2048, 4096, 8192):
-            if left() < 0.75 * args.budget:  # the leaf section takes at most a quarter
-                break
+            if left() < 0:
+                return
             a, b = rand(n, n, dtype, 3), rand(n, n, dtype, 4)
             tk = cuda_time(lambda: strassen.strassen_matmul(a, b, levels=0,
                                                             algorithm="strassen"), args.reps)
             tc = cuda_time(lambda: a @ b, args.reps)
+            err = float(cp.abs(strassen.strassen_matmul(a, b, levels=0, algorithm="strassen")
+                               - a @ b).max())
             res["leaf"].append({"dtype": np.dtype(dtype).name, "N": n, "kernel_s": tk,
-                                "cublas_s": tc, "ratio": tc / tk})
+                                "cublas_s": tc, "ratio": tc / tk, "max_abs_diff": err})
             print(f"| leaf | {np.dtype(dtype).name} | {n} | {tk * 1e3:.2f} | {tc * 1e3:.2f} | "
-                  f"{tc / tk:.3f} |", flush=True)
+                  f"{tc / tk:.3f} |  (max diff {err:.1e})", flush=True)
             del a, b
-    save()
 
-    # 2. the issue's cases
-    print("\n| dtype | N | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
-          "predicted ms | max err / cuBLAS err |")
+
+def _cublas_gemm(a, b, c, alpha, beta):
+    """alpha a @ b + beta c by one cuBLAS call where CuPy exposes it (into a copy of c)."""
+    out = c.copy()
+    try:
+        from cupy import cublas
+        cublas.gemm("N", "N", a, b, out=out, alpha=alpha, beta=beta)
+    except Exception:  # older CuPy: the expression
+        out = alpha * (a @ b) + beta * c
+    return out
+
+
+def section_cases(res, args, left):
+    print("\n| dtype | shape | algorithm | levels | mode | ms | vs cupy.matmul | vs torch.matmul | "
+          "predicted ms | max err / check |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    cases = [(np.float64, 4096), (np.float64, 8192), (np.float64, 12288), (np.float64, 16384),
-             (np.float32, 16384)]
-    for dtype, n in cases:
-        if left() < 0.25 * args.budget:
-            break
+    rest = [(dt, n) for n in CASE_ORDERS for dt in CASE_DTYPES if (dt, n) not in SWEEP_FIRST]
+    # (dtype, (m, k, n), (alpha, beta) or None, the planner's pick, the sweep)
+    cases = [(dt, (n, n, n), None, True, True) for dt, n in SWEEP_FIRST]
+    cases += [(dt, (n, n, n), None, True, False) for dt, n in rest]
+    cases += [(np.float64, (8191, 8191, 8191), None, True, False),
+              (np.float64, (12000, 9000, 10000), None, True, False),
+              (np.float64, (16384, 16384, 16384), (0.7, -0.3), True, False),
+              (np.float32, (12000, 9000, 10000), None, True, False)]
+    cases += [(dt, (n, n, n), None, False, True) for dt, n in SWEEP_LATE]
+    for dtype, (m, k, n), ab, with_pick, sweep in cases:
+        if left() < 0:
+            print("(cases: out of time)")
+            return
         name = np.dtype(dtype).name
-        a, b = rand(n, n, dtype, 5), rand(n, n, dtype, 6)
-        t_cp = cuda_time(lambda: a @ b, args.reps)
+        shape = f"{m}x{k}x{n}" + (f" a={ab[0]} b={ab[1]}" if ab else "")
+        a, b = rand(m, k, dtype, 5), rand(k, n, dtype, 6)
+        c = rand(m, n, dtype, 11) if ab else None
+        if ab:
+            peer = lambda: _cublas_gemm(a, b, c, ab[0], ab[1])  # noqa: E731
+        else:
+            peer = lambda: a @ b  # noqa: E731
+        t_cp = cuda_time(peer, args.reps)
         t_th = float("nan")
-        if torch is not None:
+        if torch is not None and sweep:
             ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
             t_th = torch_time(lambda: ta @ tb, args.reps)
             del ta, tb
-        ref = a @ b
-        row0 = {"dtype": name, "N": n, "cupy_s": t_cp, "torch_s": t_th,
-                "tflops_cublas": 2.0 * n ** 3 / t_cp / 1e12}
-        print(f"| {name} | {n} | cuBLAS (cupy) | 0 | - | {t_cp * 1e3:.2f} | 1.000 | "
+        row0 = {"dtype": name, "m": m, "k": k, "n": n, "N": n, "alpha_beta": ab, "cupy_s": t_cp,
+                "torch_s": t_th, "tflops_cublas": 2.0 * m * n * k / t_cp / 1e12}
+        print(f"| {name} | {shape} | cuBLAS (cupy) | 0 | - | {t_cp * 1e3:.2f} | 1.000 | "
               f"{t_th / t_cp:.3f} | - | - |", flush=True)
-        for algo in ("strassen", "strassen_cublas", "strassen_reloaded"):
-            for L in (1, 2, 3):
-                for ow in (False, True):
-                    if algo != "strassen" and ow:
-                        continue
-                    if algo == "strassen_reloaded" and (L > 1 or name != "float64"):
-                        continue
-                    if left() < 0.2 * args.budget:
-                        break
-                    try:
-                        t = cuda_time(lambda: strassen.strassen_matmul(
-                            a, b, levels=L, overwrite_inputs=ow, algorithm=algo), args.reps)
-                        out = strassen.strassen_matmul(a, b, levels=L, algorithm=algo)
-                        err = float(cp.abs(out - ref).max())
-                        del out
-                    except Exception as exc:  # report and go on: one failure must not end the run
-                        print(f"| {name} | {n} | {algo} | {L} | {ow} | failed: {exc} |")
-                        continue
-                    pred = kronlinalg.plan("strassen_matmul", (n, n), (n, n), dtype=name,
-                                           device=a, algorithm=algo, levels=L, overwrite=ow)[0]
-                    row = {**row0, "algorithm": algo, "levels": L, "overwrite": ow, "s": t,
-                           "vs_cupy": t_cp / t, "vs_torch": t_th / t,
-                           "predicted_s": pred.details.get("model_s", pred.seconds),
-                           "max_abs_diff_vs_cublas": err}
-                    res["cases"].append(row)
-                    print(f"| {name} | {n} | {algo} | {L} | {'overwrite' if ow else 'default'} | "
-                          f"{t * 1e3:.2f} | {t_cp / t:.3f} | {t_th / t:.3f} | "
-                          f"{row['predicted_s'] * 1e3:.2f} | {err:.2e} |", flush=True)
-        # what the planner picks (levels=None, algorithm="auto") and what it measures
-        pick = kronlinalg.plan("strassen_matmul", (n, n), (n, n), dtype=name, device=a,
-                               levels=None, overwrite=False)[0]
-        t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b), args.reps)
-        res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
-                             "levels": pick.details.get("levels"), "s": t_auto,
-                             "vs_cupy": t_cp / t_auto})
-        print(f"| {name} | {n} | auto -> {pick.name} | {pick.details.get('levels')} | default | "
-              f"{t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | {t_th / t_auto:.3f} | "
-              f"{pick.details.get('model_s', pick.seconds) * 1e3:.2f} | - |", flush=True)
-        save()
-        del a, b, ref
+        # the planner's pick (levels=None) and what it measures: the no-regression check
+        kw = {"c": c, "alpha": ab[0], "beta": ab[1]} if ab else {}
+        if with_pick:
+            pick = kronlinalg.plan("strassen_matmul", (m, k), (k, n), dtype=name, device=a,
+                                   levels=None, overwrite=False)[0]
+            t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b, **kw), args.reps)
+            slower = pick.name != "classical" and t_auto > 1.02 * t_cp
+            pred = pick.details.get("model_s", pick.seconds)
+            res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
+                                 "levels": pick.details.get("levels"), "s": t_auto,
+                                 "vs_cupy": t_cp / t_auto, "predicted_s": pred,
+                                 "regression": slower})
+            print(f"| {name} | {shape} | auto -> {pick.name} | {pick.details.get('levels')} | "
+                  f"default | {t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | - | {pred * 1e3:.2f} | "
+                  f"{'REGRESSION' if slower else 'ok'} |", flush=True)
+        if sweep:
+            ref = a @ b
+            for algo, L, ow in (("strassen", 1, False), ("strassen", 1, True),
+                                ("strassen", 2, False), ("strassen", 3, False),
+                                ("strassen_cublas", 1, False), ("strassen_cublas", 2, False)):
+                if left() < 0:
+                    break
+                try:
+                    t = cuda_time(lambda: strassen.strassen_matmul(
+                        a, b, levels=L, overwrite_inputs=ow, algorithm=algo), args.reps)
+                    out = strassen.strassen_matmul(a, b, levels=L, algorithm=algo)
+                    err = float(cp.abs(out - ref).max())
+                    del out
+                except Exception as exc:  # report and go on: one failure must not end the run
+                    print(f"| {name} | {shape} | {algo} | {L} | {ow} | failed: {exc} |")
+                    continue
+                pred = kronlinalg.plan("strassen_matmul", (n, n), (n, n), dtype=name,
+                                       device=a, algorithm=algo, levels=L, overwrite=ow)[0]
+                row = {**row0, "algorithm": algo, "levels": L, "overwrite": ow, "s": t,
+                       "vs_cupy": t_cp / t, "vs_torch": t_th / t,
+                       "predicted_s": pred.details.get("model_s", pred.seconds),
+                       "max_abs_diff_vs_cublas": err}
+                res["cases"].append(row)
+                print(f"| {name} | {shape} | {algo} | {L} | "
+                      f"{'overwrite' if ow else 'default'} | {t * 1e3:.2f} | {t_cp / t:.3f} | "
+                      f"{t_th / t:.3f} | {row['predicted_s'] * 1e3:.2f} | {err:.2e} |",
+                      flush=True)
+            del ref
+        del a, b, c
         cp.get_default_memory_pool().free_all_blocks()
 
-    # 3. per-stage timing
+
+def section_stages(res, args, left):
     print("\n| algorithm (float64) | N | levels | stage | launches | measured ms | predicted ms "
           "| pred/meas |")
     print("|---|---|---|---|---|---|---|---|")
     for n in (4096, 8192, 16384):
         a, b = rand(n, n, np.float64, 7), rand(n, n, np.float64, 8)
-        for algo, L in (("strassen_cublas", 1), ("strassen_cublas", 2), ("strassen_cublas", 3),
-                        ("strassen", 1), ("strassen", 2), ("strassen", 3),
-                        ("strassen_reloaded", 1)):
-            if left() < 0.1 * args.budget:
+        for algo, L in (("strassen", 1), ("strassen", 2), ("strassen", 3),
+                        ("strassen_cublas", 1), ("strassen_cublas", 2), ("strassen_cublas", 3)):
+            if left() < 0:
                 break
             rows = strassen.stage_times(a, b, levels=L, algorithm=algo, repeats=args.reps)
             tot_m = sum(r[1] for r in rows)
@@ -206,27 +236,77 @@ def main():
                 print(f"| {algo} | {n} | {L} | {lab} | {cnt} | {meas * 1e3:.3f} | "
                       f"{pred * 1e3:.3f} | {pred / meas if meas else float('nan'):.2f} |",
                       flush=True)
-        save()
         del a, b
         cp.get_default_memory_pool().free_all_blocks()
 
-    # 4. overwrite mode's memory
-    if left() > 5:
-        n = 8192
-        a, b = rand(n, n, np.float64, 9), rand(n, n, np.float64, 10)
-        c = cp.zeros((n, n), np.float64)
-        strassen.strassen_matmul(a, b, c=c, beta=1.0, levels=2, overwrite_inputs=True)
-        cp.cuda.Device().synchronize()
-        pool = cp.get_default_memory_pool()
-        used0, free0 = pool.used_bytes(), cp.cuda.runtime.memGetInfo()[0]
-        total0 = pool.total_bytes()
-        strassen.strassen_matmul(a, b, c=c, beta=1.0, levels=2, overwrite_inputs=True)
-        cp.cuda.Device().synchronize()
-        res["memory"].append({"N": n, "pool_used_delta": pool.used_bytes() - used0,
-                              "pool_total_delta": pool.total_bytes() - total0,
-                              "device_free_delta": cp.cuda.runtime.memGetInfo()[0] - free0})
-        print("\noverwrite mode memory (N=8192 FP64, levels 2):", res["memory"][-1])
-    save()
+
+def section_memory(res):
+    n = 8192
+    a, b = rand(n, n, np.float64, 9), rand(n, n, np.float64, 10)
+    c = cp.zeros((n, n), np.float64)
+    strassen.strassen_matmul(a, b, c=c, beta=1.0, levels=2, overwrite_inputs=True)
+    cp.cuda.Device().synchronize()
+    pool = cp.get_default_memory_pool()
+    used0, free0 = pool.used_bytes(), cp.cuda.runtime.memGetInfo()[0]
+    total0 = pool.total_bytes()
+    strassen.strassen_matmul(a, b, c=c, beta=1.0, levels=2, overwrite_inputs=True)
+    cp.cuda.Device().synchronize()
+    res["memory"].append({"N": n, "pool_used_delta": pool.used_bytes() - used0,
+                          "pool_total_delta": pool.total_bytes() - total0,
+                          "device_free_delta": cp.cuda.runtime.memGetInfo()[0] - free0})
+    print("\noverwrite mode memory (N=8192 FP64, levels 2):", res["memory"][-1])
+
+
+# each section's share of the budget: it stops starting work once its share is spent
+SHARES = {"error": 0.03, "leaf": 0.07, "cases": 0.5, "stages": 0.38, "memory": 0.02}
+
+
+def main():
+    import dataclasses
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="strassen.json")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds for the whole run")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--sections", default="error,leaf,cases,stages,memory")
+    args = ap.parse_args()
+    sections = args.sections.split(",")
+    res = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "leaf_choice": config.get("KRONLINALG_STRASSEN_LEAF"),
+           "leaf": [], "cases": [], "stages": [], "memory": [], "error_growth": []}
+    try:
+        res["profile"] = {k: v for k, v in dataclasses.asdict(
+            kronlinalg.planner.profile_for(cp.zeros(1))).items()
+            if isinstance(v, (int, float, str, list, tuple, dict))}
+    except Exception as exc:  # the profile is for offline refits only
+        res["profile"] = repr(exc)
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+
+    share_end = 0.0
+    for sec in ("error", "leaf", "cases", "stages", "memory"):
+        share_end += SHARES[sec]
+        if sec not in sections:
+            continue
+        deadline = START + share_end * args.budget
+
+        def left(deadline=deadline):
+            return deadline - time.time()
+
+        if sec == "error":
+            section_error(res)
+        elif sec == "memory":
+            if time.time() - START < args.budget:
+                section_memory(res)
+        else:
+            {"leaf": section_leaf, "cases": section_cases, "stages": section_stages}[sec](
+                res, args, left)
+        save()
+    bad = [r for r in res["cases"] if r.get("regression")]
+    print(f"\nno-regression check: {len(bad)} regression(s)",
+          [(r["dtype"], r["m"], r["pick"], round(r["vs_cupy"], 3)) for r in bad])
     print(f"\nwall {time.time() - START:.0f} s")
 
 

@@ -4,10 +4,15 @@
 //  2. the leaf kernel's variants (k slice, ring depth, k8/k16 instruction) against cublasDgemm
 //     on square N = 2048, 4096, 8192, with the max difference to cuBLAS's result;
 //  3. the sum leaves (X = A0 ± A1, Y = B0 ± B1 formed while loading) against the plain leaf and
-//     cuBLAS at the same sizes.
+//     cuBLAS at the same sizes (LEAF_SUMS=1 only: measured in session 3, 0.40-0.45x);
+//  4. with -DKL_HAVE_CUTLASS -I <cutlass include>: the CUTLASS-mainloop leaves
+//     (strassen_leaf_cutlass.cuh, a few CTA/warp tiles, stages and DMMA shapes) with one target,
+//     the production ones also with 2 and 4 signed targets (the multi-target epilogue), each
+//     checked against the reference.
 // The reference is a plain tiled FP64 GEMM on the CUDA cores; cuBLAS (for the times only) is
 // loaded at run time from the path in $CUBLAS_LIB (the wheels' libcublas.so.*).
 //   nvcc -arch=sm_90a -std=c++17 -O3 -I kernels/include -I kernels/common -I kernels/strassen \
+//        [-DKL_HAVE_CUTLASS -I $CUTLASS_INC --expt-relaxed-constexpr] \
 //        benchmarks/strassen_leaf_bench.cu -ldl -o /tmp/leaf_bench && CUBLAS_LIB=... /tmp/leaf_bench
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -16,11 +21,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "strassen_leaf_f64.cuh"
+#ifdef KL_HAVE_CUTLASS
+#include "strassen_leaf_cutlass.cuh"
+#endif
 
 #define CK(x)                                                                              \
   do {                                                                                     \
@@ -36,8 +45,8 @@ using namespace kl_strassen;
 // ---------------------------------------------------------------------------------------------
 // 1. instruction throughput
 
-template <int SHAPE>  // 0: m8n8k4, 1: m16n8k8, 2: m16n8k16
-__global__ void mma_rate(double *out, int iters) {
+template <int SHAPE>  // 0: m8n8k4, 1: m16n8k8, 2: m16n8k16, 3: m16n8k4 (CUTLASS's sm_90 FP64)
+__global__ void __launch_bounds__(512) mma_rate(double *out, int iters) {  // 16 warps an SM
   double acc[8][4], a[8], b[4];
   for (int u = 0; u < 8; ++u)
     for (int e = 0; e < 4; ++e) acc[u][e] = 0.0;
@@ -56,6 +65,12 @@ __global__ void mma_rate(double *out, int iters) {
                      "{%8,%9}, {%0,%1,%2,%3};\n"
                      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
                      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+      } else if constexpr (SHAPE == 3) {
+        double(&d)[4] = acc[u];
+        asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, "
+                     "{%6}, {%0,%1,%2,%3};\n"
+                     : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(b[0]));
       } else {
         double(&d)[4] = acc[u];
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
@@ -109,6 +124,17 @@ Variant make(const char *name) {
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   return {name, SA, SB, WM, smem, k};
 }
+
+#ifdef KL_HAVE_CUTLASS
+struct CutVariant {
+  const char *name;
+  cudaError_t (*launch)(const kl_strassen_sum_leaves &, cudaStream_t);
+};
+template <int BM, int BN, int BK, int WMS, int WNS, int ST, int IK>
+CutVariant cut(const char *name) {
+  return {name, launch_leaf_f64_cutlass<CutlassLeafF64<BM, BN, BK, WMS, WNS, ST, IK>>};
+}
+#endif
 
 __global__ void fill(double *p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -177,7 +203,8 @@ double max_diff(const double *d0, const double *d1, size_t n, double *scale) {
   CK(cudaMemcpy(h1.data(), d1, n * 8, cudaMemcpyDeviceToHost));
   double m = 0, s = 0;
   for (size_t i = 0; i < n; ++i) {
-    m = std::max(m, std::fabs(h0[i] - h1[i]));
+    const double d = std::fabs(h0[i] - h1[i]);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
     s = std::max(s, std::fabs(h1[i]));
   }
   *scale = s;
@@ -196,16 +223,17 @@ int main(int argc, char **argv) {
   double *out;
   CK(cudaMalloc(&out, size_t(sms) * 16 * 512 * 8));
   const int iters = 2048;
-  const double flops_per[3] = {512.0, 2048.0, 4096.0};
-  const char *names[3] = {"m8n8k4", "m16n8k8", "m16n8k16"};
+  const double flops_per[4] = {512.0, 2048.0, 4096.0, 1024.0};
+  const char *names[4] = {"m8n8k4", "m16n8k8", "m16n8k16", "m16n8k4"};
   for (int warps : {8, 16}) {
     if (profile) break;
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < 4; ++s) {
       auto go = [&] {
         const dim3 grid(sms), block(32 * warps);
         if (s == 0) mma_rate<0><<<grid, block>>>(out, iters);
         if (s == 1) mma_rate<1><<<grid, block>>>(out, iters);
         if (s == 2) mma_rate<2><<<grid, block>>>(out, iters);
+        if (s == 3) mma_rate<3><<<grid, block>>>(out, iters);
       };
       const float ms = time_ms(go, 5);
       const double fl = double(sms) * warps * iters * 8 * flops_per[s];
@@ -215,10 +243,26 @@ int main(int argc, char **argv) {
 
   // 2./3.
   std::vector<Variant> plain = {
-      make<32, 3, false, 1, 1>("bk32 st3 k8"),  make<16, 4, false, 1, 1>("bk16 st4 k8"),
-      make<32, 3, true, 1, 1>("bk32 st3 k16"),   make<16, 3, false, 1, 1, 1>("bm64 bk16 st3"),
-      make<32, 2, false, 1, 1, 1>("bm64 bk32 st2"),
+      make<32, 3, false, 1, 1>("bk32 st3 k8"),  // the default of session 3 (0.49-0.65x)
+      make<32, 3, true, 1, 1>("bk32 st3 k16"),
   };
+  const bool with_sums = std::getenv("LEAF_SUMS") != nullptr;
+#ifdef KL_HAVE_CUTLASS
+  // CUTLASS's sm_90 FP64 list has 128x128x16 / 4x2 warps / 3 stages / m16n8k4 first; [i]: the
+  // production leaf KRONLINALG_STRASSEN_LEAF = i (kernels/strassen/strassen_leaf_cutlass.cu)
+  std::vector<CutVariant> cuts = {
+      cut<128, 128, 16, 32, 64, 3, 4>("cut 128x128x16 w32x64 st3 k4 [1]"),
+      cut<128, 128, 16, 32, 64, 4, 4>("cut 128x128x16 w32x64 st4 k4"),
+      cut<128, 128, 16, 32, 64, 3, 8>("cut 128x128x16 w32x64 st3 k8 [2]"),
+      cut<128, 128, 32, 32, 64, 3, 8>("cut 128x128x32 w32x64 st3 k8"),
+      cut<128, 128, 32, 32, 64, 3, 4>("cut 128x128x32 w32x64 st3 k4"),
+      cut<128, 128, 16, 64, 32, 3, 4>("cut 128x128x16 w64x32 st3 k4"),
+      cut<256, 64, 16, 64, 32, 3, 4>("cut 256x64x16 w64x32 st3 k4"),
+      cut<128, 64, 16, 64, 32, 3, 4>("cut 128x64x16 w64x32 st3 k4 [3]"),
+      cut<64, 128, 16, 32, 64, 4, 4>("cut 64x128x16 w32x64 st4 k4"),
+      cut<64, 256, 16, 32, 64, 3, 4>("cut 64x256x16 w32x64 st3 k4"),
+  };
+#endif
   std::vector<Variant> sums = {
       make<16, 2, false, 2, 2>("sum22 bk16 st2"), make<8, 5, false, 2, 2>("sum22 bk8 st5"),
       make<16, 3, false, 2, 1>("sum21 bk16 st3"), make<16, 3, false, 1, 2>("sum12 bk16 st3"),
@@ -286,7 +330,7 @@ int main(int argc, char **argv) {
     add2<<<1024, 256>>>(XS, A, A + n, -1.0, n, n, 2 * n);
     add2<<<1024, 256>>>(YS, B, B + nn, 1.0, n, n, n);
     for (auto &v : sums) {
-      if (profile) break;
+      if (profile || !with_sums) break;
       const auto p = leaves_for(v.sa, v.sb, -1.0, 1.0);
       const double *xr = v.sa == 2 ? XS : A;
       const double *yr = v.sb == 2 ? YS : B;
@@ -297,6 +341,40 @@ int main(int argc, char **argv) {
       std::printf("leaf %-18s %.3f ms  %.1f TFLOP/s  %.3fx cuBLAS  max|diff| %.1e (of %.1e)\n",
                   v.name, t, fl / t / 1e9, tc / t, d, sc);
     }
+#ifdef KL_HAVE_CUTLASS
+    // the multi-target epilogue: target t gets (-1)^t X Y (first writes, beta 0); T = 1, 2, 4
+    // (targets C, XS, YS, R2); t = 0 and t = 1 are checked against the reference
+    reference(A, 2 * n, B, n);
+    double *R2;
+    CK(cudaMalloc(&R2, nn * 8));
+    double *tgt[4] = {C, XS, YS, R2};
+    for (auto &v : cuts) {
+      if (profile) break;
+      const bool production = std::strchr(v.name, '[') != nullptr;
+      for (int T : {1, 2, 4}) {
+        if (T > 1 && !production) break;  // the multi-target cost: on the production leaves
+        auto p = leaves_for(1, 1, 1, 1);
+        p.leaf[0].ntargets = T;
+        p.leaf[0].negative = 0xAu;
+        p.leaf[0].fresh = 0xFu;
+        for (int t = 0; t < T; ++t) p.leaf[0].c[t] = tgt[t];
+        CK(cudaMemset(C, 0xff, nn * 8));  // NaN: a target not written shows
+        const float t = time_ms([&] { CK(v.launch(p, 0)); });
+        double sc, d = max_diff(C, R, nn, &sc);
+        if (T > 1) {
+          add2<<<1024, 256>>>(XS, XS, R, 1.0, n, n, n);  // target 1 = -X Y: XS + R = 0
+          CK(cudaDeviceSynchronize());
+          std::vector<double> h(nn);
+          CK(cudaMemcpy(h.data(), XS, nn * 8, cudaMemcpyDeviceToHost));
+          for (size_t i = 0; i < nn; ++i) d = std::max(d, std::isnan(h[i]) ? INFINITY : std::fabs(h[i]));
+        }
+        if (std::isnan(d)) d = INFINITY;
+        std::printf("leaf %-34s T=%d %.3f ms  %.1f TFLOP/s  %.3fx cuBLAS  max|diff| %.1e (of %.1e)\n",
+                    v.name, T, t, fl / t / 1e9, tc / t, d, sc);
+      }
+    }
+    CK(cudaFree(R2));
+#endif
     CK(cudaFree(A));
     CK(cudaFree(B));
     CK(cudaFree(C));

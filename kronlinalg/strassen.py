@@ -15,10 +15,11 @@ restored to rounding only ((x + y) − y ≠ x); no extra memory on the GPU (the
 each product in one leaf-sized buffer); with ``c`` given the result is written into c.
 
 CPU: passes in the compiled kernel (OpenMP), leaf products through NumPy's BLAS on views.
-CUDA: passes and leaves are compiled kernels (FP64 on DMMA tensor cores, FP32 on CUDA cores,
-IEEE); "strassen_cublas" takes cuBLAS for the leaves with one leaf-sized product buffer;
-"strassen_reloaded" (FP64, one level) forms the operand sums while the leaf loads its tiles:
-a and b are only read, no passes and no copies in either mode.
+CUDA: passes and leaves are compiled kernels (FP64 on DMMA tensor cores, with CUTLASS's sm_90
+mainloop where the build found CUTLASS's headers; FP32 on CUDA cores, IEEE); "strassen_cublas"
+takes cuBLAS for the leaves with one leaf-sized product buffer; "strassen_reloaded" (FP64, one
+level) forms the operand sums while the leaf loads its tiles: a and b are only read, no passes
+and no copies in either mode.
 """
 
 from __future__ import annotations
@@ -460,7 +461,11 @@ def _stage_times(a, b, levels, algorithm, repeats):
 
 
 def _facts_for(dtype):
-    return {"leaf_tile": strassen_cuda.leaf_tile(KERNEL_CODE[dtype])} if strassen_cuda else {}
+    if not strassen_cuda:
+        return {}
+    code = KERNEL_CODE[dtype]
+    return {"leaf_tile": strassen_cuda.leaf_tile(code),
+            "leaf_kernel": "cutlass" if strassen_cuda.leaf_kernel(code) else "own"}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen

@@ -418,6 +418,23 @@ def test_matmul_candidate_needs_opt_in():
     assert seconds > 0 and details["margin"] == costs.MARGIN
 
 
+def test_leaf_kernel_fact_prices_the_cutlass_leaf():
+    """The fact "leaf_kernel" (which FP64 leaf the CUDA build runs) selects the leaf's rate:
+    the CUTLASS mainloop's leaves are priced at its own fraction of cuBLAS, the passes alike."""
+    from kronlinalg.planner import Problem, profile_for
+
+    prof = profile_for("h100-sxm")
+    shapes = ((8192, 8192), (8192, 8192))
+    times = {}
+    for kernel in ("own", "cutlass"):
+        info = {**costs.normalise(shapes, {}), "leaf_tile": (128, 128), "leaf_kernel": kernel}
+        p = Problem("strassen_matmul", shapes, "float64", "cuda:0", "cuda", {"levels": 1}, info)
+        times[kernel] = dict(costs.launch_times(p, prof, 1))
+    assert times["own"]["S3+S4"] == times["cutlass"]["S3+S4"]
+    ratio = times["cutlass"]["{M0}"] / times["own"]["{M0}"]
+    assert 0.5 < ratio < 1.0  # the CUTLASS leaf is priced faster than the own kernel
+
+
 def test_msmes_reference_is_a_lower_bound():
     prof = kronlinalg.planner.profile_for("h100-sxm")
     for n in (4096, 8192, 16384):

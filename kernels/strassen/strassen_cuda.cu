@@ -1,6 +1,7 @@
 // CUDA side of strassen_matmul: the element-wise passes of the MSMES schedule over strided
 // quadrants, the batched leaf GEMM whose epilogue adds its tile into a table of signed C blocks
-// (FP64 on the DMMA tensor cores: m16n8k8 on sm_90, strassen_leaf_f64.cuh, m8n8k4 before;
+// (FP64 on the DMMA tensor cores: on sm_90 CUTLASS's mainloop where the build found CUTLASS,
+// strassen_leaf_cutlass.cu, else our m16n8k8 kernel, strassen_leaf_f64.cuh; m8n8k4 before sm_90;
 // FP32 IEEE on CUDA cores), the sum leaves of Strassen reloaded (FP64, sm_90), and the target
 // update of the cuBLAS-leaf variant.  No atomics: the schedule gives the leaves of one launch disjoint
 // targets, so every C element has one writer per launch and the result is bitwise repeatable.
@@ -12,6 +13,9 @@
 #include "cuda_ptx.cuh"
 #include "strassen.h"
 #include "strassen_leaf_f64.cuh"
+#ifdef KL_HAVE_CUTLASS
+#include "strassen_leaf_cutlass.h"
+#endif
 
 namespace {
 
@@ -455,6 +459,11 @@ int launch_sum_leaves(const kl_strassen_sum_leaves &p, cudaStream_t s) {
     sa = p.leaf[l].nx > sa ? p.leaf[l].nx : sa;
     sb = p.leaf[l].ny > sb ? p.leaf[l].ny : sb;
   }
+#ifdef KL_HAVE_CUTLASS
+  cudaError_t err = cudaSuccess;  // CUTLASS's mainloop with our multi-target epilogue
+  if (sa == 1 && sb == 1 && kl_strassen::cutlass_leaves_f64(p, s, &err))
+    return err == cudaSuccess ? KL_OK : cuda_fail(err, "cutlass leaf launch");
+#endif
   if (sa == 1 && sb == 1) return launch_f64_mma<32, 3, false, 1, 1>(p, s);
   if (sa <= 2 && sb == 1) return launch_f64_mma<16, 3, false, 2, 1>(p, s);
   if (sa == 1 && sb <= 2) return launch_f64_mma<16, 3, false, 1, 2>(p, s);
@@ -573,10 +582,22 @@ extern "C" int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, 
 }
 
 extern "C" int kl_strassen_cuda_leaf_tile(int dtype, int *tile) {
-  (void)dtype;
+#ifdef KL_HAVE_CUTLASS
+  if (dtype == 1 && sm90_or_newer() && kl_strassen::cutlass_leaf_tile(tile)) return KL_OK;
+#endif
   tile[0] = kBM;
   tile[1] = kBN;
   return KL_OK;
+}
+
+extern "C" int kl_strassen_cuda_leaf_kernel(int dtype) {
+#ifdef KL_HAVE_CUTLASS
+  int tile[2];
+  if (dtype == 1 && sm90_or_newer() && kl_strassen::cutlass_leaf_tile(tile))
+    return kl_strassen::cutlass_leaf_choice();
+#endif
+  (void)dtype;
+  return 0;
 }
 
 extern "C" int kl_strassen_cuda_check(void) {

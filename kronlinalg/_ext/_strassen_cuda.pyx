@@ -5,7 +5,8 @@ from libc.stdint cimport uintptr_t
 
 from .strassen_abi cimport (fill_leaves, fill_pass, fill_sum_leaves, kl_strassen_sum_leaves,
                             kl_strassen_sum_leaf_cuda, kl_last_error, kl_strassen_cuda_check,
-                            kl_strassen_cuda_leaf_tile, kl_strassen_leaf_cuda,
+                            kl_strassen_cuda_leaf_kernel, kl_strassen_cuda_leaf_tile,
+                            kl_strassen_leaf_cuda,
                             kl_strassen_leaves, kl_strassen_pass, kl_strassen_pass_cuda,
                             kl_strassen_targets_cuda)
 
@@ -67,6 +68,11 @@ def leaf_tile(int dtype):
     cdef int tile[2]
     _check(kl_strassen_cuda_leaf_tile(dtype, tile))
     return (tile[0], tile[1])
+
+
+def leaf_kernel(int dtype):
+    """0: the own leaf kernel runs for dtype; 1-3: a CUTLASS mainloop (FP64, sm_90)."""
+    return kl_strassen_cuda_leaf_kernel(dtype)
 
 
 def device_check():

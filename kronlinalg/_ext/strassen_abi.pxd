@@ -57,6 +57,7 @@ cdef extern from "strassen.h" nogil:
     int kl_strassen_leaf_cuda(const kl_strassen_leaves *p, int dtype, void *stream)
     int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream)
     int kl_strassen_cuda_leaf_tile(int dtype, int *tile)
+    int kl_strassen_cuda_leaf_kernel(int dtype)
     int kl_strassen_cuda_check()
     const char *kl_last_error()
 

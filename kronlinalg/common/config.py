@@ -89,6 +89,10 @@ KNOBS: dict = {k.name: k for k in (
          "L2 evict-first, bit 3 persistent, bits 4-7 the 256-column pipeline depth (4/8/12), "
          "bits 8-15 a persistent grid cap; -1: the default",
          "c++"),
+    Knob("KRONLINALG_STRASSEN_LEAF", int, -1,
+         "strassen FP64 leaf on sm_90: 0 the own mma.sync kernel; CUTLASS mainloops 1 128x128 "
+         "m16n8k4, 2 128x128 m16n8k8, 3 128x64 m16n8k4 (-1: the built default; 1-3 need a "
+         "build with CUTLASS)", "c++"),
     Knob("KRONLINALG_EMULATE_RN", str, "",
          "batched_matmul's CPU emulator of its CUDA kernels (tests): set, tensor-core sums "
          "round to nearest instead of truncating", "c++"),

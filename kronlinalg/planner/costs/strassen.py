@@ -313,6 +313,17 @@ def _gemm_rate(prof, dtype, m, n, k, count, tile, kind, fraction=1.0, k0=None):
 # faster than cuBLAS's: k / (k + LEAF_K0) on top (fitted on the leaves of k = 512..8192).
 LEAF_FRACTION = {"float64": 0.67, "float32": 0.85}
 LEAF_K0 = {"float64": 608.0, "float32": 256.0}
+# The FP64 leaf on CUTLASS's sm_90 mainloop (builds with CUTLASS's headers; the fact
+# "leaf_kernel" says which runs), fitted on the per-stage table of an H100 SXM run (2026-11-26c,
+# benchmarks/data/strassen_h100_2026-11-26c.json, benchmarks/strassen_fit.py): its rate relative
+# to the profile's FP64 GEMM rate, with no extra short-k term, and a leaf launch of more than 5 ms
+# running up to 10 % slower by 20 ms (the sustained DMMA clock: one 8192^3 leaf 52.7 TFLOP/s
+# against 55.4 for 4096^3).  Least squares gives 1.06; 1.02 keeps every launch within 0.93-1.09
+# of the measured and every total within 0.98-1.06, and ranks "strassen" behind strassen_cublas
+# at N = 12288 and 16384 as measured (1.5 % and 4 % behind; 1.06 ranked it ahead).
+CUTLASS_LEAF_FRACTION = 1.02
+CUTLASS_LEAF_K0 = 0.0
+CUTLASS_SUSTAINED_DROP = 0.10
 # The sum leaves of strassen_reloaded by how many operands are sums of 2 sources (each source
 # has its own tiles to load and its fragments to add: 0.45-0.5 of cuBLAS, fitted on the same
 # run's per-stage table at k = 2048..8192, with k / (k + 150)).
@@ -321,11 +332,23 @@ RELOADED_K0 = 150.0
 
 
 def _leaf_fraction(problem, name):
-    """The leaf kernel's rate relative to the vendor GEMM (measured; info may override)."""
+    """The leaf kernel's rate relative to the vendor GEMM and its k0 (measured; info may
+    override the fraction)."""
     info = problem.info
     if name == "strassen_cublas" or problem.kind == "cpu":
-        return 1.0
-    return info.get("leaf_fraction", LEAF_FRACTION).get(problem.dtype, 0.5)
+        return 1.0, None
+    if "leaf_fraction" in info:
+        return info["leaf_fraction"].get(problem.dtype, 0.5), None
+    if _cutlass_leaf(problem, name):
+        return CUTLASS_LEAF_FRACTION, CUTLASS_LEAF_K0
+    return LEAF_FRACTION.get(problem.dtype, 0.5), None
+
+
+def _cutlass_leaf(problem, name):
+    """Whether the leaves are the CUTLASS-mainloop kernel (FP64 CUDA, the fact "leaf_kernel")."""
+    return (name == "strassen" and problem.kind == "cuda" and problem.dtype == "float64"
+            and problem.info.get("leaf_kernel") == "cutlass"
+            and "leaf_fraction" not in problem.info)
 
 
 def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
@@ -336,20 +359,20 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     m, k, n = info["m"], info["k"], info["n"]
     mc, kc, nc = core_sizes(m, k, n, levels)
     tile = tuple(info.get("leaf_tile", (128, 128)))
-    fraction = _leaf_fraction(problem, name)
+    fraction, k0 = _leaf_fraction(problem, name)
     launch = prof.launch_s if problem.kind == "cuda" else 0.0
     bw = prof.bandwidth
     out = []
     # classical strips: bottom rows, right columns, the k remainder
     for mm, kk, nn in ((m - mc, k, n), (mc, k, n - nc), (mc, k - kc, nc)):
         if mm and kk and nn:
-            rate = _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind, fraction)
+            rate = _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind, fraction, k0)
             c_rw = 1  # written once (beta reads it once more: small beside the GEMM)
             out.append(("strip", 2.0 * mm * nn * kk / rate + c_rw * mm * nn * s_e / bw + launch))
     if not (mc and kc and nc):
         return out
     if levels == 0:
-        rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction)
+        rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction, k0)
         out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
         return out
     if name == "strassen_reloaded":
@@ -388,8 +411,10 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         cnt = len(op.products)
         targets = sum(len(p[2]) for p in op.products)
         rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
-                          fraction)
+                          fraction, k0)
         t = 2.0 * cnt * op.m * op.n * op.k / rate
+        if _cutlass_leaf(problem, name):  # its sustained clock in long launches
+            t /= 1.0 - CUTLASS_SUSTAINED_DROP * min(1.0, max(0.0, (t - 5e-3) / 15e-3))
         c_rw = 1 if op.first else 2  # beta = 0 on the first write: C is not read
         if name == "strassen_cublas" or problem.kind == "cpu":
             # M written once, read once, each target read and written; a one-target float64
