@@ -164,13 +164,17 @@ def predict_spgemm_dense(problem, prof):
 
 # -- batched small products over one shared pattern (spmm_batched) ----------------------------
 # Both the batched kernel and cuBLAS's batched GEMM stream A, X and C once at these orders
-# (<= 256): memory-bound, so the CUDA predictors are bytes read and bytes written over the rates
-# each reached in the H100 run of 2026-11-26 (least squares over 7 cases, docs/blocksparse.md),
-# as fractions of the profile's copy bandwidth: the kernel reads at 1.26x (the A blocks that
-# its later RHS tiles re-read come from L2) but writes C at 0.38x (4-byte fragment stores),
-# torch.bmm reads at 1.03x and writes at 0.84x.  Host costs alike (both replay in ~10 us).
-_BATCHED_READ, _BATCHED_WRITE = 1.26, 0.38
-_BMM_READ, _BMM_WRITE = 1.03, 0.84
+# (<= 256): memory-bound.  The kernel's predictor is three byte terms over rates fitted as
+# fractions of the profile's copy bandwidth — A and X once from DRAM (2.61x: they partly come
+# from L2), C written through shared memory (0.544x), and A's blocks read again from L2 by every
+# RHS tile of a matrix (1.84x: ncu had the kernel bound by L2 -> shared memory) — by least
+# squares over the H100 runs of 2026-11-26 19:31 (FP16, batch 10^4, 50 % density, orders
+# 64/128/256 at RHS = order and narrow, the staged-C kernel; within -7.5 to +7.7 % of all 12
+# timings, where the two-term fit before it was off by up to 37 % at order 64 and picked
+# torch.bmm there, 7-11 % slower).  torch.bmm: reads at 1.04x, writes at 0.90x (same runs).
+# Host costs alike (both replay in ~10 us).
+_BATCHED_READ, _BATCHED_WRITE, _BATCHED_A_L2 = 2.61, 0.544, 1.84
+_BMM_READ, _BMM_WRITE = 1.04, 0.90
 
 
 def _batched_sizes(problem):
@@ -196,8 +200,11 @@ def predict_batched_ours(problem, prof):
         seconds = roofline(flops, reads + writes, prof.flops(problem.dtype) * _BATCHED_CPU_OURS,
                            prof.bandwidth, prof.launch_s)
         return seconds, {"flops": flops, "bytes": reads + writes}
+    tiles = -(-n // i["gpu_tile"]) if i.get("gpu_tile") else 1  # RHS tiles a matrix takes
+    a_again = batch * i["nnzb"] * b2 * s * tiles
     t_mem = (reads / (_BATCHED_READ * prof.bandwidth)
-             + writes / (_BATCHED_WRITE * prof.bandwidth))
+             + writes / (_BATCHED_WRITE * prof.bandwidth)
+             + a_again / (_BATCHED_A_L2 * prof.bandwidth))
     t_tc = flops / tc_rate(prof, problem.dtype)
     seconds = max(t_mem, t_tc) + prof.launch_s + _HOST_DENSE
     return seconds, {"flops": flops, "bytes": reads + writes,
