@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from blocksparse_gpu import random_bsm, rel
+from blocksparse_gpu import cuda_time as bench_cuda_time, random_bsm, rel
 from kronlinalg import BatchedBlockSparseMatrix, spmm, spmm_batched
 from kronlinalg.blocksparse import bs_cuda
 from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
@@ -52,19 +52,8 @@ PANEL = {  # name: spmm_panel_opts value (bit 0 C staged, bit 1 A evict-first, b
 
 
 def cuda_time(fn, reps=10, batches=7):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(batches):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(reps):
-            fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) / reps)
-    return float(np.median(times))
+    """blocksparse_gpu's timing (CUDA events around back-to-back calls), 7 batches."""
+    return bench_cuda_time(fn, reps=reps, batches=batches)
 
 
 def with_opts(opts, fn):

@@ -280,3 +280,13 @@ def kr_ref(mats):
 
 def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def planted_cp(rng, shape, rank, noise, relative=False):
+    """(x, init): a CP tensor of `rank` standard-normal factors plus noise — `noise` times
+    N(0, 1), or times the tensor's RMS with relative=True — and starting factors in [0, 1)."""
+    fs = [rng.standard_normal((d, rank)) for d in shape]
+    x = np.reshape(kr_ref(fs).sum(1), shape)
+    scale = noise * np.linalg.norm(x) / np.sqrt(x.size) if relative else noise
+    x = x + scale * rng.standard_normal(shape)
+    return x, [rng.random((d, rank)) for d in shape]

@@ -10,7 +10,8 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
-from _helpers import cuda_libs, gpu_array as dev, host_array as host, kr_ref, rel, unfold
+from _helpers import (cuda_libs, gpu_array as dev, host_array as host, kr_ref, planted_cp, rel,
+                      unfold)
 
 pytestmark = pytest.mark.gpu
 
@@ -102,11 +103,8 @@ def test_fused_not_taken_where_it_cannot_run(lib):
 @needs_gpu
 @pytest.mark.parametrize("lib", LIBS)
 def test_parafac_through_the_kernel_matches_float64(lib):
-    rng = np.random.default_rng(7)
     shape, rank = (130, 67, 124), 6
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.reshape(kr_ref(fs).sum(1), shape) + 0.1 * rng.standard_normal(shape)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(7), shape, rank, 0.1)
     n_iter = 8  # torch: above GRAPH_MIN_ITERATIONS, so the sweep is replayed as a CUDA graph
     ref = T.parafac(x, rank, init=(None, init), n_iter_max=n_iter, tol=0)
     fit64 = 1 - rel(T.cp_to_tensor(ref), x)

@@ -12,7 +12,8 @@ import pytest
 
 from kronlinalg import tensor as T
 from kronlinalg.tensor import fused
-from _helpers import cuda_libs, gpu_array as dev, host_array as host, kr_ref, rel, unfold
+from _helpers import (cuda_libs, gpu_array as dev, host_array as host, kr_ref, planted_cp, rel,
+                      unfold)
 
 pytestmark = pytest.mark.gpu
 
@@ -209,11 +210,10 @@ def test_parafac_half_with_one_launch_scaling(small_ok, monkeypatch, dtype):
     torch = pytest.importorskip("torch")
     from kronlinalg.tensor import scaling
 
-    rng = np.random.default_rng(19)
     shape, rank = (130, 67, 72), 6
-    x = torch.as_tensor(planted(rng, shape, rank, 0.1).astype(np.float32), device="cuda")
-    init = [torch.as_tensor(rng.random((d, rank)).astype(np.float32), device="cuda")
-            for d in shape]
+    x, init = planted_cp(np.random.default_rng(19), shape, rank, 0.1, relative=True)
+    x = torch.as_tensor(x.astype(np.float32), device="cuda")
+    init = [torch.as_tensor(f.astype(np.float32), device="cuda") for f in init]
     x64 = x.double()
     fits = {}
     for on in (False, True):
@@ -228,12 +228,6 @@ def test_parafac_half_with_one_launch_scaling(small_ok, monkeypatch, dtype):
     # that to 4.6e-5 of the fit on an H100 in float16: far inside the half path's 1 % promise)
     for iters in (3, 8):
         assert abs(fits[True, iters] - fits[False, iters]) <= 2e-4 * abs(fits[False, iters])
-
-
-def planted(rng, shape, rank, noise):
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.reshape(kr_ref(fs).sum(1), shape)
-    return x + noise * np.linalg.norm(x) / np.sqrt(x.size) * rng.standard_normal(shape)
 
 
 # the half paths (every knob set, whatever the defaults): the kernel with the float32
@@ -259,9 +253,7 @@ def test_parafac_half_paths_match_float64(small_ok, monkeypatch, lib, dtype, pat
         pytest.skip("the half intermediate is torch's (bmm with float32 output)")
     for name, value in {**_BASE, **PATHS[path]}.items():
         monkeypatch.setattr(fused, name, value)
-    rng = np.random.default_rng(14)
-    x = planted(rng, shape, rank, 0.1)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(14), shape, rank, 0.1, relative=True)
     n_iter = 8  # torch: above GRAPH_MIN_ITERATIONS, so the sweep is replayed as a CUDA graph
     ref = T.parafac(x, rank, init=(None, init), n_iter_max=n_iter, tol=0)
     fit64 = 1 - rel(T.cp_to_tensor(ref), x)
@@ -287,11 +279,10 @@ def test_parafac_half_with_prefactored_updates(small_ok, monkeypatch, dtype):
     torch = pytest.importorskip("torch")
     from kronlinalg.tensor import solve
 
-    rng = np.random.default_rng(17)
     shape, rank = (130, 67, 72), 6
-    x = torch.as_tensor(planted(rng, shape, rank, 0.1).astype(np.float32), device="cuda")
-    init = [torch.as_tensor(rng.random((d, rank)).astype(np.float32), device="cuda")
-            for d in shape]
+    x, init = planted_cp(np.random.default_rng(17), shape, rank, 0.1, relative=True)
+    x = torch.as_tensor(x.astype(np.float32), device="cuda")
+    init = [torch.as_tensor(f.astype(np.float32), device="cuda") for f in init]
     out = {}
     for pf in (False, True):
         monkeypatch.setattr(solve, "PREFACTOR", pf)

@@ -12,7 +12,7 @@ import pytest
 from kronlinalg import tensor as T
 from kronlinalg.tensor import solve
 from kronlinalg.testing import extension
-from _helpers import cuda_libs, gpu_array as dev, host_array as host
+from _helpers import cuda_libs, gpu_array as dev, host_array as host, planted_cp
 
 pytestmark = pytest.mark.gpu
 
@@ -104,11 +104,8 @@ def test_solve_singular_product_stays_finite_and_nan_passes(lib, variant):
 @needs_kernel
 def test_parafac_through_the_solve_kernel_matches_the_lu_route(variant):
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(11)
     shape, rank = (40, 37, 30), 6
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(11), shape, rank, 0.05)
     xd = torch.as_tensor(x, device="cuda")
     results = {}
     for route in ("auto", "lu"):
@@ -169,11 +166,8 @@ def test_graph_sweeps_stop_on_tol_like_eager_sweeps(pipeline):
     not, stop on tol at the same iteration as eager sweeps, with the same factors (the state
     after the last sweep checked, not the one queued after it)."""
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(13)
     shape, rank = (30, 26, 22), 3
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(13), shape, rank, 0.05)
     xd = torch.as_tensor(x, device="cuda")
 
     def run(fits):
@@ -229,11 +223,8 @@ def test_parafac_prefactor_equals_the_one_launch_updates(dtype, normalize):
     """solve.PREFACTOR (each mode's system factorized on a side stream during the tensor pass
     before its update), eager and as a CUDA graph: the same factors as without it."""
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(16)
     shape, rank = (40, 37, 30), 6
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(16), shape, rank, 0.05)
     xd = torch.as_tensor(x.astype(dtype), device="cuda")
     results = {}
     prev = solve.PREFACTOR
@@ -285,11 +276,8 @@ def test_fit_terms_kernel_matches_float64(monkeypatch, lib, dtype, rank, n, coun
 @needs_kernel
 def test_parafac_fit_kernel_same_factors_and_fits(monkeypatch):
     torch = pytest.importorskip("torch")
-    rng = np.random.default_rng(18)
     shape, rank = (40, 37, 30), 6
-    fs = [rng.standard_normal((d, rank)) for d in shape]
-    x = np.einsum("ir,jr,kr->ijk", *fs) + 0.05 * rng.standard_normal(shape)
-    init = [rng.random((d, rank)) for d in shape]
+    x, init = planted_cp(np.random.default_rng(18), shape, rank, 0.05)
     for dtype in ("float32", "float64"):
         xd = torch.as_tensor(x.astype(dtype), device="cuda")
         out = {}
