@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -22,6 +23,7 @@ constexpr int kGenBits = 24, kIdxBits = 20;
 constexpr uint64_t kIdxMask = (uint64_t(1) << kIdxBits) - 1;
 constexpr int64_t kMaxChunks = 1024;  // < 2^20
 constexpr int kMaxThreads = 64;
+constexpr int kSpinUs = 50;  // a helper's spin after a loop before it sleeps
 
 inline uint64_t pack(uint64_t gen, uint64_t idx, uint64_t chunks) {
   return (gen << (2 * kIdxBits)) | (idx << kIdxBits) | chunks;
@@ -32,6 +34,7 @@ struct Pool {
   std::condition_variable cv;
   uint64_t posted = 0;  // the generation helpers are woken for
   int started = 0;      // helper threads running
+  int sleeping = 0;     // helpers waiting on cv
   std::mutex caller;    // one loop at a time
   std::atomic<uint64_t> state{0};
   std::atomic<int64_t> done{0};  // chunks finished in the current generation
@@ -72,14 +75,32 @@ void run_chunks(Pool &p, uint64_t gen) {
   }
 }
 
+// The generation in the state word.
+inline uint64_t generation(const Pool &p) {
+  return p.state.load(std::memory_order_acquire) >> (2 * kIdxBits);
+}
+
 void helper(Pool *p) {
   uint64_t seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(p->mu);
-      p->cv.wait(lock, [&] { return p->posted != seen; });
-      seen = p->posted;
+    // spin a little after a loop: a caller that calls again at once (a loop of calls) finds
+    // the helper awake, without a wake-up call; then sleep
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+    uint64_t g = generation(*p);
+    for (int i = 0; g == seen; ++i, g = generation(*p)) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) break;
     }
+    if (g == seen) {
+      std::unique_lock<std::mutex> lock(p->mu);
+      p->sleeping += 1;
+      p->cv.wait(lock, [&] { return p->posted != seen; });
+      p->sleeping -= 1;
+      g = p->posted;
+    }
+    seen = g;
     run_chunks(*p, seen);
   }
 }
@@ -122,11 +143,13 @@ void parallel_for(int64_t count, int threads, void (*fn)(void *, int64_t, int64_
   p.gen = (p.gen + 1) & ((uint64_t(1) << kGenBits) - 1);
   if (p.gen == 0) p.gen = 1;
   p.state.store(pack(p.gen, 0, uint64_t(chunks)), std::memory_order_release);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(p.mu);
     p.posted = p.gen;
+    wake = p.sleeping > 0;
   }
-  p.cv.notify_all();
+  if (wake) p.cv.notify_all();  // (a spinning helper sees the state word change)
   run_chunks(p, p.gen);
   // what remains was claimed by a helper that is running it
   for (int spins = 0; p.done.load(std::memory_order_acquire) < chunks; ++spins) {
