@@ -112,6 +112,28 @@ def summary(rows, label=""):
     return lines
 
 
+def summary_table(rows, key):
+    """Markdown: per dtype and batch, the points meeting the target and the worst x, for
+    products of order <= 32 (target 2) and above (target 0.95)."""
+    out = ["| dtype | batch | order ≤ 32: met, worst x (shape) | above 32: met, worst x (shape) |",
+           "|---|---|---|---|"]
+    for dt in dict.fromkeys(r["dtype"] for r in rows):
+        for bt in BATCHES:
+            cells = []
+            for small in (True, False):
+                sel = [r for r in rows if r["dtype"] == dt and r["batch"] == bt
+                       and (max(r["m"], r["k"], r["n"]) <= 32) == small]
+                if not sel:
+                    cells.append("")
+                    continue
+                met = sum(r["numpy_us"] / r[key] >= target(r) for r in sel)
+                worst = min(sel, key=lambda r: r["numpy_us"] / r[key])
+                cells.append(f"{met}/{len(sel)}, {worst['numpy_us'] / worst[key]:.2f} "
+                             f"({worst['m']}×{worst['k']}×{worst['n']})")
+            out.append(f"| {dt} | {bt} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def table(rows, key):
     """Markdown: x (NumPy / ours) per order and batch, one line per dtype and order."""
     out = ["| dtype | m×k×n | " + " | ".join(f"batch {b}" for b in BATCHES) + " |",
@@ -165,6 +187,9 @@ def main():
         for key in ("batched_us", "matmul_us"):
             print(f"\n{key[:-3]} (NumPy time / ours, before → after; * below target)\n")
             print(compare(before, after, key))
+            for label, rows in (("before", before), ("after", after)):
+                print(f"\n{key[:-3]}, {label}\n")
+                print(summary_table(rows, key))
         print("\n".join(summary(before, "before ") + summary(after, "after ")))
         return 0
     env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}

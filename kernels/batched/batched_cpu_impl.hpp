@@ -510,7 +510,8 @@ static void order_one(const kl_batched_problem *p, int64_t begin, int64_t end, T
 }
 
 // One column (n = 1): each row of D a dot product of A's row and B's column, contiguous ones
-// by vectors (two accumulators, then the lanes summed in a fixed order: deterministic).  The
+// by vectors (two accumulators, then the lanes summed pairwise in a fixed order: deterministic,
+// whatever thread runs it).  The
 // general path ran a masked one-lane vector per k step: ~0.06x NumPy at 1 x 32 x 1.
 template <class T>
 static void one_column(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha) {
@@ -547,7 +548,11 @@ static void one_column(const kl_batched_problem *p, int64_t begin, int64_t end, 
           acc0 += x0 * y0;
         }
         acc0 += acc1;
-        for (int l = 0; l < W; ++l) sum += acc0[l];
+        T lane[W];  // the lanes summed pairwise (log2(W) dependent adds, not W)
+        std::memcpy(lane, &acc0, sizeof(lane));
+        for (int w = W / 2; w >= 1; w /= 2)
+          for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+        sum = lane[0];
       }
       for (; kk < k; ++kk) sum += a[kk * a_cs] * b[kk * b_rs];
       D[o.d + r * d_rs] = sum * alpha;

@@ -21,6 +21,7 @@ not repeated).  This file adds:
 from __future__ import annotations
 
 import math
+import os
 
 from ..kami import kami, kami_params
 from ..profiles import blas_threads
@@ -41,14 +42,16 @@ COEF = {
     # another machine: NumPy's matmul makes one BLAS call per matrix of a stack, at an
     # efficiency of n / (n + 12) of a large GEMM's (fit on orders 2..128) plus ~40 ns a call;
     # our micro-kernel runs 1.5x (float64) / 1.25x (float32) that per-core rate at n / (n + 6),
-    # ~10 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
+    # ~10 ns a product (orders <= 8 and one column: stack-level loops, 1.5-15 ns a product)
     "cpu_numpy_per_matrix_s": 40e-9,
     "cpu_numpy_half_order": 12.0,
     "cpu_numpy_threads_from": 1.0e6,  # m·n·k from which BLAS runs a matrix on its threads
     "cpu_blocked_ratio": {"float64": 1.5, "float32": 1.25},
     "cpu_blocked_half_order": 6.0,
     "cpu_blocked_per_product_s": 10e-9,
-    "cpu_thread_min_flops": 1.0e8,
+    # threads from 1e6 flops (kernels/batched/batched_cpu_pool.hpp), as many as OpenMP's
+    # setting allows
+    "cpu_thread_min_flops": 1.0e6,
     # a repeated call (the planner's pick serves every repeat of a signature): ours is the
     # compiled replay (memo check, the result allocated, one kernel call: 0.2-0.25 µs), NumPy's
     # matmul 0.75-0.8 µs (2-core EPYC, batch 4, order 1-4); data that fits the L2s streams at
@@ -209,9 +212,17 @@ def _cpu_mem(nbytes, prof):
 # the CPU kernel
 
 
+def _omp_threads(cores):
+    """Threads the CPU kernel's pool takes: OMP_NUM_THREADS (what omp_get_max_threads reads),
+    at most the cores; the cores when it is not set."""
+    text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return max(1, min(cores, int(text))) if text.isdigit() and int(text) > 0 else cores
+
+
 def predict_blocked(problem, prof):
     info = problem.info
-    cores = max(1, prof.units) if info["flops"] >= COEF["cpu_thread_min_flops"] else 1
+    cores = (_omp_threads(max(1, prof.units)) if info["flops"] >= COEF["cpu_thread_min_flops"]
+             else 1)
     order = max(1, min(info["m"], info["n"], info["k"]))
     # (the same per-core ratio at orders >= 128: 2-core EPYC, one BLAS thread, orders 128-256,
     # batch 2 and 8: our kernel took 0.63-0.78 of NumPy's time; with BLAS on both cores NumPy
