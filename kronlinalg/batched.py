@@ -430,7 +430,8 @@ def _replay(call, algo):
             or backend.dtype_name(call.b.dtype) != call.result):
         return out, None
     if not cuda:  # compiled: a repeat fills in three addresses (None: never replayed)
-        if not (backend.host_ready(call.a) and backend.host_ready(call.b)):
+        if (type(call.a) is not np.ndarray or type(call.b) is not np.ndarray
+                or not (backend.host_ready(call.a) and backend.host_ready(call.b))):
             return out, None  # (another byte order, a layout the full path copies)
         return out, batched_cpu.stack_replayer(call.a, call.b, out)
     view = backend.device_view
