@@ -71,7 +71,9 @@ def run(args):
     rng = np.random.default_rng(0)
     rows = []
     for dt in args.dtypes:
-        for (m, k, n) in shapes(args.quick):
+        grid = ([tuple(int(v) for v in s.split(",")) for s in args.only] if args.only
+                else shapes(args.quick))
+        for (m, k, n) in grid:
             for batch in BATCHES:
                 if 2.0 * batch * m * k * n > MAX_WORK:
                     continue
@@ -176,6 +178,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="a subset of the orders")
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    p.add_argument("--only", nargs="+", metavar="M,K,N", help="these (m, k, n) only")
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
                    help="print the before/after tables of two --json files")
     args = p.parse_args()
