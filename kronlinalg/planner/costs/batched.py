@@ -49,9 +49,10 @@ COEF = {
     "cpu_blocked_ratio": {"float64": 1.5, "float32": 1.25},
     "cpu_blocked_half_order": 6.0,
     "cpu_blocked_per_product_s": 10e-9,
-    # low-rank products with wide outputs (3k <= min(m, n), m or n > 32): a short k loop per
-    # register tile and the whole output to store; one thread, 64x8x64 and 48x16x48 ran at
-    # 0.79-0.93x NumPy where the rate above predicted 2x (2-core EPYC, 2026-11-27)
+    # low-rank products with wide outputs (3k <= min(m, n), m or n > 32) out of the L2s: a
+    # short k loop per register tile and the whole output to store; one thread, 64x8x64
+    # float64 batch 1000 ran at 0.79x NumPy where the rate above predicted 2x (in cache, 1.1-1.5x;
+    # 2-core EPYC, 2026-11-27)
     "cpu_blocked_low_rank": 0.35,
     # threads from 1e6 flops (kernels/batched/batched_cpu_pool.hpp), as many as OpenMP's
     # setting allows
@@ -233,13 +234,14 @@ def predict_blocked(problem, prof):
     # wins below the kernel's threading threshold and loses above it, 0.60-0.76 -- the BLAS
     # threads, not a cutoff at 128, decide)
     ratio = COEF["cpu_blocked_ratio"].get(problem.dtype, 1.0)
-    if 3 * info["k"] <= min(info["m"], info["n"]) and max(info["m"], info["n"]) > 32:
+    nbytes = _bytes(info, problem.dtype, problem.options)
+    if (3 * info["k"] <= min(info["m"], info["n"]) and max(info["m"], info["n"]) > 32
+            and nbytes > prof.cache_bytes):
         ratio *= COEF["cpu_blocked_low_rank"]
     per_core = prof.flops(problem.dtype) / max(1, prof.units)
     rate = per_core * ratio * order / (order + COEF["cpu_blocked_half_order"]) * cores
     flop = info["flops"] / rate
     per = info["batch"] * COEF["cpu_blocked_per_product_s"] / cores
-    nbytes = _bytes(info, problem.dtype, problem.options)
     mem = _cpu_mem(nbytes, prof)
     seconds = max(flop + per, mem) + COEF["cpu_call_s"]
     return seconds, {"flops": info["flops"], "bytes": nbytes, "threads": cores,
