@@ -156,3 +156,35 @@ def test_threads_give_one_threads_bits(rng):
             outs = list(ex.map(lambda _: batched_matmul(a, b, algorithm="blocked"), range(6)))
         for o in outs:
             np.testing.assert_array_equal(o, whole)
+
+
+def test_every_isa_build(tmp_path):
+    """kernels/batched/batched_cpu_isa_check.cpp: the baseline x86-64, AVX2 and AVX-512 builds of
+    the kernel (those this CPU runs; the dispatcher only ever runs the best) against float64
+    references, orders 1-34 with the small-order and one-column paths, transposed A, the pool."""
+    import os
+    import platform
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("needs g++ on x86-64")
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
+    src = os.path.join(root, "batched")
+    inc = [f"-I{root}/include", f"-I{root}/common", f"-I{src}", "-DKL_X86_ISAS"]
+    flags = {"generic": [], "avx2": ["-mavx2", "-mfma"],
+             "avx512": ["-mavx512f", "-mavx512vl", "-mavx2", "-mfma",
+                        "-mprefer-vector-width=512"]}
+    objs = []
+    for name, extra in [(f"batched_cpu_{isa}.cpp", f) for isa, f in flags.items()] + [
+            ("batched_cpu_pool.cpp", []), ("../common/status.cpp", [])]:
+        obj = tmp_path / (os.path.basename(name) + ".o")
+        subprocess.run(["g++", "-std=c++17", "-O1", *inc, *extra, "-c", os.path.join(src, name),
+                        "-o", str(obj)], check=True)
+        objs.append(str(obj))
+    exe = tmp_path / "isa_check"
+    subprocess.run(["g++", "-std=c++17", "-O1", *inc, os.path.join(src, "batched_cpu_isa_check.cpp"),
+                    *objs, "-pthread", "-o", str(exe)], check=True)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert " 0 of " in res.stdout

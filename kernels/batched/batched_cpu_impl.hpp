@@ -414,10 +414,11 @@ __attribute__((always_inline)) static inline typename SmallRow<T, S>::native sma
       v = (typename R::native)_mm_maskz_loadu_pd(__mmask8(mask), p);
     else if constexpr (R::BY == 32)
       v = (typename R::native)_mm256_maskz_loadu_pd(__mmask8(mask), p);
-    else  // (a full 256-bit half and a masked one: 512-bit masked rows ran ~2x slower)
-      v = (typename R::native)_mm512_insertf64x4(
-          _mm512_castpd256_pd512(_mm256_loadu_pd(p)),
-          _mm256_maskz_loadu_pd(__mmask8(mask >> 4), p + 4), 1);
+    else {  // (a full 256-bit half and a masked one: 512-bit masked rows ran ~2x slower)
+      typedef double H __attribute__((vector_size(32)));
+      const H lo = (H)_mm256_loadu_pd(p), hi = (H)_mm256_maskz_loadu_pd(__mmask8(mask >> 4), p + 4);
+      v = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+    }
 #else
     v = typename R::native{};
     std::memcpy(&v, p, S * sizeof(T));
@@ -444,8 +445,9 @@ __attribute__((always_inline)) static inline void small_store(T *p,
     else if constexpr (R::BY == 32)
       _mm256_mask_storeu_pd(p, __mmask8(mask), (__m256d)v);
     else {
-      _mm256_storeu_pd(p, _mm512_castpd512_pd256((__m512d)v));
-      _mm256_mask_storeu_pd(p + 4, __mmask8(mask >> 4), _mm512_extractf64x4_pd((__m512d)v, 1));
+      _mm256_storeu_pd(p, (__m256d)__builtin_shufflevector(v, v, 0, 1, 2, 3));
+      _mm256_mask_storeu_pd(p + 4, __mmask8(mask >> 4),
+                            (__m256d)__builtin_shufflevector(v, v, 4, 5, 6, 7));
     }
 #else
     std::memcpy(p, &v, S * sizeof(T));
@@ -560,6 +562,21 @@ static void one_column(const kl_batched_problem *p, int64_t begin, int64_t end, 
   }
 }
 
+// small_square where a row of order S fits one vector register of this build (the AVX2 and
+// baseline builds leave the larger orders to the general path: a vector wider than the ISA's
+// would be split, and passed in memory between functions); false otherwise.
+template <class T, int S>
+static bool small_square_fits(const kl_batched_problem *p, int64_t begin, int64_t end,
+                              T alpha) {
+  if constexpr (SmallRow<T, S>::BY <= KL_VEC_BYTES) {
+    small_square<T, S>(p, begin, end, alpha);
+    return true;
+  } else {
+    (void)p, (void)begin, (void)end, (void)alpha;
+    return false;
+  }
+}
+
 // The stack-level kernels above, when they apply (returns false otherwise).
 template <class T>
 static bool run_small(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha, T beta) {
@@ -575,13 +592,13 @@ static bool run_small(const kl_batched_problem *p, int64_t begin, int64_t end, T
   }
   if (p->b_cs != 1 || p->d_cs != 1) return false;
   switch (p->m) {
-    case 2: small_square<T, 2>(p, begin, end, alpha); return true;
-    case 3: small_square<T, 3>(p, begin, end, alpha); return true;
-    case 4: small_square<T, 4>(p, begin, end, alpha); return true;
-    case 5: small_square<T, 5>(p, begin, end, alpha); return true;
-    case 6: small_square<T, 6>(p, begin, end, alpha); return true;
-    case 7: small_square<T, 7>(p, begin, end, alpha); return true;
-    default: small_square<T, 8>(p, begin, end, alpha); return true;
+    case 2: return small_square_fits<T, 2>(p, begin, end, alpha);
+    case 3: return small_square_fits<T, 3>(p, begin, end, alpha);
+    case 4: return small_square_fits<T, 4>(p, begin, end, alpha);
+    case 5: return small_square_fits<T, 5>(p, begin, end, alpha);
+    case 6: return small_square_fits<T, 6>(p, begin, end, alpha);
+    case 7: return small_square_fits<T, 7>(p, begin, end, alpha);
+    default: return small_square_fits<T, 8>(p, begin, end, alpha);
   }
 }
 
