@@ -160,6 +160,12 @@ def _replay_batched(algorithm):
         out = _batched(algorithm)(call)
         if call.squeeze:
             return out, None
+        if algorithm == "blocked" and _batched_cpu is not None:
+            # NumPy stacks of one kernel dtype: the compiled replay (a repeat fills in three
+            # addresses); anything else repeats through batched_matmul's own fast path
+            replayer = _batched_cpu.stack_replayer(call.a, call.b, out)
+            if replayer is not None and backend.host_ready(call.a) and backend.host_ready(call.b):
+                return out, replayer
         return out, batched_runner(backend.kind(call.a), algorithm)  # (resolved once)
 
     return replay

@@ -374,7 +374,12 @@ def test_matmul_semantics_exhaustive(rng):
                 continue
             out = matmul(a, b)
             assert out.shape == ref.shape and out.dtype == ref.dtype, (sa, sb, dt)
-            np.testing.assert_allclose(out, ref, rtol=1e-5 if dt == "float32" else 1e-12)
+            # (another summation order than NumPy's: an error relative to |a| @ |b|, not to a
+            # result that cancels)
+            scale = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+            tol = 1e-5 if dt == "float32" else 1e-12
+            np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * float(np.max(scale,
+                                                                                   initial=0)))
 
 
 def test_matmul_backends(xp, rng):

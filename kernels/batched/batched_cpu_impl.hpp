@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "batched.h"
+#include "batched_cpu_pool.hpp"
 #include "cpu_threads.hpp"
 
 #if KL_VEC_BYTES == 64 && defined(__AVX512F__) && defined(__AVX512VL__)
@@ -374,50 +375,292 @@ static void run_one(const Operands &o, T alpha, T beta, Panels<T> &pan) {
   }
 }
 
-// Threads for a batch: the project's rule (kernels/common/cpu_threads.hpp: parallel from 1e8
-// flops).  A lower threshold (1e7) doubled small stacks on an idle 2-core machine, and made
-// them 10-100x slower on a busy one: a woken OpenMP thread waits for a time slice (~4-8 ms).
+// Threads for a variable-size batch (OpenMP): the project's rule (kernels/common/cpu_threads.hpp:
+// parallel from 1e8 flops).  A lower threshold (1e7) doubled small stacks on an idle 2-core
+// machine, and made them 10-100x slower on a busy one: a woken OpenMP thread waits for a time
+// slice (~4-8 ms).  Uniform stacks use batched_cpu_pool.hpp instead, which does not wait.
 inline int batch_threads(int num_threads, double flops, int64_t count) {
   return int(std::max<int64_t>(1, std::min<int64_t>(cpu_threads(num_threads, flops), count)));
 }
 
+// Square products of order S <= 8 with B's and D's rows contiguous and no C (the replayed
+// call's case), a whole stack in one loop: each row of B one vector of the smallest width that
+// holds it (masked loads and stores on AVX-512), A's elements broadcast, one accumulator a row,
+// nothing packed and nothing dispatched per product.  The general path spent ~15-20 ns a 4 x 4
+// product in dispatch and scalar strided loops; NumPy takes ~40 ns.
+template <class T, int S>
+struct SmallRow {
+  static constexpr int W = S <= 2 ? 2 : S <= 4 ? 4 : 8;  // lanes
+  static constexpr int BY = W * int(sizeof(T)) < 16 ? 16 : W * int(sizeof(T));
+  static constexpr int L = BY / int(sizeof(T));  // lanes of the vector type (>= W)
+  typedef T native __attribute__((vector_size(BY)));
+};
+
+template <class T, int S>
+__attribute__((always_inline)) static inline typename SmallRow<T, S>::native small_load(
+    const T *p) {
+  typedef SmallRow<T, S> R;
+  typename R::native v;
+  if constexpr (S == R::L) {
+    std::memcpy(&v, p, sizeof(v));
+  } else {
+#ifdef KL_BATCHED_MASKS
+    constexpr unsigned mask = (1u << S) - 1u;
+    if constexpr (std::is_same_v<T, float> && R::BY == 16)
+      v = (typename R::native)_mm_maskz_loadu_ps(__mmask8(mask), p);
+    else if constexpr (std::is_same_v<T, float>)
+      v = (typename R::native)_mm256_maskz_loadu_ps(__mmask8(mask), p);
+    else if constexpr (R::BY == 16)
+      v = (typename R::native)_mm_maskz_loadu_pd(__mmask8(mask), p);
+    else if constexpr (R::BY == 32)
+      v = (typename R::native)_mm256_maskz_loadu_pd(__mmask8(mask), p);
+    else {  // (a full 256-bit half and a masked one: 512-bit masked rows ran ~2x slower)
+      typedef double H __attribute__((vector_size(32)));
+      const H lo = (H)_mm256_loadu_pd(p), hi = (H)_mm256_maskz_loadu_pd(__mmask8(mask >> 4), p + 4);
+      v = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+    }
+#else
+    v = typename R::native{};
+    std::memcpy(&v, p, S * sizeof(T));
+#endif
+  }
+  return v;
+}
+
+template <class T, int S>
+__attribute__((always_inline)) static inline void small_store(T *p,
+                                                              typename SmallRow<T, S>::native v) {
+  typedef SmallRow<T, S> R;
+  if constexpr (S == R::L) {
+    std::memcpy(p, &v, sizeof(v));
+  } else {
+#ifdef KL_BATCHED_MASKS
+    constexpr unsigned mask = (1u << S) - 1u;
+    if constexpr (std::is_same_v<T, float> && R::BY == 16)
+      _mm_mask_storeu_ps(p, __mmask8(mask), (__m128)v);
+    else if constexpr (std::is_same_v<T, float>)
+      _mm256_mask_storeu_ps(p, __mmask8(mask), (__m256)v);
+    else if constexpr (R::BY == 16)
+      _mm_mask_storeu_pd(p, __mmask8(mask), (__m128d)v);
+    else if constexpr (R::BY == 32)
+      _mm256_mask_storeu_pd(p, __mmask8(mask), (__m256d)v);
+    else {
+      _mm256_storeu_pd(p, (__m256d)__builtin_shufflevector(v, v, 0, 1, 2, 3));
+      _mm256_mask_storeu_pd(p + 4, __mmask8(mask >> 4),
+                            (__m256d)__builtin_shufflevector(v, v, 4, 5, 6, 7));
+    }
+#else
+    std::memcpy(p, &v, S * sizeof(T));
+#endif
+  }
+}
+
+// The offsets of product i of a uniform batch (elements) in a, b, d.
+struct Offsets {
+  int64_t a, b, d;
+};
+static inline Offsets offsets(const kl_batched_problem *p, int64_t i) {
+  if (p->ndim == 1) return {i * p->a_bs[0], i * p->b_bs[0], i * p->d_bs[0]};
+  Offsets o{0, 0, 0};
+  for (int d = p->ndim - 1; d >= 0; --d) {
+    const int64_t idx = i % p->shape[d];
+    i /= p->shape[d];
+    o.a += idx * p->a_bs[d];
+    o.b += idx * p->b_bs[d];
+    o.d += idx * p->d_bs[d];
+  }
+  return o;
+}
+
+template <class T, int S>
+static void small_square(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha) {
+  typedef typename SmallRow<T, S>::native N;
+  const T *A = static_cast<const T *>(p->a);
+  const T *B = static_cast<const T *>(p->b);
+  T *D = static_cast<T *>(p->d);
+  const int64_t a_rs = p->a_rs, a_cs = p->a_cs, b_rs = p->b_rs, d_rs = p->d_rs;
+  for (int64_t i = begin; i < end; ++i) {
+    const Offsets o = offsets(p, i);
+    const T *a = A + o.a;
+    const T *b = B + o.b;
+    T *d = D + o.d;
+    N bv[S];
+    for (int kk = 0; kk < S; ++kk) bv[kk] = small_load<T, S>(b + kk * b_rs);
+    for (int r = 0; r < S; ++r) {
+      const T *ar = a + r * a_rs;
+      N acc = ar[0] * bv[0];
+      for (int kk = 1; kk < S; ++kk) acc += ar[kk * a_cs] * bv[kk];
+      small_store<T, S>(d + r * d_rs, acc * alpha);
+    }
+  }
+}
+
+// Order 1: an elementwise product over the batch.
+template <class T>
+static void order_one(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha) {
+  const T *A = static_cast<const T *>(p->a);
+  const T *B = static_cast<const T *>(p->b);
+  T *D = static_cast<T *>(p->d);
+  if (p->ndim == 1 && p->a_bs[0] == 1 && p->b_bs[0] == 1 && p->d_bs[0] == 1) {
+    for (int64_t i = begin; i < end; ++i) D[i] = A[i] * B[i] * alpha;  // (vectorised)
+    return;
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    const Offsets o = offsets(p, i);
+    D[o.d] = A[o.a] * B[o.b] * alpha;
+  }
+}
+
+// One column (n = 1): each row of D a dot product of A's row and B's column, contiguous ones
+// by vectors (two accumulators, then the lanes summed pairwise in a fixed order: deterministic,
+// whatever thread runs it).  The
+// general path ran a masked one-lane vector per k step: ~0.06x NumPy at 1 x 32 x 1.
+template <class T>
+static void one_column(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha) {
+  typedef typename V<T>::native N;
+  constexpr int W = V<T>::width;
+  const T *A = static_cast<const T *>(p->a);
+  const T *B = static_cast<const T *>(p->b);
+  T *D = static_cast<T *>(p->d);
+  const int64_t m = p->m, k = p->k, a_rs = p->a_rs, a_cs = p->a_cs, b_rs = p->b_rs,
+                d_rs = p->d_rs;
+  const bool unit = a_cs == 1 && b_rs == 1;
+  for (int64_t i = begin; i < end; ++i) {
+    const Offsets o = offsets(p, i);
+    const T *b = B + o.b;
+    for (int64_t r = 0; r < m; ++r) {
+      const T *a = A + o.a + r * a_rs;
+      T sum = T(0);
+      int64_t kk = 0;
+      if (unit && k >= W) {
+        N acc0{}, acc1{};
+        for (; kk + 2 * W <= k; kk += 2 * W) {
+          N x0, x1, y0, y1;
+          std::memcpy(&x0, a + kk, sizeof(N));
+          std::memcpy(&x1, a + kk + W, sizeof(N));
+          std::memcpy(&y0, b + kk, sizeof(N));
+          std::memcpy(&y1, b + kk + W, sizeof(N));
+          acc0 += x0 * y0;
+          acc1 += x1 * y1;
+        }
+        for (; kk + W <= k; kk += W) {
+          N x0, y0;
+          std::memcpy(&x0, a + kk, sizeof(N));
+          std::memcpy(&y0, b + kk, sizeof(N));
+          acc0 += x0 * y0;
+        }
+        acc0 += acc1;
+        T lane[W];  // the lanes summed pairwise (log2(W) dependent adds, not W)
+        std::memcpy(lane, &acc0, sizeof(lane));
+        for (int w = W / 2; w >= 1; w /= 2)
+          for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+        sum = lane[0];
+      }
+      for (; kk < k; ++kk) sum += a[kk * a_cs] * b[kk * b_rs];
+      D[o.d + r * d_rs] = sum * alpha;
+    }
+  }
+}
+
+// small_square where a row of order S fits one vector register of this build (the AVX2 and
+// baseline builds leave the larger orders to the general path: a vector wider than the ISA's
+// would be split, and passed in memory between functions); false otherwise.
+template <class T, int S>
+static bool small_square_fits(const kl_batched_problem *p, int64_t begin, int64_t end,
+                              T alpha) {
+  if constexpr (SmallRow<T, S>::BY <= KL_VEC_BYTES) {
+    small_square<T, S>(p, begin, end, alpha);
+    return true;
+  } else {
+    (void)p, (void)begin, (void)end, (void)alpha;
+    return false;
+  }
+}
+
+// The stack-level kernels above, when they apply (returns false otherwise).
+template <class T>
+static bool run_small(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha, T beta) {
+  if (beta != T(0)) return false;
+  if (p->n == 1 && p->k > 1 && p->m >= 1) {
+    one_column<T>(p, begin, end, alpha);
+    return true;
+  }
+  if (p->m != p->n || p->n != p->k || p->m > 8 || p->m < 1) return false;
+  if (p->m == 1) {
+    order_one<T>(p, begin, end, alpha);
+    return true;
+  }
+  if (p->b_cs != 1 || p->d_cs != 1) return false;
+  switch (p->m) {
+    case 2: return small_square_fits<T, 2>(p, begin, end, alpha);
+    case 3: return small_square_fits<T, 3>(p, begin, end, alpha);
+    case 4: return small_square_fits<T, 4>(p, begin, end, alpha);
+    case 5: return small_square_fits<T, 5>(p, begin, end, alpha);
+    case 6: return small_square_fits<T, 6>(p, begin, end, alpha);
+    case 7: return small_square_fits<T, 7>(p, begin, end, alpha);
+    default: return small_square_fits<T, 8>(p, begin, end, alpha);
+  }
+}
+
+// Products [begin, end) of a uniform batch.
+template <class T>
+static void run_products(const kl_batched_problem *p, int64_t begin, int64_t end, T alpha,
+                         T beta, Panels<T> &pan) {
+  if (run_small<T>(p, begin, end, alpha, beta)) return;
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t rem = i, oa = 0, ob = 0, oc = 0, od = 0;
+    if (p->ndim == 1) {  // the common stack: no divisions
+      oa = i * p->a_bs[0];
+      ob = i * p->b_bs[0];
+      oc = i * p->c_bs[0];
+      od = i * p->d_bs[0];
+      rem = 0;
+    }
+    for (int d = rem ? p->ndim - 1 : -1; d >= 0; --d) {
+      const int64_t idx = rem % p->shape[d];
+      rem /= p->shape[d];
+      oa += idx * p->a_bs[d];
+      ob += idx * p->b_bs[d];
+      oc += idx * p->c_bs[d];
+      od += idx * p->d_bs[d];
+    }
+    Operands o{p->m, p->n, p->k,
+               static_cast<const T *>(p->a) + oa, p->a_rs, p->a_cs,
+               static_cast<const T *>(p->b) + ob, p->b_rs, p->b_cs,
+               p->c ? static_cast<const T *>(p->c) + oc : nullptr, p->c_rs, p->c_cs,
+               static_cast<T *>(p->d) + od, p->d_rs, p->d_cs};
+    run_one<T>(o, alpha, beta, pan);
+  }
+}
+
+template <class T>
+struct UniformJob {
+  const kl_batched_problem *p;
+  T alpha, beta;
+};
+
+template <class T>
+static void run_uniform_range(void *job, int64_t begin, int64_t end) {
+  const UniformJob<T> &j = *static_cast<const UniformJob<T> *>(job);
+  Panels<T> pan;
+  run_products<T>(j.p, begin, end, j.alpha, j.beta, pan);
+}
+
+// Threads: batched_cpu_pool.hpp (from 4e6 flops, where OMP_NUM_THREADS allows; the caller never
+// waits for a helper that has not started).
 template <class T>
 static int run_uniform(const kl_batched_problem *p, int num_threads) {
   int64_t count = 1;
   for (int d = 0; d < p->ndim; ++d) count *= p->shape[d];
   if (count == 0) return KL_OK;
   const double flops = 2.0 * double(count) * double(p->m) * double(p->n) * double(p->k);
-  const int threads = batch_threads(num_threads, flops, count);
-  const T alpha = T(p->alpha), beta = T(p->beta);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    Panels<T> pan;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t rem = i, oa = 0, ob = 0, oc = 0, od = 0;
-      if (p->ndim == 1) {  // the common stack: no divisions
-        oa = i * p->a_bs[0];
-        ob = i * p->b_bs[0];
-        oc = i * p->c_bs[0];
-        od = i * p->d_bs[0];
-        rem = 0;
-      }
-      for (int d = rem ? p->ndim - 1 : -1; d >= 0; --d) {
-        const int64_t idx = rem % p->shape[d];
-        rem /= p->shape[d];
-        oa += idx * p->a_bs[d];
-        ob += idx * p->b_bs[d];
-        oc += idx * p->c_bs[d];
-        od += idx * p->d_bs[d];
-      }
-      Operands o{p->m, p->n, p->k,
-                 static_cast<const T *>(p->a) + oa, p->a_rs, p->a_cs,
-                 static_cast<const T *>(p->b) + ob, p->b_rs, p->b_cs,
-                 p->c ? static_cast<const T *>(p->c) + oc : nullptr, p->c_rs, p->c_cs,
-                 static_cast<T *>(p->d) + od, p->d_rs, p->d_cs};
-      run_one<T>(o, alpha, beta, pan);
-    }
+  const int threads = int(std::min<int64_t>(batched::pool_threads(num_threads, flops), count));
+  UniformJob<T> job{p, T(p->alpha), T(p->beta)};
+  if (threads == 1) {  // no parallel machinery at all: even a one-thread OpenMP region costs
+    run_uniform_range<T>(&job, 0, count);  // ~0.3 us, a third of a 4 x 4 x 4 call
+    return KL_OK;
   }
+  batched::parallel_for(count, threads, &run_uniform_range<T>, &job);
   return KL_OK;
 }
 
@@ -428,19 +671,25 @@ static int run_var(const kl_batched_entry *t, int64_t count, double alpha_, doub
   for (int64_t i = 0; i < count; ++i) flops += 2.0 * double(t[i].m) * double(t[i].n) * double(t[i].k);
   const int threads = batch_threads(num_threads, flops, count);
   const T alpha = T(alpha_), beta = T(beta_);
-#pragma omp parallel num_threads(threads) if (threads > 1)
+  auto one = [&](int64_t i, Panels<T> &pan) {
+    const kl_batched_entry &e = t[i];
+    Operands o{e.m, e.n, e.k,
+               reinterpret_cast<const T *>(e.a), e.a_rs, e.a_cs,
+               reinterpret_cast<const T *>(e.b), e.b_rs, e.b_cs,
+               reinterpret_cast<const T *>(e.c), e.c_rs, e.c_cs,
+               reinterpret_cast<T *>(e.d), e.d_rs, e.d_cs};
+    run_one<T>(o, alpha, beta, pan);
+  };
+  if (threads == 1) {
+    Panels<T> pan;
+    for (int64_t i = 0; i < count; ++i) one(i, pan);
+    return KL_OK;
+  }
+#pragma omp parallel num_threads(threads)
   {
     Panels<T> pan;
 #pragma omp for schedule(dynamic, 4)
-    for (int64_t i = 0; i < count; ++i) {
-      const kl_batched_entry &e = t[i];
-      Operands o{e.m, e.n, e.k,
-                 reinterpret_cast<const T *>(e.a), e.a_rs, e.a_cs,
-                 reinterpret_cast<const T *>(e.b), e.b_rs, e.b_cs,
-                 reinterpret_cast<const T *>(e.c), e.c_rs, e.c_cs,
-                 reinterpret_cast<T *>(e.d), e.d_rs, e.d_cs};
-      run_one<T>(o, alpha, beta, pan);
-    }
+    for (int64_t i = 0; i < count; ++i) one(i, pan);
   }
   return KL_OK;
 }

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
 cdef extern from *:
     """
@@ -97,6 +98,13 @@ cdef object _EXACT = 2 ** 53  # ints beyond it: the full path (validation) judge
 cdef enum:
     _MEMO_NDIM = 8  # the memo holds arrays of up to this many dimensions
 
+# A replayer may offer the pair memo a C entry point (kronlinalg/_ext/_batched_cpu.pyx's
+# StackReplay does): its `_kl_pair_replay` a capsule of this name holding
+# `object fn(object replayer, object a, object b, double alpha)`, called for a pair the memo has
+# checked (the result, or None to decline).  A repeat then runs without a Python call.
+ctypedef object (*_pair_replay_fn)(object, object, object, double)
+cdef const char *_PAIR_CAPSULE = b"kronlinalg.pair_replay"
+
 
 cdef class _PairMemo:
     """The last NumPy pair a front replayed, read straight from the arrays' C fields: a repeat
@@ -106,6 +114,7 @@ cdef class _PairMemo:
     dtypes are held, so comparing them by identity is exact."""
 
     cdef object entries, replayer, algorithm, da, db
+    cdef _pair_replay_fn fast  # the replayer's C entry point, or NULL
     cdef int nda, ndb
     cdef Py_ssize_t sa[2 * _MEMO_NDIM]  # dimensions, then strides
     cdef Py_ssize_t sb[2 * _MEMO_NDIM]
@@ -147,7 +156,19 @@ cdef _PairMemo _pair_memo(entries, replayer, algorithm, a, b):
     m.entries, m.replayer, m.algorithm = entries, replayer, algorithm
     m.da = <object> <PyObject *> PyArray_DESCR(<PyArrayObject *> a)
     m.db = <object> <PyObject *> PyArray_DESCR(<PyArrayObject *> b)
+    m.fast = NULL
+    cap = getattr(replayer, "_kl_pair_replay", None)
+    if cap is not None and PyCapsule_IsValid(cap, _PAIR_CAPSULE):
+        m.fast = <_pair_replay_fn> PyCapsule_GetPointer(cap, _PAIR_CAPSULE)
     return m
+
+
+cdef inline object _memo_replay(_PairMemo m, a, b, alpha):
+    # alpha: a plain number (the callers check), or None for matmul's pair (whose replayer
+    # takes no alpha)
+    if m.fast != NULL:
+        return m.fast(m.replayer, a, b, 1.0 if alpha is None else <double> alpha)
+    return m.replayer(a, b) if alpha is None else m.replayer(a, b, alpha=alpha)
 
 
 cdef class _CallMemo:
@@ -242,8 +263,8 @@ cdef class ScaledFront:
         self.memo = None
         self.call_memo = None
 
-    cdef object memo_hit(self, a, b, algorithm):
-        """The replayer of the last NumPy pair when a, b repeat it (same dimensions, strides
+    cdef _PairMemo memo_hit(self, a, b, algorithm):
+        """The memo of the last NumPy pair when a, b repeat it (same dimensions, strides
         and dtype objects) under the same algorithm and the cache was not cleared since;
         else None."""
         cdef _PairMemo m = self.memo
@@ -252,7 +273,7 @@ cdef class ScaledFront:
                 or m.entries is not self.cache.entries):
             return None
         if _same_fields(m.sa, m.nda, m.da, a) and _same_fields(m.sb, m.ndb, m.db, b):
-            return m.replayer
+            return m
         return None
 
     cdef void remember_pair(self, a, b, algorithm, replayer, entries):
@@ -309,9 +330,9 @@ def pair_call(ScaledFront front, a, b):
     """``front.operation(a, b)`` (no options: algorithm "auto"), replayed without a Python frame
     of the skeleton when (the operation's own key) ("auto", keys of a and b) was remembered —
     matmul's call: a tiny product costs about as much as the skeleton's frames."""
-    replayer = front.memo_hit(a, b, "auto")
-    if replayer is not None:
-        out = replayer(a, b)
+    cdef _PairMemo m = front.memo_hit(a, b, "auto")
+    if m is not None:
+        out = _memo_replay(m, a, b, None)
         if out is not None:
             return out
     sig = arrays_signature((a, b), front.host, front.torch_cpu)
@@ -332,11 +353,12 @@ def stack_call(ScaledFront front, a, b, c, alpha, beta, sizes, out_size, algorit
     no c, sizes or out_size, beta an exact 0, alpha a plain number — whose key (the operation's
     own: (algorithm, keys of a and b)) was remembered: batched_matmul's call."""
     cdef object ta = type(alpha), tb = type(beta)
+    cdef _PairMemo m
     if (c is None and sizes is None and out_size is None and (tb is float or tb is int)
             and beta == 0 and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)):
-        replayer = front.memo_hit(a, b, algorithm)
-        if replayer is not None:
-            out = replayer(a, b, alpha=alpha)
+        m = front.memo_hit(a, b, algorithm)
+        if m is not None:
+            out = _memo_replay(m, a, b, alpha)
             if out is not None:
                 return out
         sig = arrays_signature((a, b), front.host, front.torch_cpu)

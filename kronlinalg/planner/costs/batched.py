@@ -21,6 +21,7 @@ not repeated).  This file adds:
 from __future__ import annotations
 
 import math
+import os
 
 from ..kami import kami, kami_params
 from ..profiles import blas_threads
@@ -41,15 +42,29 @@ COEF = {
     # another machine: NumPy's matmul makes one BLAS call per matrix of a stack, at an
     # efficiency of n / (n + 12) of a large GEMM's (fit on orders 2..128) plus ~40 ns a call;
     # our micro-kernel runs 1.5x (float64) / 1.25x (float32) that per-core rate at n / (n + 6),
-    # ~10 ns a product, and goes parallel from 1e8 flops (kernels/common/cpu_threads.hpp)
+    # ~10 ns a product (orders <= 8 and one column: stack-level loops, 1.5-15 ns a product)
     "cpu_numpy_per_matrix_s": 40e-9,
     "cpu_numpy_half_order": 12.0,
     "cpu_numpy_threads_from": 1.0e6,  # m·n·k from which BLAS runs a matrix on its threads
     "cpu_blocked_ratio": {"float64": 1.5, "float32": 1.25},
     "cpu_blocked_half_order": 6.0,
     "cpu_blocked_per_product_s": 10e-9,
-    "cpu_thread_min_flops": 1.0e8,
-    "cpu_call_s": 4.0e-6,  # our CPU path: validation, casts, one kernel call
+    # low-rank products with wide outputs (3k <= min(m, n), m or n > 32) out of the L2s: a
+    # short k loop per register tile and the whole output to store; one thread, 64x8x64
+    # float64 batch 1000 ran at 0.79x NumPy where the rate above predicted 2x (in cache, 1.1-1.5x;
+    # 2-core EPYC, 2026-11-27)
+    "cpu_blocked_low_rank": 0.35,
+    # threads from 1e6 flops (kernels/batched/batched_cpu_pool.hpp), as many as OpenMP's
+    # setting allows
+    "cpu_thread_min_flops": 1.0e6,
+    # a repeated call (the planner's pick serves every repeat of a signature): ours is the
+    # compiled replay (memo check, the result allocated, one kernel call: 0.2-0.25 µs), NumPy's
+    # matmul 0.75-0.8 µs (2-core EPYC, batch 4, order 1-4); data that fits the L2s streams at
+    # ~8x the memory bandwidth the profile gives
+    "cpu_call_s": 0.25e-6,
+    "cpu_numpy_call_s": 0.8e-6,
+    "cpu_cache_speedup": 8.0,
+    "cpu_loop_s": 4.0e-6,  # the library's Python loop over variable sizes, a product
     # CUDA, measured on an H100 (benchmarks/batched_gpu.py, 2026-11-26; CUDA events over warm
     # loops, so host time shows where a call is host-bound)
     "cuda_call_s": 16.0e-6,  # our path: the per-signature fast path, torch.empty, the launch
@@ -60,7 +75,7 @@ COEF = {
     # ... and on the CPU also 1.5 µs: calls of a few µs are decided by the fixed costs, which
     # the model knows least well (held-out grid, 2-core EPYC: matmul ran 1.1-1.8x NumPy's time
     # on 9 of 66 shapes, all of 5-11 µs where the predicted gain was 0.4-1.4 µs)
-    "matmul_margin_cpu_s": 1.5e-6,
+    "matmul_margin_cpu_s": 0.1e-6,
 }
 
 # cuBLAS strided-batched (torch.bmm), batch 10⁴, fraction of the 2.96 TB/s copy bandwidth by
@@ -165,10 +180,11 @@ def predict_library(problem, prof):
         flop = info["flops"] / rate
         per = info["batch"] * COEF["cpu_numpy_per_matrix_s"]
         if info.get("variable"):
-            per += info["batch"] * COEF["cpu_call_s"]  # a Python-level loop over the problems
-        mem = details["terms"]["mem"]
-        seconds = max(flop, mem) + per + prof.launch_s
-        details["terms"] = {"flop": flop, "per-matrix": per, "mem": mem, "call": prof.launch_s}
+            per += info["batch"] * COEF["cpu_loop_s"]  # a Python-level loop over the problems
+        mem = _cpu_mem(details["bytes"], prof)
+        call = COEF["cpu_numpy_call_s"]
+        seconds = max(flop, mem) + per + call
+        details["terms"] = {"flop": flop, "per-matrix": per, "mem": mem, "call": call}
         return seconds, details
     dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
     # cuBLAS's efficiency follows the product's size: the geometric mean of m, n, k (a low-rank
@@ -191,25 +207,42 @@ def predict_library(problem, prof):
     return seconds, details
 
 
+def _cpu_mem(nbytes, prof):
+    """Seconds to stream nbytes on the CPU: from the L2s when they hold it."""
+    fast = COEF["cpu_cache_speedup"] if nbytes <= prof.cache_bytes else 1.0
+    return nbytes / (prof.bandwidth * fast)
+
+
 # ---------------------------------------------------------------------------------------------
 # the CPU kernel
 
 
+def _omp_threads(cores):
+    """Threads the CPU kernel's pool takes: OMP_NUM_THREADS (what omp_get_max_threads reads),
+    at most the cores; the cores when it is not set."""
+    text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return max(1, min(cores, int(text))) if text.isdigit() and int(text) > 0 else cores
+
+
 def predict_blocked(problem, prof):
     info = problem.info
-    cores = max(1, prof.units) if info["flops"] >= COEF["cpu_thread_min_flops"] else 1
+    cores = (_omp_threads(max(1, prof.units)) if info["flops"] >= COEF["cpu_thread_min_flops"]
+             else 1)
     order = max(1, min(info["m"], info["n"], info["k"]))
     # (the same per-core ratio at orders >= 128: 2-core EPYC, one BLAS thread, orders 128-256,
     # batch 2 and 8: our kernel took 0.63-0.78 of NumPy's time; with BLAS on both cores NumPy
     # wins below the kernel's threading threshold and loses above it, 0.60-0.76 -- the BLAS
     # threads, not a cutoff at 128, decide)
     ratio = COEF["cpu_blocked_ratio"].get(problem.dtype, 1.0)
+    nbytes = _bytes(info, problem.dtype, problem.options)
+    if (3 * info["k"] <= min(info["m"], info["n"]) and max(info["m"], info["n"]) > 32
+            and nbytes > prof.cache_bytes):
+        ratio *= COEF["cpu_blocked_low_rank"]
     per_core = prof.flops(problem.dtype) / max(1, prof.units)
     rate = per_core * ratio * order / (order + COEF["cpu_blocked_half_order"]) * cores
     flop = info["flops"] / rate
     per = info["batch"] * COEF["cpu_blocked_per_product_s"] / cores
-    nbytes = _bytes(info, problem.dtype, problem.options)
-    mem = nbytes / prof.bandwidth
+    mem = _cpu_mem(nbytes, prof)
     seconds = max(flop + per, mem) + COEF["cpu_call_s"]
     return seconds, {"flops": info["flops"], "bytes": nbytes, "threads": cores,
                      "terms": {"flop": flop, "per-product": per, "mem": mem,
