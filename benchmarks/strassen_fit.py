@@ -34,8 +34,13 @@ def device_profile(res):
 
 
 def predicted(prof, n, levels, algorithm, leaf_kernel):
+    """Per-stage predictions; algorithm as the run tags it: "strassen_cublas (w)" / "(s)" is
+    strassen_cublas at one level in Winograd's / the sums form (untagged: the sums form)."""
     shapes = ((n, n), (n, n))
-    info = {**costs.normalise(shapes, {}), "leaf_tile": (128, 128), "leaf_kernel": leaf_kernel}
+    winograd = algorithm.endswith("(w)")
+    algorithm = algorithm.split(" ")[0]
+    info = {**costs.normalise(shapes, {}), "leaf_tile": (128, 128), "leaf_kernel": leaf_kernel,
+            "winograd": winograd}
     p = Problem("strassen_matmul", shapes, "float64", "cuda:0", "cuda",
                 {"levels": levels, "overwrite": False}, info)
     rows: dict = {}

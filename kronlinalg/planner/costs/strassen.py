@@ -33,7 +33,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
-           "sums_schedule", "Sums", "SumProduct", "private_schedule",
+           "sums_schedule", "Sums", "SumProduct", "private_schedule", "winograd_schedule",
+           "WinogradSums", "WinogradProduct", "Combine", "winograd_applies",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -236,6 +237,75 @@ def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
     return tuple(out)
 
 
+# strassen_cublas at one level in Winograd's form (float64, beta = 0, where cuBLAS can write C
+# blocks itself): one pass forms four A sums and four B sums (S1 = A2+A3, S2 = S1-A0,
+# S3 = A0-A2, S4 = A1-S2; T1 = B1-B0, T2 = B3-T1, T3 = B3-B1, T4 = T2-B2) into a workspace of
+# (m·k + k·n) elements; each of the seven products goes straight into one C quadrant with
+# cuBLAS's alpha and beta (no product buffer, no target pass): P1 -> C0, P6 -> C1, P7 -> C2,
+# P5 -> C3 (first writes); then one pass over C combines them (U2 = P1+P6; C1 = U2+P5,
+# C2 = U2+P7, C3 = U2+P7+P5); then C0 += P2, C1 += P3, C2 -= P4.  C traffic: 17 quadrant
+# accesses, against 30 for the sums form's buffer and target passes; the sums pass 16, not 18.
+# Product: (name, x source, y source, C quadrant, sign, fresh); a source is ("a"/"b", quadrant)
+# or ("sa"/"sb", sum index 0..3).
+WINOGRAD = (
+    ("P1", ("a", 0), ("b", 0), 0, 1, True),
+    ("P6", ("sa", 1), ("sb", 1), 1, 1, True),
+    ("P7", ("sa", 2), ("sb", 2), 2, 1, True),
+    ("P5", ("sa", 0), ("sb", 0), 3, 1, True),
+    None,  # the combine pass
+    ("P2", ("a", 1), ("b", 2), 0, 1, False),
+    ("P3", ("sa", 3), ("b", 3), 1, 1, False),
+    ("P4", ("a", 3), ("sb", 3), 2, -1, False),
+)
+
+
+class WinogradSums(NamedTuple):
+    """The Winograd operand-sums pass: A's (mh x kh) and B's (kh x nh) four sums each."""
+
+    mh: int
+    kh: int
+    nh: int
+
+
+class Combine(NamedTuple):
+    """Winograd's combination pass over C's four mh x nh quadrants."""
+
+    mh: int
+    nh: int
+
+
+class WinogradProduct(NamedTuple):
+    """One product of the Winograd form, m x k @ k x n, fields as SumProduct's; name P1..P7."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+    x: tuple
+    y: tuple
+    targets: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def winograd_schedule(m: int, k: int, n: int) -> tuple:
+    """One level of Winograd's form on an m x k @ k x n core (even sizes), C written fresh (beta
+    = 0): WinogradSums, the seven products and the Combine pass, in order."""
+    if m % 2 or k % 2 or n % 2:
+        raise ValueError(f"the core {m}x{k}x{n} is not even")
+    mh, kh, nh = m // 2, k // 2, n // 2
+    out = [WinogradSums(mh, kh, nh)]
+    for entry in WINOGRAD:
+        if entry is None:
+            out.append(Combine(mh, nh))
+            continue
+        name, xs, ys, cq, sign, fresh = entry
+        x = (("sa", xs[1] * mh, 0) if xs[0] == "sa" else ("a",) + _quad((0, 0), xs[1], mh, kh))
+        y = (("sb", ys[1] * kh, 0) if ys[0] == "sb" else ("b",) + _quad((0, 0), ys[1], kh, nh))
+        out.append(WinogradProduct(name, mh, kh, nh, x, y,
+                                   (_quad((0, 0), cq, mh, nh) + (sign, fresh),)))
+    return tuple(out)
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -245,6 +315,12 @@ def label(op) -> str:
         return STAGE_NAMES[op.stage]
     if isinstance(op, Sums):
         return "sums"
+    if isinstance(op, WinogradSums):
+        return "wsums"
+    if isinstance(op, Combine):
+        return "combine"
+    if isinstance(op, WinogradProduct):
+        return op.name
     if isinstance(op, SumProduct):
         return f"M{op.index + 1}"
     if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
@@ -387,6 +463,19 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
                         + c_rw * op.m * op.n * s_e / bw + launch))
         return out
     private = not problem.options.get("overwrite")
+    if winograd_applies(problem, name, levels):
+        for op in winograd_schedule(mc, kc, nc):
+            if isinstance(op, WinogradSums):  # reads 4 quadrants, writes 4 sums, of A and of B
+                nbytes = 8 * s_e * (op.mh * op.kh + op.kh * op.nh)
+                out.append(("wsums", nbytes / bw + launch))
+            elif isinstance(op, Combine):  # reads 4 quadrants of C, writes 3
+                out.append(("combine", 7 * s_e * op.mh * op.nh / bw + launch))
+            else:  # straight into its C quadrant: written (fresh) or read and written
+                rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+                units = 1 if op.targets[0][3] else 2
+                t = 2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw + launch
+                out.append((op.name, max(t, CUBLAS_HOST_S)))
+        return out
     if private and name == "strassen_cublas" and problem.kind == "cuda" and levels == 1:
         for op in sums_schedule(mc, kc, nc):
             if isinstance(op, Sums):  # reads 4 quadrants, writes 5 sums, of A and of B
@@ -432,6 +521,15 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     return out
 
 
+def winograd_applies(problem, name: str, levels: int) -> bool:
+    """Whether strassen_cublas runs this one-level call in Winograd's form (float64 on CUDA,
+    default mode, the fact "winograd": the knob KRONLINALG_STRASSEN_WINOGRAD; the operation
+    also needs beta = 0 and CuPy arrays, else it takes the sums form)."""
+    return (name == "strassen_cublas" and levels == 1 and problem.kind == "cuda"
+            and problem.dtype == "float64" and not problem.options.get("overwrite")
+            and bool(problem.info.get("winograd", False)))
+
+
 def _copies(problem, prof, name="strassen"):
     """Default mode copies a and b into the workspace: read + write each once (CPU; on CUDA
     the copy is fused with the first pass and priced there)."""
@@ -464,8 +562,9 @@ def predict_strassen(problem, prof, name="strassen"):
     # the margin: a tie with the vendor GEMM is not worth Strassen's larger error
     forced = problem.options.get("levels") is not None
     seconds = model if forced else model * MARGIN
-    passes = sum(t for w, t in times if w.startswith("S"))
-    leaves = sum(t for w, t in times if not w.startswith("S"))
+    is_pass = lambda w: w.startswith("S") or w in ("sums", "wsums", "combine")  # noqa: E731
+    passes = sum(t for w, t in times if is_pass(w))
+    leaves = sum(t for w, t in times if not is_pass(w))
     return seconds, {"levels": L, "model_s": model, "margin": 1.0 if forced else MARGIN,
                      "launches": len(times),
                      "terms": {"passes": problem.info["batch"] * passes,
