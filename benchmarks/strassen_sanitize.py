@@ -44,7 +44,9 @@ if cublas:
             for form in ("1", "2", "0"):
                 os.environ["KRONLINALG_STRASSEN_WINOGRAD"] = form
                 check(strassen.strassen_matmul(a, b, levels=1, algorithm="strassen_cublas"), ref)
-            check(strassen.strassen_matmul(a, b, levels=2, algorithm="strassen_cublas"), ref)
+            if m == 130 and o == 0:  # two levels: 49 cuBLAS leaves, slow under memcheck
+                check(strassen.strassen_matmul(a, b, levels=2, algorithm="strassen_cublas"),
+                      ref)
 elif leaf and tiny:
     a = rng.standard_normal((130, 66))
     b = rng.standard_normal((66, 70))
