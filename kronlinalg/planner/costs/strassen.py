@@ -34,7 +34,7 @@ __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
            "sums_schedule", "Sums", "SumProduct", "private_schedule", "winograd_schedule",
-           "WinogradSums", "WinogradProduct", "Combine", "winograd_applies",
+           "WinogradSums", "WinogradProduct", "Combine", "winograd_applies", "short_call_gain",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -427,6 +427,29 @@ def _cutlass_leaf(problem, name):
             and "leaf_fraction" not in problem.info)
 
 
+# cuBLAS's DGEMM on the H100 runs above the profile's rate in short calls (the FP64 tensor
+# cores' clock before the power limit bites): in the 2026-11-26c run strassen_cublas at N = 4096
+# (a 2.5 ms call) ran its 2048^3 products 14-18 % faster than predicted, 4096 at two levels
+# (4 ms) 10-19 %, at 8192 (20 ms) 3-5 %, at 16384 as predicted (and cupy.matmul at 4096 6 %).
+# The GEMMs of a call whose classical time at the profile's rate is T run (1 + gain) faster,
+# gain = CUBLAS_SHORT_GAIN · clamp(log(T1 / T) / log(T1 / T0), 0, 1), (T0, T1) = CUBLAS_SHORT_T;
+# the classical prediction alike (so the ranking of short calls is unchanged).  float64 only
+# (measured there).
+CUBLAS_SHORT_GAIN = 0.15
+CUBLAS_SHORT_T = (2.5e-3, 20e-3)
+
+
+def short_call_gain(problem, prof) -> float:
+    """The cuBLAS rate's gain in a short call (CUDA float64; 0 elsewhere)."""
+    if problem.kind != "cuda" or problem.dtype != "float64" or CUBLAS_SHORT_GAIN == 0.0:
+        return 0.0
+    t = problem.info["flops"] / max(prof.flops(problem.dtype), 1.0)
+    t0, t1 = CUBLAS_SHORT_T
+    if t <= t0:
+        return CUBLAS_SHORT_GAIN
+    return CUBLAS_SHORT_GAIN * min(1.0, max(0.0, math.log(t1 / t) / math.log(t1 / t0)))
+
+
 def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     """[(what, seconds)] per launch of one batch element's schedule (passes at bandwidth, leaves at
     the GEMM rate of their size; strassen_cublas adds its M buffer and target pass)."""
@@ -438,17 +461,21 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     fraction, k0 = _leaf_fraction(problem, name)
     launch = prof.launch_s if problem.kind == "cuda" else 0.0
     bw = prof.bandwidth
+    # cuBLAS's GEMMs (strassen_cublas) in a short call: faster than the profile's rate
+    gain = 1.0 + (short_call_gain(problem, prof) if name == "strassen_cublas" else 0.0)
     out = []
     # classical strips: bottom rows, right columns, the k remainder
     for mm, kk, nn in ((m - mc, k, n), (mc, k, n - nc), (mc, k - kc, nc)):
         if mm and kk and nn:
-            rate = _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind, fraction, k0)
+            rate = gain * _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind,
+                                     fraction, k0)
             c_rw = 1  # written once (beta reads it once more: small beside the GEMM)
             out.append(("strip", 2.0 * mm * nn * kk / rate + c_rw * mm * nn * s_e / bw + launch))
     if not (mc and kc and nc):
         return out
     if levels == 0:
-        rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction, k0)
+        rate = gain * _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind,
+                                 fraction, k0)
         out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
         return out
     if name == "strassen_reloaded":
@@ -471,7 +498,8 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             elif isinstance(op, Combine):  # reads 4 quadrants of C, writes 3
                 out.append(("combine", 7 * s_e * op.mh * op.nh / bw + launch))
             else:  # straight into its C quadrant: written (fresh) or read and written
-                rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+                rate = gain * _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile,
+                                         problem.kind)
                 units = 1 if op.targets[0][3] else 2
                 t = 2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw + launch
                 out.append((op.name, max(t, CUBLAS_HOST_S)))
@@ -482,7 +510,8 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
                 nbytes = 9 * s_e * (op.mh * op.kh + op.kh * op.nh)
                 out.append(("sums", nbytes / bw + launch))
                 continue
-            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+            rate = gain * _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile,
+                                     problem.kind)
             c_units = [1 if t[3] else 2 for t in op.targets]
             direct = problem.dtype == "float64" and len(op.targets) == 1
             units = c_units[0] if direct else 2 + sum(c_units)
@@ -499,8 +528,8 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             continue
         cnt = len(op.products)
         targets = sum(len(p[2]) for p in op.products)
-        rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
-                          fraction, k0)
+        rate = gain * _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
+                                 fraction, k0)
         t = 2.0 * cnt * op.m * op.n * op.k / rate
         if _cutlass_leaf(problem, name):  # its sustained clock in long launches
             t /= 1.0 - CUTLASS_SUSTAINED_DROP * min(1.0, max(0.0, (t - 5e-3) / 15e-3))
@@ -596,7 +625,7 @@ def predict_classical(problem, prof):
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     rate = _gemm_rate(prof, problem.dtype, info["m"], info["n"], info["k"], info["batch"],
                       (128, 128), problem.kind)
-    t = info["flops"] / max(rate, 1.0)
+    t = info["flops"] / max(rate, 1.0) / (1.0 + short_call_gain(problem, prof))
     if problem.kind == "cuda" and problem.dtype == "float64":
         t /= 1.0 - DGEMM_SUSTAINED_DROP * min(1.0, max(0.0, (t - 0.02) / 0.04))
     nbytes = info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]
