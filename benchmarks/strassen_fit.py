@@ -119,18 +119,22 @@ def main():
     if args.fit_cublas:
         FIT_CUBLAS = True
         best = None
+        t0 = costs.CUBLAS_SHORT_T[0]
         for host in [1e-6 * h for h in range(10, 62, 2)]:
             for gain in [0.01 * g for g in range(0, 31)]:
-                costs.CUBLAS_HOST_S, costs.CUBLAS_SHORT_GAIN = host, gain
-                _, sq = table({"stages": [r for r in res["stages"]
-                                          if r["algorithm"].startswith("strassen_cublas")]},
-                              prof, leaf_kernel, show=False)
-                if best is None or sq < best[0]:
-                    best = (sq, host, gain)
-        _, host, gain = best
+                for t1 in (20e-3, 30e-3, 40e-3, 60e-3):
+                    costs.CUBLAS_HOST_S, costs.CUBLAS_SHORT_GAIN = host, gain
+                    costs.CUBLAS_SHORT_T = (t0, t1)
+                    _, sq = table({"stages": [r for r in res["stages"]
+                                              if r["algorithm"].startswith("strassen_cublas")]},
+                                  prof, leaf_kernel, show=False)
+                    if best is None or sq < best[0]:
+                        best = (sq, host, gain, t1)
+        _, host, gain, t1 = best
         print(f"fit (strassen_cublas): CUBLAS_HOST_S {host * 1e6:.0f} us, CUBLAS_SHORT_GAIN "
-              f"{gain:.2f}")
+              f"{gain:.2f}, CUBLAS_SHORT_T ({t0 * 1e3:.1f} ms, {t1 * 1e3:.0f} ms)")
         costs.CUBLAS_HOST_S, costs.CUBLAS_SHORT_GAIN = host, gain
+        costs.CUBLAS_SHORT_T = (t0, t1)
         FIT_CUBLAS = False
     worst, _ = table(res, prof, leaf_kernel)
     print(f"\n{len(worst)} stage(s)/total(s) outside the bounds:", worst)
