@@ -434,7 +434,8 @@ def _cutlass_leaf(problem, name):
 # The GEMMs of a call whose classical time at the profile's rate is T run (1 + gain) faster,
 # gain = CUBLAS_SHORT_GAIN · clamp(log(T1 / T) / log(T1 / T0), 0, 1), (T0, T1) = CUBLAS_SHORT_T;
 # the classical prediction alike (so the ranking of short calls is unchanged).  float64 only
-# (measured there).
+# (measured there).  Refit on the 2026-11-27 run (strassen_fit.py --fit-cublas): 0.15 over
+# 2.5-60 ms (its Winograd products at N = 8192 ran at 60 TFLOP/s, 2.29 ms each).
 CUBLAS_SHORT_GAIN = 0.15
 CUBLAS_SHORT_T = (2.5e-3, 60e-3)
 # The first launch of a CUDA call waits for the host to issue it (the GPU idle since the call
@@ -643,8 +644,9 @@ def predict_strassen_cublas(problem, prof):
 # leaves, separated by bandwidth-bound passes, measured within 5 % of the short-GEMM rate.
 DGEMM_SUSTAINED_DROP = 0.10
 # strassen_cublas issues each leaf product from Python (a cuBLAS call and a target-update
-# launch): about 36 us of host time a product, which bounds launches of small leaves
-# (2026-11-26b: N = 4096, 3 levels, 512^3 leaves: 33-42 us a product).
+# launch): host time a product, which bounds launches of small leaves.  It depends on the
+# machine's host CPU: 33-42 us (2026-11-26b), ~22 us (2026-11-26c), 26 us fitted on the
+# 2026-11-27 run (N = 4096, 3 levels, 512^3 leaves; strassen_fit.py --fit-cublas).
 CUBLAS_HOST_S = 26e-6
 
 
