@@ -5,6 +5,10 @@
 Everything is timed with CUDA events on warm inputs, median of >= `--reps` runs.  Sections (each
 skipped once its share of the time budget is spent, the JSON written after every one):
 
+focus   the one-level forms of strassen_cublas side by side with cuBLAS, interleaved in
+        rounds (cupy.matmul, Winograd's form - its sums pass on the main stream or beside the
+        first product on a second one -, the sums form, the planner's pick) at FP64
+        N = 8192, 16384, 12288, 4096: the ratio of medians and each round's ratios;
 error   error growth per level (FP32 N = 1024, max-norm error relative to cuBLAS's, against a
         float64 reference);
 leaf    the leaf kernel vs cuBLAS: strassen_matmul(levels=0, algorithm="strassen") (the FP64 leaf
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -103,11 +108,94 @@ def section_error(res):
           ", ".join(f"L{r['levels']} {r['vs_cublas']:.2f}" for r in res["error_growth"]))
 
 
+def _form(value):
+    """Sets the knob that picks strassen_cublas's one-level form ("1" Winograd, "0" sums)."""
+    os.environ["KRONLINALG_STRASSEN_WINOGRAD"] = value
+
+
+FOCUS = ((np.float64, 8192, 5), (np.float64, 16384, 2), (np.float64, 12288, 2),
+         (np.float64, 4096, 3))
+
+
+def section_focus(res, args, left):
+    print("\n| focus | dtype | N | variant | median ms | cupy / variant (medians) | "
+          "per round min - max | max diff vs cupy |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dtype, n, rounds in FOCUS:
+        if left() < 0:
+            print("(focus: out of time)")
+            return
+        name = np.dtype(dtype).name
+        a, b = rand(n, n, dtype, 5), rand(n, n, dtype, 6)
+        ref = a @ b
+
+        def cublas_form(value):
+            def run():
+                _form(value)
+                return strassen.strassen_matmul(a, b, levels=1, algorithm="strassen_cublas")
+            return run
+
+        def auto():
+            _form("1")
+            return strassen.strassen_matmul(a, b)
+
+        variants = [("cuBLAS (cupy)", lambda: a @ b),
+                    ("strassen_cublas L1 winograd", cublas_form("1")),
+                    ("strassen_cublas L1 winograd, sums beside P1", cublas_form("2")),
+                    ("strassen_cublas L1 sums", cublas_form("0")), ("auto", auto)]
+        diffs = {}
+        for v, fn in list(variants):
+            try:
+                diffs[v] = float(cp.abs(fn() - ref).max())
+            except Exception as exc:  # report and go on: one failure must not end the run
+                print(f"| focus | {name} | {n} | {v} | failed: {exc} |", flush=True)
+                variants.remove((v, fn))
+        times = {v: [] for v, _ in variants}
+        for _ in range(rounds):
+            for v, fn in variants:
+                times[v].append(cuda_time(fn, args.reps, warm=1))
+        _form("1")
+        pick = kronlinalg.plan("strassen_matmul", (n, n), (n, n), dtype=name, device=a,
+                               levels=None, overwrite=False)[0]
+        base = float(np.median(times["cuBLAS (cupy)"]))
+        for v, _ in variants:
+            med = float(np.median(times[v]))
+            per = [c / t for c, t in zip(times["cuBLAS (cupy)"], times[v])]
+            label = v + (f" -> {pick.name} L{pick.details.get('levels')}" if v == "auto" else "")
+            res["focus"].append({"dtype": name, "N": n, "variant": label, "s": med,
+                                 "rounds_s": times[v], "vs_cupy": base / med,
+                                 "vs_cupy_rounds": per, "max_abs_diff": diffs[v]})
+            print(f"| focus | {name} | {n} | {label} | {med * 1e3:.3f} | {base / med:.4f} | "
+                  f"{min(per):.4f} - {max(per):.4f} | {diffs[v]:.1e} |", flush=True)
+        del a, b, ref
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+def cuda_time_queued(fn, reps=5, inner=8):
+    """Median seconds per call of `inner` back-to-back calls between two events: the GPU's
+    time once its queue is full (the host's per-call overhead hidden, as for the leaf launches
+    inside a Strassen schedule)."""
+    fn()
+    stream = cp.cuda.get_current_stream()
+    times = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+        for _ in range(inner):
+            fn()
+        e1.record(stream)
+        e1.synchronize()
+        times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / inner)
+    return float(np.median(times))
+
+
 def section_leaf(res, args, left):
-    print("\n| leaf | dtype | N | kernel ms | cuBLAS ms | kernel / cuBLAS speed |")
-    print("|---|---|---|---|---|---|")
-    for dtype in (np.float64, np.float32):
-        for n in (2048, 4096, 8192):
+    print("\n| leaf | dtype | N | kernel ms | cuBLAS ms | kernel / cuBLAS speed | queued: kernel "
+          "ms | cuBLAS ms | speed | the leaf launch alone (events around it): ms, queued cuBLAS / "
+          "it |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for dtype in [np.dtype(d).type for d in args.leaf_dtypes.split(",")]:
+        for n in [int(x) for x in args.leaf_sizes.split(",")]:
             if left() < 0:
                 return
             a, b = rand(n, n, dtype, 3), rand(n, n, dtype, 4)
@@ -116,10 +204,25 @@ def section_leaf(res, args, left):
             tc = cuda_time(lambda: a @ b, args.reps)
             err = float(cp.abs(strassen.strassen_matmul(a, b, levels=0, algorithm="strassen")
                                - a @ b).max())
+            # back to back (the host's per-call overhead hidden on both sides)
+            qk = cuda_time_queued(lambda: strassen.strassen_matmul(a, b, levels=0,
+                                                                   algorithm="strassen"))
+            qc = cuda_time_queued(lambda: a @ b)
+            # the leaf launch alone, between events recorded just before and after it
+            ev = [r for r in strassen.stage_times(a, b, levels=0, algorithm="strassen",
+                                                  repeats=args.reps) if r[0] == "leaf"]
+            tl = ev[0][1] if ev else float("nan")
             res["leaf"].append({"dtype": np.dtype(dtype).name, "N": n, "kernel_s": tk,
-                                "cublas_s": tc, "ratio": tc / tk, "max_abs_diff": err})
-            print(f"| leaf | {np.dtype(dtype).name} | {n} | {tk * 1e3:.2f} | {tc * 1e3:.2f} | "
-                  f"{tc / tk:.3f} |  (max diff {err:.1e})", flush=True)
+                                "cublas_s": tc, "ratio": tc / tk, "max_abs_diff": err,
+                                "queued_kernel_s": qk, "queued_cublas_s": qc,
+                                "queued_ratio": qc / qk, "launch_s": tl,
+                                "queued_cublas_vs_launch": qc / tl,
+                                "leaf_choice": config.get("KRONLINALG_STRASSEN_LEAF")})
+            print(f"| leaf | {np.dtype(dtype).name} | {n} | {tk * 1e3:.3f} | {tc * 1e3:.3f} | "
+                  f"{tc / tk:.3f} | {qk * 1e3:.3f} | {qc * 1e3:.3f} | {qc / qk:.3f} | launch "
+                  f"alone {tl * 1e3:.3f} ms: {qc / tl:.3f} |  (max diff "
+                  f"{err:.1e}, KRONLINALG_STRASSEN_LEAF={config.get('KRONLINALG_STRASSEN_LEAF')})",
+                  flush=True)
             del a, b
 
 
@@ -174,7 +277,11 @@ def section_cases(res, args, left):
         if with_pick:
             pick = kronlinalg.plan("strassen_matmul", (m, k), (k, n), dtype=name, device=a,
                                    levels=None, overwrite=False)[0]
-            t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b, **kw), args.reps)
+            try:
+                t_auto = cuda_time(lambda: strassen.strassen_matmul(a, b, **kw), args.reps)
+            except Exception as exc:  # report and go on
+                print(f"| {name} | {shape} | auto -> {pick.name} | failed: {exc} |", flush=True)
+                continue
             slower = pick.name != "classical" and t_auto > 1.02 * t_cp
             pred = pick.details.get("model_s", pick.seconds)
             res["cases"].append({**row0, "algorithm": "auto", "pick": pick.name,
@@ -184,7 +291,7 @@ def section_cases(res, args, left):
             print(f"| {name} | {shape} | auto -> {pick.name} | {pick.details.get('levels')} | "
                   f"default | {t_auto * 1e3:.2f} | {t_cp / t_auto:.3f} | - | {pred * 1e3:.2f} | "
                   f"{'REGRESSION' if slower else 'ok'} |", flush=True)
-        if sweep:
+        if sweep and args.sweep:
             ref = a @ b
             for algo, L, ow in (("strassen", 1, False), ("strassen", 1, True),
                                 ("strassen", 2, False), ("strassen", 3, False),
@@ -216,28 +323,51 @@ def section_cases(res, args, left):
         cp.get_default_memory_pool().free_all_blocks()
 
 
+# the per-stage runs, most wanted first: strassen_cublas (one level in both forms: "w"
+# Winograd's, "s" the sums form) at the issue's orders, then "strassen"
+STAGE_RUNS = ([("strassen_cublas", 4096, L, f) for L, f in ((1, "1"), (1, "0"), (2, "1"),
+                                                           (3, "1"))]
+              + [("strassen_cublas", 8192, L, f) for L, f in ((1, "1"), (1, "0"), (2, "1"),
+                                                             (3, "1"))]
+              + [("strassen_cublas", 16384, L, f) for L, f in ((1, "1"), (1, "0"), (2, "1"),
+                                                              (3, "1"))]
+              + [("strassen", n, L, "1") for n in (4096, 8192, 16384) for L in (1, 2, 3)])
+
+
 def section_stages(res, args, left):
     print("\n| algorithm (float64) | N | levels | stage | launches | measured ms | predicted ms "
           "| pred/meas |")
     print("|---|---|---|---|---|---|---|---|")
-    for n in (4096, 8192, 16384):
-        a, b = rand(n, n, np.float64, 7), rand(n, n, np.float64, 8)
-        for algo, L in (("strassen", 1), ("strassen", 2), ("strassen", 3),
-                        ("strassen_cublas", 1), ("strassen_cublas", 2), ("strassen_cublas", 3)):
-            if left() < 0:
-                break
+    arrays = {}
+    for algo, n, L, form in STAGE_RUNS:
+        if left() < 0:
+            print("(stages: out of time)")
+            break
+        if n not in arrays:
+            arrays.clear()
+            cp.get_default_memory_pool().free_all_blocks()
+            arrays[n] = (rand(n, n, np.float64, 7), rand(n, n, np.float64, 8))
+        a, b = arrays[n]
+        _form(form)
+        tag = algo + ({"1": " (w)", "0": " (s)"}[form]
+                      if algo == "strassen_cublas" and L == 1 else "")
+        try:
             rows = strassen.stage_times(a, b, levels=L, algorithm=algo, repeats=args.reps)
-            tot_m = sum(r[1] for r in rows)
-            tot_p = sum(r[2] for r in rows)
-            for lab, meas, pred, cnt in rows + [("total", tot_m, tot_p, 0)]:
-                res["stages"].append({"N": n, "algorithm": algo, "levels": L, "stage": lab,
-                                      "launches": cnt,
-                                      "measured_s": meas, "predicted_s": pred})
-                print(f"| {algo} | {n} | {L} | {lab} | {cnt} | {meas * 1e3:.3f} | "
-                      f"{pred * 1e3:.3f} | {pred / meas if meas else float('nan'):.2f} |",
-                      flush=True)
-        del a, b
-        cp.get_default_memory_pool().free_all_blocks()
+        except Exception as exc:  # report and go on
+            print(f"| {tag} | {n} | {L} | failed: {exc} |", flush=True)
+            continue
+        finally:
+            _form("1")
+        tot_m = sum(r[1] for r in rows)
+        tot_p = sum(r[2] for r in rows)
+        for lab, meas, pred, cnt in rows + [("total", tot_m, tot_p, 0)]:
+            res["stages"].append({"N": n, "algorithm": tag, "levels": L, "stage": lab,
+                                  "launches": cnt, "measured_s": meas, "predicted_s": pred})
+            print(f"| {tag} | {n} | {L} | {lab} | {cnt} | {meas * 1e3:.3f} | "
+                  f"{pred * 1e3:.3f} | {pred / meas if meas else float('nan'):.2f} |",
+                  flush=True)
+    arrays.clear()
+    cp.get_default_memory_pool().free_all_blocks()
 
 
 def section_memory(res):
@@ -258,7 +388,9 @@ def section_memory(res):
 
 
 # each section's share of the budget: it stops starting work once its share is spent
-SHARES = {"error": 0.03, "leaf": 0.07, "cases": 0.5, "stages": 0.38, "memory": 0.02}
+ORDER = ("focus", "cases", "stages", "leaf", "error", "memory")
+SHARES = {"focus": 0.25, "cases": 0.3, "stages": 0.3, "leaf": 0.1, "error": 0.02,
+          "memory": 0.03}
 
 
 def main():
@@ -268,12 +400,17 @@ def main():
     ap.add_argument("--out", default="strassen.json")
     ap.add_argument("--budget", type=float, default=150.0, help="seconds for the whole run")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--sections", default="error,leaf,cases,stages,memory")
+    ap.add_argument("--sections", default=",".join(ORDER))
+    ap.add_argument("--sweep", type=int, default=1,
+                    help="0: the case set with the planner's picks only (no level sweeps)")
+    ap.add_argument("--leaf-dtypes", default="float64,float32")
+    ap.add_argument("--leaf-sizes", default="2048,4096,8192")
     args = ap.parse_args()
     sections = args.sections.split(",")
     res = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
            "leaf_choice": config.get("KRONLINALG_STRASSEN_LEAF"),
-           "leaf": [], "cases": [], "stages": [], "memory": [], "error_growth": []}
+           "leaf": [], "cases": [], "stages": [], "memory": [], "error_growth": [],
+           "focus": []}
     try:
         res["profile"] = {k: v for k, v in dataclasses.asdict(
             kronlinalg.planner.profile_for(cp.zeros(1))).items()
@@ -286,7 +423,7 @@ def main():
             json.dump(res, f, indent=1, default=str)
 
     share_end = 0.0
-    for sec in ("error", "leaf", "cases", "stages", "memory"):
+    for sec in ORDER:
         share_end += SHARES[sec]
         if sec not in sections:
             continue
@@ -301,8 +438,8 @@ def main():
             if time.time() - START < args.budget:
                 section_memory(res)
         else:
-            {"leaf": section_leaf, "cases": section_cases, "stages": section_stages}[sec](
-                res, args, left)
+            {"leaf": section_leaf, "cases": section_cases, "stages": section_stages,
+             "focus": section_focus}[sec](res, args, left)
         save()
     bad = [r for r in res["cases"] if r.get("regression")]
     print(f"\nno-regression check: {len(bad)} regression(s)",

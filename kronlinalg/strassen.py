@@ -32,7 +32,7 @@ import numpy as np
 from . import planner
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
-from .common import backend, validation
+from .common import backend, config, validation
 from .common.dtypes import HALF, KERNEL_CODE
 from .planner.costs import strassen as costs
 from .strassen_cuda_exec import CudaExecutor as _CudaExecutor
@@ -231,12 +231,16 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     """C = alpha A B + (first ? beta C : C) on the executor's A (m x k), B, C (m x n)."""
     L = _effective_levels(levels, m, k, n)
     mc, kc, nc = costs.core_sizes(m, k, n, L)
+    mode = getattr(ex, "mode", "")
+    # Winograd's form writes the core fresh (beta = 0): its k remainder is added afterwards
+    winograd = (mode == "cublas" and ex.copy and L == 1 and first and beta == 0.0
+                and mc and nc and kc and ex.winograd())
     # the classical strips first: they read a and b before the core modifies them
     if m > mc:
         ex.classical((mc, 0), (0, 0), (mc, 0), m - mc, k, n, alpha, beta, first, "strip")
     if n > nc and mc:
         ex.classical((0, 0), (0, nc), (0, nc), mc, k, n - nc, alpha, beta, first, "strip")
-    if k > kc and mc and nc:
+    if k > kc and mc and nc and not winograd:
         ex.classical((0, kc), (kc, 0), (0, 0), mc, k - kc, nc, alpha, beta, first, "strip")
         first = False
     if not (mc and nc and kc):
@@ -244,8 +248,9 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     if L == 0:
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
-    mode = getattr(ex, "mode", "")
-    if mode == "cublas" and ex.copy and L == 1:  # the sums workspace: no copy, no S3+S4
+    if winograd:
+        ops = costs.winograd_schedule(mc, kc, nc)  # products straight into C, one combine
+    elif mode == "cublas" and ex.copy and L == 1:  # the sums workspace: no copy, no S3+S4
         ops = costs.sums_schedule(mc, kc, nc, first)
     else:
         ex.prepare_core(mc, kc, nc)
@@ -256,8 +261,14 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
             ex.pass_(op)
         elif isinstance(op, costs.Sums):
             ex.sums(op)
+        elif isinstance(op, costs.WinogradSums):
+            ex.winograd_sums(op)
+        elif isinstance(op, costs.Combine):
+            ex.combine(op)
         else:
             ex.leaf(op, alpha, beta)
+    if winograd and k > kc:  # a and b are untouched (default mode): the k strip may come last
+        ex.classical((0, kc), (kc, 0), (0, 0), mc, k - kc, nc, alpha, beta, False, "strip")
 
 
 class _CpuExecutor:
@@ -465,7 +476,8 @@ def _facts_for(dtype):
         return {}
     code = KERNEL_CODE[dtype]
     return {"leaf_tile": strassen_cuda.leaf_tile(code),
-            "leaf_kernel": "cutlass" if strassen_cuda.leaf_kernel(code) else "own"}
+            "leaf_kernel": "cutlass" if strassen_cuda.leaf_kernel(code) else "own",
+            "winograd": config.get("KRONLINALG_STRASSEN_WINOGRAD") in (1, 2)}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen
@@ -566,7 +578,11 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
     algorithm : {"auto", "classical", "strassen", "strassen_cublas", "strassen_reloaded"}
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
         buffer (N²/4^levels elements); at one level the ten operand sums of Strassen's
-        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
+        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements), or, for
+        float64 CuPy arrays with beta = 0, Winograd's form: eight operand sums (m·k + k·n
+        elements), each product straight into one C quadrant by cuBLAS, one combine pass, no
+        product buffer (its error is about 1.4x that of Strassen's one level: still within
+        2·3x classical).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
         Strassen's products with the operand sums formed while loading; a and b only read,
         no workspace in either mode, error like one MSMES level.
 

@@ -9,13 +9,30 @@ from __future__ import annotations
 import numpy as np
 
 from ._ext import load
-from .common import backend
+from .common import backend, config
 from .planner.costs import strassen as costs
 from .vendor import cublas as _cublas
 
 strassen_cuda = load("strassen_cuda")
 
 __all__ = ["CudaExecutor"]
+
+
+_SIDE: dict = {}
+
+
+def _side_stream(device_id):
+    """A second stream of the device and two events (sums ready to start, sums done): the
+    Winograd sums pass beside the first product (KRONLINALG_STRASSEN_WINOGRAD=2)."""
+    got = _SIDE.get(device_id)
+    if got is None:
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            got = _SIDE[device_id] = (cupy.cuda.Stream(non_blocking=True),
+                                      cupy.cuda.Event(disable_timing=True),
+                                      cupy.cuda.Event(disable_timing=True))
+    return got
 
 
 class CudaExecutor:
@@ -27,6 +44,7 @@ class CudaExecutor:
         self.code, self.stream, self.copy, self.mode, self.lead = code, stream, copy, leaf, lead
         self.ws = ws if ws is not None else {}
         self.hook = hook
+        self.overlap, self.sums_done = False, None  # Winograd's sums on a side stream
         self.dtype = backend.dtype_name(c.dtype)
         self.item = 8 if self.dtype == "float64" else 4
         self.va, self.vb, self.vc = (backend.device_view(v) for v in (a, b, c))
@@ -86,6 +104,62 @@ class CudaExecutor:
                                self.stream, self.va.ptr, self.vb.ptr, self.va.strides[0],
                                self.vb.strides[0])
 
+    def winograd(self) -> bool:
+        """Whether one level may run in Winograd's form: its seven products go straight into C
+        blocks through cuBLAS's own alpha and beta (float64, CuPy arrays on CuPy's current
+        stream: _gemm_into's conditions), and the knob KRONLINALG_STRASSEN_WINOGRAD is 1 or 2
+        (2: the sums pass on a second stream, beside P1, which needs no sums)."""
+        if self.dtype != "float64" or not backend.is_cupy(self.lead):
+            return False
+        form = config.get("KRONLINALG_STRASSEN_WINOGRAD")
+        if form not in (1, 2):
+            return False
+        import cupy
+
+        self.overlap = form == 2 and self.hook is None  # stage timing: one stream
+        return cupy.cuda.get_current_stream().ptr == self.stream
+
+    def winograd_sums(self, op):
+        """Winograd's four A sums and four B sums into the workspace (m·k + k·n elements)."""
+        if self.hook:
+            self.hook(op)
+        sa = backend.device_view(self._buffer("wsa", (4 * op.mh, op.kh)))
+        sb = backend.device_view(self._buffer("wsb", (4 * op.kh, op.nh)))
+        self.sa, self.sb = sa, sb
+        stream = self.stream
+        if self.overlap:  # the side stream starts after what came before
+            from cupy.cuda import runtime
+
+            side, ready, done = _side_stream(self.lead.data.device_id)
+            runtime.eventRecord(ready.ptr, self.stream)
+            runtime.streamWaitEvent(side.ptr, ready.ptr, 0)
+            stream, self.sums_done = side.ptr, done
+        strassen_cuda.run_pass(6, op.mh, op.kh, op.nh, op.kh, op.nh,
+                               [self._ptr(sa, (i * op.mh, 0)) for i in range(4)],
+                               [self._ptr(sb, (i * op.kh, 0)) for i in range(4)], self.code,
+                               stream, self.va.ptr, self.vb.ptr, self.va.strides[0],
+                               self.vb.strides[0])
+        if stream != self.stream:
+            from cupy.cuda import runtime
+
+            runtime.eventRecord(self.sums_done.ptr, stream)
+
+    def _await_sums(self):
+        """The main stream waits for the side stream's sums before a product reads them."""
+        done = self.sums_done
+        if done is not None:
+            from cupy.cuda import runtime
+
+            runtime.streamWaitEvent(self.stream, done.ptr, 0)
+            self.sums_done = None
+
+    def combine(self, op):
+        """Winograd's combination of the four products held in C's core quadrants."""
+        if self.hook:
+            self.hook(op)
+        strassen_cuda.run_pass(7, op.mh, 0, op.nh, self.vc.strides[0], 0, [self.vc.ptr], [0],
+                               self.code, self.stream)
+
     def _source(self, src):
         view = {"a": self.va, "b": self.vb, "sa": self.sa, "sb": self.sb}[src[0]]
         return self._ptr(view, src[1:]), view.strides[0]
@@ -93,7 +167,9 @@ class CudaExecutor:
     def leaf(self, op, alpha, beta):
         if self.hook:
             self.hook(op)
-        if isinstance(op, costs.SumProduct):
+        if isinstance(op, (costs.SumProduct, costs.WinogradProduct)):
+            if op.x[0] == "sa" or op.y[0] == "sb":
+                self._await_sums()
             (x, ldx), (y, ldy) = self._source(op.x), self._source(op.y)
             targets = [(self._ptr(self.vc, t[:2]), t[2], t[3]) for t in op.targets]
             self._launch(ldx, ldy, op.m, op.k, op.n, [(x, y, targets)], alpha, beta, False)

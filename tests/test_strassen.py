@@ -380,6 +380,62 @@ def test_sums_schedule_as_algebra(rng):
     np.testing.assert_allclose(C, a @ b + beta * c0, atol=1e-12)
 
 
+def test_winograd_schedule_as_algebra(rng):
+    """strassen_cublas's one-level Winograd form replayed with NumPy as the kernels run it: the
+    eight sums in the pass kernel's order, four products written fresh into C's quadrants, the
+    combine pass, three products added (alpha in each product, C not read before: beta = 0)."""
+    m, k, n, alpha = 12, 16, 10, 0.7
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    mh, kh, nh = m // 2, k // 2, n // 2
+    qa = [a[(q >> 1) * mh:(q >> 1) * mh + mh, (q & 1) * kh:(q & 1) * kh + kh] for q in range(4)]
+    qb = [b[(q >> 1) * kh:(q >> 1) * kh + kh, (q & 1) * nh:(q & 1) * nh + nh] for q in range(4)]
+    s1 = qa[2] + qa[3]
+    s2 = s1 - qa[0]
+    t1 = qb[1] - qb[0]
+    t2 = qb[3] - t1
+    sa = np.vstack([s1, s2, qa[0] - qa[2], qa[1] - s2])
+    sb = np.vstack([t1, t2, qb[3] - qb[1], t2 - qb[2]])
+    src = {"a": a, "b": b, "sa": sa, "sb": sb}
+    C = np.full((m, n), np.nan)  # poisoned: a fresh write must not read it
+    ops = costs.winograd_schedule(m, k, n)
+    assert isinstance(ops[0], costs.WinogradSums) and len(ops) == 9
+    assert [costs.label(op) for op in ops] == ["wsums", "P1", "P6", "P7", "P5", "combine",
+                                               "P2", "P3", "P4"]
+    for op in ops[1:]:
+        if isinstance(op, costs.Combine):
+            q = [C[r:r + mh, c:c + nh] for r in (0, mh) for c in (0, nh)]
+            u2 = q[0] + q[1]
+            u3 = u2 + q[2]
+            c3 = q[3].copy()
+            q[1][...], q[2][...], q[3][...] = u2 + c3, u3, u3 + c3
+            continue
+        x = src[op.x[0]][op.x[1]:op.x[1] + op.m, op.x[2]:op.x[2] + op.k]
+        y = src[op.y[0]][op.y[1]:op.y[1] + op.k, op.y[2]:op.y[2] + op.n]
+        (r, c, sg, fresh), = op.targets
+        blk = C[r:r + op.m, c:c + op.n]
+        blk[...] = sg * alpha * (x @ y) + (0.0 if fresh else blk)
+    np.testing.assert_allclose(C, alpha * (a @ b), atol=1e-12)
+
+
+def test_winograd_form_is_priced_where_it_runs():
+    """strassen_cublas at one level, float64 on CUDA with the fact "winograd": the Winograd
+    launches (sums, seven direct products, combine), priced below the sums form."""
+    from kronlinalg.planner import Problem, profile_for
+
+    prof = profile_for("h100-sxm")
+    shapes = ((8192, 8192), (8192, 8192))
+    times = {}
+    for wino in (False, True):
+        info = {**costs.normalise(shapes, {}), "leaf_tile": (128, 128), "winograd": wino}
+        p = Problem("strassen_matmul", shapes, "float64", "cuda:0", "cuda", {"levels": 1}, info)
+        times[wino] = costs.launch_times(p, prof, 1, "strassen_cublas")
+    assert [w for w, _ in times[True]] == ["wsums", "P1", "P6", "P7", "P5", "combine", "P2",
+                                           "P3", "P4"]
+    assert [w for w, _ in times[False]][0] == "sums"
+    total = {w: sum(t for _, t in ts) for w, ts in times.items()}
+    assert 0.9 * total[False] < total[True] < total[False]
+
+
 def test_planner():
     choices = kronlinalg.plan("strassen_matmul", (64, 64), (64, 64), levels=None,
                               overwrite=False)

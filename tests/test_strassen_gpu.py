@@ -72,3 +72,37 @@ def test_reloaded_unaligned_views_and_overwrite():
     kronlinalg.strassen_matmul(a2, b2, levels=1, algorithm="strassen_reloaded",
                                overwrite_inputs=True)
     assert bool(cp.all(a2 == a)) and bool(cp.all(b2 == b))
+
+
+@pytest.mark.parametrize("winograd", ["0", "1", "2"])
+def test_cublas_one_level_forms(monkeypatch, winograd):
+    """strassen_cublas at one level with beta = 0 in both forms (the knob
+    KRONLINALG_STRASSEN_WINOGRAD: 1 Winograd's, products straight into C and one combine pass;
+    2 the same with the sums pass on a second stream; 0 the sums form): odd, non-square and unaligned operands, alpha 0.7, C poisoned beforehand
+    by the pool (it must not be read), inputs untouched, bitwise repeatable."""
+    if cp.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("no CUDA device")
+    monkeypatch.setenv("KRONLINALG_STRASSEN_WINOGRAD", winograd)
+    rng = np.random.default_rng(32)
+    for m, k, n in ((1001, 1001, 1001), (300, 500, 122), (258, 130, 262)):
+        big_a, big_b = rng.standard_normal((m + 1, k + 1)), rng.standard_normal((k + 1, n + 1))
+        dev_a, dev_b = cp.asarray(big_a), cp.asarray(big_b)
+        for o in (0, 1):  # o = 1: views one element in (8-byte aligned only)
+            a64, b64 = big_a[o:o + m, o:o + k], big_b[o:o + k, o:o + n]
+            a, b = dev_a[o:o + m, o:o + k], dev_b[o:o + k, o:o + n]
+            a0, b0 = a.copy(), b.copy()
+            junk = cp.full((m, n), cp.nan)  # freed: the result may reuse its pool block
+            del junk
+            out = kronlinalg.strassen_matmul(a, b, alpha=0.7, levels=1,
+                                             algorithm="strassen_cublas")
+            rows = np.unique(np.r_[rng.choice(m, size=min(m, 24), replace=False), m - 1])
+            ref = 0.7 * (a64[rows].astype(np.longdouble) @ b64.astype(np.longdouble))
+            classical = cp.asnumpy(0.7 * (a @ b))[rows].astype(np.longdouble)
+            base = max(float(np.abs(classical - ref).max()),
+                       32 * EPS * float(np.abs(ref).max()))
+            err = float(np.abs(cp.asnumpy(out)[rows].astype(np.longdouble) - ref).max())
+            assert err <= 6.0 * base, f"{m}x{k}x{n}: error {err:.3g} > {6 * base:.3g}"
+            again = kronlinalg.strassen_matmul(a, b, alpha=0.7, levels=1,
+                                               algorithm="strassen_cublas")
+            assert bool(cp.all(again == out)), "not deterministic"
+            assert bool(cp.all(a == a0)) and bool(cp.all(b == b0)), "inputs changed"

@@ -23,7 +23,12 @@ extern "C" {
  * src_a (leading dimension lds_a) and src_b, writes all four quadrants of a[0] and b[0];
  * 5 (CUDA, count 5): the five operand sums of Strassen's original products from src_a's
  * quadrants into the mh x kh blocks a[0..4] (A0+A3, A2+A3, A0+A1, A2-A0, A1-A3; leading
- * dimension lda) and from src_b's into b[0..4] (B0+B3, B1-B3, B2-B0, B0+B1, B2+B3). */
+ * dimension lda) and from src_b's into b[0..4] (B0+B3, B1-B3, B2-B0, B0+B1, B2+B3);
+ * 6 (CUDA, count 4): the four operand sums of Winograd's form, likewise: a[0..3] = S1..S4
+ * (A2+A3, S1-A0, A0-A2, A1-S2), b[0..3] = T1..T4 (B1-B0, B3-T1, B3-B1, T2-B2);
+ * 7 (CUDA, count 1): Winograd's combination in C: a[0] is C's core (leading dimension lda,
+ * mh x nh quadrants) holding P1, P6, P7, P5; afterwards P1, U2+P5, U2+P7, U2+P7+P5 with
+ * U2 = P1+P6 (kh, b and ldb unused). */
 typedef struct {
   int32_t stage;
   int32_t count;

@@ -62,6 +62,54 @@ __device__ __forceinline__ void sums_rows(const kl_strassen_pass &p, bool is_a) 
   }
 }
 
+// stage 6: the four operand sums of Winograd's form, out of place (S1 = A2 + A3, S2 = S1 - A0,
+// S3 = A0 - A2, S4 = A1 - S2; T1 = B1 - B0, T2 = B3 - T1, T3 = B3 - B1, T4 = T2 - B2)
+template <typename T>
+__device__ __forceinline__ void winograd_sums_rows(const kl_strassen_pass &p, bool is_a) {
+  const int64_t rows = is_a ? p.mh : p.kh, cols = is_a ? p.kh : p.nh;
+  const int64_t ld = is_a ? p.lda : p.ldb, lds = is_a ? p.lds_a : p.lds_b;
+  const T *src = static_cast<const T *>(is_a ? p.src_a : p.src_b);
+  T *const *dst = reinterpret_cast<T *const *>(is_a ? p.a : p.b);
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const T *s0 = src + i * lds + j, *s2 = s0 + rows * lds;
+    const T v0 = s0[0], v1 = s0[cols], v2 = s2[0], v3 = s2[cols];
+    const int64_t o = i * ld + j;
+    if (is_a) {
+      const T s1 = v2 + v3, s2v = s1 - v0;
+      dst[0][o] = s1;
+      dst[1][o] = s2v;
+      dst[2][o] = v0 - v2;
+      dst[3][o] = v1 - s2v;
+    } else {
+      const T t1 = v1 - v0, t2 = v3 - t1;
+      dst[0][o] = t1;
+      dst[1][o] = t2;
+      dst[2][o] = v3 - v1;
+      dst[3][o] = t2 - v2;
+    }
+  }
+}
+
+// stage 7: Winograd's combination in C's quadrants (a[0], leading dimension lda, mh x nh
+// quadrants) after C0 = P1, C1 = P6, C2 = P7, C3 = P5: U2 = C0 + C1, U3 = U2 + C2;
+// C1 = U2 + C3 (U4), C2 = U3, C3 = U3 + C3 (U7); C0 keeps P1
+template <typename T>
+__global__ void winograd_combine_kernel(const __grid_constant__ kl_strassen_pass p) {
+  T *base = static_cast<T *>(p.a[0]);
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= p.nh) return;
+  for (int64_t i = blockIdx.y; i < p.mh; i += gridDim.y) {
+    T *q0 = base + i * p.lda + j, *q1 = q0 + p.nh, *q2 = q0 + p.mh * p.lda, *q3 = q2 + p.nh;
+    const T u2 = *q0 + *q1, c3 = *q3;
+    const T u3 = u2 + *q2;
+    *q1 = u2 + c3;
+    *q2 = u3;
+    *q3 = u3 + c3;
+  }
+}
+
 template <typename T>
 __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   const int blk = blockIdx.z >> 1;
@@ -71,6 +119,10 @@ __global__ void pass_kernel(const __grid_constant__ kl_strassen_pass p) {
   T *base = static_cast<T *>(is_a ? p.a[blk] : p.b[blk]);
   if (p.stage == 5) {
     sums_rows<T>(p, is_a);
+    return;
+  }
+  if (p.stage == 6) {
+    winograd_sums_rows<T>(p, is_a);
     return;
   }
   const bool copy = p.stage == 4;  // S1 from the source into the private copy
@@ -481,14 +533,28 @@ dim3 rows_grid(int64_t cols, int64_t rows, int z) {
 }  // namespace
 
 extern "C" int kl_strassen_pass_cuda(const kl_strassen_pass *p, int dtype, void *stream) {
-  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 5 ||
+  if (p->count < 0 || p->count > KL_STRASSEN_MAX_BATCH || p->stage < 1 || p->stage > 7 ||
       p->mh < 0 || p->kh < 0 || p->nh < 0 || (p->stage == 4 && p->count > 1) ||
-      (p->stage == 5 && p->count != 5))
+      (p->stage == 5 && p->count != 5) || (p->stage == 6 && p->count != 4) ||
+      (p->stage == 7 && p->count != 1))
     return kl::fail(KL_ERR_INVALID, "strassen pass: invalid sizes or stage");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p->stage == 7) {  // C's quadrants only
+    if (p->mh == 0 || p->nh == 0) return KL_OK;
+    const dim3 grid = rows_grid(p->nh, p->mh, 1);
+    if (dtype == 0)
+      winograd_combine_kernel<float><<<grid, 256, 0, s>>>(*p);
+    else if (dtype == 1)
+      winograd_combine_kernel<double><<<grid, 256, 0, s>>>(*p);
+    else
+      return kl::fail(KL_ERR_INVALID, "strassen: only float32 and float64 are supported");
+    const cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? KL_OK : cuda_fail(err, "combine launch");
+  }
   if (p->count == 0 || (p->mh * p->kh == 0 && p->kh * p->nh == 0)) return KL_OK;
   const int64_t cols = p->kh > p->nh ? p->kh : p->nh, rows = p->mh > p->kh ? p->mh : p->kh;
-  const dim3 grid = rows_grid(cols, rows, p->stage == 5 ? 2 : 2 * p->count);  // 5: one pair
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // 5, 6: one pair (the sums of A, of B)
+  const dim3 grid = rows_grid(cols, rows, p->stage >= 5 ? 2 : 2 * p->count);
   if (dtype == 0)
     pass_kernel<float><<<grid, 256, 0, s>>>(*p);
   else if (dtype == 1)

@@ -91,8 +91,12 @@ KNOBS: dict = {k.name: k for k in (
          "c++"),
     Knob("KRONLINALG_STRASSEN_LEAF", int, -1,
          "strassen FP64 leaf on sm_90: 0 the own mma.sync kernel; CUTLASS mainloops 1 128x128 "
-         "m16n8k4, 2 128x128 m16n8k8, 3 128x64 m16n8k4 (-1: the built default; 1-3 need a "
-         "build with CUTLASS)", "c++"),
+         "m16n8k4, 2 128x128 m16n8k8 (wrong results on the H100, 2026-11-27: do not use), "
+         "3 128x64 m16n8k4 (-1: the built default; 1-3 need a build with CUTLASS)", "c++"),
+    Knob("KRONLINALG_STRASSEN_WINOGRAD", int, 1,
+         "strassen_cublas at one level, float64, beta = 0, CuPy: 1 Winograd's form (products "
+         "straight into C, one combine pass), 2 the same with its sums pass on a second stream "
+         "beside the first product, 0 Strassen's sums with a product buffer"),
     Knob("KRONLINALG_EMULATE_RN", str, "",
          "batched_matmul's CPU emulator of its CUDA kernels (tests): set, tensor-core sums "
          "round to nearest instead of truncating", "c++"),

@@ -33,7 +33,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
-           "sums_schedule", "Sums", "SumProduct", "private_schedule",
+           "sums_schedule", "Sums", "SumProduct", "private_schedule", "winograd_schedule",
+           "WinogradSums", "WinogradProduct", "Combine", "winograd_applies", "short_call_gain",
            "launch_times", "msmes_reference", "MARGIN"]
 
 MAX_LEVELS = 4
@@ -236,6 +237,75 @@ def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
     return tuple(out)
 
 
+# strassen_cublas at one level in Winograd's form (float64, beta = 0, where cuBLAS can write C
+# blocks itself): one pass forms four A sums and four B sums (S1 = A2+A3, S2 = S1-A0,
+# S3 = A0-A2, S4 = A1-S2; T1 = B1-B0, T2 = B3-T1, T3 = B3-B1, T4 = T2-B2) into a workspace of
+# (m·k + k·n) elements; each of the seven products goes straight into one C quadrant with
+# cuBLAS's alpha and beta (no product buffer, no target pass): P1 -> C0, P6 -> C1, P7 -> C2,
+# P5 -> C3 (first writes); then one pass over C combines them (U2 = P1+P6; C1 = U2+P5,
+# C2 = U2+P7, C3 = U2+P7+P5); then C0 += P2, C1 += P3, C2 -= P4.  C traffic: 17 quadrant
+# accesses, against 30 for the sums form's buffer and target passes; the sums pass 16, not 18.
+# Product: (name, x source, y source, C quadrant, sign, fresh); a source is ("a"/"b", quadrant)
+# or ("sa"/"sb", sum index 0..3).
+WINOGRAD = (
+    ("P1", ("a", 0), ("b", 0), 0, 1, True),
+    ("P6", ("sa", 1), ("sb", 1), 1, 1, True),
+    ("P7", ("sa", 2), ("sb", 2), 2, 1, True),
+    ("P5", ("sa", 0), ("sb", 0), 3, 1, True),
+    None,  # the combine pass
+    ("P2", ("a", 1), ("b", 2), 0, 1, False),
+    ("P3", ("sa", 3), ("b", 3), 1, 1, False),
+    ("P4", ("a", 3), ("sb", 3), 2, -1, False),
+)
+
+
+class WinogradSums(NamedTuple):
+    """The Winograd operand-sums pass: A's (mh x kh) and B's (kh x nh) four sums each."""
+
+    mh: int
+    kh: int
+    nh: int
+
+
+class Combine(NamedTuple):
+    """Winograd's combination pass over C's four mh x nh quadrants."""
+
+    mh: int
+    nh: int
+
+
+class WinogradProduct(NamedTuple):
+    """One product of the Winograd form, m x k @ k x n, fields as SumProduct's; name P1..P7."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+    x: tuple
+    y: tuple
+    targets: tuple
+
+
+@functools.lru_cache(maxsize=64)
+def winograd_schedule(m: int, k: int, n: int) -> tuple:
+    """One level of Winograd's form on an m x k @ k x n core (even sizes), C written fresh (beta
+    = 0): WinogradSums, the seven products and the Combine pass, in order."""
+    if m % 2 or k % 2 or n % 2:
+        raise ValueError(f"the core {m}x{k}x{n} is not even")
+    mh, kh, nh = m // 2, k // 2, n // 2
+    out = [WinogradSums(mh, kh, nh)]
+    for entry in WINOGRAD:
+        if entry is None:
+            out.append(Combine(mh, nh))
+            continue
+        name, xs, ys, cq, sign, fresh = entry
+        x = (("sa", xs[1] * mh, 0) if xs[0] == "sa" else ("a",) + _quad((0, 0), xs[1], mh, kh))
+        y = (("sb", ys[1] * kh, 0) if ys[0] == "sb" else ("b",) + _quad((0, 0), ys[1], kh, nh))
+        out.append(WinogradProduct(name, mh, kh, nh, x, y,
+                                   (_quad((0, 0), cq, mh, nh) + (sign, fresh),)))
+    return tuple(out)
+
+
 STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
 
 
@@ -245,6 +315,12 @@ def label(op) -> str:
         return STAGE_NAMES[op.stage]
     if isinstance(op, Sums):
         return "sums"
+    if isinstance(op, WinogradSums):
+        return "wsums"
+    if isinstance(op, Combine):
+        return "combine"
+    if isinstance(op, WinogradProduct):
+        return op.name
     if isinstance(op, SumProduct):
         return f"M{op.index + 1}"
     if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
@@ -351,9 +427,59 @@ def _cutlass_leaf(problem, name):
             and "leaf_fraction" not in problem.info)
 
 
+# cuBLAS's DGEMM on the H100 runs above the profile's rate in short calls (the FP64 tensor
+# cores' clock before the power limit bites): in the 2026-11-26c run strassen_cublas at N = 4096
+# (a 2.5 ms call) ran its 2048^3 products 14-18 % faster than predicted, 4096 at two levels
+# (4 ms) 10-19 %, at 8192 (20 ms) 3-5 %, at 16384 as predicted (and cupy.matmul at 4096 6 %).
+# The GEMMs of a call whose classical time at the profile's rate is T run (1 + gain) faster,
+# gain = CUBLAS_SHORT_GAIN · clamp(log(T1 / T) / log(T1 / T0), 0, 1), (T0, T1) = CUBLAS_SHORT_T;
+# the classical prediction alike (so the ranking of short calls is unchanged).  float64 only
+# (measured there).  Refit on the 2026-11-27 run (strassen_fit.py --fit-cublas): 0.15 over
+# 2.5-60 ms (its Winograd products at N = 8192 ran at 60 TFLOP/s, 2.29 ms each).
+CUBLAS_SHORT_GAIN = 0.15
+CUBLAS_SHORT_T = (2.5e-3, 60e-3)
+# The first launch of a CUDA call waits for the host to issue it (the GPU idle since the call
+# began): 50-90 us more than its kernel in the 2026-11-27 run's per-stage table (every first
+# pass at N = 4096 and 8192).
+FIRST_LAUNCH_S = 30e-6
+
+
+# strassen_cublas's products whose sizes are not multiples of 128 ran slower than the model:
+# 12000x9000x10000 FP64 at one level (products 6000x4500x5000) measured 0.984x cuBLAS against a
+# predicted 1.066x (the 2026-11-27 run; the classical prediction of that shape within 0.1 %),
+# while the power-of-two orders ran as predicted: their rate times CUBLAS_UNALIGNED.
+CUBLAS_UNALIGNED = 0.92
+
+
+def _aligned(*dims) -> float:
+    return 1.0 if all(d % 128 == 0 for d in dims) else CUBLAS_UNALIGNED
+
+
+def _first_launch(out: list, kind: str) -> list:
+    if out and kind == "cuda":
+        out[0] = (out[0][0], out[0][1] + FIRST_LAUNCH_S)
+    return out
+
+
+def short_call_gain(problem, prof) -> float:
+    """The cuBLAS rate's gain in a short call (CUDA float64; 0 elsewhere)."""
+    if problem.kind != "cuda" or problem.dtype != "float64" or CUBLAS_SHORT_GAIN == 0.0:
+        return 0.0
+    t = problem.info["flops"] / max(prof.flops(problem.dtype), 1.0)
+    t0, t1 = CUBLAS_SHORT_T
+    if t <= t0:
+        return CUBLAS_SHORT_GAIN
+    return CUBLAS_SHORT_GAIN * min(1.0, max(0.0, math.log(t1 / t) / math.log(t1 / t0)))
+
+
 def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     """[(what, seconds)] per launch of one batch element's schedule (passes at bandwidth, leaves at
-    the GEMM rate of their size; strassen_cublas adds its M buffer and target pass)."""
+    the GEMM rate of their size; strassen_cublas adds its M buffer and target pass; the first
+    launch of a CUDA call its issue latency)."""
+    return _first_launch(_launch_times(problem, prof, levels, name), problem.kind)
+
+
+def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     info = problem.info
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     m, k, n = info["m"], info["k"], info["n"]
@@ -362,17 +488,21 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
     fraction, k0 = _leaf_fraction(problem, name)
     launch = prof.launch_s if problem.kind == "cuda" else 0.0
     bw = prof.bandwidth
+    # cuBLAS's GEMMs (strassen_cublas) in a short call: faster than the profile's rate
+    gain = 1.0 + (short_call_gain(problem, prof) if name == "strassen_cublas" else 0.0)
     out = []
     # classical strips: bottom rows, right columns, the k remainder
     for mm, kk, nn in ((m - mc, k, n), (mc, k, n - nc), (mc, k - kc, nc)):
         if mm and kk and nn:
-            rate = _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind, fraction, k0)
+            rate = gain * _gemm_rate(prof, problem.dtype, mm, nn, kk, 1, tile, problem.kind,
+                                     fraction, k0)
             c_rw = 1  # written once (beta reads it once more: small beside the GEMM)
             out.append(("strip", 2.0 * mm * nn * kk / rate + c_rw * mm * nn * s_e / bw + launch))
     if not (mc and kc and nc):
         return out
     if levels == 0:
-        rate = _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind, fraction, k0)
+        rate = gain * _gemm_rate(prof, problem.dtype, mc, nc, kc, 1, tile, problem.kind,
+                                 fraction, k0)
         out.append(("leaf", 2.0 * mc * nc * kc / rate + 2.0 * mc * nc * s_e / bw + launch))
         return out
     if name == "strassen_reloaded":
@@ -387,13 +517,28 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
                         + c_rw * op.m * op.n * s_e / bw + launch))
         return out
     private = not problem.options.get("overwrite")
+    if winograd_applies(problem, name, levels):
+        for op in winograd_schedule(mc, kc, nc):
+            if isinstance(op, WinogradSums):  # reads 4 quadrants, writes 4 sums, of A and of B
+                nbytes = 8 * s_e * (op.mh * op.kh + op.kh * op.nh)
+                out.append(("wsums", nbytes / bw + launch))
+            elif isinstance(op, Combine):  # reads 4 quadrants of C, writes 3
+                out.append(("combine", 7 * s_e * op.mh * op.nh / bw + launch))
+            else:  # straight into its C quadrant: written (fresh) or read and written
+                rate = gain * _aligned(op.m, op.n, op.k) * _gemm_rate(
+                    prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+                units = 1 if op.targets[0][3] else 2
+                t = 2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw + launch
+                out.append((op.name, max(t, CUBLAS_HOST_S)))
+        return out
     if private and name == "strassen_cublas" and problem.kind == "cuda" and levels == 1:
         for op in sums_schedule(mc, kc, nc):
             if isinstance(op, Sums):  # reads 4 quadrants, writes 5 sums, of A and of B
                 nbytes = 9 * s_e * (op.mh * op.kh + op.kh * op.nh)
                 out.append(("sums", nbytes / bw + launch))
                 continue
-            rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
+            rate = gain * _aligned(op.m, op.n, op.k) * _gemm_rate(
+                prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
             c_units = [1 if t[3] else 2 for t in op.targets]
             direct = problem.dtype == "float64" and len(op.targets) == 1
             units = c_units[0] if direct else 2 + sum(c_units)
@@ -410,8 +555,10 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             continue
         cnt = len(op.products)
         targets = sum(len(p[2]) for p in op.products)
-        rate = _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
-                          fraction, k0)
+        rate = gain * _gemm_rate(prof, problem.dtype, op.m, op.n, op.k, cnt, tile, problem.kind,
+                                 fraction, k0)
+        if name == "strassen_cublas":
+            rate *= _aligned(op.m, op.n, op.k)
         t = 2.0 * cnt * op.m * op.n * op.k / rate
         if _cutlass_leaf(problem, name):  # its sustained clock in long launches
             t /= 1.0 - CUTLASS_SUSTAINED_DROP * min(1.0, max(0.0, (t - 5e-3) / 15e-3))
@@ -430,6 +577,15 @@ def launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             t += targets * c_rw * op.m * op.n * s_e / bw  # the multi-target epilogue
         out.append((label(op), t + launch))
     return out
+
+
+def winograd_applies(problem, name: str, levels: int) -> bool:
+    """Whether strassen_cublas runs this one-level call in Winograd's form (float64 on CUDA,
+    default mode, the fact "winograd": the knob KRONLINALG_STRASSEN_WINOGRAD; the operation
+    also needs beta = 0 and CuPy arrays, else it takes the sums form)."""
+    return (name == "strassen_cublas" and levels == 1 and problem.kind == "cuda"
+            and problem.dtype == "float64" and not problem.options.get("overwrite")
+            and bool(problem.info.get("winograd", False)))
 
 
 def _copies(problem, prof, name="strassen"):
@@ -464,8 +620,9 @@ def predict_strassen(problem, prof, name="strassen"):
     # the margin: a tie with the vendor GEMM is not worth Strassen's larger error
     forced = problem.options.get("levels") is not None
     seconds = model if forced else model * MARGIN
-    passes = sum(t for w, t in times if w.startswith("S"))
-    leaves = sum(t for w, t in times if not w.startswith("S"))
+    is_pass = lambda w: w.startswith("S") or w in ("sums", "wsums", "combine")  # noqa: E731
+    passes = sum(t for w, t in times if is_pass(w))
+    leaves = sum(t for w, t in times if not is_pass(w))
     return seconds, {"levels": L, "model_s": model, "margin": 1.0 if forced else MARGIN,
                      "launches": len(times),
                      "terms": {"passes": problem.info["batch"] * passes,
@@ -487,9 +644,10 @@ def predict_strassen_cublas(problem, prof):
 # leaves, separated by bandwidth-bound passes, measured within 5 % of the short-GEMM rate.
 DGEMM_SUSTAINED_DROP = 0.10
 # strassen_cublas issues each leaf product from Python (a cuBLAS call and a target-update
-# launch): about 36 us of host time a product, which bounds launches of small leaves
-# (2026-11-26b: N = 4096, 3 levels, 512^3 leaves: 33-42 us a product).
-CUBLAS_HOST_S = 36e-6
+# launch): host time a product, which bounds launches of small leaves.  It depends on the
+# machine's host CPU: 33-42 us (2026-11-26b), ~22 us (2026-11-26c), 26 us fitted on the
+# 2026-11-27 run (N = 4096, 3 levels, 512^3 leaves; strassen_fit.py --fit-cublas).
+CUBLAS_HOST_S = 26e-6
 
 
 def predict_classical(problem, prof):
@@ -497,7 +655,7 @@ def predict_classical(problem, prof):
     s_e = _ITEMSIZE.get(problem.dtype, 8)
     rate = _gemm_rate(prof, problem.dtype, info["m"], info["n"], info["k"], info["batch"],
                       (128, 128), problem.kind)
-    t = info["flops"] / max(rate, 1.0)
+    t = info["flops"] / max(rate, 1.0) / (1.0 + short_call_gain(problem, prof))
     if problem.kind == "cuda" and problem.dtype == "float64":
         t /= 1.0 - DGEMM_SUSTAINED_DROP * min(1.0, max(0.0, (t - 0.02) / 0.04))
     nbytes = info["batch"] * (info["m"] * info["k"] + info["k"] * info["n"]
