@@ -20,7 +20,7 @@ left() {
 CUTLASS_INC=$(python -c "import os, cutlass_library as c; print(os.path.join(os.path.dirname(c.__file__), 'source', 'include'))" 2>/dev/null)
 echo "== CUTLASS: ${CUTLASS_INC:-not found} ($SECONDS s, $(left) s left)"
 python -c "from kronlinalg import strassen as s; c = s.strassen_cuda
-print('FP64 leaf kernel:', c.leaf_kernel(1), '(0 own, 1-3 CUTLASS), tile', c.leaf_tile(1))"
+print('FP64 leaf kernel:', c.leaf_kernel(1), '(0 own, 1-2 CUTLASS), tile', c.leaf_tile(1))"
 (
   sleep 5  # after pytest's import (the editable build's no-op rebuild check)
   timeout ${ST_RACE_S:-55} compute-sanitizer --tool racecheck --error-exitcode 9 \
@@ -39,7 +39,7 @@ wait $san_pid
 grep -E "rc [0-9]|SUMMARY|sanitize script done|Race|Hazard" "$OUT/strassen_sanitizer.txt" | head -20
 echo "sanitizers done ($SECONDS s, $(left) s left)"
 echo "== leaf variants ($SECONDS s)"
-for v in 3 2; do
+for v in 2; do
   KRONLINALG_STRASSEN_LEAF=$v timeout 25 python benchmarks/strassen_gpu.py --sections leaf \
     --leaf-dtypes float64 --leaf-sizes 2048,4096 --reps 7 --budget 200 --out /tmp/leaf$v.json \
     2>&1 | grep -E "^\| leaf|rror" | tee -a "$OUT/strassen_leaf_variants.txt"

@@ -99,7 +99,7 @@ int kl_strassen_sum_leaf_cuda(const kl_strassen_sum_leaves *p, int dtype, void *
 int kl_strassen_targets_cuda(const kl_strassen_leaves *p, int dtype, void *stream);
 /* The leaf kernel's output tile for dtype: tile[0] rows x tile[1] columns. */
 int kl_strassen_cuda_leaf_tile(int dtype, int *tile);
-/* Which FP64/FP32 leaf kernel runs: 0 the own kernel, 1-3 a CUTLASS mainloop
+/* Which FP64/FP32 leaf kernel runs: 0 the own kernel, 1-2 a CUTLASS mainloop
  * (KRONLINALG_STRASSEN_LEAF; FP64 on sm_90 in a build with CUTLASS only). */
 int kl_strassen_cuda_leaf_kernel(int dtype);
 int kl_strassen_cuda_check(void); /* KL_OK, or KL_ERR_NO_DEVICE with a message */

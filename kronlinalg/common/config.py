@@ -91,8 +91,8 @@ KNOBS: dict = {k.name: k for k in (
          "c++"),
     Knob("KRONLINALG_STRASSEN_LEAF", int, -1,
          "strassen FP64 leaf on sm_90: 0 the own mma.sync kernel; CUTLASS mainloops 1 128x128 "
-         "m16n8k4, 2 128x128 m16n8k8 (wrong results on the H100, 2026-11-27: do not use), "
-         "3 128x64 m16n8k4 (-1: the built default; 1-3 need a build with CUTLASS)", "c++"),
+         "m16n8k4, 2 128x64 m16n8k4 (-1: the built default; 1, 2 need a build with CUTLASS; "
+         "other values: the own kernel)", "c++"),
     Knob("KRONLINALG_STRASSEN_WINOGRAD", int, 1,
          "strassen_cublas at one level, float64, beta = 0, CuPy: 1 Winograd's form (products "
          "straight into C, one combine pass), 2 the same with its sums pass on a second stream "
