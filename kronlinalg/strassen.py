@@ -477,7 +477,8 @@ def _facts_for(dtype):
     code = KERNEL_CODE[dtype]
     return {"leaf_tile": strassen_cuda.leaf_tile(code),
             "leaf_kernel": "cutlass" if strassen_cuda.leaf_kernel(code) else "own",
-            "winograd": config.get("KRONLINALG_STRASSEN_WINOGRAD") in (1, 2)}
+            "winograd": (config.get("KRONLINALG_STRASSEN_WINOGRAD") in (1, 2)
+                         and _cublas.available())}
 
 # ---------------------------------------------------------------------------------------------
 # the planner's side: registration, and what matmul needs to offer Strassen
@@ -579,7 +580,8 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
         buffer (N²/4^levels elements); at one level the ten operand sums of Strassen's
         products replace the private copy (a workspace of 5/4·(m·k + k·n) elements), or, for
-        float64 CuPy arrays with beta = 0, Winograd's form: eight operand sums (m·k + k·n
+        float64 with beta = 0 (CuPy arrays, or CUDA torch tensors where CuPy is installed),
+        Winograd's form: eight operand sums (m·k + k·n
         elements), each product straight into one C quadrant by cuBLAS, one combine pass, no
         product buffer (its error is about 1.4x that of Strassen's one level: still within
         2·3x classical).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):

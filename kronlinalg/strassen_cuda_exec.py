@@ -6,8 +6,6 @@ schedules."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._ext import load
 from .common import backend, config
 from .planner.costs import strassen as costs
@@ -106,14 +104,17 @@ class CudaExecutor:
 
     def winograd(self) -> bool:
         """Whether one level may run in Winograd's form: its seven products go straight into C
-        blocks through cuBLAS's own alpha and beta (float64, CuPy arrays on CuPy's current
-        stream: _gemm_into's conditions), and the knob KRONLINALG_STRASSEN_WINOGRAD is 1 or 2
-        (2: the sums pass on a second stream, beside P1, which needs no sums)."""
-        if self.dtype != "float64" or not backend.is_cupy(self.lead):
+        blocks through cuBLAS's own alpha and beta (float64, where CuPy's cuBLAS bindings are
+        importable: CuPy arrays, and CUDA torch tensors on torch's stream), and the knob
+        KRONLINALG_STRASSEN_WINOGRAD is 1 or 2 (2: the sums pass on a second stream, beside
+        P1, which needs no sums; CuPy arrays only)."""
+        if self.dtype != "float64" or not _cublas.available():
             return False
         form = config.get("KRONLINALG_STRASSEN_WINOGRAD")
         if form not in (1, 2):
             return False
+        if not backend.is_cupy(self.lead):
+            return True
         import cupy
 
         self.overlap = form == 2 and self.hook is None  # stage timing: one stream
@@ -220,22 +221,18 @@ class CudaExecutor:
 
     def _gemm_into(self, m, n, k, x, ldx, y, ldy, target, ldc, alpha, beta):
         """A one-target float64 leaf straight into its C block (cuBLAS's own alpha and beta: no
-        product buffer, no target pass); CuPy arrays on CuPy's current stream only (else False:
-        the caller takes the buffer path)."""
-        if self.dtype != "float64" or not backend.is_cupy(self.lead):
+        product buffer, no target pass), where CuPy's cuBLAS bindings are importable (else
+        False: the caller takes the buffer path)."""
+        if self.dtype != "float64" or not _cublas.available():
             return False
-        import cupy
-        from cupy_backends.cuda.libs import cublas as cb
+        cupy_owned = backend.is_cupy(self.lead)
+        if cupy_owned:  # CuPy's bindings run on CuPy's current stream: it must be the call's
+            import cupy
 
-        if cupy.cuda.get_current_stream().ptr != self.stream:
-            return False
-        scal = np.array([alpha * target[1], beta], dtype=np.float64)
-        handle = cupy.cuda.device.get_cublas_handle()
-        mode = cb.getPointerMode(handle)
-        cb.setPointerMode(handle, cb.CUBLAS_POINTER_MODE_HOST)
-        try:  # row-major C = X Y as column-major C^T = Y^T X^T
-            cb.dgemm(handle, cb.CUBLAS_OP_N, cb.CUBLAS_OP_N, n, m, k, scal.ctypes.data, y, ldy,
-                     x, ldx, scal.ctypes.data + 8, target[0], ldc)
-        finally:
-            cb.setPointerMode(handle, mode)
+            if cupy.cuda.get_current_stream().ptr != self.stream:
+                return False
+        dev = self.lead.data.device_id if cupy_owned else self.lead.get_device()
+        # row-major C = X Y as column-major C^T = Y^T X^T
+        _cublas.dgemm(n, m, k, alpha * target[1], y, ldy, x, ldx, beta, target[0], ldc,
+                      device=dev, stream=self.stream, cupy_owned=cupy_owned)
         return True

@@ -106,3 +106,37 @@ def test_cublas_one_level_forms(monkeypatch, winograd):
                                                algorithm="strassen_cublas")
             assert bool(cp.all(again == out)), "not deterministic"
             assert bool(cp.all(a == a0)) and bool(cp.all(b == b0)), "inputs changed"
+
+
+@pytest.mark.parametrize("beta", [0.0, -0.3])
+def test_cublas_one_level_torch_on_a_side_stream(beta):
+    """strassen_cublas at one level on CUDA torch tensors, float64: with beta = 0 Winograd's
+    form, its products straight into C through CuPy's cuBLAS bindings on torch's stream; with
+    beta != 0 the sums form, whose one-target products take the same route.  Run on a torch
+    side stream (the bindings must follow it), odd and non-square sizes, alpha 0.7; error
+    within 6x classical's (as the CuPy test), inputs untouched, bitwise repeatable."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rng = np.random.default_rng(41)
+    for m, k, n in ((1001, 1001, 1001), (300, 501, 122)):
+        a64, b64, c64 = (rng.standard_normal(s) for s in ((m, k), (k, n), (m, n)))
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            a, b, c = (torch.tensor(v, device="cuda") for v in (a64, b64, c64))
+            a0, b0 = a.clone(), b.clone()
+            out = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=1,
+                                             algorithm="strassen_cublas")
+            again = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=1,
+                                               algorithm="strassen_cublas")
+            classical = 0.7 * (a @ b) + beta * c
+        side.synchronize()
+        rows = np.unique(np.r_[rng.choice(m, size=24, replace=False), m - 1])
+        ref = (0.7 * (a64[rows].astype(np.longdouble) @ b64.astype(np.longdouble))
+               + np.longdouble(beta) * c64[rows])
+        base = max(float(np.abs(classical.cpu().numpy()[rows] - ref).max()),
+                   32 * EPS * float(np.abs(ref).max()))
+        err = float(np.abs(out.cpu().numpy()[rows].astype(np.longdouble) - ref).max())
+        assert err <= 6.0 * base, f"{m}x{k}x{n}: error {err:.3g} > {6 * base:.3g}"
+        assert bool(torch.equal(again, out)), "not deterministic"
+        assert bool(torch.equal(a, a0)) and bool(torch.equal(b, b0)), "inputs changed"

@@ -94,7 +94,7 @@ KNOBS: dict = {k.name: k for k in (
          "m16n8k4, 2 128x64 m16n8k4 (-1: the built default; 1, 2 need a build with CUTLASS; "
          "other values: the own kernel)", "c++"),
     Knob("KRONLINALG_STRASSEN_WINOGRAD", int, 1,
-         "strassen_cublas at one level, float64, beta = 0, CuPy: 1 Winograd's form (products "
+         "strassen_cublas at one level, float64, beta = 0: 1 Winograd's form (products "
          "straight into C, one combine pass), 2 the same with its sums pass on a second stream "
          "beside the first product, 0 Strassen's sums with a product buffer"),
     Knob("KRONLINALG_EMULATE_RN", str, "",

@@ -68,6 +68,27 @@ def _scope(device: int, stream: int, cupy_owned: bool):
     return stack
 
 
+def dgemm(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *, device: int, stream: int,
+          cupy_owned: bool):
+    """One column-major float64 GEMM C = alpha A B + beta C on device pointers (no transposes),
+    alpha and beta taken from the host: strassen_cublas writes each Winograd product straight
+    into its C block with them.  On CuPy's current device and stream when those are the
+    caller's, else entered for the call (torch's stream wrapped, as gemm_strided_batched does)."""
+    cupy, cublas = _bindings()
+    scal = np.array([alpha, beta], dtype=np.float64)
+    direct = (cupy.cuda.runtime.getDevice() == device
+              and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
+    with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
+        handle = cupy.cuda.device.get_cublas_handle()
+        mode = cublas.getPointerMode(handle)
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        try:
+            cublas.dgemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, m, n, k,
+                         scal.ctypes.data, a, lda, b, ldb, scal.ctypes.data + 8, c, ldc)
+        finally:
+            cublas.setPointerMode(handle, mode)
+
+
 def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_owned: bool,
                          tune: bool = False):
     """Run column-major GEMMs C = op(A) op(B), each a strided batch:

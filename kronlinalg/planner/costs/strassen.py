@@ -582,7 +582,7 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
 def winograd_applies(problem, name: str, levels: int) -> bool:
     """Whether strassen_cublas runs this one-level call in Winograd's form (float64 on CUDA,
     default mode, the fact "winograd": the knob KRONLINALG_STRASSEN_WINOGRAD; the operation
-    also needs beta = 0 and CuPy arrays, else it takes the sums form)."""
+    also needs beta = 0, else it takes the sums form: priced as Winograd's all the same)."""
     return (name == "strassen_cublas" and levels == 1 and problem.kind == "cuda"
             and problem.dtype == "float64" and not problem.options.get("overwrite")
             and bool(problem.info.get("winograd", False)))
