@@ -23,6 +23,10 @@ from kronlinalg import strassen
 quick = "--quick" in sys.argv  # racecheck: the leaf kernels' shared memory, fewer calls
 leaf = "--leaf" in sys.argv  # the FP64 leaf of "strassen" only, levels 0..4
 tiny = "--tiny" in sys.argv  # with --leaf: 130x66x70, levels 0..2 (racecheck in < 60 s)
+# --levels=3,4: the tiny problem's levels instead of 0..2 (a racecheck run of its own: level 4
+# is 7^4 leaf products of 8x4x4)
+tiny_levels = next((tuple(int(v) for v in x.split("=", 1)[1].split(",")) for x in sys.argv
+                    if x.startswith("--levels=")), (0, 1, 2))
 cublas = "--cublas" in sys.argv  # strassen_cublas's one-level forms and two levels
 rng = cp.random.default_rng(0)
 worst = 0.0
@@ -51,7 +55,7 @@ elif leaf and tiny:
     a = rng.standard_normal((130, 66))
     b = rng.standard_normal((66, 70))
     ref = cp.asnumpy(a) @ cp.asnumpy(b)
-    for L in range(3):
+    for L in tiny_levels:
         check(strassen.strassen_matmul(a, b, levels=L, algorithm="strassen"), ref)
 else:
     for dtype in ((np.float64,) if leaf else (np.float64, np.float32)):
