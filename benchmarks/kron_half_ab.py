@@ -26,7 +26,8 @@ sys.path.insert(0, _HERE)
 
 from kron_gpu_compare import load_cases, load_roof, run_case, shapes_of  # noqa: E402
 
-KNOBS = ("KRONLINALG_KRON_NATURAL_RING_HALF", "KRONLINALG_KRON_NATURAL_RING_TI")
+KNOBS = ("KRONLINALG_KRON_NATURAL_RING_HALF", "KRONLINALG_KRON_NATURAL_RING_TI",
+         "KRONLINALG_KRON_NATURAL_T")
 VARIANTS = {
     # the plans before the half types' ring kernel
     "old": {"KRONLINALG_KRON_NATURAL_RING_HALF": "0"},
@@ -37,6 +38,11 @@ VARIANTS = {
     "ring32": {"KRONLINALG_KRON_NATURAL_RING_HALF": "2", "KRONLINALG_KRON_NATURAL_RING_TI": "32"},
     # and P = 16 column groups on the ring too (64 i)
     "ring64p16": {"KRONLINALG_KRON_NATURAL_RING_HALF": "3"},
+    # line tiles of 4 lines (P = 16 groups: 32 KB, float32's bytes a tile; the half types' 2
+    # lines hold half the bytes in flight that float32's do); for P = 16 cases only (every
+    # line pass takes it: P = 32's 8 lines would drop to 4)
+    "t4": {"KRONLINALG_KRON_NATURAL_RING_HALF": "1", "KRONLINALG_KRON_NATURAL_T": "4"},
+    "p16t4": {"KRONLINALG_KRON_NATURAL_RING_HALF": "3", "KRONLINALG_KRON_NATURAL_T": "4"},
 }
 HALVES = ("float16", "bfloat16")
 

@@ -98,31 +98,38 @@ LIST
         done
       done ;;
     ring_t)
-      t=$(limit 60); [ "$t" -gt 20 ] || continue
-      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -x -p no:cacheprovider \
+      t=$(limit 50); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -rf -p no:cacheprovider \
         -k "half_ring or half_p32 or (mma_natural_kernel_is_planned and float16)" 2>&1 \
-        | tail -15 | tee -a "$OUT/tests.txt" ;;
+        | grep -vE "^E  |^\s*$" | tail -25 | tee -a "$OUT/tests.txt" ;;
     half_t)
       t=$(limit 120); [ "$t" -gt 20 ] || continue
       timeout "$t" python -m pytest tests/test_kron_cuda.py -q -p no:cacheprovider \
-        -k "mma_natural and (float16 or bfloat16) and not half_ring" 2>&1 | tail -15 \
+        -k "mma_natural and (float16 or bfloat16) and not half_ring" -rf 2>&1 | tail -15 \
         | tee -a "$OUT/tests.txt" ;;
     abhalf)
       H16="1024x16^5,1024x32^4,1024x64^3,1024x128^3,16x16^6,16x32^5,16x64^4"
-      t=$(limit 150); [ "$t" -gt 20 ] || continue
+      t=$(limit 125); [ "$t" -gt 20 ] || continue
       timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
         --anchors $D/h100-anchors-2026-11-22.json --only "$H16" \
         --variants "${HALF_VARIANTS:-old,ring,ring64,ring32,ring64p16}" \
         --json "$OUT/kron_half_ab.json" --md "$OUT/kron_half_ab.md" 2>&1 | tee "$OUT/kron_half_ab.txt"
-      t=$(limit 40); [ "$t" -gt 15 ] || continue
+      t=$(limit 35); [ "$t" -gt 15 ] || continue
+      # (line tiles of 4 lines: P = 16 cases only)
+      timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
+        --anchors $D/h100-anchors-2026-11-22.json --only 1024x16^5,16x16^6 \
+        --variants ring,t4,p16t4 --json "$OUT/kron_half_ab_t4.json" 2>&1 \
+        | tee -a "$OUT/kron_half_ab.txt"
+      t=$(limit 30); [ "$t" -gt 15 ] || continue
       # (P = 8: no ring kernel, the plans of every variant are the same)
       timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
         --anchors $D/h100-anchors-2026-11-22.json --only 1024x8^6,1024x8^7,16x8^8 \
         --variants ring --json "$OUT/kron_half_ab_p8.json" 2>&1 | tee -a "$OUT/kron_half_ab.txt" ;;
     sanring)
-      for v in "memcheck|2|ring,ring64" "memcheck|1|ring" "racecheck|1|ring"; do
+      # (memcheck under =2 runs every ring pass the default =1 plans have, and the 64-i one)
+      for v in "memcheck|2|ring,ring64" "racecheck|1|ring"; do
         IFS='|' read -r tool mode extra <<< "$v"
-        t=$(limit 50); [ "$t" -gt 15 ] || continue
+        t=$(limit 45); [ "$t" -gt 15 ] || continue
         echo "-- $tool KRONLINALG_KRON_NATURAL_RING_HALF=$mode float16 $extra" \
           | tee -a "$OUT/sanitize.txt"
         KRONLINALG_KRON_NATURAL_RING_HALF=$mode timeout "$t" compute-sanitizer --tool $tool \
