@@ -264,7 +264,7 @@ static void suite(const char *name, double tol) {
 template <class T>
 static void ring_suite(const char *name, double tol) {
   check<T, 32>(name, 5, 3, {3}, -1.5, 0.5, tol, 2, {1});
-  check<T, 16>(name, 3, 4, {1, 3}, 0.75, 0.0, tol, 2, {0, 16});
+  check<T, 16>(name, 5, 4, {1, 3}, 0.75, 0.0, tol, 2, {0, 16});
   check<T, 16>(name, 4, 4, {4}, 1.0, 0.0, tol, 2, {1});
   check<T, 32>(name, 1, 4, {2, 2}, 0.5, 2.0, tol, 2, {0, 64});
   check<T, 32>(name, 1, 3, {1, 2}, 1.0, 0.0, tol, 2, {0, 32});
