@@ -7,7 +7,7 @@ extra (comma-separated): eight7 adds 1 x 8^7 (3 + 2 + 2 natural passes: the half
 float64's under KRONLINALG_KRON_NATURAL_SHORTER=1); ring adds the half types' ring kernel's
 3-step P = 16 column pass of 16 i (its line passes, 3-step P = 32 and 4-step P = 16, are in the
 base cases); ring64 its P = 32 column pass of 64 i (under KRONLINALG_KRON_NATURAL_RING_HALF=2:
-600 rows, the fewest tiles that take it)."""
+600 rows, the fewest tiles that take it), ring64p16 its P = 16 one (=3)."""
 import math
 import re
 import sys
@@ -27,6 +27,8 @@ if "ring" in extra:
     cases.append(([(16, 16)] * 3 + [(1, 16)], 2))
 if "ring64" in extra:
     cases.append(([(32, 32)] * 2 + [(1, 64)], 600))
+if "ring64p16" in extra:
+    cases.append(([(16, 16)] * 2 + [(1, 64)], 600))
 rng = cp.random.default_rng(0)
 for dtype in dtypes:
     for shapes, m in cases:
@@ -35,7 +37,7 @@ for dtype in dtypes:
         x = rng.standard_normal((m, k)).astype(dtype)
         y = rng.standard_normal((m, math.prod(q for _, q in shapes))).astype(dtype)
         kronlinalg.kron_matmul(x, fs, algorithm="sliced", alpha=0.5, beta=2.0, y=y)
-        if "ring" in extra or "ring64" in extra:  # (which kernels ran)
+        if any(e.startswith("ring") for e in extra):  # (which kernels ran)
             kc, nq = extension("kron_cuda"), math.prod(q for _, q in shapes)
             text = kc.config(1, m, [(0, p, q, q, 1) for p, q in shapes], (256, m * k, k, 1),
                              (256, m * nq, nq, 1), kc.DTYPES[dtype])

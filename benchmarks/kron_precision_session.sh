@@ -126,8 +126,8 @@ LIST
         --anchors $D/h100-anchors-2026-11-22.json --only 1024x8^6,1024x8^7,16x8^8 \
         --variants ring --json "$OUT/kron_half_ab_p8.json" 2>&1 | tee -a "$OUT/kron_half_ab.txt" ;;
     sanring)
-      # (memcheck under =2 runs every ring pass the default =1 plans have, and the 64-i one)
-      for v in "memcheck|2|ring,ring64" "racecheck|1|ring"; do
+      # (memcheck under =3 runs every ring pass the default =1 plans have, and the 64-i ones)
+      for v in "memcheck|3|ring,ring64,ring64p16" "racecheck|1|ring"; do
         IFS='|' read -r tool mode extra <<< "$v"
         t=$(limit 45); [ "$t" -gt 15 ] || continue
         echo "-- $tool KRONLINALG_KRON_NATURAL_RING_HALF=$mode float16 $extra" \
