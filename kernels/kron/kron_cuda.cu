@@ -246,7 +246,7 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // i where set, 3 P = 16 ones too); read when a plan is made, part of the plan cache's key.
 struct NatTune {
   int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, shorter = -1, stages = 0, ring = 1,
-      ring_ti = -1, ring_half = 1;
+      ring_ti = -1, ring_half = 3;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) { return kl::knob_int(name, -1); };
@@ -265,7 +265,7 @@ NatTune natural_tune() {
   const int rti = num("KRONLINALG_KRON_NATURAL_RING_TI");
   t.ring_ti = rti == 0 || rti == 16 || rti == 32 ? rti : -1;
   const int rh = num("KRONLINALG_KRON_NATURAL_RING_HALF");
-  t.ring_half = rh >= 0 && rh <= 3 ? rh : 1;
+  t.ring_half = rh >= 0 && rh <= 3 ? rh : 3;
   return t;
 }
 
@@ -381,11 +381,13 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
       return true;
     if (configure_natural_ring(p, dtype, dev, sh, bin, fs, 0, out)) return true;
   }
-  // The half types' ring (_RING_HALF): 1 (default) where the other kernel has no tile for the
-  // group (3-step P = 32 line groups, 3-step P = 16 column groups: the float32 grouping, 16 x
-  // 32^5 in 3 + 2 passes and 16 x 16^6 in 3 + 3, not three passes each); 2 also P = 32 column
-  // groups on tiles of 64 i, 128-byte runs, where that leaves a few tiles per SM; 3 P = 16 ones
-  // too.
+  // The half types' ring (_RING_HALF): 1 where the other kernel has no tile for the group
+  // (3-step P = 32 line groups, 3-step P = 16 column groups: the float32 grouping, 16 x 32^5 in
+  // 3 + 2 passes and 16 x 16^6 in 3 + 3, not three passes each); 2 also P = 32 column groups
+  // on tiles of 64 i, 128-byte runs, where that leaves a few tiles per SM; 3 (default) P = 16
+  // ones too.  (H100, one run, float16 ms, =0 / 1 / 2 / 3: 16 x 16^6 1.81 / 1.24 / 1.24 /
+  // 1.23, 16 x 32^5 2.76 / 2.27 / 1.90 / 1.90, 1024 x 32^4 3.89 / 3.88 / 3.25 / 3.28 (tiles of
+  // 32 i: 3.45), 1024 x 16^5 4.53 / 4.57 / 4.57 / 4.52; bfloat16 alike)
   const int half_ring =
       es == 2 && tune.ring && nk->col_groups == 1 && sh.count > 1 ? tune.ring_half : 0;
   if (!line && ((half_ring >= 2 && P == 32) || (half_ring >= 3 && P == 16))) {
@@ -421,7 +423,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // within noise: 1024 x 32^4 7.66 with two, 7.85-7.98 with three)
   int64_t T = T0;
   if (line && P == 8) T = 4 * T0;
-  if (line && P == 16) T = std::max<int64_t>(T0, 2);
+  // (the half types' P = 16 line tiles of 4 lines, float32's bytes a tile: H100, one run,
+  // float16 1024 x 16^5 4.59 -> 4.24 ms, 16 x 16^6 1.24 -> 1.16)
+  if (line && P == 16) T = std::max<int64_t>(T0, es == 2 ? 4 : 2);
   if (!line && (P == 16 || es == 2)) T = std::max<int64_t>(T0, 32);
   // (float64 P = 8: column tiles of 16 i, 128-byte runs, one 8-warp block an SM; H100, one run:
   // 1024 x 8^6 3.27 ms against 3.84 on tiles of 8 i (4.05 in 4-warp blocks), 16 x 8^8 5.09

@@ -70,7 +70,7 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   const int64_t T0 = std::max<int64_t>(line ? 1 : ti_min, 32 * warps * P / bin / NS);
   int64_t TT = T0;
   if (line && P == 8) TT = 4 * T0;
-  if (line && P == 16) TT = std::max<int64_t>(T0, 2);
+  if (line && P == 16) TT = std::max<int64_t>(T0, sizeof(T) == 2 ? 4 : 2);
   if (!line && (P == 16 || sizeof(T) == 2)) TT = std::max<int64_t>(T0, 32);
   if (!line && sizeof(T) == 8 && P == 8) TT = 16;
   if (line && sizeof(T) == 2 && P == 32 && count > 1) TT = 8;

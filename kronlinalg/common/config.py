@@ -74,7 +74,7 @@ KNOBS: dict = {k.name: k for k in (
          "c++"),
     Knob("KRONLINALG_KRON_NATURAL_RING_TI", int, -1,
          "ring kernel column tiles: 16 or 32 i; 0 only groups that fit no other kernel", "c++"),
-    Knob("KRONLINALG_KRON_NATURAL_RING_HALF", int, 1,
+    Knob("KRONLINALG_KRON_NATURAL_RING_HALF", int, 3,
          "half ring kernel: 0 none, 1 groups no other tile fits, 2 +P=32 columns of 64 i, 3 +P=16",
          "c++"),
     Knob("KRONLINALG_KRON_CLUSTER", int, 0,
