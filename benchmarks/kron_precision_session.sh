@@ -98,7 +98,7 @@ LIST
         done
       done ;;
     ring_t)
-      t=$(limit 50); [ "$t" -gt 20 ] || continue
+      t=$(limit 120); [ "$t" -gt 20 ] || continue
       timeout "$t" python -m pytest tests/test_kron_cuda.py -q -rf -p no:cacheprovider \
         -k "half_ring or half_p32 or (mma_natural_kernel_is_planned and float16)" 2>&1 \
         | grep -vE "^E  |^\s*$" | tail -25 | tee -a "$OUT/tests.txt" ;;
@@ -126,8 +126,8 @@ LIST
         --anchors $D/h100-anchors-2026-11-22.json --only 1024x8^6,1024x8^7,16x8^8 \
         --variants ring --json "$OUT/kron_half_ab_p8.json" 2>&1 | tee -a "$OUT/kron_half_ab.txt" ;;
     sanring)
-      # (memcheck under =3 runs every ring pass the default =1 plans have, and the 64-i ones)
-      for v in "memcheck|3|ring,ring64,ring64p16" "racecheck|1|ring"; do
+      # (the default =3: every ring pass; racecheck on the small ones)
+      for v in "memcheck|3|ring,ring64,ring64p16" "racecheck|3|ring"; do
         IFS='|' read -r tool mode extra <<< "$v"
         t=$(limit 45); [ "$t" -gt 15 ] || continue
         echo "-- $tool KRONLINALG_KRON_NATURAL_RING_HALF=$mode float16 $extra" \
