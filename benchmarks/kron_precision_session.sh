@@ -8,7 +8,10 @@
 # (t35: the natural mma tests of every dtype, CuPy and torch's bfloat16; ab: the defaults
 # against the plans they replaced (knobs), each in its own process, --no-shuffle but the
 # float64 defaults; san35: the sanitizer on those knob settings; lat: kron_latency.py on
-# kron_small and the 28 real-world sizes)
+# kron_small and the 28 real-world sizes; ring_t, half_t: the half types' ring kernel tests,
+# then every natural mma test of the half types; abhalf: kron_half_ab.py, the half types' plans
+# with and without their ring kernel beside our float32, one process; sanring: memcheck and
+# racecheck of the half ring kernel)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 D=benchmarks/data
 BUDGET=${BUDGET:-405}
@@ -93,6 +96,45 @@ LIST
             python benchmarks/kron_mma_natural_sanitize.py $dts $extra 2>&1 | tail -3 \
             | tee -a "$OUT/sanitize.txt"
         done
+      done ;;
+    ring_t)
+      t=$(limit 120); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -rf -p no:cacheprovider \
+        -k "half_ring or half_p32 or (mma_natural_kernel_is_planned and float16)" 2>&1 \
+        | grep -vE "^E  |^\s*$" | tail -25 | tee -a "$OUT/tests.txt" ;;
+    half_t)
+      t=$(limit 120); [ "$t" -gt 20 ] || continue
+      timeout "$t" python -m pytest tests/test_kron_cuda.py -q -p no:cacheprovider \
+        -k "mma_natural and (float16 or bfloat16) and not half_ring" -rf 2>&1 | tail -15 \
+        | tee -a "$OUT/tests.txt" ;;
+    abhalf)
+      H16="1024x16^5,1024x32^4,1024x64^3,1024x128^3,16x16^6,16x32^5,16x64^4"
+      t=$(limit 125); [ "$t" -gt 20 ] || continue
+      timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
+        --anchors $D/h100-anchors-2026-11-22.json --only "$H16" \
+        --variants "${HALF_VARIANTS:-old,ring,ring64,ring32,ring64p16}" \
+        --json "$OUT/kron_half_ab.json" --md "$OUT/kron_half_ab.md" 2>&1 | tee "$OUT/kron_half_ab.txt"
+      t=$(limit 35); [ "$t" -gt 15 ] || continue
+      # (line tiles of 4 lines: P = 16 cases only)
+      timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
+        --anchors $D/h100-anchors-2026-11-22.json --only 1024x16^5,16x16^6 \
+        --variants ring,t4,p16t4 --json "$OUT/kron_half_ab_t4.json" 2>&1 \
+        | tee -a "$OUT/kron_half_ab.txt"
+      t=$(limit 30); [ "$t" -gt 15 ] || continue
+      # (P = 8: no ring kernel, the plans of every variant are the same)
+      timeout "$t" python benchmarks/kron_half_ab.py --cases $D/cases.json \
+        --anchors $D/h100-anchors-2026-11-22.json --only 1024x8^6,1024x8^7,16x8^8 \
+        --variants ring --json "$OUT/kron_half_ab_p8.json" 2>&1 | tee -a "$OUT/kron_half_ab.txt" ;;
+    sanring)
+      # (the default =3: every ring pass; racecheck on the small ones)
+      for v in "memcheck|3|ring,ring64,ring64p16" "racecheck|3|ring"; do
+        IFS='|' read -r tool mode extra <<< "$v"
+        t=$(limit 45); [ "$t" -gt 15 ] || continue
+        echo "-- $tool KRONLINALG_KRON_NATURAL_RING_HALF=$mode float16 $extra" \
+          | tee -a "$OUT/sanitize.txt"
+        KRONLINALG_KRON_NATURAL_RING_HALF=$mode timeout "$t" compute-sanitizer --tool $tool \
+          --print-limit 5 python benchmarks/kron_mma_natural_sanitize.py float16 "$extra" 2>&1 \
+          | tail -14 | tee -a "$OUT/sanitize.txt"
       done ;;
     lat)
       t=$(limit 120); [ "$t" -gt 20 ] || continue

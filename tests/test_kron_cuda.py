@@ -913,9 +913,13 @@ def test_mma_natural_kernel_is_planned(gxp, monkeypatch, dtype):
     _need_mma_natural(gxp, dtype)
     _natural_on(monkeypatch, True)
     name = MMA_NATURAL_NAME[dtype]
-    assert set(_kernels_of(dtype, [(16, 16)] * 5, 1024)) == {f"{name}.natural.p16"}
-    assert set(_kernels_of(dtype, [(32, 32)] * 4, 1024)) == {f"{name}.natural.p32"}
-    assert set(_kernels_of(dtype, [(64, 64)] * 3, 1024)) == {f"{name}.natural.p64"}
+
+    def kernels(shapes, m):  # (the half types' column passes may take its ring form)
+        return {k.replace("natural_ring", "natural") for k in _kernels_of(dtype, shapes, m)}
+
+    assert kernels([(16, 16)] * 5, 1024) == {f"{name}.natural.p16"}
+    assert kernels([(32, 32)] * 4, 1024) == {f"{name}.natural.p32"}
+    assert kernels([(64, 64)] * 3, 1024) == {f"{name}.natural.p64"}
     assert _kernels_of(dtype, [(8, 8)] * 6, 1024)[0] == f"{name}.natural.p8"
     assert not any("natural" in k for k in _kernels_of(dtype, [(24, 24)] * 2, 64))
     _natural_on(monkeypatch, False)
@@ -1020,11 +1024,75 @@ def test_mma_natural_float64_p8_tiles(gxp, rng, monkeypatch, warps, shapes, m):
     ([(32, 32)] * 5, 2, [8, 16, 128]),   # 2 + 2 + 1: the 3-step line group does not fit
 ], ids=["32^2", "32^5"])
 def test_mma_natural_half_p32_line_tiles(gxp, rng, monkeypatch, dtype, shapes, m, lines):
-    """The half types' P = 32 groups of two or more on line tiles of 8 lines."""
+    """The half types' P = 32 groups of two or more on line tiles of 8 lines (without the ring
+    kernel, which takes 32^5's 3-step line group)."""
     _need_mma_natural(gxp, dtype)
     _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "0")
+    _kron_cuda().tune()  # (no replay of a plan made under the other setting)
     plan = _passes_of(dtype, shapes, m)
     assert [L for _, L, _ in plan] == lines, plan
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
+        _check_every_element(gxp, rng, shapes, m, dtype, alpha, beta)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mma_natural_half_ring_is_planned(gxp, monkeypatch, dtype):
+    """The half types' ring kernel takes the groups no other tile fits (the float32 grouping:
+    32^5 in 3 + 2, 16^6 in 3 + 3, 16^4 in one 4-step pass) with
+    KRONLINALG_KRON_NATURAL_RING_HALF=1, P = 32 column groups on 64 i with 2 (or _RING_TI i),
+    P = 16 ones too with 3 (the default; its P = 16 line tiles hold 4 lines), none with 0 or
+    _RING=0."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    name = MMA_NATURAL_NAME[dtype]
+    monkeypatch.delenv("KRONLINALG_KRON_NATURAL_RING_HALF", raising=False)
+    assert _kernels_of(dtype, [(32, 32)] * 4, 1024) == [f"{name}.natural.p32",
+                                                        f"{name}.natural_ring.p32"]
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "1")
+    assert _kernels_of(dtype, [(32, 32)] * 5, 16) == [f"{name}.natural_ring.p32",
+                                                      f"{name}.natural.p32"]
+    assert _kernels_of(dtype, [(16, 16)] * 6, 16) == [f"{name}.natural.p16",
+                                                      f"{name}.natural_ring.p16"]
+    assert _kernels_of(dtype, [(16, 16)] * 4, 5) == [f"{name}.natural_ring.p16"]
+    assert _kernels_of(dtype, [(32, 32)] * 4, 1024) == [f"{name}.natural.p32"] * 2
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "2")
+    assert _kernels_of(dtype, [(32, 32)] * 4, 1024) == [f"{name}.natural.p32",
+                                                        f"{name}.natural_ring.p32"]
+    assert [L for _, L, _ in _passes_of(dtype, [(32, 32)] * 4, 1024)] == [8, 64]
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_TI", "32")
+    assert [L for _, L, _ in _passes_of(dtype, [(32, 32)] * 4, 1024)] == [8, 32]
+    assert _kernels_of(dtype, [(32, 32)] * 4, 8) == [f"{name}.natural.p32"] * 2
+    assert _kernels_of(dtype, [(16, 16)] * 5, 1024) == [f"{name}.natural.p16"] * 2
+    monkeypatch.delenv("KRONLINALG_KRON_NATURAL_RING_TI")
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "3")
+    assert [(k.split(".")[-2], L) for k, L, _ in _passes_of(dtype, [(16, 16)] * 5, 1024)] == [
+        ("natural", 4), ("natural_ring", 64)]
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "0")
+    assert len(_kernels_of(dtype, [(32, 32)] * 5, 16)) == 3
+    assert not any("ring" in k for k in _kernels_of(dtype, [(16, 16)] * 6, 16))
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", "1")
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING", "0")
+    assert not any("ring" in k for k in _kernels_of(dtype, [(16, 16)] * 6, 16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shapes,m,ring", [
+    ([(32, 32)] * 5, 2, "1"),            # a 3-step line ring pass (one line of 32^3 a tile)
+    ([(32, 32)] * 3, 301, "1"),          # the same alone, blocks of several tiles: the ring
+    ([(16, 16)] * 4, 299, "1"),          # wraps; one 4-step line ring pass (128 KB lines)
+    ([(16, 16)] * 6, 1, "1"),            # 3 + 3: a 3-step column ring pass of 16 i
+    ([(32, 32)] * 4, 40, "2"),           # 2 + 2, the column pass on the ring at 64 i
+    ([(16, 16)] * 5, 9, "3"),            # 3 + 2, the column pass on the ring at 64 i
+], ids=["32^5", "32^3", "16^4", "16^6", "32^4-cols64", "16^5-cols64"])
+def test_mma_natural_half_ring(gxp, rng, monkeypatch, dtype, shapes, m, ring):
+    """The half types' ring kernel (kron_cuda_natural_mma_ring.cuh): line and column tiles,
+    alpha and beta, every element from a NaN-poisoned pool, against the float64 reference."""
+    _need_mma_natural(gxp, dtype)
+    _natural_on(monkeypatch, True)
+    monkeypatch.setenv("KRONLINALG_KRON_NATURAL_RING_HALF", ring)
+    _kron_cuda().tune()
+    assert any("natural_ring" in k for k in _kernels_of(dtype, shapes, m))
     for alpha, beta in [(0.75, 0.0), (-1.5, 0.5)]:
         _check_every_element(gxp, rng, shapes, m, dtype, alpha, beta)
 

@@ -12,7 +12,7 @@ def test_mma_natural_kernels_emulated(tmp_path):
     """kernels/kron/kron_natural_emulate.cpp runs the float64, float16 and bfloat16 natural-order
     kernels with one thread per CUDA thread (the mma fragments from the PTX ISA's layouts) on
     the CPU: every P, line and column tiles, several passes, alpha and beta, partial tiles,
-    nothing written past y."""
+    nothing written past y; and the half types' ring kernel (its mbarriers emulated)."""
     import shutil
     import subprocess
 

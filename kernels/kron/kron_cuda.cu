@@ -241,10 +241,12 @@ int occupancy(const KernelDesc *k, int dev, int threads, size_t smem, int *block
 // natural_takes_shorter: unset the half types, 1 float64 too, 0 none), _STAGES (load buffers, 2
 // or 3), _RING (0: no ring kernel) and _RING_TI (16 or 32: column groups that fit the other
 // kernel take the ring kernel with tiles of that many i; 0: only those that do not fit; unset:
-// 32 for P = 32, see configure_natural); read when a plan is made, part of the plan cache's key.
+// 32 for P = 32, see configure_natural), _RING_HALF (the half types' ring kernel: 0 none, 1
+// groups that fit no other tile, 2 also P = 32 column groups on tiles of 64 i, or of _RING_TI
+// i where set, 3 P = 16 ones too); read when a plan is made, part of the plan cache's key.
 struct NatTune {
   int on = 1, T = 0, TI = 0, ti_min = 8, warps = 0, shorter = -1, stages = 0, ring = 1,
-      ring_ti = -1;
+      ring_ti = -1, ring_half = 3;
 };
 NatTune natural_tune() {
   auto num = [](const char *name) { return kl::knob_int(name, -1); };
@@ -262,6 +264,8 @@ NatTune natural_tune() {
   t.ring = num("KRONLINALG_KRON_NATURAL_RING") != 0;
   const int rti = num("KRONLINALG_KRON_NATURAL_RING_TI");
   t.ring_ti = rti == 0 || rti == 16 || rti == 32 ? rti : -1;
+  const int rh = num("KRONLINALG_KRON_NATURAL_RING_HALF");
+  t.ring_half = rh >= 0 && rh <= 3 ? rh : 3;
   return t;
 }
 
@@ -289,24 +293,30 @@ PassCfg natural_pass(const PassShape &sh, const NatKernelDesc *k, int64_t T, int
 
 // The ring form of the natural-order kernel for a group whose smallest tile (one line, or 8 i)
 // does not fit two load buffers: it streams the tile through a ring of slice slots
-// (kron_cuda_natural_ring.cuh).  False where the smallest tile fits twice (the other kernel
-// then takes it) or the ring does not fit P slots.
-// (force_ti: column tiles of that many i, whether or not they fit the other kernel; a knob)
-bool configure_natural_ring(const kl_kron_problem *p, const DeviceInfo &dev, const PassShape &sh,
-                            int64_t bin, int64_t fs, int force_ti, PassCfg *out) {
+// (kron_cuda_natural_ring.cuh; the half types' kron_cuda_natural_mma_ring.cuh).  False where
+// the smallest tile fits twice (the other kernel then takes it) or the ring does not fit P slots.
+// (force_ti: column tiles of that many i, whether or not they fit the other kernel; a knob.
+// The half types call it where the other kernel has no tile: any_fit, column tiles of min_ti i)
+bool configure_natural_ring(const kl_kron_problem *p, int dtype, const DeviceInfo &dev,
+                            const PassShape &sh, int64_t bin, int64_t fs, int force_ti,
+                            PassCfg *out, bool any_fit = false, int min_ti = 8) {
   const int P = int(p->P[sh.last]);
-  const NatKernelDesc *rk = nat_ring_kernel_f32(P);
+  const NatKernelDesc *rk = dtype == KL_FLOAT16    ? nat_ring_kernel_f16(P)
+                            : dtype == KL_BFLOAT16 ? nat_ring_kernel_bf16(P)
+                                                   : nat_ring_kernel_f32(P);
   const bool line = sh.I == 1;
-  const int64_t T = line ? 1 : force_ti ? force_ti : 8;
+  const int64_t T = line ? 1 : force_ti ? force_ti : min_ti;
   if (!rk || (!line && sh.I % T)) return false;
+  const int64_t es = rk->elem_bytes;
   const int64_t buf = T * bin, slice = buf / P;
-  if (!force_ti && size_t(fs + 2 * buf) * 4 <= size_t(dev.smem_optin)) return false;
-  // (a slice is whole warp items of every first step; a row's T / 4 chunks within one warp's
-  // 32 lanes, which load a slice)
-  if (slice % (32 * P) || T / 4 > 32) return false;
-  const int64_t slots = std::min<int64_t>(2 * P, (int64_t(dev.smem_optin) - fs * 4) / (slice * 4 + 8));
+  if (!force_ti && !any_fit && size_t(fs + 2 * buf) * es <= size_t(dev.smem_optin)) return false;
+  // (a slice is whole warp items of every first step; a row's 16-byte copies (T / 4 float32,
+  // T / 8 half) within one warp's 32 lanes, which load a slice)
+  if (slice % (32 * P) || T * es / 16 > 32) return false;
+  const int64_t slots =
+      std::min<int64_t>(2 * P, (int64_t(dev.smem_optin) - fs * es) / (slice * es + 8));
   if (slots < P) return false;
-  const size_t smem = size_t(fs * 4 + slots * (slice * 4 + 8));
+  const size_t smem = size_t(fs * es + slots * (slice * es + 8));
   int blocks = 0;
   if (occupancy(rk->func, dev.id, rk->max_threads, smem, &blocks) != KL_OK || blocks < 1)
     return false;
@@ -367,10 +377,30 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     // 32 i in the ring 6.83-6.90 against 6.62-6.68 in the other kernel)
     const int ring_ti = tune.ring_ti >= 0 ? tune.ring_ti : P == 32 ? 32 : 0;
     if (!line && ring_ti && rows * (sh.I / ring_ti) >= 4 * int64_t(dev.sms) &&
-        configure_natural_ring(p, dev, sh, bin, fs, ring_ti, out))
+        configure_natural_ring(p, dtype, dev, sh, bin, fs, ring_ti, out))
       return true;
-    if (configure_natural_ring(p, dev, sh, bin, fs, 0, out)) return true;
+    if (configure_natural_ring(p, dtype, dev, sh, bin, fs, 0, out)) return true;
   }
+  // The half types' ring (_RING_HALF): 1 where the other kernel has no tile for the group
+  // (3-step P = 32 line groups, 3-step P = 16 column groups: the float32 grouping, 16 x 32^5 in
+  // 3 + 2 passes and 16 x 16^6 in 3 + 3, not three passes each); 2 also P = 32 column groups
+  // on tiles of 64 i, 128-byte runs, where that leaves a few tiles per SM; 3 (default) P = 16
+  // ones too.  (H100, one run, float16 ms, =0 / 1 / 2 / 3: 16 x 16^6 1.81 / 1.24 / 1.24 /
+  // 1.23, 16 x 32^5 2.76 / 2.27 / 1.90 / 1.90, 1024 x 32^4 3.89 / 3.88 / 3.25 / 3.28 (tiles of
+  // 32 i: 3.45), 1024 x 16^5 4.53 / 4.57 / 4.57 / 4.52; bfloat16 alike)
+  const int half_ring =
+      es == 2 && tune.ring && nk->col_groups == 1 && sh.count > 1 ? tune.ring_half : 0;
+  if (!line && ((half_ring >= 2 && P == 32) || (half_ring >= 3 && P == 16))) {
+    const int ti = tune.ring_ti > 0 ? tune.ring_ti : 64;
+    if (rows * (sh.I / ti) >= 4 * int64_t(dev.sms) &&
+        configure_natural_ring(p, dtype, dev, sh, bin, fs, ti, out))
+      return true;
+  }
+  // (where the other kernel has no tile: the ring's smallest, one line or 16 i)
+  auto no_tile = [&] {
+    return half_ring >= 1 &&
+           configure_natural_ring(p, dtype, dev, sh, bin, fs, 0, out, true, 16);
+  };
   // the smallest tile with a warp item (32 rows of A x a column group) per warp of the block
   // (4-warp blocks, more of them per SM, for P = 8, 32, 64; 8 warps for P = 16.  H100,
   // kron_large float32 ms, 8 / 4 warps: 1024 x 32^4 8.14 / 7.57, 1024 x 64^3 2.97 / 2.83,
@@ -393,7 +423,9 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
   // within noise: 1024 x 32^4 7.66 with two, 7.85-7.98 with three)
   int64_t T = T0;
   if (line && P == 8) T = 4 * T0;
-  if (line && P == 16) T = std::max<int64_t>(T0, 2);
+  // (the half types' P = 16 line tiles of 4 lines, float32's bytes a tile: H100, one run,
+  // float16 1024 x 16^5 4.59 -> 4.24 ms, 16 x 16^6 1.24 -> 1.16)
+  if (line && P == 16) T = std::max<int64_t>(T0, es == 2 ? 4 : 2);
   if (!line && (P == 16 || es == 2)) T = std::max<int64_t>(T0, 32);
   // (float64 P = 8: column tiles of 16 i, 128-byte runs, one 8-warp block an SM; H100, one run:
   // 1024 x 8^6 3.27 ms against 3.84 on tiles of 8 i (4.05 in 4-warp blocks), 16 x 8^8 5.09
@@ -425,14 +457,15 @@ bool configure_natural(const kl_kron_problem *p, int dtype, const DeviceInfo &de
     // (the column views' row lengths T * P^s must be powers of two of 4 or more)
     // (and a tile's row of T / 4 chunks at most one per thread: load_tile steps whole rows)
     if (T < ti_min || (T & (T - 1)) || sh.I % T || (bin / P * T) % 32 || T / 4 > 32 * warps)
-      return false;
+      return no_tile();
   } else if (T < 1 || (T * bin / P) % 32) {
-    return false;
+    return no_tile();
   }
   const size_t smem = smem_of(T);
-  if (smem > size_t(dev.smem_optin)) return false;
+  if (smem > size_t(dev.smem_optin)) return no_tile();
   int blocks = 0;
-  if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1) return false;
+  if (occupancy(nk->func, dev.id, 32 * warps, smem, &blocks) != KL_OK || blocks < 1)
+    return no_tile();
   *out = natural_pass(sh, nk, T, bin, stages, 32 * warps, smem, blocks,
                       line ? (rows + T - 1) / T : rows * (sh.I / T));
   return true;
@@ -930,7 +963,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
                               nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.shorter, nt.stages,
-                              nt.ring, nt.ring_ti,
+                              nt.ring, nt.ring_ti, nt.ring_half,
                               aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);

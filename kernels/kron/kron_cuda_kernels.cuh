@@ -69,6 +69,9 @@ const NatKernelDesc *nat_kernel_bf16(int P);
 // Its ring form for tiles that do not fit two load buffers (kron_cuda_natural_ring.cuh): P = 16
 // and 32; nullptr for the others.
 const NatKernelDesc *nat_ring_kernel_f32(int P);
+// The half types' ring form (kron_cuda_natural_mma_ring.cuh): P = 16 and 32.
+const NatKernelDesc *nat_ring_kernel_f16(int P);
+const NatKernelDesc *nat_ring_kernel_bf16(int P);
 // The one-pass cluster kernel for six 8 x 8 float32 factors (kron_cuda_cluster.cu): the clusters
 // it runs at once on this problem (0: it does not take it); its launch, false where it does not
 // take the problem, else *rc is the launch's status.

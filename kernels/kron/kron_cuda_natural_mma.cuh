@@ -174,6 +174,16 @@ struct NatM {
     for (int j = 0; j < WN; ++j) v.st_j[j] = off(uint32_t(8 * (ns * WN + j)) << v.lcq);
     return v;
   }
+  // The same view with a table of A's row parts, one per (kb, u): the ring kernel's last step
+  // puts each row's slot there (kron_cuda_natural_mma_ring.cuh).
+  struct TableView : ColView {
+    uint32_t tab[KB][2 * KH];
+    __device__ __forceinline__ uint32_t ld(int kb, int u) const { return tab[kb][u]; }
+  };
+  // The bits the swizzle flips in chunk L's byte offset (off(L) = (L << kLcb) ^ these).
+  static __host__ __device__ __forceinline__ uint32_t swz(uint32_t L) {
+    return off(L) ^ (L << kLcb);
+  }
   static __device__ __forceinline__ uint32_t col_item(const ColView &v, int mg) {
     const uint32_t ch = uint32_t(mg * 8 + ((threadIdx.x & 31) >> 2));
     const uint32_t a = ch >> v.lcq, cc = ch & ((1u << v.lcq) - 1);
@@ -268,8 +278,8 @@ struct NatM {
   }
 
   // One warp item of a step (see Nat::compute): m-group mg, column group ns.
-  template <bool ROW>
-  static __device__ __forceinline__ void compute(const T *in, const T *Ft, const ColView &cv,
+  template <bool ROW, class View = ColView>
+  static __device__ __forceinline__ void compute(const T *in, const T *Ft, const View &cv,
                                                  int mg, int ns, Acc (&acc)[2][WN][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, h0 = (g ^ t) & 1;
 #pragma unroll

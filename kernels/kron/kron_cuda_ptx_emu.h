@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -176,6 +177,26 @@ inline void cp_async_8(void *dst, const void *src, bool valid) {
     std::memcpy(dst, src, 8);
   else
     std::memset(dst, 0, 8);
+}
+// mbarriers (the ring kernels): pending arrivals in bits 0-15, the count in 16-31, completed
+// phases in 32-63; cp.async has landed by the time its arrival is made
+inline void mbar_init(uint64_t *bar, uint32_t count) {
+  std::atomic_ref<uint64_t>(*bar).store(uint64_t(count) | (uint64_t(count) << 16));
+}
+inline void cp_async_mbar_arrive(uint64_t *bar) {
+  std::atomic_ref<uint64_t> a(*bar);
+  uint64_t v = a.load();
+  for (;;) {
+    const uint64_t pending = (v & 0xffff) - 1, count = (v >> 16) & 0xffff;
+    const uint64_t nv = pending ? (v & ~uint64_t(0xffff)) | pending
+                                : ((v >> 32) + 1) << 32 | count << 16 | count;
+    if (a.compare_exchange_weak(v, nv)) return;
+  }
+}
+inline void mbar_wait_parity(uint64_t *bar, uint32_t parity) {
+  std::atomic_ref<uint64_t> a(*bar);
+  // the phase of this parity has completed once the completed phases' parity differs
+  while (((a.load() >> 32) & 1) == parity) std::this_thread::yield();
 }
 inline void cp_async_commit() {}
 template <int N>

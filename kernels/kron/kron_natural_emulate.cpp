@@ -12,7 +12,9 @@
 // The passes are planned here the way configure_natural (kron_cuda.cu) sizes them: tiles of T
 // lines (the last factors) or T consecutive i, blocks of 4 warps (8 for P = 16 and float64
 // P = 8), float64 P = 8 column tiles of 16 i, half P = 32 line tiles of 8 lines (groups of 2
-// or more), grids of at most 3 persistent blocks, so that blocks take several tiles.
+// or more), grids of at most 3 persistent blocks, so that blocks take several tiles; and the
+// half types' ring kernel (kron_cuda_natural_mma_ring.cuh; `kron_natural_emulate ring` runs
+// only those).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +23,7 @@
 
 #include "kron_cuda_ptx_emu.h"
 #include "kron_cuda_natural_mma.cuh"
+#include "kron_cuda_natural_mma_ring.cuh"
 
 using namespace kl::cu;
 
@@ -67,7 +70,7 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   const int64_t T0 = std::max<int64_t>(line ? 1 : ti_min, 32 * warps * P / bin / NS);
   int64_t TT = T0;
   if (line && P == 8) TT = 4 * T0;
-  if (line && P == 16) TT = std::max<int64_t>(T0, 2);
+  if (line && P == 16) TT = std::max<int64_t>(T0, sizeof(T) == 2 ? 4 : 2);
   if (!line && (P == 16 || sizeof(T) == 2)) TT = std::max<int64_t>(T0, 32);
   if (!line && sizeof(T) == 8 && P == 8) TT = 16;
   if (line && sizeof(T) == 2 && P == 32 && count > 1) TT = 8;
@@ -112,11 +115,57 @@ static bool run_pass(int64_t M, int n, int last, int count, const std::vector<co
   return true;
 }
 
+// One pass of the half types' ring kernel (kron_cuda_natural_mma_ring.cuh): line tiles of one
+// line (I == 1) or column tiles of `ti` i, slots as configure_natural_ring sizes them.
+template <class T, int P>
+static bool run_ring_pass(int64_t M, int n, int last, int count, const std::vector<const T *> &F,
+                          const T *src, T *dst, double alpha, double beta, int ti) {
+  int64_t bin = 1, O = 1, I = 1;
+  for (int s = 0; s < count; ++s) bin *= P;
+  for (int i = 0; i < last - count + 1; ++i) O *= P;
+  for (int i = last + 1; i < n; ++i) I *= P;
+  const bool line = I == 1;
+  const int64_t TT = line ? 1 : ti;
+  if (!line && I % TT) return false;
+  const int64_t fs = int64_t(count) * P * P, slice = TT * bin / P;
+  if (slice % (32 * P) || TT / 8 > 32) return false;
+  const int64_t slots =
+      std::min<int64_t>(2 * P, (int64_t(227) * 1024 - fs * int64_t(sizeof(T))) /
+                                   (slice * int64_t(sizeof(T)) + 8));
+  if (slots < P) return false;
+  NatP p{};
+  p.nsteps = count;
+  p.line_tile = line;
+  p.T = int(TT);
+  p.Bin = p.Bout = int(bin);
+  p.rows = M * O;
+  p.I = I;
+  p.ntiles = line ? p.rows : p.rows * (I / TT);
+  p.buf1_elems = int(TT * bin);
+  p.fs_elems = int(fs);
+  p.stages = int(slots);
+  p.x = reinterpret_cast<const float *>(src);
+  p.y = reinterpret_cast<float *>(dst);
+  p.alpha_d = alpha;
+  p.beta_d = beta;
+  p.alpha = float(alpha);
+  p.beta = float(beta);
+  for (int s = 0; s < count; ++s) {
+    p.F[s] = reinterpret_cast<const float *>(F[last - s]);
+    p.frs[s] = P;
+    p.fcs[s] = 1;
+  }
+  const size_t smem = size_t(fs + slots * slice) * sizeof(T) + size_t(slots) * 8;
+  const unsigned grid = unsigned(std::min<int64_t>(p.ntiles, 2));
+  emu_launch(grid, natm_ring_threads(P), smem, [&] { kron_mma_natural_ring_kernel<T, P>(p); });
+  return true;
+}
+
 // x (M x P^n) @ kron(F_0 .. F_{n-1}) in passes of the given factor counts (the last factors
 // first), against float64 on the same (rounded) inputs.
 template <class T, int P>
 static void check(const char *name, int64_t M, int n, std::vector<int> counts, double alpha,
-                  double beta, double tol, int stages = 2) {
+                  double beta, double tol, int stages = 2, std::vector<int> ring = {}) {
   std::mt19937 rng(unsigned(M * 31 + n * 7 + P));
   std::normal_distribution<double> nd;
   int64_t K = 1;
@@ -158,8 +207,13 @@ static void check(const char *name, int64_t M, int n, std::vector<int> counts, d
   for (size_t k = 0; k < counts.size(); ++k) {
     const bool fin = k + 1 == counts.size();
     T *dst = fin ? y.data() : bufs[k % 2].data();
-    if (!run_pass<T, P>(M, n, last, counts[k], Fp, src, dst, fin ? alpha : 1.0, fin ? beta : 0.0,
-                        stages)) {
+    // (ring[k] > 0: this pass on the ring kernel, column tiles of ring[k] i)
+    const int rk = k < ring.size() ? ring[k] : 0;
+    const bool ok = rk ? run_ring_pass<T, P>(M, n, last, counts[k], Fp, src, dst,
+                                             fin ? alpha : 1.0, fin ? beta : 0.0, rk)
+                       : run_pass<T, P>(M, n, last, counts[k], Fp, src, dst, fin ? alpha : 1.0,
+                                        fin ? beta : 0.0, stages);
+    if (!ok) {
       ran = false;
       break;
     }
@@ -179,6 +233,8 @@ static void check(const char *name, int64_t M, int n, std::vector<int> counts, d
   failures += !ok;
   std::string cs;
   for (int c : counts) cs += std::to_string(c) + " ";
+  for (size_t k = 0; k < ring.size(); ++k)
+    if (ring[k]) cs += "(ring " + std::to_string(counts[k]) + ") ";
   std::printf("%-5s %-5s %ld x %d^%d passes [ %s] alpha %g beta %g stages %d  rel err %.2e%s%s\n",
               ok ? "ok" : "FAIL", name, long(M), P, n, cs.c_str(), alpha, beta, stages, rel,
               untouched ? "" : "  WROTE PAST THE END", ran ? "" : "  NO TILE");
@@ -202,8 +258,25 @@ static void suite(const char *name, double tol) {
   check<T, 32>(name, 9, 2, {2}, 1.0, 0.0, tol);       // half: line tiles of 8, one partial
 }
 
+// The half types' ring kernel: 3- and 4-step line tiles, 3-step P = 16 column tiles of 16 i,
+// 2-step P = 32 column tiles of 64 and 32 i and P = 16 ones of 64 i, blocks of several tiles
+// (the ring wraps).
+template <class T>
+static void ring_suite(const char *name, double tol) {
+  check<T, 32>(name, 5, 3, {3}, -1.5, 0.5, tol, 2, {1});
+  check<T, 16>(name, 5, 4, {1, 3}, 0.75, 0.0, tol, 2, {0, 16});
+  check<T, 16>(name, 4, 4, {4}, 1.0, 0.0, tol, 2, {1});
+  check<T, 32>(name, 1, 4, {2, 2}, 0.5, 2.0, tol, 2, {0, 64});
+  check<T, 32>(name, 1, 3, {1, 2}, 1.0, 0.0, tol, 2, {0, 32});
+  check<T, 16>(name, 3, 4, {2, 2}, -1.5, 0.5, tol, 2, {0, 64});
+}
+
 int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
+  if (only.empty() || only == "ring") {
+    ring_suite<__half>("f16", 4e-3);
+    ring_suite<__nv_bfloat16>("bf16", 2e-2);
+  }
   if (only.empty() || only == "f64") suite<double>("f64", 1e-13);
   if (only.empty() || only == "f16") suite<__half>("f16", 4e-3);
   if (only.empty() || only == "bf16") suite<__nv_bfloat16>("bf16", 2e-2);
