@@ -396,6 +396,13 @@ def test_gram_scaled_copy_matches_numpy(lib, rank, n):
         got = host(lib, out.float() if lib == "torch" else out.astype(np.float32))
         tol = {"float32": 1e-6, "float16": 2 ** -11, "bfloat16": 2 ** -8}[name]
         np.testing.assert_allclose(got, a / s_ref, rtol=tol, atol=1e-7)
+        # given the largest magnitude instead (a factor update's, solve.INVERSE)
+        big = dev(lib, np.array([np.abs(a).max()], np.float32))
+        assert scaling.gram_supported(ad, None, big)
+        out, s = scaling.gram_scaled_copy(ad, None, dt, big)
+        assert float(host(lib, s)[0]) == np.abs(a).max()
+        got = host(lib, out.float() if lib == "torch" else out.astype(np.float32))
+        np.testing.assert_allclose(got, a / np.abs(a).max(), rtol=tol, atol=1e-7)
     assert np.array_equal(host(lib, ad), a)  # input untouched
 
 

@@ -263,6 +263,8 @@ def test_factor_inverse_then_product(lib, dtype, rank, n, count):
     assert solve.factor(gd, eps, poisoned, inverse=True) is poisoned
     again = host(lib, solve.solve([], yd, eps, factored=poisoned, inverse=True))
     assert np.array_equal(got, again)
+    # the product's largest magnitude after the inverse (float16's operand scale, Engine.lhs)
+    assert host(lib, ws)[rank * rank] == np.abs(got).max()
     inv = host(lib, ws)[: rank * rank].reshape(rank, rank).astype(np.float64)
     ref = reference([g.astype(np.float64) for g in grams], y.astype(np.float64), eps)
     assert rel(got.astype(np.float64), ref) < (2e-4 if dtype == "float32" else 1e-11)

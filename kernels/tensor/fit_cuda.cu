@@ -60,17 +60,30 @@ __global__ void __launch_bounds__(THREADS) fit_terms_kernel(FitArgs<T> a) {
   const double wr = double(a.w[r]);
   double rec = 0.0, ip = 0.0;
   const T *yr = a.y + r * a.n, *fr = a.f + r * a.n;
-  if (a.gram) {  // row r of f f^T: a warp a column j, lanes over i, a fixed shuffle tree (the
-                 // same order in block j for (j, r): symmetric bit for bit)
-    for (int j = warp; j < R; j += THREADS / 32) {
-      const T *fj = a.f + j * a.n;
-      T s = T(0);
-      for (int64_t i = lane; i < a.n; i += 32) s += fr[i] * fj[i];
+  if (a.gram) {  // row r of f f^T: a warp the columns j = warp + 8 t (eight sums in flight),
+                 // lanes over i, a fixed shuffle tree (the same order in block j for (j, r):
+                 // symmetric bit for bit)
+    constexpr int WARPS = THREADS / 32, JW = KL_TENSOR_MAX_RANK / WARPS;
+    T s[JW];
 #pragma unroll
-      for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane == 0) {
-        grow[j] = s;
-        a.gram[r * R + j] = s;
+    for (int t = 0; t < JW; ++t) s[t] = T(0);
+    for (int64_t i = lane; i < a.n; i += 32) {
+      const T fi = fr[i];
+#pragma unroll
+      for (int t = 0; t < JW; ++t) {
+        const int j = warp + WARPS * t;
+        if (j < R) s[t] += fi * a.f[j * a.n + i];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < JW; ++t) {
+      T v = s[t];
+#pragma unroll
+      for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      const int j = warp + WARPS * t;
+      if (lane == 0 && j < R) {
+        grow[j] = v;
+        a.gram[r * R + j] = v;
       }
     }
     __syncthreads();

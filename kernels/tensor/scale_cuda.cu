@@ -63,12 +63,19 @@ __global__ void __launch_bounds__(THREADS) scaled_copy_kernel(kl_tensor_scaled_c
 constexpr int GRAM_THREADS = 256;
 
 __global__ void __launch_bounds__(GRAM_THREADS) gram_scaled_copy_kernel(kl_tensor_scaled_copy c) {
-  float d = 0.f;
-  for (int k = threadIdx.x & 31; k < c.rows; k += 32)
-    d = fmaxf(d, c.gram[int64_t(k) * c.rows + k]);
+  float s;
+  if (c.gram) {
+    float d = 0.f;
+    for (int k = threadIdx.x & 31; k < c.rows; k += 32)
+      d = fmaxf(d, c.gram[int64_t(k) * c.rows + k]);
 #pragma unroll
-  for (int o = 16; o; o >>= 1) d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, o));
-  const float s = sqrtf(fmaxf(d, 1e-30f)), f = 1.f / s;
+    for (int o = 16; o; o >>= 1) d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, o));
+    s = sqrtf(fmaxf(d, 1e-30f));
+  } else {  // (a NaN largest stays NaN: the copy and the fit show it)
+    const float l = c.largest[0];
+    s = l != l ? l : fmaxf(l, 1e-30f);
+  }
+  const float f = 1.f / s;
   if (blockIdx.x == 0 && threadIdx.x == 0 && c.scale) c.scale[0] = s;
   const int64_t count = int64_t(c.rows) * c.n;
   const int64_t i0 = (int64_t(blockIdx.x) * GRAM_THREADS + threadIdx.x) * 4;
@@ -93,7 +100,7 @@ extern "C" int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *
       (c->pad64 && (c->rows > KL_TENSOR_MAX_RANK || c->dtype_out != 0)))
     return kl::fail(KL_ERR_INVALID, "tensor scaled copy: empty, null, dtype not 0-2, or a "
                                     "padded copy of more than 64 rows or not float32");
-  if (c->gram) {
+  if (c->gram || c->largest) {
     if (c->pad64)
       return kl::fail(KL_ERR_INVALID, "tensor scaled copy: the Gram scale makes no padded copy");
     const int64_t count = int64_t(c->rows) * c->n;

@@ -39,6 +39,15 @@ struct Args {
   T *ws;  // PHASE 1 writes, PHASE 2 reads: the unit lower factor (R x R) and 1 / D (R)
 };
 
+// *p = max(*p, v) for non-negative (or NaN) v, through the bits' unsigned order
+__device__ __forceinline__ void atomic_max_bits(float *p, float v) {
+  atomicMax(reinterpret_cast<unsigned int *>(p), __float_as_uint(v));
+}
+__device__ __forceinline__ void atomic_max_bits(double *p, double v) {
+  atomicMax(reinterpret_cast<unsigned long long *>(p),
+            static_cast<unsigned long long>(__double_as_longlong(v)));
+}
+
 // (L D L^T) x = z for a warp's COLS right-hand sides, rows lane and lane + 32 of each in z:
 // L (unit lower, below the diagonal of A) and 1 / D from the factorization
 template <typename T>
@@ -91,8 +100,8 @@ __device__ __forceinline__ void substitute(const T *A, const T *inv_d, int R, in
 // launch; 1: one block factorizes and writes the factor to ws (CP-ALS runs it on a side stream
 // while the tensor pass before the update runs); 2: each block loads the factor from ws and
 // solves its right-hand sides; 3: as 1, but the block then solves against the identity and
-// writes V^-1 (R x R) to ws; 4: each block loads V^-1 from ws and multiplies its right-hand
-// sides by it (64 independent multiply-adds a row where the substitutions are two chains of 64
+// writes V^-1 (R x R) to ws (and zero to ws[R * R]); 4: each block loads V^-1 from ws and
+// multiplies its right-hand sides by it (and the result's largest magnitude to ws[R * R]) (64 independent multiply-adds a row where the substitutions are two chains of 64
 // dependent steps: CP-ALS's update after a tensor pass shrinks to a product).
 template <typename T, bool FAST, int PHASE>
 __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
@@ -213,6 +222,7 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
     return;
   }
   if (PHASE == 3) {  // V^-1 = the solves against the identity's columns, COLS a warp a pass
+    if (tid == 0) a.ws[R * R] = T(0);  // (phase 4's largest magnitude, an atomic max from 0)
     for (int c0 = warp * COLS; c0 < R; c0 += BLOCK_COLS) {
       T z[2][COLS];
 #pragma unroll
@@ -262,10 +272,25 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
         for (int q = 0; q < COLS; ++q) x[h][q] += v * yk[q];
       }
     }
+    // the result's largest magnitude into ws[R * R] (zeroed by phase 3): CP-ALS scales the
+    // factor's half copy by it with no pass of its own (the bits of non-negative floats
+    // order as unsigned integers; NaN's above infinity's)
+    T m = T(0);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int q = 0; q < COLS; ++q) z[h][q] = x[h][q];
+      for (int q = 0; q < COLS; ++q) {
+        z[h][q] = x[h][q];
+        const bool ok = lane + 32 * h < R && c0 + q < a.n;
+        const T v = ok ? fabs(x[h][q]) : T(0);  // (fabs: no -0.0, whose sign bit orders last)
+        m = v > m || v != v ? v : m;
+      }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+      const T e = __shfl_xor_sync(0xffffffffu, m, o);
+      m = e > m || e != e ? e : m;
+    }
+    if (lane == 0) atomic_max_bits(a.ws + R * R, m);
   } else {
     substitute(A, inv_d, R, lane, z);
   }

@@ -95,8 +95,8 @@ int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream)
  * to ws (R * R + R elements of dtype; rhs, out and n unused); 2: the solve from ws (grams
  * unused): CP-ALS factorizes a mode's system on a side stream during the tensor pass that
  * precedes its update.  phase 3: as 1, then V's inverse (R * R, row-major) written to ws in
- * place of the factor; 4: out = that inverse times rhs (grams unused): a product instead of
- * two substitutions after the pass. */
+ * place of the factor, and ws[R * R] = 0; 4: out = that inverse times rhs (grams unused): a
+ * product instead of two substitutions after the pass; ws[R * R] = max |out| (NaN if any). */
 #define KL_TENSOR_SOLVE_MAX_GRAMS 8
 
 typedef struct {
@@ -129,8 +129,11 @@ typedef struct {
   float *scale;
   /* gram non-NULL (in's Gram matrix in * in^T, rows x rows; not pad64): s = the square root
    * of its largest diagonal entry (at least 1e-30), a bound of max |in| that needs no pass
-   * over in, so that many blocks share the copy (one launch of a few microseconds) */
+   * over in, so that many blocks share the copy (one launch of a few microseconds); largest
+ * non-NULL (and gram NULL): s = max(largest[0], 1e-30), a largest magnitude known already
+ * (CP-ALS's factor update writes it), the same grid of blocks */
   const float *gram;
+  const float *largest;
 } kl_tensor_scaled_copy;
 
 int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream);

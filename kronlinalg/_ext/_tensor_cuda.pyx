@@ -75,6 +75,7 @@ cdef extern from "tensor.h" nogil:
         void *out
         float *scale
         const float *gram
+        const float *largest
     int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream)
     int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
                             int64_t width, int64_t height, void *stream)
@@ -217,11 +218,13 @@ def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintpt
 
 
 def scaled_copy(int dtype_out, bint pad64, int32_t rows, int64_t n, uintptr_t src,
-                uintptr_t out, uintptr_t scale, uintptr_t stream, uintptr_t gram=0):
+                uintptr_t out, uintptr_t scale, uintptr_t stream, uintptr_t gram=0,
+                uintptr_t largest=0):
     """out = src (rows, n) float32 divided by its largest magnitude (written to scale[0]; not
     scaled where scale is 0), as padded (n, 64) float32 rows (pad64) or an (rows, n) copy of
     dtype_out (0 float32, 1 float16, 2 bfloat16); gram (src's Gram matrix, not pad64): divided
-    by the square root of its largest diagonal entry instead; see tensor.h."""
+    by the square root of its largest diagonal entry instead; largest (not pad64): by the
+    float at that address; see tensor.h."""
     cdef kl_tensor_scaled_copy c
     c.dtype_out = dtype_out
     c.pad64 = pad64
@@ -231,6 +234,7 @@ def scaled_copy(int dtype_out, bint pad64, int32_t rows, int64_t n, uintptr_t sr
     c.out = <void *> out
     c.scale = <float *> scale
     c.gram = <const float *> gram
+    c.largest = <const float *> largest
     cdef int status
     with nogil:
         status = kl_tensor_scaled_copy_cuda(&c, <void *> stream)

@@ -89,6 +89,10 @@ class Engine:
         # each mode's latest (factor, its Gram matrix) (note_gram): the half path's scales
         # are bounded from the Grams' diagonals instead of a pass over the factors
         self._grams: dict = {}
+        # recent factor updates' (factor, device float holding its largest magnitude)
+        # (solve_normal with inverse updates): float16's GEMM operand scale, exact and without
+        # its Gram
+        self._largest: list = []
 
     # -- the GEMM mode -------------------------------------------------------------------------
 
@@ -141,12 +145,21 @@ class Engine:
 
     def forget_grams(self):
         self._grams.clear()
+        self._largest.clear()
+
+    def largest_of(self, ft):
+        """A device float holding max |ft| where a factor update wrote it, else None."""
+        for f, v in self._largest:
+            if f is ft:
+                return v
+        return None
 
     def lhs(self, ft):
         """A factor (R, I) as the left operand of a GEMM against the stored tensor: in the half
         type scaled by its largest magnitude when the tensor is stored so (bfloat16 with
-        scaling.BF16_CAST: cast only, its range is float32's; float16 with scaling.GRAM_LHS
-        and ft's Gram known: scaled by the bound from the Gram's diagonal, one launch)."""
+        scaling.BF16_CAST: cast only, its range is float32's; float16 with scaling.GRAM_LHS:
+        by the largest magnitude its update wrote, else by the bound from its Gram's
+        diagonal, one launch either way)."""
         if not self.half:
             return ft, None
         xp = self.xp
@@ -154,15 +167,17 @@ class Engine:
             import torch
 
             return ft.to(torch.bfloat16), None
-        gram = self.gram_of(ft) if scaling.GRAM_LHS else None
-        if gram is not None and scaling.gram_supported(ft, gram):
+        largest = self.largest_of(ft) if scaling.GRAM_LHS else None
+        gram = self.gram_of(ft) if scaling.GRAM_LHS and largest is None else None
+        if ((largest is not None or gram is not None)
+                and scaling.gram_supported(ft, gram, largest)):
             if self.lib == "torch":
                 import torch
 
                 half = getattr(torch, self.precision)
             else:
                 half = getattr(xp, self.precision)
-            out, s = scaling.gram_scaled_copy(ft, gram, half)
+            out, s = scaling.gram_scaled_copy(ft, gram, half, largest)
             return out, xp.reshape(s, ())
         if scaling.supported(ft):  # (one launch)
             if self.lib == "torch":
@@ -313,8 +328,11 @@ class Engine:
             ws, side, inverse = pre
             torch.cuda.current_stream(rhs.device).wait_stream(side)
             if not robust:
-                return _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype), factored=ws,
-                                    inverse=inverse)
+                out = _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype), factored=ws,
+                                   inverse=inverse)
+                if inverse:  # (the product wrote max |out| after the inverse in ws)
+                    self._largest = self._largest[-7:] + [(out, ws[r * r:r * r + 1])]
+                return out
         if not robust and self.solver == "kernel" and _solve.supported(rhs, r, len(grams)):
             return _solve.solve(grams, rhs, self._ridge_eps(rhs.dtype))
         v = grams[0]

@@ -124,7 +124,8 @@ PIPELINE = True
 # side stream before the factorization that needs it, not between its update and the next
 # tensor pass or contraction (~9 µs each on an H100 at rank 64: a GEMM and its split-K
 # reduction) — except the last mode's (the fit needs it next) and, for float16 storage with
-# scaling.GRAM_LHS, mode 0's (the GEMM operand's scale is read from it)
+# scaling.GRAM_LHS, mode 0's where its update did not write its largest magnitude (the GEMM
+# operand's scale is then read from the Gram)
 SIDE_GRAMS = True
 # in the CUDA graph of a sweep: the copy of the state before it (kept for a rollback) on a
 # stream of its own beside the sweep's first launches, not first on its stream (~5 µs of an
@@ -167,7 +168,8 @@ def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
     ahead = not last and "pre" in state and not robust and (unit or normalize)
     g = None
     if ahead and SIDE_GRAMS and not (n == 0 and _scaling.GRAM_LHS and eng.half
-                                     and eng.precision == "float16"):
+                                     and eng.precision == "float16"
+                                     and eng.largest_of(ft) is None):
         g = eng.side_gram(ft)
     if g is None:
         g = _gram(eng, ft)

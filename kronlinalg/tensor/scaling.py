@@ -77,23 +77,28 @@ def scaled_copy(a, out_dtype=None, pad64=False, scale=True):
     return out, s
 
 
-def gram_supported(a, gram):
+def gram_supported(a, gram=None, largest=None):
     """Whether gram_scaled_copy runs on a (a 2-D float32 CUDA torch tensor or CuPy array of
-    at most 64 rows) with its Gram matrix gram (rows × rows, float32, C-contiguous)."""
-    return (_cuda is not None and (backend.is_torch(a) or backend.is_cupy(a))
-            and backend.on_cuda(a) and a.ndim == 2 and gram.ndim == 2
-            and backend.dtype_name(a.dtype) == "float32"
-            and backend.dtype_name(gram.dtype) == "float32"
-            and 1 <= int(a.shape[0]) <= _MAX_RANK
+    at most 64 rows) with its Gram matrix gram (rows × rows, float32, C-contiguous) or its
+    largest magnitude largest (one float32 on the device)."""
+    if not (_cuda is not None and (backend.is_torch(a) or backend.is_cupy(a))
+            and backend.on_cuda(a) and a.ndim == 2
+            and backend.dtype_name(a.dtype) == "float32" and 1 <= int(a.shape[0]) <= _MAX_RANK):
+        return False
+    if largest is not None:
+        return (backend.dtype_name(largest.dtype) == "float32" and int(largest.size) == 1
+                and backend.is_c_contiguous(largest))
+    return (gram is not None and gram.ndim == 2 and backend.dtype_name(gram.dtype) == "float32"
             and tuple(int(d) for d in gram.shape) == (int(a.shape[0]),) * 2
             and backend.is_c_contiguous(gram))
 
 
-def gram_scaled_copy(a, gram, out_dtype):
+def gram_scaled_copy(a, gram, out_dtype, largest=None):
     """(copy, s): a (R, n) divided by s = √max(max diag gram, 1e-30) — gram = a·aᵀ bounds
-    max |a| by s — as an (R, n) array of out_dtype (float32, float16 or bfloat16 of a's
-    library); s a (1,) float32 device array.  One launch, no pass over a before it.  Call
-    gram_supported() first; a and gram are not modified."""
+    max |a| by s — or, given largest (a device float32 holding max |a|, CP-ALS's factor
+    update writes it), by s = max(largest, 1e-30); as an (R, n) array of out_dtype (float32,
+    float16 or bfloat16 of a's library); s a (1,) float32 device array.  One launch, no pass
+    over a before it.  Call gram_supported() first; a, gram and largest are not modified."""
     xp = array_api_compat.array_namespace(a)
     device = array_api_compat.device(a)
     a = backend.contiguous(a)
@@ -103,5 +108,6 @@ def gram_scaled_copy(a, gram, out_dtype):
     s = xp.empty((1,), dtype=a.dtype, device=device)
     ptr = backend.device_view
     _cuda.scaled_copy(code, False, r, n, ptr(a).ptr, ptr(out).ptr, ptr(s).ptr,
-                      backend.cuda_stream(a), ptr(gram).ptr)
+                      backend.cuda_stream(a), ptr(gram).ptr if largest is None else 0,
+                      ptr(largest).ptr if largest is not None else 0)
     return out, s
