@@ -18,6 +18,8 @@ a cast, one launch).
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
 
 from .._ext import load
@@ -86,7 +88,8 @@ def gram_supported(a, gram=None, largest=None):
             and backend.dtype_name(a.dtype) == "float32" and 1 <= int(a.shape[0]) <= _MAX_RANK):
         return False
     if largest is not None:
-        return (backend.dtype_name(largest.dtype) == "float32" and int(largest.size) == 1
+        return (backend.dtype_name(largest.dtype) == "float32"
+                and math.prod(int(d) for d in largest.shape) == 1
                 and backend.is_c_contiguous(largest))
     return (gram is not None and gram.ndim == 2 and backend.dtype_name(gram.dtype) == "float32"
             and tuple(int(d) for d in gram.shape) == (int(a.shape[0]),) * 2
