@@ -338,8 +338,8 @@ def test_parafac_half_kernel_equals_old_path_on_random_data(small_ok, monkeypatc
 @needs_gpu
 @pytest.mark.parametrize("lib", LIBS)
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("rank", [1, 7, 33, 64])
-@pytest.mark.parametrize("magnitude", [1e-5, 1.0, 1e5])
+@pytest.mark.parametrize("rank", [1, 33, 64])
+@pytest.mark.parametrize("magnitude", [1e-5, 1e5])
 def test_half_mttkrp_gram_scale(small_ok, half_variant, lib, shape, rank, magnitude):
     """fused.GRAM_SCALE (float16): U and V enter unscaled with their Gram matrices and the
     kernel scales the Khatri–Rao rows by √(max diag) of each — as accurate as the abs-max
