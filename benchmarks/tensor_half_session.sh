@@ -53,7 +53,7 @@ PY
 echo "== compute-sanitizer ($SECONDS s)"
 {
   echo "-- memcheck, every kernel of the script"
-  timeout ${TENSOR_MEMCHECK_S:-55} compute-sanitizer --tool memcheck \
+  timeout ${TENSOR_MEMCHECK_S:-70} compute-sanitizer --tool memcheck \
     python3 benchmarks/tensor_sanitize.py 2>&1 | tail -4
   for kernel in spd_solve mttkrp_half; do
     echo "-- racecheck $kernel"
@@ -62,7 +62,7 @@ echo "== compute-sanitizer ($SECONDS s)"
   done
 } 2>&1 | tee "$OUT/tensor_sanitizer.txt"
 echo "== fused and other GPU tensor tests ($SECONDS s)"
-timeout ${TENSOR_TEST3_S:-70} python3 -m pytest -q -m gpu -p no:cacheprovider -rf --maxfail=12 \
+timeout ${TENSOR_TEST3_S:-60} python3 -m pytest -q -m gpu -p no:cacheprovider -rf --maxfail=12 \
   tests/test_tensor_fused.py tests/test_tensor.py 2>&1 \
   | tee "$OUT/tensor_tests_other.txt" | tail -5
 echo "== done ($SECONDS s)"
