@@ -40,6 +40,8 @@ for name in ("tensor_gpu", "tensor_gpu_mh"):
         print("no JSON:", name, e)
     for r in rows:
         keep = {k: r[k] for k in ("gpu_ms", "tb_s", "fit9", "rel_err", "nan", "error") if k in r}
+        if "graph" not in str(r.get("run", "graph")):
+            keep["run"] = r["run"]
         print(f"{r['section'][:10]:10} {r['impl'][:58]:58} {r['ms']:8}", keep)
 try:
     text = open(out + "/tensor_gpu_mh_half_profile.txt").read()
