@@ -126,7 +126,7 @@ def test_parafac_through_the_solve_kernel_matches_the_lu_route(variant):
     for iters in (3, 8):
         assert rel(results["auto", iters], results["lu", iters]) < 1e-9
     # the given-weights route (the weights' outer product as one more Gram matrix)
-    w = rng.random(rank) + 0.5
+    w = np.random.default_rng(11).random(rank) + 0.5
     for route in ("auto", "lu"):
         solve.SOLVER = route
         try:
@@ -278,7 +278,8 @@ def test_factor_inverse_then_product(lib, dtype, rank, n, count):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_parafac_inverse_updates_match_the_substitutions(monkeypatch, dtype):
     """solve.INVERSE (the prefactored updates as products by the systems' inverses), eager and
-    as a CUDA graph: the fit of the substitutions' to 1e-6, factors to rounding."""
+    as a CUDA graph: the fit of the substitutions' to 2e-5 (float32; H100: 1.6e-6) / 1e-9,
+    factors to rounding."""
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(solve, "PREFACTOR", True)
     shape, rank = (40, 37, 30), 6
@@ -297,8 +298,8 @@ def test_parafac_inverse_updates_match_the_substitutions(monkeypatch, dtype):
         for a, b in zip(out[False, iters][0], out[True, iters][0]):
             assert rel(b.astype(np.float64), a.astype(np.float64)) < (
                 1e-4 if dtype == "float32" else 1e-10)
-        np.testing.assert_allclose(out[True, iters][1], out[False, iters][1], rtol=1e-6,
-                                   atol=1e-9)
+        np.testing.assert_allclose(out[True, iters][1], out[False, iters][1],
+                                   rtol=2e-5 if dtype == "float32" else 1e-9, atol=1e-9)
 
 
 @needs_kernel
@@ -386,7 +387,7 @@ def test_fit_terms_with_the_last_gram(monkeypatch, lib, dtype, rank, n, count):
 @needs_kernel
 def test_parafac_fit_gram_same_fits(monkeypatch):
     """solve.FIT_GRAM (the last mode's Gram formed by the fit kernel), eager and graphed: the
-    fits of the GEMM's Gram to 1e-6, factors to rounding."""
+    fits of the GEMM's Gram to 5e-5 (float32; H100: 7.7e-6) / 1e-9, factors to rounding."""
     torch = pytest.importorskip("torch")
     shape, rank = (40, 37, 30), 6
     x, init = planted_cp(np.random.default_rng(22), shape, rank, 0.05)
@@ -405,5 +406,5 @@ def test_parafac_fit_gram_same_fits(monkeypatch):
             for a, b in zip(out[False, iters][0], out[True, iters][0]):
                 assert rel(b.astype(np.float64), a.astype(np.float64)) < (
                     1e-4 if dtype == "float32" else 1e-10)
-            np.testing.assert_allclose(out[True, iters][1], out[False, iters][1], rtol=1e-6,
-                                       atol=1e-9)
+            np.testing.assert_allclose(out[True, iters][1], out[False, iters][1],
+                                       rtol=5e-5 if dtype == "float32" else 1e-9, atol=1e-9)

@@ -39,7 +39,10 @@ PREFACTOR = True
 # pass is the product by it — 64 independent multiply-adds a row instead of two chains of 64
 # dependent substitution steps (20 µs at rank 64 × 640 on an H100, three times an iteration on
 # its critical path).  The product is not the substitution's rounding: factors differ in the
-# last bits (forward error of the same order, κ·ε)
+# last bits (forward error of the same order, κ·ε).  H100, 640³ rank 64, same run: the product
+# 12 µs; CP-ALS tf32 1.047 → 1.039 ms, float16 0.617 → 0.608; bfloat16 0.620 → 0.626, so
+# Engine.prefactor leaves it out for bfloat16 (the last mode's factorization and inversion,
+# 41 µs behind its Gram on the side stream, then decide when its update starts)
 INVERSE = True
 # CP-ALS's fit terms (‖X̂‖², ⟨X, X̂⟩) in one launch where fit_terms() runs, else ~12 library
 # launches (~20 µs in a CUDA graph of the sweep at rank 64 × 640 on an H100).  On: a block a
@@ -49,7 +52,9 @@ INVERSE = True
 FIT_KERNEL = True
 # with FIT_KERNEL: CP-ALS's last mode's Gram matrix formed by the fit kernel (block r its row
 # r) instead of a GEMM launch between the last update and the fit (~9 µs on an H100 at rank
-# 64: cuBLAS's GEMM and its split-K reduction)
+# 64: cuBLAS's GEMM and its split-K reduction).  H100, same run: the fit kernel then takes
+# 17.5 µs; tf32 alone 1.066 against 1.056 / 1.064 ms (noise), part of every timed
+# combination of session 7 (tf32 1.039, float16 0.608)
 FIT_GRAM = True
 # kernel launches by this process (tests check that a path took the kernel)
 LAUNCHES = 0
