@@ -28,9 +28,12 @@ from kronlinalg.tensor import fused, scaling, solve
 RESULTS: dict = {"sections": {}}
 # parafac's variants timed at 640³ rank 64 (--cp-modes replaces them).  A variant's tags set
 # every switch, whatever the library's defaults (a switch not tagged is off): the defaults
-# are tf32-pf and float16-hv2-hy-pf / bfloat16-hv2-hy-pf (see cp_section)
-CP_MODES = ["tf32-pf", "tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee",
-            "float16-hv2-hy-pf", "float16-old", "bfloat16-hv2-hy-pf", "bfloat16-old"]
+# are tf32-pf-fk-sg-sc-iv-fg, float16-hv2-hy-pf-fk-gs-gl-sg-sc-iv-fs-fg and
+# bfloat16-hv2-hy-pf-fk-bc-sg-sc-fs-fg (no -iv for bfloat16; see cp_section)
+CP_MODES = ["tf32-pf-fk-sg-sc-iv-fg", "tf32-pf-fk", "tf32", "tf32-nopipe", "tf32-lu",
+            "tf32-library", "ieee", "float16-hv2-hy-pf-fk-gs-gl-sg-sc-iv-fs-fg",
+            "float16-hv2-hy-pf-fk", "float16-old", "bfloat16-hv2-hy-pf-fk-bc-sg-sc-fs-fg",
+            "bfloat16-hv2-hy-pf-fk", "bfloat16-old"]
 HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
                  solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL)
 SWEEP_DEFAULTS = (fused.GRAM_SCALE, scaling.GRAM_LHS, scaling.BF16_CAST, kt.cp_als.SIDE_GRAMS,
