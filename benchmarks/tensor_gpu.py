@@ -28,13 +28,59 @@ from kronlinalg.tensor import fused, scaling, solve
 RESULTS: dict = {"sections": {}}
 # parafac's variants timed at 640³ rank 64 (--cp-modes replaces them).  A variant's tags set
 # every switch, whatever the library's defaults (a switch not tagged is off): the defaults
-# are tf32-pf and float16-hv2-hy-pf / bfloat16-hv2-hy-pf (see cp_section)
-CP_MODES = ["tf32-pf", "tf32", "tf32-nopipe", "tf32-s0", "tf32-lu", "tf32-library", "ieee",
-            "float16-hv2-hy-pf", "float16-old", "bfloat16-hv2-hy-pf", "bfloat16-old"]
+# are tf32-pf-fk-sg-sc-iv-fg, float16-hv2-hy-pf-fk-gs-gl-sg-sc-iv-fs-fg and
+# bfloat16-hv2-hy-pf-fk-bc-sg-sc-fs-fg (no -iv for bfloat16; see cp_section)
+CP_MODES = ["tf32-pf-fk-sg-sc-iv-fg", "tf32-pf-fk", "tf32", "tf32-nopipe", "tf32-lu",
+            "tf32-library", "ieee", "float16-hv2-hy-pf-fk-gs-gl-sg-sc-iv-fs-fg",
+            "float16-hv2-hy-pf-fk", "float16-old", "bfloat16-hv2-hy-pf-fk-bc-sg-sc-fs-fg",
+            "bfloat16-hv2-hy-pf-fk", "bfloat16-old"]
 HALF_DEFAULTS = (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
                  solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL)
+SWEEP_DEFAULTS = (fused.GRAM_SCALE, scaling.GRAM_LHS, scaling.BF16_CAST, kt.cp_als.SIDE_GRAMS,
+                  kt.cp_als.SIDE_COPY, solve.INVERSE, fused.FOLD_SCALE, solve.FIT_GRAM)
+# the sweeps profiled kernel by kernel in the half section (--profile-modes replaces them)
+PROFILE_MODES = ["float16-hv2-hy-pf-fk", "float16-hv2-hy-pf-fk-gs-gl-sg-sc-iv-fs-fg",
+                 "bfloat16-hv2-hy-pf-fk-bc-sg-sc-iv-fs-fg", "tf32-pf-fk",
+                 "tf32-pf-fk-sg-sc-iv-fg"]
 ROWS: list = []
 START = time.perf_counter()
+
+
+def apply_tags(variant):
+    """Set every switch of parafac's paths from a variant's tags (see cp_section; a switch not
+    tagged is off); returns the precision (the variant's first word)."""
+    tags = variant.split("-")[1:]
+    fused.ENABLED = "library" not in tags
+    fused.VARIANT = 1 if "v1" in tags else 0
+    fused.HALF = not ("old" in tags or "nokernel" in tags)
+    fused.DEFER_SCALE = "old" not in tags
+    fused.HALF_INTERMEDIATE = "hy" in tags or "hyb" in tags
+    fused.HALF_VARIANT = 1 if "hv1" in tags else 2 if "hv2" in tags else 0
+    fused.HALF_CONTRACT = "hyb" not in tags
+    solve.PREFACTOR = "pf" in tags
+    solve.FIT_KERNEL = "fk" in tags
+    scaling.KERNEL = "sk" in tags
+    fused.GRAM_SCALE = "gs" in tags
+    scaling.GRAM_LHS = "gl" in tags
+    scaling.BF16_CAST = "bc" in tags
+    kt.cp_als.SIDE_GRAMS = "sg" in tags
+    kt.cp_als.SIDE_COPY = "sc" in tags
+    solve.INVERSE = "iv" in tags
+    fused.FOLD_SCALE = "fs" in tags
+    solve.FIT_GRAM = "fg" in tags
+    solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
+    solve.VARIANT = 0 if "s0" in tags else 1
+    kt.cp_als.PIPELINE = "nopipe" not in tags
+    return variant.split("-")[0]
+
+
+def restore_defaults():
+    fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
+    solve.VARIANT, kt.cp_als.PIPELINE = 1, True
+    (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
+     solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
+    (fused.GRAM_SCALE, scaling.GRAM_LHS, scaling.BF16_CAST, kt.cp_als.SIDE_GRAMS,
+     kt.cp_als.SIDE_COPY, solve.INVERSE, fused.FOLD_SCALE, solve.FIT_GRAM) = SWEEP_DEFAULTS
 
 
 def elapsed():
@@ -199,25 +245,17 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
     # -hy (the library pass's intermediate in the half type, contracted by the half kernels;
     # -hyb: by torch's bmm), -hv1 / -hv2 (the half kernel's 256-row / b-major blocks); -pf: the updates'
     # factorizations on a side stream (solve.PREFACTOR); -fk: the fit terms in one launch;
-    # -sk: the half operands' scaling in one launch each (scaling.KERNEL)
+    # -sk: the half operands' scaling in one launch each (scaling.KERNEL); -gs: float16's
+    # MTTKRP kernel scaled from the Grams (fused.GRAM_SCALE); -gl: float16's GEMM operand
+    # scaled from its Gram (scaling.GRAM_LHS); -bc: bfloat16's GEMM operand cast unscaled
+    # (scaling.BF16_CAST); -sg: Grams on the side stream (cp_als.SIDE_GRAMS); -sc: the graph's
+    # copies on a side stream, no stacking of the fit terms (cp_als.SIDE_COPY); -iv: the
+    # prefactored updates as products by the systems' inverses (solve.INVERSE); -fs: the half
+    # intermediate's pending scale applied by its contractions (fused.FOLD_SCALE); -fg: the
+    # last mode's Gram formed by the fit kernel (solve.FIT_GRAM)
     for precision in ours_modes or CP_MODES:
-        tags = precision.split("-")[1:]
-        fused.ENABLED = "library" not in tags
-        fused.VARIANT = 1 if "v1" in tags else 0
-        fused.HALF = not ("old" in tags or "nokernel" in tags)
-        fused.DEFER_SCALE = "old" not in tags
-        fused.HALF_INTERMEDIATE = "hy" in tags
-        fused.HALF_VARIANT = 1 if "hv1" in tags else 2 if "hv2" in tags else 0
-        fused.HALF_CONTRACT = "hyb" not in tags
-        fused.HALF_INTERMEDIATE = fused.HALF_INTERMEDIATE or "hyb" in tags
-        solve.PREFACTOR = "pf" in tags
-        solve.FIT_KERNEL = "fk" in tags
-        scaling.KERNEL = "sk" in tags
-        solve.SOLVER = "lu" if "lu" in tags else "cholesky" if "cholesky" in tags else "auto"
-        solve.VARIANT = 0 if "s0" in tags else 1
-        kt.cp_als.PIPELINE = "nopipe" not in tags
         variant = precision
-        precision = precision.split("-")[0]
+        precision = apply_tags(variant)
         try:
             t, res = per_iteration_cb(ours(precision), lo, hi, reps)
             how = dict(kt.cp_als.LAST_RUN)
@@ -231,10 +269,7 @@ def cp_section(out, n, rank, lo, hi, reps, label, tensorly_cupy=True, ours_modes
         except Exception as e:  # noqa: BLE001
             row(label, f"kronlinalg torch {variant}", float("nan"), error=repr(e)[:200])
         finally:
-            fused.ENABLED, fused.VARIANT, solve.SOLVER = True, 0, "auto"
-            solve.VARIANT, kt.cp_als.PIPELINE = 1, True
-            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
+            restore_defaults()
         save(out)
     if label.startswith("cp640"):  # float64 on the GPU: the fits' reference
         init64 = [f.double() for f in fs]
@@ -654,23 +689,8 @@ def half_section(out, n=640, rank=64):
     del y32, y16, xh, xa
     save(out)
     texts = []
-    for label, prec, cfg in (
-            ("float16 new (half kernel, deferred scales)", "float16",
-             (True, True, False, 0, False, True, False)),
-            ("float16 new, half intermediate, prefactored, fit kernel", "float16",
-             (True, True, True, 0, True, True, True)),
-            ("float16 new b-major kernel, half intermediate, prefactored, fit kernel", "float16",
-             (True, True, True, 2, True, True, True)),
-            ("float16 the same, one-launch scaling", "float16",
-             (True, True, True, 2, True, True, True, True)),
-            ("float16 no half kernel, scales on the intermediates", "float16",
-             (False, False, False, 0, False, True, False)),
-            ("tf32", "tf32", HALF_DEFAULTS[:4] + (False, True, False)),
-            ("tf32, prefactored updates, fit kernel", "tf32",
-             HALF_DEFAULTS[:4] + (True, True, True))):
-        (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-         solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = cfg + (
-             (False,) if len(cfg) == 7 else ())
+    for variant in PROFILE_MODES:
+        prec = apply_tags(variant)
         try:
             run = lambda: kt.parafac(x, rank, init=(None, [f.clone() for f in fs]),
                                      n_iter_max=8, tol=0, precision=prec)
@@ -679,13 +699,12 @@ def half_section(out, n=640, rank=64):
                 run()
                 sync()
             texts.append(replay_breakdown(prof, out.rsplit(".", 1)[0] + "_trace_half.json",
-                                          f"sweeps, {label}, "
+                                          f"sweeps, {variant}, "
                                           f"{kt.cp_als.LAST_RUN.get('reason')}"))
         except Exception as e:  # noqa: BLE001
-            texts.append(f"== profile {label} failed: {e!r}"[:400])
+            texts.append(f"== profile {variant} failed: {e!r}"[:400])
         finally:
-            (fused.HALF, fused.DEFER_SCALE, fused.HALF_INTERMEDIATE, fused.HALF_VARIANT,
-             solve.PREFACTOR, fused.HALF_CONTRACT, solve.FIT_KERNEL, scaling.KERNEL) = HALF_DEFAULTS
+            restore_defaults()
     import os
 
     try:
@@ -827,6 +846,8 @@ def main():
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--cp-modes", default="", help="comma-separated parafac variants of the "
                     "cp640 section (default: CP_MODES)")
+    ap.add_argument("--profile-modes", default="", help="comma-separated parafac variants "
+                    "profiled kernel by kernel in the half section (default: PROFILE_MODES)")
     ap.add_argument("--sections", default="", help="comma-separated: mttkrp, cp640, tucker, "
                     "shard, diag, half, cp160^4, gene100, gene500, gene1000 (default: all but shard, "
                     "which should run in a process of its own)")
@@ -838,6 +859,8 @@ def main():
 
     if a.cp_modes:
         CP_MODES[:] = a.cp_modes.split(",")
+    if a.profile_modes:
+        PROFILE_MODES[:] = a.profile_modes.split(",")
     RESULTS["device"] = torch.cuda.get_device_name()
     RESULTS["torch"] = torch.__version__
     named = {

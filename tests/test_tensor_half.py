@@ -156,6 +156,15 @@ def test_half_contractions_match_float64(lib, dtype, r, j, k):
     assert got_t.shape == (r, j) and got_l.shape == (r, k) and got_t.dtype == np.float32
     assert rel(got_t.astype(np.float64), ref_t) < 1e-5
     assert rel(got_l.astype(np.float64), ref_l) < 1e-5
+    # times a pending scale (fused.FOLD_SCALE): a number, or a device float32 scalar — the
+    # same bits as multiplying the result
+    f_t = dev(lib, ft.astype(np.float32))
+    scalar = dev(lib, np.array(0.37, np.float32))
+    for mult in (0.37, scalar):
+        for leading, f, plain in ((False, f_t, got_t),
+                                  (True, dev(lib, fl.astype(np.float32)), got_l)):
+            got = host(lib, fused.half_contract(yd, f, leading, mult))
+            assert np.array_equal(got, plain * np.float32(0.37)), (leading, mult)
     # not taken: K not a multiple of 8 (the caller then uses torch's bmm)
     if k > 8:
         assert fused.half_contract(yd[:, :, : k - 3], dev(lib, ft.astype(np.float32)), False) \
@@ -284,6 +293,7 @@ def test_parafac_half_with_prefactored_updates(small_ok, monkeypatch, dtype):
     x = torch.as_tensor(x.astype(np.float32), device="cuda")
     init = [torch.as_tensor(f.astype(np.float32), device="cuda") for f in init]
     out = {}
+    monkeypatch.setattr(solve, "INVERSE", False)  # (the inverse's product rounds otherwise)
     for pf in (False, True):
         monkeypatch.setattr(solve, "PREFACTOR", pf)
         for iters in (3, 8):
@@ -323,3 +333,115 @@ def test_parafac_half_kernel_equals_old_path_on_random_data(small_ok, monkeypatc
         monkeypatch.setattr(fused, "DEFER_SCALE", True)
         assert abs(new - e32) <= 0.01 * e32 and abs(old - e32) <= 0.01 * e32, (dtype, new, old,
                                                                               e32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("rank", [1, 33, 64])
+@pytest.mark.parametrize("magnitude", [1e-5, 1e5])
+def test_half_mttkrp_gram_scale(small_ok, half_variant, lib, shape, rank, magnitude):
+    """fused.GRAM_SCALE (float16): U and V enter unscaled with their Gram matrices and the
+    kernel scales the Khatri–Rao rows by √(max diag) of each — as accurate as the abs-max
+    scales, products far outside float16's range included; a 4-way tensor (U a Khatri–Rao
+    product of two factors) keeps the abs-max scales."""
+    rng = np.random.default_rng(rank * 7 + sum(shape) + int(np.log10(magnitude)))
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    fs = [(magnitude * rng.standard_normal((d, rank))).astype(np.float32) for d in shape]
+    xd, x64 = stored(lib, x, "float16")
+    fd = [dev(lib, f) for f in fs]
+    gd = [f.T @ f for f in fd]
+    got = fused.stored_mttkrp(xd, fd, 0, 0.5, grams=gd)
+    assert got is not None and fused.LAST["gram_scale"] == (len(shape) == 3)
+    got = host(lib, got).astype(np.float64)
+    ref = 0.5 * unfold(x64, 0) @ kr_ref([f.astype(np.float64) for f in fs[1:]])
+    assert np.all(np.isfinite(got))
+    assert rel(got, ref) < TOL["float16"], rel(got, ref)
+    again = host(lib, fused.stored_mttkrp(xd, fd, 0, 0.5, grams=gd)).astype(np.float64)
+    assert np.array_equal(got, again)
+    assert np.array_equal(host(lib, fd[2]), fs[2])  # inputs untouched
+    plain = fused.stored_mttkrp(xd, fd, 0, 0.5)
+    assert not fused.LAST["gram_scale"]
+    assert rel(host(lib, plain).astype(np.float64), ref) < TOL["float16"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("rank,n", [(1, 5), (7, 130), (64, 640), (33, 1001)])
+def test_gram_scaled_copy_matches_numpy(lib, rank, n):
+    """scaling.gram_scaled_copy: s = √(max diag of a·aᵀ) ≥ max |a|, the copy a / s in each
+    type (several blocks: 64 × 640 and 33 × 1001 elements)."""
+    from kronlinalg.tensor import scaling
+
+    rng = np.random.default_rng(rank * n)
+    a = (1e4 * rng.standard_normal((rank, n))).astype(np.float32)
+    a[0, n // 2] = 3e5  # (a column dominated by one element: the bound is tight there)
+    ad = dev(lib, a)
+    gd = ad @ ad.T
+    assert scaling.gram_supported(ad, gd)
+    s_ref = np.sqrt(np.float64(np.diag(host(lib, gd)).max()))
+    names = ["float32", "float16"] + (["bfloat16"] if lib == "torch" else [])
+    for name in names:
+        if lib == "torch":
+            import torch
+
+            dt = getattr(torch, name)
+        else:
+            import cupy
+
+            dt = getattr(cupy, name)
+        out, s = scaling.gram_scaled_copy(ad, gd, dt)
+        s = float(host(lib, s)[0])
+        assert abs(s - s_ref) <= 1e-6 * s_ref and s >= np.abs(a).max() * (1 - 1e-6)
+        got = host(lib, out.float() if lib == "torch" else out.astype(np.float32))
+        tol = {"float32": 1e-6, "float16": 2 ** -11, "bfloat16": 2 ** -8}[name]
+        np.testing.assert_allclose(got, a / s_ref, rtol=tol, atol=1e-7)
+        # given the largest magnitude instead (a factor update's, solve.INVERSE)
+        big = dev(lib, np.array([np.abs(a).max()], np.float32))
+        assert scaling.gram_supported(ad, None, big)
+        out, s = scaling.gram_scaled_copy(ad, None, dt, big)
+        assert float(host(lib, s)[0]) == np.abs(a).max()
+        got = host(lib, out.float() if lib == "torch" else out.astype(np.float32))
+        np.testing.assert_allclose(got, a / np.abs(a).max(), rtol=tol, atol=1e-7)
+    assert np.array_equal(host(lib, ad), a)  # input untouched
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "tf32"])
+def test_parafac_gram_scales_and_side_work(small_ok, monkeypatch, dtype):
+    """Session 7's switches of the sweep: float16's Gram scales (fused.GRAM_SCALE,
+    scaling.GRAM_LHS), bfloat16's unscaled GEMM operand (scaling.BF16_CAST), the Grams on the
+    side stream (cp_als.SIDE_GRAMS), the graph's rollback copy beside the sweep
+    (cp_als.SIDE_COPY).  The side work alone changes no bit (eager 3 sweeps, graphed 8); the
+    scales move the fit by at most 2e-3 of it (H100: 2.1e-4 float16, 1.1e-3 bfloat16 after 8
+    sweeps, the bfloat16 operand cast unscaled rounding differently)."""
+    torch = pytest.importorskip("torch")
+    from kronlinalg.tensor import scaling
+
+    shape, rank = (130, 67, 72), 6
+    x, init = planted_cp(np.random.default_rng(21), shape, rank, 0.1, relative=True)
+    x = torch.as_tensor(x.astype(np.float32), device="cuda")
+    init = [torch.as_tensor(f.astype(np.float32), device="cuda") for f in init]
+    x64 = x.double()
+    configs = {"off": (False, False), "side": (False, True), "all": (True, True)}
+    out, fits = {}, {}
+    for name, (scales, side) in configs.items():
+        monkeypatch.setattr(fused, "GRAM_SCALE", scales)
+        monkeypatch.setattr(scaling, "GRAM_LHS", scales)
+        monkeypatch.setattr(scaling, "BF16_CAST", scales)
+        monkeypatch.setattr(T.cp_als, "SIDE_GRAMS", side)
+        monkeypatch.setattr(T.cp_als, "SIDE_COPY", side)
+        for iters in (3, 8):
+            w, f = T.parafac(x, rank, n_iter_max=iters, tol=0, precision=dtype,
+                             init=(None, [a.clone() for a in init]))
+            if iters == 8:
+                assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN["reason"]
+            if dtype == "float16":
+                assert fused.LAST["gram_scale"] == scales
+            out[name, iters] = [a.cpu().numpy() for a in f]
+            err = torch.linalg.norm(T.cp_to_tensor((w, f)).double() - x64) / torch.linalg.norm(x64)
+            fits[name, iters] = 1 - float(err)
+    for iters in (3, 8):
+        for a, b in zip(out["off", iters], out["side", iters]):
+            assert np.array_equal(a, b), iters
+        assert abs(fits["all", iters] - fits["off", iters]) <= 2e-3 * abs(fits["off", iters])

@@ -126,7 +126,7 @@ def test_parafac_through_the_solve_kernel_matches_the_lu_route(variant):
     for iters in (3, 8):
         assert rel(results["auto", iters], results["lu", iters]) < 1e-9
     # the given-weights route (the weights' outer product as one more Gram matrix)
-    w = rng.random(rank) + 0.5
+    w = np.random.default_rng(11).random(rank) + 0.5
     for route in ("auto", "lu"):
         solve.SOLVER = route
         try:
@@ -227,7 +227,8 @@ def test_parafac_prefactor_equals_the_one_launch_updates(dtype, normalize):
     x, init = planted_cp(np.random.default_rng(16), shape, rank, 0.05)
     xd = torch.as_tensor(x.astype(dtype), device="cuda")
     results = {}
-    prev = solve.PREFACTOR
+    prev, prev_inverse = solve.PREFACTOR, solve.INVERSE
+    solve.INVERSE = False  # (the inverse's product rounds otherwise: see the next test)
     try:
         for pf in (False, True):
             solve.PREFACTOR = pf
@@ -239,10 +240,66 @@ def test_parafac_prefactor_equals_the_one_launch_updates(dtype, normalize):
                 results[pf, iters] = [f.cpu().numpy() for f in got.factors]
             assert T.cp_als.LAST_RUN["graph"], T.cp_als.LAST_RUN
     finally:
-        solve.PREFACTOR = prev
+        solve.PREFACTOR, solve.INVERSE = prev, prev_inverse
     for iters in (3, 8):
         for a, b in zip(results[False, iters], results[True, iters]):
             assert np.array_equal(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (33, 640, 2), (64, 1000, 8),
+                                          (50, 97, 4)])
+def test_factor_inverse_then_product(lib, dtype, rank, n, count):
+    """solve.factor(inverse=True) (one block: the factorization, then the substitutions
+    against the identity: the system's inverse) and solve(factored=, inverse=True) (the product
+    by it): the solution to the substitution's accuracy, on fresh and poisoned workspaces."""
+    grams, y, eps = _system(rank * 5 + n + count, rank, n, count, dtype)
+    gd, yd = [dev(lib, g) for g in grams], dev(lib, y)
+    ws = solve.factor(gd, eps, inverse=True)
+    got = host(lib, solve.solve([], yd, eps, factored=ws, inverse=True))
+    poisoned = dev(lib, np.full(rank * rank + rank, np.nan, dtype=dtype))
+    assert solve.factor(gd, eps, poisoned, inverse=True) is poisoned
+    again = host(lib, solve.solve([], yd, eps, factored=poisoned, inverse=True))
+    assert np.array_equal(got, again)
+    # the product's largest magnitude after the inverse (float16's operand scale, Engine.lhs)
+    assert host(lib, ws)[rank * rank] == np.abs(got).max()
+    inv = host(lib, ws)[: rank * rank].reshape(rank, rank).astype(np.float64)
+    ref = reference([g.astype(np.float64) for g in grams], y.astype(np.float64), eps)
+    assert rel(got.astype(np.float64), ref) < (2e-4 if dtype == "float32" else 1e-11)
+    v = np.prod(np.stack([g.astype(np.float64) for g in grams]), axis=0)
+    v += eps * v.diagonal().max() * np.eye(rank)
+    assert rel(inv, np.linalg.inv(v)) < (2e-4 if dtype == "float32" else 1e-11)
+    assert np.array_equal(host(lib, yd), y)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_parafac_inverse_updates_match_the_substitutions(monkeypatch, dtype):
+    """solve.INVERSE (the prefactored updates as products by the systems' inverses), eager and
+    as a CUDA graph: the fit of the substitutions' to 2e-5 (float32; H100: 1.6e-6) / 1e-9,
+    factors to rounding."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(solve, "PREFACTOR", True)
+    shape, rank = (40, 37, 30), 6
+    x, init = planted_cp(np.random.default_rng(20), shape, rank, 0.05)
+    xd = torch.as_tensor(x.astype(dtype), device="cuda")
+    out = {}
+    for inverse in (False, True):
+        monkeypatch.setattr(solve, "INVERSE", inverse)
+        for iters in (3, 8):
+            fits = []
+            got = T.parafac(xd, rank, n_iter_max=iters, tol=0, callback=lambda i, f:
+                            fits.append(f), precision="ieee", init=(None, [torch.as_tensor(
+                                f.astype(dtype), device="cuda") for f in init]))
+            out[inverse, iters] = ([f.cpu().numpy() for f in got.factors], fits)
+    for iters in (3, 8):
+        for a, b in zip(out[False, iters][0], out[True, iters][0]):
+            assert rel(b.astype(np.float64), a.astype(np.float64)) < (
+                1e-4 if dtype == "float32" else 1e-10)
+        np.testing.assert_allclose(out[True, iters][1], out[False, iters][1],
+                                   rtol=2e-5 if dtype == "float32" else 1e-9, atol=1e-9)
 
 
 @needs_kernel
@@ -278,6 +335,8 @@ def test_parafac_fit_kernel_same_factors_and_fits(monkeypatch):
     torch = pytest.importorskip("torch")
     shape, rank = (40, 37, 30), 6
     x, init = planted_cp(np.random.default_rng(18), shape, rank, 0.05)
+    # (the fit kernel's own Gram of the last mode rounds otherwise: test_parafac_fit_gram_...)
+    monkeypatch.setattr(solve, "FIT_GRAM", False)
     for dtype in ("float32", "float64"):
         xd = torch.as_tensor(x.astype(dtype), device="cuda")
         out = {}
@@ -294,3 +353,58 @@ def test_parafac_fit_kernel_same_factors_and_fits(monkeypatch):
                 assert np.array_equal(a, b)
             np.testing.assert_allclose(out[True, iters][1], out[False, iters][1], rtol=1e-6,
                                        atol=1e-9)
+
+
+@needs_kernel
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rank,n,count", [(1, 5, 1), (7, 33, 2), (64, 640, 2), (50, 1000, 6)])
+def test_fit_terms_with_the_last_gram(monkeypatch, lib, dtype, rank, n, count):
+    """solve.fit_terms(last_gram=True): the last factor's Gram f·fᵀ formed in the same launch
+    (symmetric bit for bit) and taken as the Hadamard product's last factor."""
+    monkeypatch.setattr(solve, "FIT_KERNEL", True)
+    rng = np.random.default_rng(rank * 3 + n + count)
+    grams = [rng.standard_normal((rank, rank)).astype(dtype) for _ in range(count)]
+    w = rng.random(rank).astype(dtype)
+    y, f = (rng.standard_normal((rank, n)).astype(dtype) for _ in range(2))
+    args = ([dev(lib, g) for g in grams], dev(lib, w), dev(lib, y), dev(lib, f))
+    got = solve.fit_terms(*args, last_gram=True)
+    assert got is not None and len(got) == 3
+    rec2, ip = (float(host(lib, v)) for v in got[:2])
+    g = host(lib, got[2]).astype(np.float64)
+    assert np.array_equal(g, g.T)
+    f64 = f.astype(np.float64)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    assert rel(g, f64 @ f64.T) < tol
+    had = np.prod(np.stack([a.astype(np.float64) for a in grams] + [f64 @ f64.T]), axis=0)
+    w64 = w.astype(np.float64)
+    assert abs(rec2 - w64 @ had @ w64) <= tol * np.sum(np.abs(had) * np.outer(w64, w64))
+    ref_ip = float(np.sum((y.astype(np.float64) * f64) @ np.ones(n) * w64))
+    assert abs(ip - ref_ip) <= tol * np.sum(np.abs(y * f) @ np.ones(n) * w64)
+    assert np.array_equal(host(lib, args[3]), f)  # input untouched
+
+
+@needs_kernel
+def test_parafac_fit_gram_same_fits(monkeypatch):
+    """solve.FIT_GRAM (the last mode's Gram formed by the fit kernel), eager and graphed: the
+    fits of the GEMM's Gram to 5e-5 (float32; H100: 7.7e-6) / 1e-9, factors to rounding."""
+    torch = pytest.importorskip("torch")
+    shape, rank = (40, 37, 30), 6
+    x, init = planted_cp(np.random.default_rng(22), shape, rank, 0.05)
+    for dtype in ("float32", "float64"):
+        xd = torch.as_tensor(x.astype(dtype), device="cuda")
+        out = {}
+        for fg in (False, True):
+            monkeypatch.setattr(solve, "FIT_GRAM", fg)
+            for iters in (3, 8):
+                fits = []
+                got = T.parafac(xd, rank, n_iter_max=iters, tol=0, callback=lambda i, f:
+                                fits.append(f), init=(None, [torch.as_tensor(
+                                    f.astype(dtype), device="cuda") for f in init]))
+                out[fg, iters] = ([f.cpu().numpy() for f in got.factors], fits)
+        for iters in (3, 8):
+            for a, b in zip(out[False, iters][0], out[True, iters][0]):
+                assert rel(b.astype(np.float64), a.astype(np.float64)) < (
+                    1e-4 if dtype == "float32" else 1e-10)
+            np.testing.assert_allclose(out[True, iters][1], out[False, iters][1],
+                                       rtol=5e-5 if dtype == "float32" else 1e-9, atol=1e-9)

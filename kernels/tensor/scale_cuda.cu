@@ -3,6 +3,8 @@
 // the MTTKRP kernel's padded (n, 64) float32 rows or as a half-type copy of the same layout.
 // torch's route is 3-4 launches (an abs-max reduction of 6-9 us on an H100 at 64 x 640, a
 // clamp, a division, a cast) on the sweep's critical path.  One block: the data is 160 KB.
+// With the factor's Gram matrix (CP-ALS has it), the scale is a bound from its diagonal and
+// the copy takes a grid of blocks.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,6 +58,41 @@ __global__ void __launch_bounds__(THREADS) scaled_copy_kernel(kl_tensor_scaled_c
   }
 }
 
+// The Gram-scaled copy: s from the Gram's diagonal (every warp reads it: 64 floats from L2),
+// so no block waits for another; a thread converts 4 consecutive elements.
+constexpr int GRAM_THREADS = 256;
+
+__global__ void __launch_bounds__(GRAM_THREADS) gram_scaled_copy_kernel(kl_tensor_scaled_copy c) {
+  float s;
+  if (c.gram) {
+    float d = 0.f;
+    for (int k = threadIdx.x & 31; k < c.rows; k += 32)
+      d = fmaxf(d, c.gram[int64_t(k) * c.rows + k]);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, o));
+    s = sqrtf(fmaxf(d, 1e-30f));
+  } else {  // (a NaN largest stays NaN: the copy and the fit show it)
+    const float l = c.largest[0];
+    s = l != l ? l : fmaxf(l, 1e-30f);
+  }
+  const float f = 1.f / s;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && c.scale) c.scale[0] = s;
+  const int64_t count = int64_t(c.rows) * c.n;
+  const int64_t i0 = (int64_t(blockIdx.x) * GRAM_THREADS + threadIdx.x) * 4;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t i = i0 + e;
+    if (i >= count) break;
+    const float v = c.in[i] * f;
+    if (c.dtype_out == 1)
+      static_cast<__half *>(c.out)[i] = __float2half_rn(v);
+    else if (c.dtype_out == 2)
+      static_cast<__nv_bfloat16 *>(c.out)[i] = __float2bfloat16_rn(v);
+    else
+      static_cast<float *>(c.out)[i] = v;
+  }
+}
+
 }  // namespace
 
 extern "C" int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream) {
@@ -63,7 +100,18 @@ extern "C" int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *
       (c->pad64 && (c->rows > KL_TENSOR_MAX_RANK || c->dtype_out != 0)))
     return kl::fail(KL_ERR_INVALID, "tensor scaled copy: empty, null, dtype not 0-2, or a "
                                     "padded copy of more than 64 rows or not float32");
-  scaled_copy_kernel<<<1, THREADS, 0, static_cast<cudaStream_t>(stream)>>>(*c);
+  if (c->gram || c->largest) {
+    if (c->pad64)
+      return kl::fail(KL_ERR_INVALID, "tensor scaled copy: the Gram scale makes no padded copy");
+    const int64_t count = int64_t(c->rows) * c->n;
+    const int64_t blocks = (count + 4 * GRAM_THREADS - 1) / (4 * GRAM_THREADS);
+    if (blocks > 0x7fffffff)
+      return kl::fail(KL_ERR_INVALID, "tensor scaled copy: too large for one launch");
+    gram_scaled_copy_kernel<<<unsigned(blocks), GRAM_THREADS, 0,
+                              static_cast<cudaStream_t>(stream)>>>(*c);
+  } else {
+    scaled_copy_kernel<<<1, THREADS, 0, static_cast<cudaStream_t>(stream)>>>(*c);
+  }
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : kl::fail(KL_ERR_CUDA, cudaGetErrorString(e));
 }

@@ -39,11 +39,70 @@ struct Args {
   T *ws;  // PHASE 1 writes, PHASE 2 reads: the unit lower factor (R x R) and 1 / D (R)
 };
 
+// *p = max(*p, v) for non-negative (or NaN) v, through the bits' unsigned order
+__device__ __forceinline__ void atomic_max_bits(float *p, float v) {
+  atomicMax(reinterpret_cast<unsigned int *>(p), __float_as_uint(v));
+}
+__device__ __forceinline__ void atomic_max_bits(double *p, double v) {
+  atomicMax(reinterpret_cast<unsigned long long *>(p),
+            static_cast<unsigned long long>(__double_as_longlong(v)));
+}
+
+// (L D L^T) x = z for a warp's COLS right-hand sides, rows lane and lane + 32 of each in z:
+// L (unit lower, below the diagonal of A) and 1 / D from the factorization
+template <typename T>
+__device__ __forceinline__ void substitute(const T *A, const T *inv_d, int R, int lane,
+                                           T (&z)[2][COLS]) {
+  // L z = y
+  for (int k = 0; k < R; ++k) {
+    T zk[COLS];
+#pragma unroll
+    for (int q = 0; q < COLS; ++q)
+      zk[q] = __shfl_sync(0xffffffffu, k < 32 ? z[0][q] : z[1][q], k & 31);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane + 32 * h;
+      if (row > k && row < R) {
+        const T l = A[row * LD + k];
+#pragma unroll
+        for (int q = 0; q < COLS; ++q) z[h][q] -= l * zk[q];
+      }
+    }
+  }
+  // D w = z
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = lane + 32 * h;
+    const T s = row < R ? inv_d[row] : T(0);
+#pragma unroll
+    for (int q = 0; q < COLS; ++q) z[h][q] *= s;
+  }
+  // L^T x = w, from the last row up
+  for (int k = R - 1; k > 0; --k) {
+    T xk[COLS];
+#pragma unroll
+    for (int q = 0; q < COLS; ++q)
+      xk[q] = __shfl_sync(0xffffffffu, k < 32 ? z[0][q] : z[1][q], k & 31);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane + 32 * h;
+      if (row < k) {
+        const T l = A[k * LD + row];
+#pragma unroll
+        for (int q = 0; q < COLS; ++q) z[h][q] -= l * xk[q];
+      }
+    }
+  }
+}
+
 // FAST: the factorization's loads issued ahead of its stores (variant 1); else a row at a time
 // (variant 0, the first version: 66 us a rank-64 solve on an H100).  PHASE 0: all in one
 // launch; 1: one block factorizes and writes the factor to ws (CP-ALS runs it on a side stream
 // while the tensor pass before the update runs); 2: each block loads the factor from ws and
-// solves its right-hand sides.
+// solves its right-hand sides; 3: as 1, but the block then solves against the identity and
+// writes V^-1 (R x R) to ws (and zero to ws[R * R]); 4: each block loads V^-1 from ws and
+// multiplies its right-hand sides by it (and the result's largest magnitude to ws[R * R]) (64 independent multiply-adds a row where the substitutions are two chains of 64
+// dependent steps: CP-ALS's update after a tensor pass shrinks to a product).
 template <typename T, bool FAST, int PHASE>
 __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
   __shared__ T A[RP * LD];
@@ -51,12 +110,12 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
   __shared__ T rho_s;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int R = a.rank;
-  if (PHASE == 2) {
+  if (PHASE == 2 || PHASE == 4) {  // (4: A holds V^-1)
     for (int idx = tid; idx < R * R; idx += THREADS) {
       const int i = idx / R;
       A[i * LD + idx - i * R] = a.ws[idx];
     }
-    if (tid < R) inv_d[tid] = a.ws[R * R + tid];
+    if (PHASE == 2 && tid < R) inv_d[tid] = a.ws[R * R + tid];
     __syncthreads();
   } else {
 
@@ -162,7 +221,26 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
     if (tid < R) a.ws[R * R + tid] = inv_d[tid];
     return;
   }
-  }  // (PHASE != 2)
+  if (PHASE == 3) {  // V^-1 = the solves against the identity's columns, COLS a warp a pass
+    if (tid == 0) a.ws[R * R] = T(0);  // (phase 4's largest magnitude, an atomic max from 0)
+    for (int c0 = warp * COLS; c0 < R; c0 += BLOCK_COLS) {
+      T z[2][COLS];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < COLS; ++q) z[h][q] = lane + 32 * h == c0 + q ? T(1) : T(0);
+      substitute(A, inv_d, R, lane, z);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < COLS; ++q) {
+          const int row = lane + 32 * h;
+          if (row < R && c0 + q < R) a.ws[row * R + c0 + q] = z[h][q];
+        }
+    }
+    return;
+  }
+  }  // (PHASE != 2, 4)
 
   // this warp's right-hand sides, rows lane and lane + 32 of each in registers
   const int64_t c0 = int64_t(blockIdx.x) * BLOCK_COLS + warp * COLS;
@@ -175,45 +253,46 @@ __global__ void __launch_bounds__(THREADS) spd_solve_kernel(Args<T> a) {
       const int64_t col = c0 + q;
       z[h][q] = row < R && col < a.n ? a.rhs[row * a.ld_rhs + col] : T(0);
     }
-  // L z = y
-  for (int k = 0; k < R; ++k) {
-    T zk[COLS];
+  if (PHASE == 4) {  // x = V^-1 y: independent products, no chain of dependent steps
+    T x[2][COLS];
 #pragma unroll
-    for (int q = 0; q < COLS; ++q)
-      zk[q] = __shfl_sync(0xffffffffu, k < 32 ? z[0][q] : z[1][q], k & 31);
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane + 32 * h;
-      if (row > k && row < R) {
-        const T l = A[row * LD + k];
+      for (int q = 0; q < COLS; ++q) x[h][q] = T(0);
+    for (int k = 0; k < R; ++k) {
+      T yk[COLS];
 #pragma unroll
-        for (int q = 0; q < COLS; ++q) z[h][q] -= l * zk[q];
+      for (int q = 0; q < COLS; ++q)
+        yk[q] = __shfl_sync(0xffffffffu, k < 32 ? z[0][q] : z[1][q], k & 31);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = lane + 32 * h;
+        const T v = row < R ? A[row * LD + k] : T(0);
+#pragma unroll
+        for (int q = 0; q < COLS; ++q) x[h][q] += v * yk[q];
       }
     }
-  }
-  // D w = z
+    // the result's largest magnitude into ws[R * R] (zeroed by phase 3): CP-ALS scales the
+    // factor's half copy by it with no pass of its own (the bits of non-negative floats
+    // order as unsigned integers; NaN's above infinity's)
+    T m = T(0);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = lane + 32 * h;
-    const T s = row < R ? inv_d[row] : T(0);
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int q = 0; q < COLS; ++q) z[h][q] *= s;
-  }
-  // L^T x = w, from the last row up
-  for (int k = R - 1; k > 0; --k) {
-    T xk[COLS];
-#pragma unroll
-    for (int q = 0; q < COLS; ++q)
-      xk[q] = __shfl_sync(0xffffffffu, k < 32 ? z[0][q] : z[1][q], k & 31);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = lane + 32 * h;
-      if (row < k) {
-        const T l = A[k * LD + row];
-#pragma unroll
-        for (int q = 0; q < COLS; ++q) z[h][q] -= l * xk[q];
+      for (int q = 0; q < COLS; ++q) {
+        z[h][q] = x[h][q];
+        const bool ok = lane + 32 * h < R && c0 + q < a.n;
+        const T v = ok ? fabs(x[h][q]) : T(0);  // (fabs: no -0.0, whose sign bit orders last)
+        m = v > m || v != v ? v : m;
       }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+      const T e = __shfl_xor_sync(0xffffffffu, m, o);
+      m = e > m || e != e ? e : m;
     }
+    if (lane == 0) atomic_max_bits(a.ws + R * R, m);
+  } else {
+    substitute(A, inv_d, R, lane, z);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -239,12 +318,17 @@ int launch(const kl_tensor_spd_solve *c, cudaStream_t s) {
   a.ld_out = c->ld_out;
   a.eps = T(c->eps);
   a.ws = static_cast<T *>(c->ws);
-  const int64_t blocks = c->phase == 1 ? 1 : (c->n + BLOCK_COLS - 1) / BLOCK_COLS;
+  const bool factor_only = c->phase == 1 || c->phase == 3;
+  const int64_t blocks = factor_only ? 1 : (c->n + BLOCK_COLS - 1) / BLOCK_COLS;
   if (c->phase == 1)
     c->variant ? spd_solve_kernel<T, true, 1><<<1, THREADS, 0, s>>>(a)
                : spd_solve_kernel<T, false, 1><<<1, THREADS, 0, s>>>(a);
+  else if (c->phase == 3)
+    spd_solve_kernel<T, true, 3><<<1, THREADS, 0, s>>>(a);
   else if (c->phase == 2)  // (the factorization's variant does not matter here)
     spd_solve_kernel<T, true, 2><<<unsigned(blocks), THREADS, 0, s>>>(a);
+  else if (c->phase == 4)
+    spd_solve_kernel<T, true, 4><<<unsigned(blocks), THREADS, 0, s>>>(a);
   else if (c->variant)
     spd_solve_kernel<T, true, 0><<<unsigned(blocks), THREADS, 0, s>>>(a);
   else
@@ -256,16 +340,17 @@ int launch(const kl_tensor_spd_solve *c, cudaStream_t s) {
 }  // namespace
 
 extern "C" int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream) {
-  if (c->phase < 0 || c->phase > 2 || (c->phase && !c->ws))
-    return kl::fail(KL_ERR_INVALID, "tensor spd solve: phase not 0, 1 or 2, or no workspace");
+  if (c->phase < 0 || c->phase > 4 || (c->phase && !c->ws))
+    return kl::fail(KL_ERR_INVALID, "tensor spd solve: phase not 0-4, or no workspace");
+  const bool factors = c->phase != 2 && c->phase != 4, solves = c->phase != 1 && c->phase != 3;
   if (c->rank < 1 || c->rank > KL_TENSOR_MAX_RANK || (c->dtype != 0 && c->dtype != 1) ||
-      (c->phase != 2 && (c->count < 1 || c->count > KL_TENSOR_SOLVE_MAX_GRAMS)) ||
-      (c->phase != 1 && (c->n < 1 || c->ld_rhs < c->n || c->ld_out < c->n)))
+      (factors && (c->count < 1 || c->count > KL_TENSOR_SOLVE_MAX_GRAMS)) ||
+      (solves && (c->n < 1 || c->ld_rhs < c->n || c->ld_out < c->n)))
     return kl::fail(KL_ERR_INVALID, "tensor spd solve: rank above 64, 0 or more than 8 Gram "
                                     "matrices, an empty or inconsistent right-hand side");
-  if (c->phase != 1 && (c->n + BLOCK_COLS - 1) / BLOCK_COLS > 0x7fffffff)
+  if (solves && (c->n + BLOCK_COLS - 1) / BLOCK_COLS > 0x7fffffff)
     return kl::fail(KL_ERR_INVALID, "tensor spd solve: too many right-hand sides");
-  for (int k = 0; c->phase != 2 && k < c->count; ++k)
+  for (int k = 0; factors && k < c->count; ++k)
     if (!c->grams[k]) return kl::fail(KL_ERR_INVALID, "tensor spd solve: a null Gram matrix");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return c->dtype == 0 ? launch<float>(c, s) : launch<double>(c, s);

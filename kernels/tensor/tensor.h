@@ -50,6 +50,13 @@ typedef struct {
   int64_t out_stride_r, out_stride_m;
   float alpha;
   const float *dscale;
+  /* the Gram scale (half storage; gram_v non-NULL, dscale NULL): U and V unscaled, gram_u /
+   * gram_v their R x R Gram matrices (U^T U, V^T V; gram_u NULL where U is all ones); the
+   * kernel bounds their largest magnitudes by the square roots of the Grams' largest diagonal
+   * entries, rounds W * 2^8 / (su sv) and writes su sv / 2^8 to scale_out[0], which the
+   * reduction multiplies the output by (no launch before the kernel, no host synchronization) */
+  const float *gram_u, *gram_v;
+  float *scale_out;
 } kl_tensor_mttkrp;
 
 /* The split of the sum over p that fills the GPU once (one wave of per_sm blocks a
@@ -63,7 +70,9 @@ int kl_tensor_cuda_check(void);
  * or bfloat16 (2), contracted with the float32 rank-first factor f, float32 sums and output:
  *   leading = 0: out[r, j] = sum_k Y[r, j, k] f[r, k]   (f: r x k)
  *   leading = 1: out[r, k] = sum_j f[r, j] Y[r, j, k]   (f: r x j)
- * k a multiple of 8, Y 16-byte aligned, everything contiguous. */
+ * k a multiple of 8, Y 16-byte aligned, everything contiguous.  The sums are multiplied by
+ * alpha and, where scale is non-NULL, by the device float scale[0] (CP-ALS's pending scale of
+ * the intermediate, applied here instead of by a launch of its own). */
 typedef struct {
   int32_t dtype;
   int32_t leading;
@@ -71,6 +80,8 @@ typedef struct {
   const void *y;
   const float *f;
   float *out;
+  float alpha;
+  const float *scale;
 } kl_tensor_half_contract;
 
 int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream);
@@ -83,7 +94,9 @@ int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream)
  * phase 0: all in one launch; 1: the Hadamard product, ridge and factorization only, written
  * to ws (R * R + R elements of dtype; rhs, out and n unused); 2: the solve from ws (grams
  * unused): CP-ALS factorizes a mode's system on a side stream during the tensor pass that
- * precedes its update. */
+ * precedes its update.  phase 3: as 1, then V's inverse (R * R, row-major) written to ws in
+ * place of the factor, and ws[R * R] = 0; 4: out = that inverse times rhs (grams unused): a
+ * product instead of two substitutions after the pass; ws[R * R] = max |out| (NaN if any). */
 #define KL_TENSOR_SOLVE_MAX_GRAMS 8
 
 typedef struct {
@@ -102,7 +115,7 @@ typedef struct {
 
 int kl_tensor_spd_solve_cuda(const kl_tensor_spd_solve *c, void *stream);
 
-/* The half path's operand preparation (scale_cuda.cu), one block: in (rows, n) float32
+/* The half path's operand preparation (scale_cuda.cu), one block (without gram): in (rows, n) float32
  * row-major; scale non-NULL: s = max(max |in|, 1e-30) written to scale[0] and the copy
  * divided by it; pad64: out (n, 64) float32 with out[i][r] = in[r][i] (zeros for r >= rows,
  * rows <= 64), else out (rows, n) in dtype_out (0 float32, 1 float16, 2 bfloat16). */
@@ -114,6 +127,13 @@ typedef struct {
   const float *in;
   void *out;
   float *scale;
+  /* gram non-NULL (in's Gram matrix in * in^T, rows x rows; not pad64): s = the square root
+   * of its largest diagonal entry (at least 1e-30), a bound of max |in| that needs no pass
+   * over in, so that many blocks share the copy (one launch of a few microseconds); largest
+ * non-NULL (and gram NULL): s = max(largest[0], 1e-30), a largest magnitude known already
+ * (CP-ALS's factor update writes it), the same grid of blocks */
+  const float *gram;
+  const float *largest;
 } kl_tensor_scaled_copy;
 
 int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream);
@@ -122,7 +142,10 @@ int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream);
  * and out[1] = sum_r w_r sum_i y[r, i] f[r, i] (y, f: rank x n row-major, contiguous), float64
  * sums in a fixed order; dtype 0: float32, 1: float64 (grams, w, y, f).  work: 2 * rank + 1
  * doubles, the last one zero before the first call (a ticket counter the kernel leaves at
- * zero). */
+ * zero).  gram (non-NULL, dtype's type, rank x rank): f's own Gram matrix f f^T is formed too
+ * (block r its row r, in a fixed order: symmetric bit for bit), written there and taken as the
+ * last factor of the Hadamard product after the `count` given ones (count + 1 <= 8): CP-ALS's
+ * last mode needs no Gram launch of its own before its fit. */
 typedef struct {
   int32_t dtype;
   int32_t rank;
@@ -132,6 +155,7 @@ typedef struct {
   int64_t n;
   double *out;
   double *work;
+  void *gram;
 } kl_tensor_fit_terms;
 
 int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream);

@@ -317,6 +317,9 @@ extern "C" int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream) {
       (c->ib % 8 || c->splits % ((c->ib + 63) / 64) || c->splits / ((c->ib + 63) / 64) > c->ia))
     return kl::fail(KL_ERR_INVALID, "tensor mttkrp: half variant 2 needs an inner size that is "
                                     "a multiple of 8 and whole chunks of it per split (the plan)");
+  if (c->gram_v && (!c->dtype || !c->scale_out || c->dscale))
+    return kl::fail(KL_ERR_INVALID, "tensor mttkrp: the Gram scale runs on half storage, with "
+                                    "scale_out and without dscale");
   const int64_t row = c->last ? c->m : c->red;
   if (row % (c->dtype ? 8 : 4) ||
       (reinterpret_cast<uintptr_t>(c->x) | reinterpret_cast<uintptr_t>(c->u) |
@@ -353,7 +356,7 @@ extern "C" int kl_tensor_mttkrp_cuda(const kl_tensor_mttkrp *c, void *stream) {
   const int64_t n = int64_t(c->rank) * c->m;
   mttkrp_reduce_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(
       c->part, c->splits, tiles * bm, c->m, c->rank, c->out, c->out_stride_r, c->out_stride_m,
-      c->alpha, c->dscale);
+      c->alpha, c->gram_v ? c->scale_out : c->dscale);
   if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(e);
   return KL_OK;
 }

@@ -8,7 +8,8 @@
 // ldmatrix, and mma.sync m16n8k16 (float16 or bfloat16 inputs, float32 sums).  The Khatri-Rao
 // rows W[p, r] = U[a, r] V[b, r] are formed in float32 from the staged float32 factor rows and
 // rounded to the half type in registers; the caller scales U and V so that W fits float16's
-// range (kl_tensor_mttkrp.dscale undoes it on the output).
+// range (kl_tensor_mttkrp.dscale undoes it on the output), or passes their Gram matrices and
+// the kernel scales W by a bound of their largest magnitudes (no launches before it).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -59,7 +60,34 @@ struct HalfArgs {
   int64_t m, red, ia, ib, stages, mpad;
   int32_t splits;
   int64_t nb, sa;  // variant 2: chunks of 64 b, and ranges of a (splits = nb * sa)
+  // the Gram scale (tensor.h): gv non-null: U and V come unscaled, every warp bounds their
+  // largest magnitudes by the square roots of their Grams' largest diagonal entries
+  const float *gu, *gv;
+  int32_t gr;
+  float *scale_out;
 };
+
+// W's headroom under the Gram scale: |U V| <= su sv, so W * 2^8 / (su sv) <= 256, far inside
+// float16's range, and the column-norm bound's slack (up to sqrt(I) above the largest
+// magnitude) costs no subnormal W
+constexpr float GRAM_HEADROOM = 256.f;
+
+__device__ __forceinline__ float largest_diag(const float *g, int r) {
+  float d = 0.f;
+  for (int k = threadIdx.x & 31; k < r; k += 32) d = fmaxf(d, g[int64_t(k) * r + k]);
+#pragma unroll
+  for (int o = 16; o; o >>= 1) d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, o));
+  return sqrtf(fmaxf(d, 1e-30f));
+}
+
+// the factor W is multiplied by before rounding: 1, or under the Gram scale 2^8 / (su sv)
+// (block (0, 0) writes su sv / 2^8 for the reduction); every thread of a warp calls it
+__device__ __forceinline__ float gram_inverse_scale(const HalfArgs &a) {
+  if (!a.gv) return 1.f;
+  const float s = (a.gu ? largest_diag(a.gu, a.gr) : 1.f) * largest_diag(a.gv, a.gr);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) a.scale_out[0] = s / GRAM_HEADROOM;
+  return GRAM_HEADROOM / s;
+}
 
 struct Walk {
   int64_t p0, a0, b0;
@@ -139,6 +167,7 @@ __global__ void __launch_bounds__(HalfTile<WARPS_M, MT_>::THREADS,
   // ldmatrix.x4 of a 16 x 16 A tile: lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the
   // same rows at column 8 (registers a0..a3 of mma m16n8k16)
   const int lrow = lane & 15, lcol = (lane >> 4) * 8;
+  const float inv = gram_inverse_scale(a);
 
   float acc[MT][4][4];
 #pragma unroll
@@ -176,8 +205,8 @@ __global__ void __launch_bounds__(HalfTile<WARPS_M, MT_>::THREADS,
     float u_lo[4], u_hi[4];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      u_lo[nt] = us[wn + nt * 8 + g];
-      u_hi[nt] = us[RP + wn + nt * 8 + g];
+      u_lo[nt] = us[wn + nt * 8 + g] * inv;
+      u_hi[nt] = us[RP + wn + nt * 8 + g] * inv;
     }
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
@@ -262,6 +291,7 @@ __global__ void __launch_bounds__(BTile::THREADS, 3) mttkrp_half_bmajor_kernel(H
   const int64_t a_begin = a.ia * as / a.sa;
   const int n_it = int(a.ia * (as + 1) / a.sa - a_begin);
   const int lrow = lane & 15, lcol = (lane >> 4) * 8;
+  const float inv = gram_inverse_scale(a);
   float *vs = reinterpret_cast<float *>(smem);
   unsigned char *stages = smem + T::V_BYTES;
 
@@ -296,7 +326,7 @@ __global__ void __launch_bounds__(BTile::THREADS, 3) mttkrp_half_bmajor_kernel(H
     const float *us = reinterpret_cast<const float *>(st + T::X_BYTES);
     float u[4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) u[nt] = us[wn + nt * 8 + g];
+    for (int nt = 0; nt < 4; ++nt) u[nt] = us[wn + nt * 8 + g] * inv;
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       const int k0 = ks * 16 + 2 * t;
@@ -401,7 +431,8 @@ cudaError_t half_blocks_per_sm(int dtype, int variant, int dev, int *out) {
 cudaError_t launch_half_mttkrp(const kl_tensor_mttkrp *c, int64_t stages, int64_t mpad,
                                int64_t tiles, int dev, cudaStream_t s) {
   HalfArgs a{static_cast<const uint16_t *>(c->x), c->u, c->v, c->part, c->m, c->red, c->ia,
-             c->ib, stages, mpad, c->splits, 0, 0};
+             c->ib, stages, mpad, c->splits, 0, 0, c->gram_u, c->gram_v, c->rank,
+             c->scale_out};
   dim3 grid(unsigned(tiles), unsigned(c->splits));
   if (c->variant == 2) {  // (splits = nb * sa, checked by the caller)
     a.nb = (c->ib + BK - 1) / BK;
@@ -456,7 +487,8 @@ __device__ __forceinline__ void unpack8(const uint4 &q, float (&v)[8]) {
 template <bool BF16>
 __global__ void __launch_bounds__(256) half_trailing_kernel(const uint16_t *y, const float *f,
                                                             float *out, int64_t R, int64_t J,
-                                                            int64_t K) {
+                                                            int64_t K, float alpha,
+                                                            const float *scale) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);  // r * J + j
   if (row >= R * J) return;
@@ -472,14 +504,15 @@ __global__ void __launch_bounds__(256) half_trailing_kernel(const uint16_t *y, c
   }
 #pragma unroll
   for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) out[row] = s;
+  if (lane == 0) out[row] = s * (scale ? alpha * *scale : alpha);
 }
 
 // out[r, k] = sum_j f[r, j] Y[r, j, k]: a block a (r, 256 k), a lane 8 consecutive k, the 8
 // warps over j (4 rows in flight a warp), then the warps' sums added in order in shared memory
 template <bool BF16>
 __global__ void __launch_bounds__(256) half_leading_kernel(const uint16_t *y, const float *f,
-                                                           float *out, int64_t J, int64_t K) {
+                                                           float *out, int64_t J, int64_t K,
+                                                           float alpha, const float *scale) {
   __shared__ float part[8][256];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r = blockIdx.y;
@@ -520,7 +553,7 @@ __global__ void __launch_bounds__(256) half_leading_kernel(const uint16_t *y, co
     float s = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; ++w) s += part[w][threadIdx.x];
-    out[r * K + k] = s;
+    out[r * K + k] = s * (scale ? alpha * *scale : alpha);
   }
 }
 
@@ -538,12 +571,16 @@ extern "C" int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, vo
   const bool bf = c->dtype == 2;
   if (c->leading) {
     dim3 grid(unsigned((c->k + 255) / 256), unsigned(c->r));
-    bf ? half_leading_kernel<true><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k)
-       : half_leading_kernel<false><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k);
+    bf ? half_leading_kernel<true><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k, c->alpha,
+                                                         c->scale)
+       : half_leading_kernel<false><<<grid, 256, 0, s>>>(y, c->f, c->out, c->j, c->k, c->alpha,
+                                                          c->scale);
   } else {
     const unsigned blocks = unsigned((c->r * c->j + 7) / 8);
-    bf ? half_trailing_kernel<true><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k)
-       : half_trailing_kernel<false><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k);
+    bf ? half_trailing_kernel<true><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k,
+                                                           c->alpha, c->scale)
+       : half_trailing_kernel<false><<<blocks, 256, 0, s>>>(y, c->f, c->out, c->r, c->j, c->k,
+                                                            c->alpha, c->scale);
   }
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : kl::fail(KL_ERR_CUDA, cudaGetErrorString(e));

@@ -21,6 +21,9 @@ cdef extern from "tensor.h" nogil:
         int64_t out_stride_r, out_stride_m
         float alpha
         const float *dscale
+        const float *gram_u
+        const float *gram_v
+        float *scale_out
     int kl_tensor_mttkrp_plan(int32_t last, int32_t variant, int32_t dtype, int64_t m,
                               int64_t red, int64_t ib, int32_t *splits, int64_t *mpad,
                               int32_t *per_sm)
@@ -32,6 +35,8 @@ cdef extern from "tensor.h" nogil:
         const void *y
         const float *f
         float *out
+        float alpha
+        const float *scale
     int kl_tensor_half_contract_cuda(const kl_tensor_half_contract *c, void *stream)
     int kl_tensor_cuda_check()
     enum: KL_TENSOR_SOLVE_MAX_GRAMS
@@ -59,6 +64,7 @@ cdef extern from "tensor.h" nogil:
         int64_t n
         double *out
         double *work
+        void *gram
     int kl_tensor_fit_terms_cuda(const kl_tensor_fit_terms *c, void *stream)
     ctypedef struct kl_tensor_scaled_copy:
         int32_t dtype_out
@@ -68,6 +74,8 @@ cdef extern from "tensor.h" nogil:
         const float *input "in"
         void *out
         float *scale
+        const float *gram
+        const float *largest
     int kl_tensor_scaled_copy_cuda(const kl_tensor_scaled_copy *c, void *stream)
     int kl_tensor_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t src_pitch,
                             int64_t width, int64_t height, void *stream)
@@ -94,9 +102,11 @@ def plan(bint last, int variant, int64_t m, int64_t red, int dtype=0, int64_t ib
 def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t rank, uintptr_t x,
            uintptr_t u, uintptr_t v, uintptr_t part, int32_t splits, uintptr_t out,
            int64_t out_stride_r, int64_t out_stride_m, float alpha, uintptr_t stream,
-           int dtype=0, uintptr_t dscale=0):
+           int dtype=0, uintptr_t dscale=0, uintptr_t gram_u=0, uintptr_t gram_v=0,
+           uintptr_t scale_out=0):
     """out[r, i] = alpha * (*dscale) * the MTTKRP of the first (last=False) or the last mode;
-    dtype the tensor's storage (0 float32, 1 float16, 2 bfloat16); see tensor.h."""
+    dtype the tensor's storage (0 float32, 1 float16, 2 bfloat16); gram_v (with gram_u,
+    scale_out): the Gram scale of half storage; see tensor.h."""
     cdef kl_tensor_mttkrp c
     c.last = last
     c.variant = variant
@@ -116,6 +126,9 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
     c.out_stride_m = out_stride_m
     c.alpha = alpha
     c.dscale = <const float *> dscale
+    c.gram_u = <const float *> gram_u
+    c.gram_v = <const float *> gram_v
+    c.scale_out = <float *> scale_out
     cdef int status
     with nogil:
         status = kl_tensor_mttkrp_cuda(&c, <void *> stream)
@@ -123,9 +136,11 @@ def mttkrp(bint last, int variant, int64_t m, int64_t ia, int64_t ib, int32_t ra
 
 
 def half_contract(int dtype, bint leading, int64_t r, int64_t j, int64_t k, uintptr_t y,
-                  uintptr_t f, uintptr_t out, uintptr_t stream):
+                  uintptr_t f, uintptr_t out, uintptr_t stream, float alpha=1.0,
+                  uintptr_t scale=0):
     """Y (r, j, k) of a half type (dtype 1 float16, 2 bfloat16) contracted with the float32
-    f over k (out (r, j)) or, leading, over j (out (r, k)); see tensor.h."""
+    f over k (out (r, j)) or, leading, over j (out (r, k)), times alpha and (scale non-zero)
+    the device float at scale; see tensor.h."""
     cdef kl_tensor_half_contract c
     c.dtype = dtype
     c.leading = leading
@@ -135,6 +150,8 @@ def half_contract(int dtype, bint leading, int64_t r, int64_t j, int64_t k, uint
     c.y = <const void *> y
     c.f = <const float *> f
     c.out = <float *> out
+    c.alpha = alpha
+    c.scale = <const float *> scale
     cdef int status
     with nogil:
         status = kl_tensor_half_contract_cuda(&c, <void *> stream)
@@ -146,11 +163,12 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
               uintptr_t ws=0):
     """out (R, n) = (V + rho I)^-1 rhs, V the Hadamard product of the R x R matrices at the
     addresses `grams` (at most SOLVE_MAX_GRAMS); phase 1: only V's factorization, into ws
-    (R * R + R elements); phase 2: only the solve, from ws (grams may be empty); see
-    tensor.h."""
+    (R * R + R elements); phase 2: only the solve, from ws (grams may be empty); phase 3: the
+    factorization and V's inverse, into ws; phase 4: the product by that inverse, from ws
+    (grams may be empty); see tensor.h."""
     cdef kl_tensor_spd_solve c
     cdef int k, count = len(grams)
-    if phase != 2 and (count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS):
+    if phase not in (2, 4) and (count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS):
         raise ValueError(f"grams: expected 1 to {KL_TENSOR_SOLVE_MAX_GRAMS} addresses, got {count}")
     c.dtype = 1 if double else 0
     c.variant = variant
@@ -173,10 +191,10 @@ def spd_solve(bint double, int32_t variant, int32_t rank, grams, uintptr_t rhs, 
 
 
 def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintptr_t f,
-              int64_t n, uintptr_t out, uintptr_t work, uintptr_t stream):
+              int64_t n, uintptr_t out, uintptr_t work, uintptr_t stream, uintptr_t gram=0):
     """out[0] = w^T (o grams) w, out[1] = sum_r w_r sum_i y[r, i] f[r, i] (float64 out, at
-    most SOLVE_MAX_GRAMS Gram matrices; work: 2 * rank + 1 doubles, the last zero); see
-    tensor.h."""
+    most SOLVE_MAX_GRAMS Gram matrices; work: 2 * rank + 1 doubles, the last zero); gram: f f^T
+    formed into it and taken as the Hadamard product's last factor; see tensor.h."""
     cdef kl_tensor_fit_terms c
     cdef int k, count = len(grams)
     if count < 1 or count > KL_TENSOR_SOLVE_MAX_GRAMS:
@@ -192,6 +210,7 @@ def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintpt
     c.n = n
     c.out = <double *> out
     c.work = <double *> work
+    c.gram = <void *> gram
     cdef int status
     with nogil:
         status = kl_tensor_fit_terms_cuda(&c, <void *> stream)
@@ -199,10 +218,13 @@ def fit_terms(bint double, int32_t rank, grams, uintptr_t w, uintptr_t y, uintpt
 
 
 def scaled_copy(int dtype_out, bint pad64, int32_t rows, int64_t n, uintptr_t src,
-                uintptr_t out, uintptr_t scale, uintptr_t stream):
+                uintptr_t out, uintptr_t scale, uintptr_t stream, uintptr_t gram=0,
+                uintptr_t largest=0):
     """out = src (rows, n) float32 divided by its largest magnitude (written to scale[0]; not
     scaled where scale is 0), as padded (n, 64) float32 rows (pad64) or an (rows, n) copy of
-    dtype_out (0 float32, 1 float16, 2 bfloat16); see tensor.h."""
+    dtype_out (0 float32, 1 float16, 2 bfloat16); gram (src's Gram matrix, not pad64): divided
+    by the square root of its largest diagonal entry instead; largest (not pad64): by the
+    float at that address; see tensor.h."""
     cdef kl_tensor_scaled_copy c
     c.dtype_out = dtype_out
     c.pad64 = pad64
@@ -211,6 +233,8 @@ def scaled_copy(int dtype_out, bint pad64, int32_t rows, int64_t n, uintptr_t sr
     c.input = <const float *> src
     c.out = <void *> out
     c.scale = <float *> scale
+    c.gram = <const float *> gram
+    c.largest = <const float *> largest
     cdef int status
     with nogil:
         status = kl_tensor_scaled_copy_cuda(&c, <void *> stream)

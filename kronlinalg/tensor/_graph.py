@@ -29,10 +29,20 @@ def _copy(torch, dsts, srcs):
         dst.copy_(src)
 
 
+def _pair(torch, a, b):
+    """(a, b) as one (2,) tensor: a view where b follows a in one buffer (solve.fit_terms's
+    output), else stacked."""
+    a0, b0 = a.reshape(()), b.reshape(())
+    if (a0.dtype == b0.dtype and a0.untyped_storage().data_ptr() == b0.untyped_storage().data_ptr()
+            and b0.storage_offset() == a0.storage_offset() + 1):
+        return a0.as_strided((2,), (1,))
+    return torch.stack([a0, b0])
+
+
 class GraphedSweep:
     """`slots` CUDA graphs of one sweep over shared static buffers, launched in turn."""
 
-    def __init__(self, torch, step, fts, grams, w, slots):
+    def __init__(self, torch, step, fts, grams, w, slots, side_copy=False):
         self.torch = torch
         self.n = len(fts)
         self.cur = [t.clone() for t in (*fts, *grams, w)]
@@ -45,19 +55,63 @@ class GraphedSweep:
             step(*self._split(self.cur))
         torch.cuda.current_stream().wait_stream(side)
         self.graphs, self.terms, pool = [], [], None
+        # side_copy: the graph's copies on a stream of their own, beside the sweep: the state
+        # before it (kept for a rollback) at its start, each mode's new factor and Gram as
+        # soon as its update has made them (step's sink: the sweep reads a mode's old factor
+        # and Gram only before that update); and the fit's two terms taken as they lie in one
+        # buffer (no stacking launch).  Without it both copies run on the sweep's stream, at
+        # its start and its end (~5 and ~10 µs of an H100 at 640³ rank 64)
+        copier = torch.cuda.Stream() if side_copy else None
         for s in range(slots):
             g = torch.cuda.CUDAGraph()
             # (one memory pool: the graphs run one after the other on one stream)
             with torch.cuda.graph(g, pool=pool):
-                _copy(torch, self.prev[s], self.cur)
-                fts2, grams2, w2, rec2, ip = step(*self._split(self.cur))
-                _copy(torch, self.cur, (*fts2, *grams2, w2))
-                self.terms.append(torch.stack([rec2.reshape(()), ip.reshape(())]))
+                main = torch.cuda.current_stream()
+                if copier is None:
+                    _copy(torch, self.prev[s], self.cur)
+                    fts2, grams2, w2, rec2, ip = step(*self._split(self.cur))
+                    _copy(torch, self.cur, (*fts2, *grams2, w2))
+                else:  # (forked branches of the graph, joined below)
+                    copier.wait_stream(main)
+                    with torch.cuda.stream(copier):
+                        _copy(torch, self.prev[s], self.cur)
+                    sunk = set()
+                    fts2, grams2, w2, rec2, ip = step(*self._split(self.cur),
+                                                      sink=self._sink(copier, sunk))
+                    main.wait_stream(copier)
+                    rest = [(self.cur[k], t) for k, t in enumerate((*fts2, *grams2, w2))
+                            if k % self.n not in sunk or k == 2 * self.n]
+                    rest = [(d, t) for d, t in rest if d is not t]  # (unchanged weights)
+                    if rest:
+                        _copy(torch, [d for d, _ in rest], [t for _, t in rest])
+                self.terms.append(_pair(torch, rec2, ip) if side_copy else
+                                  torch.stack([rec2.reshape(()), ip.reshape(())]))
             pool = g.pool()
             self.graphs.append(g)
         self.host = torch.empty((slots, 2), dtype=self.terms[0].dtype, pin_memory=True)
         self.events = [torch.cuda.Event() for _ in range(slots)]
         self.launched = 0  # sweeps queued so far
+
+    def _sink(self, copier, sunk):
+        """step's sink(n, factor, gram, side): copy mode n's new factor and Gram (either may
+        be None: it follows in another call) into the state on the copier stream, after the
+        current stream's work and the side stream's (side: where the Gram was formed, or
+        None); records n in sunk once both came."""
+        torch = self.torch
+        came = {}
+
+        def sink(n, ft, gram, side):
+            copier.wait_stream(torch.cuda.current_stream())
+            if side is not None:
+                copier.wait_stream(side)
+            pairs = [(self.cur[k], t) for k, t in ((n, ft), (self.n + n, gram)) if t is not None]
+            with torch.cuda.stream(copier):
+                _copy(torch, [d for d, _ in pairs], [t for _, t in pairs])
+            came.setdefault(n, set()).update(k for k, t in ((0, ft), (1, gram)) if t is not None)
+            if came[n] == {0, 1}:
+                sunk.add(n)
+
+        return sink
 
     def _split(self, ts):
         n = self.n
@@ -94,7 +148,7 @@ class GraphedSweep:
         return self._clone(self.prev[sweep % len(self.graphs)])
 
 
-def capture(eng, step, fts, grams, w, pipeline=True):
+def capture(eng, step, fts, grams, w, pipeline=True, side_copy=False):
     """(a GraphedSweep, why) — or (None, why) where the capture failed (a library call that
     cannot be captured), with the engine's solver, then the LU solve, then Cholesky: the caller
     then runs the sweeps eagerly."""
@@ -105,7 +159,7 @@ def capture(eng, step, fts, grams, w, pipeline=True):
     for solver in dict.fromkeys((eng.solver, "lu", "cholesky")):
         eng.solver = solver
         try:
-            return (GraphedSweep(torch, step, fts, grams, w, slots),
+            return (GraphedSweep(torch, step, fts, grams, w, slots, side_copy),
                     f"cuda graph ({solver} solves{', pipelined' if slots == 2 else ''})")
         except Exception as e:  # noqa: BLE001  (a capture error of any library call)
             try:

@@ -62,28 +62,28 @@ def _bmm(xp, a, b):
     return out if s is None else out * s
 
 
-def _trailing(xp, y, ft, pre, d):
-    """Σ_i y[r, p, i] F[i, r] → (R, pre): y (R, pre·d) (of a half type: kernels/tensor's half
-    contraction where it runs)."""
+def _trailing(xp, y, ft, pre, d, mult=None):
+    """Σ_i y[r, p, i] F[i, r] → (R, pre), times mult if given: y (R, pre·d) (of a half type:
+    kernels/tensor's half contraction where it runs, which applies mult)."""
     r = int(ft.shape[0])
     y3 = xp.reshape(y, (r, pre, d))
     if y.dtype != ft.dtype:
-        out = fused.half_contract(y3, ft, False)
+        out = fused.half_contract(y3, ft, False, mult)
         if out is not None:
             return out
-    return xp.reshape(_bmm(xp, y3, ft[:, :, None]), (r, pre))
+    return _scaled(xp.reshape(_bmm(xp, y3, ft[:, :, None]), (r, pre)), mult)
 
 
-def _leading(xp, y, ft, d, post):
-    """Σ_i F[i, r] y[r, i, q] → (R, post): y (R, d·post) (of a half type: kernels/tensor's half
-    contraction where it runs)."""
+def _leading(xp, y, ft, d, post, mult=None):
+    """Σ_i F[i, r] y[r, i, q] → (R, post), times mult if given: y (R, d·post) (of a half type:
+    kernels/tensor's half contraction where it runs, which applies mult)."""
     r = int(ft.shape[0])
     y3 = xp.reshape(y, (r, d, post))
     if y.dtype != ft.dtype:
-        out = fused.half_contract(y3, ft, True)
+        out = fused.half_contract(y3, ft, True, mult)
         if out is not None:
             return out
-    return xp.reshape(_bmm(xp, ft[:, None, :], y3), (r, post))
+    return _scaled(xp.reshape(_bmm(xp, ft[:, None, :], y3), (r, post)), mult)
 
 
 def _use_kr(dims, modes, boundary):
@@ -173,26 +173,28 @@ def _root(eng, xs, scale, fts, mode, library):
     return library()
 
 
-def subtree(eng, y, modes, fts, dims, update):
+def subtree(eng, y, modes, fts, dims, update, mult=None):
     """Serve the modes of y (R, ∏ their sizes; every other mode already contracted): update(n,
     y_n) for each in order, contracting each half with the other half's factors as they are
-    at that moment (the left half's updated ones for the right half)."""
+    at that moment (the left half's updated ones for the right half).  mult (None, a number or
+    a device scalar): y's pending scale, applied by the first contraction of each half (a
+    single mode: to y itself)."""
     xp = eng.xp
     if len(modes) == 1:
-        update(modes[0], y)
+        update(modes[0], _scaled(y, mult))
         return
     q = len(modes) // 2
     left, right = modes[:q], modes[q:]
-    yl, pre = y, math.prod(dims[m] for m in modes)
+    yl, pre, pending = y, math.prod(dims[m] for m in modes), mult
     for m in reversed(right):
         pre //= dims[m]
-        yl = _trailing(xp, yl, fts[m], pre, dims[m])
+        yl, pending = _trailing(xp, yl, fts[m], pre, dims[m], pending), None
     subtree(eng, yl, left, fts, dims, update)
     del yl
-    yr, post = y, math.prod(dims[m] for m in modes)
+    yr, post, pending = y, math.prod(dims[m] for m in modes), mult
     for m in left:
         post //= dims[m]
-        yr = _leading(xp, yr, fts[m], dims[m], post)
+        yr, pending = _leading(xp, yr, fts[m], dims[m], post, pending), None
     subtree(eng, yr, right, fts, dims, update)
 
 
@@ -216,14 +218,18 @@ def sweep(eng, xs, scale, fts, update, p):
             return library(eng, xs, scale, fts, p, True, half_out and served > 1)
         return library(eng, xs, scale, fts, p), None
 
-    def scaled_update(mult):
-        return update if mult is None else (lambda m, y: update(m, y * mult))
+    def serve(y, modes, mult):
+        if fused.FOLD_SCALE:  # (the pending scale applied by the contractions of y)
+            subtree(eng, y, modes, fts, dims, update, mult)
+        else:
+            subtree(eng, y, modes, fts, dims,
+                    update if mult is None else (lambda m, yn: update(m, yn * mult)))
 
     y, mult = root(0 if p == 1 else None, contract_suffix, p)
-    subtree(eng, y, list(range(p)), fts, dims, scaled_update(mult))
+    serve(y, list(range(p)), mult)
     del y
     y, mult = root(n - 1 if p == n - 1 else None, contract_prefix, n - p)
-    subtree(eng, y, list(range(p, n)), fts, dims, scaled_update(mult))
+    serve(y, list(range(p, n)), mult)
 
 
 def mttkrp_rows(eng, xs, scale, fts, mode):

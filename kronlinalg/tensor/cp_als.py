@@ -15,10 +15,12 @@ import array_api_compat
 
 from ..common import backend, validation
 from . import _args, _graph, _shard, _tree
+from . import scaling as _scaling
 from . import solve as _solve
 from ._engine import Engine
 
-__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "PIPELINE", "LAST_RUN"]
+__all__ = ["parafac", "CPTensor", "GRAPH_MIN_ITERATIONS", "PIPELINE", "SIDE_GRAMS", "SIDE_COPY",
+           "LAST_RUN"]
 
 
 class CPTensor(tuple):
@@ -118,6 +120,18 @@ GRAPH_MIN_ITERATIONS = 4
 # GPU does not idle while the host reads the fit, runs the callback and launches the next
 # replay; stopping on tol then throws one sweep away
 PIPELINE = True
+# with prefactored updates (solve.PREFACTOR, CUDA torch): a mode's Gram matrix formed on the
+# side stream before the factorization that needs it, not between its update and the next
+# tensor pass or contraction (~9 µs each on an H100 at rank 64: a GEMM and its split-K
+# reduction) — except the last mode's (the fit needs it next) and, for float16 storage with
+# scaling.GRAM_LHS, mode 0's where its update did not write its largest magnitude (the GEMM
+# operand's scale is then read from the Gram)
+SIDE_GRAMS = True
+# in the CUDA graph of a sweep: the copy of the state before it (kept for a rollback) on a
+# stream of its own beside the sweep's first launches, not first on its stream (~5 µs of an
+# H100 at 640³ rank 64), and the fit's two terms read where the fit kernel wrote them (no
+# stacking launch)
+SIDE_COPY = True
 # how the last parafac call ran its sweeps (for benchmarks and bug reports)
 LAST_RUN: dict = {}
 
@@ -143,24 +157,69 @@ def _update(eng, fts, grams, state, n, y, normalize, unit, robust):
         ft = eng.solve_normal(others + [wn[:, None] * wn[None, :]], wn[:, None] * y, robust,
                               pre)
     fts[n] = ft
-    with eng.exact():
-        grams[n] = xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
-    if n == len(fts) - 1:
+    last = n == len(fts) - 1
+    if last:
         state["last"] = y
-    elif "pre" in state and not robust and (unit or normalize):
+    if last and state.get("fit_gram"):  # (formed by the fit kernel: _sweep_once)
+        grams[n] = None
+        if state.get("sink") is not None:
+            state["sink"](n, ft, None, None)
+        return
+    ahead = not last and "pre" in state and not robust and (unit or normalize)
+    g = None
+    if ahead and SIDE_GRAMS and not (n == 0 and _scaling.GRAM_LHS and eng.half
+                                     and eng.precision == "float16"
+                                     and eng.largest_of(ft) is None):
+        g = eng.side_gram(ft)
+    if g is None:
+        g = _gram(eng, ft)
+    grams[n] = g
+    eng.note_gram(n, ft, g)
+    if state.get("sink") is not None:  # (a CUDA graph's copy of the new state, _graph)
+        state["sink"](n, ft, g, eng.side_stream())
+    if ahead:
         state["pre"][n + 1] = eng.prefactor([g for m, g in enumerate(grams) if m != n + 1])
 
 
-def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust):
+def _gram(eng, ft):
+    """ft·ftᵀ in IEEE float32 (the solves amplify its rounding)."""
+    xp = eng.xp
+    with eng.exact():
+        return xp.matmul(ft, xp.permute_dims(ft, (1, 0)))
+
+
+def _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust, sink=None):
     """One ALS sweep from (factors, their Grams, weights): the new ones and the device scalars
     (‖X̂‖², ⟨X, X̂⟩) of the fit.  Pure on its inputs (new lists), so that a CUDA graph can
-    replay it on static buffers."""
+    replay it on static buffers; sink(n, factor, gram, side stream or None), if given, is
+    called as soon as mode n's new factor and Gram are made (the inputs' mode-n entries are
+    not read after that)."""
     fts, grams = list(fts), list(grams)
-    state = {"w": w, "last": None, "pre": {}}
+    r = int(fts[0].shape[0])
+    state = {"w": w, "last": None, "pre": {}, "sink": sink,
+             "fit_gram": (_solve.FIT_GRAM and _solve.FIT_KERNEL and eng.lib == "torch"
+                          and _solve.supported(fts[-1], r, len(fts)))}
+    for n, (f, g) in enumerate(zip(fts, grams)):
+        eng.note_gram(n, f, g)
     if not robust and (unit or normalize):
         state["pre"][0] = eng.prefactor(grams[1:])
-    _tree.sweep(eng, xs, scale, fts,
-                lambda n, y: _update(eng, fts, grams, state, n, y, normalize, unit, robust), p)
+    try:
+        _tree.sweep(eng, xs, scale, fts,
+                    lambda n, y: _update(eng, fts, grams, state, n, y, normalize, unit, robust),
+                    p)
+    finally:
+        eng.join_side()  # (Grams formed on the side stream: the fit and the caller read them)
+        eng.forget_grams()
+    if grams[-1] is None:  # (the last mode's Gram from the fit kernel, solve.FIT_GRAM)
+        both = _solve.fit_terms(grams[:-1], state["w"], state["last"], fts[-1], last_gram=True)
+        if both is None:
+            grams[-1] = _gram(eng, fts[-1])
+        else:
+            rec2, ip, grams[-1] = both
+        if sink is not None:
+            sink(len(fts) - 1, None, grams[-1], None)
+        if both is not None:
+            return fts, grams, state["w"], rec2, ip
     rec2, ip = _fit_terms(eng.xp, grams, state["w"], state["last"], fts[-1])
     return fts, grams, state["w"], rec2, ip
 
@@ -175,14 +234,14 @@ def _als(eng, x, weights, fts, n_iter_max, tol, normalize, progress):
         grams = [xp.matmul(f, xp.permute_dims(f, (1, 0))) for f in fts]
     unit = bool(xp.all(weights == 1))  # (one read of the device, before the loop)
 
-    def step(fts, grams, w, robust=False):
-        return _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust)
+    def step(fts, grams, w, robust=False, sink=None):
+        return _sweep_once(eng, xs, scale, p, normalize, unit, fts, grams, w, robust, sink)
 
     graph = None
     LAST_RUN.clear()
     LAST_RUN.update(graph=False, reason="eager: not a CUDA torch tensor or few iterations")
     if eng.lib == "torch" and eng.cuda and n_iter_max >= GRAPH_MIN_ITERATIONS:
-        graph, reason = _graph.capture(eng, step, fts, grams, weights, PIPELINE)
+        graph, reason = _graph.capture(eng, step, fts, grams, weights, PIPELINE, SIDE_COPY)
         LAST_RUN.update(graph=graph is not None, reason=reason)
     LAST_RUN.update(solve_kernel=eng.solver == "kernel" and _solve.supported(fts[0], rank, nd - 1))
     errors, it, robust = [], 0, False

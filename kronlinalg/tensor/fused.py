@@ -27,7 +27,7 @@ from ..common import backend
 from . import scaling
 
 __all__ = ["ENABLED", "HALF", "DEFER_SCALE", "HALF_INTERMEDIATE", "HALF_VARIANT", "VARIANT",
-           "HALF_CONTRACT", "MIN_ELEMENTS",
+           "HALF_CONTRACT", "GRAM_SCALE", "FOLD_SCALE", "MIN_ELEMENTS",
            "LAUNCHES", "LAST", "supported", "mttkrp_rows", "stored_mttkrp", "half_contract"]
 
 _cuda = load("tensor_cuda")
@@ -58,6 +58,16 @@ HALF_CONTRACT = True
 # rank 64, float16, GPU time with the scales: 0.310 / 0.303 / 0.257 ms (the kernel alone in a
 # sweep: 262 and 206 µs for 0 and 2, 2.0 and 2.55 TB/s)
 HALF_VARIANT = 2
+# the pending scale of a half intermediate (the GEMM's operands' scales, DEFER_SCALE) applied
+# by the half contractions that read it (half_contract's mult), not by a launch on each
+# (R, I_n) result (two ~2 µs launches a CP-ALS sweep on an H100)
+FOLD_SCALE = True
+# float16, U a single factor (a 3-way tensor): U and V enter unscaled with their Gram matrices
+# (Engine.gram_of: CP-ALS's, already formed) and the kernel scales the Khatri–Rao rows by the
+# bound √(max diag) of each factor's largest magnitude (kl_tensor_mttkrp.gram_v): the factors'
+# abs-max reductions, clamps and product (5 launches, ~20 µs before the kernel in CP-ALS's
+# sweep on an H100) vanish; the copies into the kernel's rows are bfloat16's
+GRAM_SCALE = True
 # the kernel's thread-block shape: 0 (4 warps of 64 × 32 outputs) or 1 (8 warps of 32 × 32);
 # H100, 640³ rank 64: 0.434 / 0.427 ms (modes 0 / 2) for 0, 0.526 / 0.510 ms for 1
 VARIANT = 0
@@ -140,6 +150,21 @@ def _largest(xp, a):
     return xp.where(s > 0, s, xp.ones_like(s))
 
 
+def _grams_for_scale(eng, fts, a_modes, b_mode):
+    """(U's Gram or None, V's Gram) for the kernel's Gram scale (GRAM_SCALE, U one factor or
+    none, both Grams known to the engine, float32 C-contiguous), else (None, None)."""
+    if not GRAM_SCALE or len(a_modes) > 1:
+        return None, None
+    gv = eng.gram_of(fts[b_mode])
+    gu = eng.gram_of(fts[a_modes[0]]) if a_modes else None
+    if gv is None or (a_modes and gu is None):
+        return None, None
+    if not all(backend.dtype_name(g.dtype) == "float32" and backend.is_c_contiguous(g)
+               for g in (gu, gv) if g is not None):
+        return None, None
+    return gu, gv
+
+
 def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     """The transposed MTTKRP (R, I_mode) of mode 0 or N−1 by the kernel (call supported()
     first), times scale.  kr_rows(xp, factors): the rank-first Khatri–Rao product (_tree's),
@@ -161,8 +186,11 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     device = array_api_compat.device(xs)
     f32 = fts[b_mode].dtype
     uk = kr_rows(xp, [fts[k] for k in a_modes]) if a_modes else None
-    su = sv = dscale = u = v = None
-    if code == 1 and scaling.supported(fts[b_mode], True) and (
+    su = sv = dscale = u = v = scale_out = None
+    gu, gv = _grams_for_scale(eng, fts, a_modes, b_mode) if code == 1 else (None, None)
+    if gv is not None:  # (U and V unscaled: the kernel scales W from their Grams)
+        scale_out = xp.empty((1,), dtype=f32, device=device)
+    elif code == 1 and scaling.supported(fts[b_mode], True) and (
             uk is None or scaling.supported(uk, True)):  # (one launch a factor)
         v, sv = scaling.scaled_copy(fts[b_mode], pad64=True)
         if uk is not None:
@@ -182,18 +210,23 @@ def mttkrp_rows(eng, xs, scale, fts, mode, kr_rows):
     ptr = backend.device_view
     _cuda.mttkrp(last, variant, m, ia, ib, r, ptr(xs).ptr, ptr(u).ptr, ptr(v).ptr,
                  ptr(part).ptr, splits, ptr(out).ptr, m, 1, float(scale), backend.cuda_stream(xs),
-                 code, ptr(dscale).ptr if dscale is not None else 0)
+                 code, ptr(dscale).ptr if dscale is not None else 0,
+                 ptr(gu).ptr if gu is not None else 0, ptr(gv).ptr if gv is not None else 0,
+                 ptr(scale_out).ptr if scale_out is not None else 0)
     LAUNCHES += 1
-    LAST.update(variant=variant, dtype=code, splits=splits, mpad=mpad, blocks_per_sm=per_sm)
+    LAST.update(variant=variant, dtype=code, splits=splits, mpad=mpad, blocks_per_sm=per_sm,
+                gram_scale=gv is not None)
     return out
 
 
-def stored_mttkrp(xs, factors, mode=0, scale=1.0):
+def stored_mttkrp(xs, factors, mode=0, scale=1.0, grams=None):
     """The MTTKRP (I_mode, R) of a CUDA tensor (torch or CuPy) already stored as the kernel
     reads it — float32, or float16 / bfloat16 for mode 0 — times scale, by the kernel; None
     where the kernel does not take it (see supported()).  factors: float32 (I_n, R), every
-    mode's (the contracted mode's is not read).  For tests and benchmarks of the kernel
-    itself; parafac stores the tensor and calls it through its sweep."""
+    mode's (the contracted mode's is not read).  grams: the factors' Gram matrices FᵀF (R×R
+    float32; None entries allowed), for float16's Gram scale (GRAM_SCALE) as CP-ALS runs it.
+    For tests and benchmarks of the kernel itself; parafac stores the tensor and calls it
+    through its sweep."""
     from ._engine import Engine
 
     xp = array_api_compat.array_namespace(xs)
@@ -203,6 +236,9 @@ def stored_mttkrp(xs, factors, mode=0, scale=1.0):
     if not supported(eng, xs, rank, mode):
         return None
     fts = [backend.contiguous(xp.permute_dims(f, (1, 0))) for f in factors]
+    for n, g in enumerate(grams or ()):
+        if g is not None:
+            eng.note_gram(n, fts[n], backend.contiguous(g))
     rows = mttkrp_rows(eng, xs, scale, fts, mode, _kr_rows)
     return xp.permute_dims(rows, (1, 0))
 
@@ -216,12 +252,13 @@ def _kr_rows(xp, fts):
     return k
 
 
-def half_contract(y3, ft, leading):
+def half_contract(y3, ft, leading, mult=None):
     """A half intermediate y3 (R, J, K) (float16 / bfloat16, CUDA torch or CuPy) contracted with
     the float32 rank-first factor ft by kernels/tensor's half contraction, float32 sums:
-    Σ_k y3[r, j, k] ft[r, k] → (R, J), or (leading) Σ_j ft[r, j] y3[r, j, k] → (R, K).  None
-    where the kernel does not take it (HALF_CONTRACT off, no CUDA build, K not a multiple of
-    8, y3 not contiguous or not 16-byte aligned)."""
+    Σ_k y3[r, j, k] ft[r, k] → (R, J), or (leading) Σ_j ft[r, j] y3[r, j, k] → (R, K), times
+    mult (None, a number or a one-element float32 device array: the kernel multiplies, no
+    launch of its own).  None where the kernel does not take it (HALF_CONTRACT off, no CUDA
+    build, K not a multiple of 8, y3 not contiguous or not 16-byte aligned)."""
     code = _HALF_CODES.get(backend.dtype_name(y3.dtype), 0)
     if not (HALF_CONTRACT and _cuda is not None and code and backend.on_cuda(y3)):
         return None
@@ -232,6 +269,13 @@ def half_contract(y3, ft, leading):
     ft = backend.contiguous(ft)
     out = xp.empty((r, k if leading else j), dtype=ft.dtype, device=array_api_compat.device(ft))
     ptr = backend.device_view
+    alpha, scale = 1.0, None
+    if isinstance(mult, (int, float)):
+        alpha = float(mult)
+    elif mult is not None:
+        scale = backend.contiguous(xp.reshape(mult, (1,)))
+        if backend.dtype_name(scale.dtype) != "float32":
+            return None
     _cuda.half_contract(code, leading, r, j, k, ptr(y3).ptr, ptr(ft).ptr, ptr(out).ptr,
-                        backend.cuda_stream(y3))
+                        backend.cuda_stream(y3), alpha, ptr(scale).ptr if scale is not None else 0)
     return out
