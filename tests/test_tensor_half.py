@@ -413,8 +413,10 @@ def test_parafac_gram_scales_and_side_work(small_ok, monkeypatch, dtype):
     scaling.GRAM_LHS), bfloat16's unscaled GEMM operand (scaling.BF16_CAST), the Grams on the
     side stream (cp_als.SIDE_GRAMS), the graph's rollback copy beside the sweep
     (cp_als.SIDE_COPY).  The side work alone changes no bit (eager 3 sweeps, graphed 8); the
-    scales move the fit by at most 2e-3 of it (H100: 2.1e-4 float16, 1.1e-3 bfloat16 after 8
-    sweeps, the bfloat16 operand cast unscaled rounding differently)."""
+    scales move the fit by at most 2e-3 of it for float16, 5e-3 for bfloat16 (H100: 2.1e-4
+    float16; bfloat16 1.1e-3 in the helper's run, 2.15e-3 at the merged defaults after 8 sweeps:
+    the bfloat16 operand cast unscaled rounds differently, and bfloat16's unit roundoff is
+    3.9e-3))."""
     torch = pytest.importorskip("torch")
     from kronlinalg.tensor import scaling
 
@@ -444,4 +446,5 @@ def test_parafac_gram_scales_and_side_work(small_ok, monkeypatch, dtype):
     for iters in (3, 8):
         for a, b in zip(out["off", iters], out["side", iters]):
             assert np.array_equal(a, b), iters
-        assert abs(fits["all", iters] - fits["off", iters]) <= 2e-3 * abs(fits["off", iters])
+        tol = 2e-3 if dtype == "float16" else 5e-3
+        assert abs(fits["all", iters] - fits["off", iters]) <= tol * abs(fits["off", iters])
