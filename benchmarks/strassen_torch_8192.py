@@ -15,6 +15,7 @@ import kronlinalg
 ap = argparse.ArgumentParser()
 ap.add_argument("--sizes", default="8192,16384")
 ap.add_argument("--rounds", type=int, default=7)
+ap.add_argument("--cupy", action="store_true", help="also CuPy views of the same data, interleaved")
 args = ap.parse_args()
 
 
@@ -37,10 +38,24 @@ for n in (int(v) for v in args.sizes.split(",")):
     err = float((ours() - lib()).abs().max() / lib().abs().max())
     for _ in range(2):
         ours(), lib()
-    t_ours, t_lib = [], []
+    t_ours, t_lib, t_cl, t_co = [], [], [], []
+    if args.cupy:
+        import cupy
+
+        ca, cb = cupy.from_dlpack(a), cupy.from_dlpack(b)
+        c_ours = lambda: kronlinalg.strassen_matmul(ca, cb, levels=1, algorithm="strassen_cublas")
+        c_lib = lambda: cupy.matmul(ca, cb)
+        c_ours(), c_lib()
     for _ in range(args.rounds):  # interleaved: clock drift hits both
         t_lib.append(timed(lib))
         t_ours.append(timed(ours))
+        if args.cupy:
+            t_cl.append(timed(c_lib))
+            t_co.append(timed(c_ours))
+    if args.cupy:
+        print(f"  cupy float64 N={n}: cupy.matmul {statistics.median(t_cl):.2f} ms, ours "
+              f"{statistics.median(t_co):.2f} ms, ratio "
+              f"{statistics.median(t_cl) / statistics.median(t_co):.3f}x")
     mo, ml = statistics.median(t_ours), statistics.median(t_lib)
     print(f"torch float64 N={n}: torch.matmul {ml:.2f} ms, strassen_cublas L1 {mo:.2f} ms, "
           f"ratio {ml / mo:.3f}x (rounds {[round(ml_ / mo_, 3) for ml_, mo_ in zip(t_lib, t_ours)]}), "
