@@ -352,19 +352,14 @@ def _operand(view, batch, rows, cols):
 
 
 def _merge(batch, ops):
-    """Batch dimensions of size 1 dropped and neighbours merged where every operand allows it;
-    None when more than the kernels' 8 remain."""
-    dims = [[size] + [op[1][i] for op in ops] for i, size in enumerate(batch) if size != 1]
-    merged = []
-    for d in dims:
-        if merged and all(merged[-1][j] == d[j] * d[0] for j in range(1, len(d))):
-            merged[-1] = [merged[-1][0] * d[0]] + d[1:]
-        else:
-            merged.append(d)
-    if len(merged) > 8:
+    """Batch dimensions of size 1 dropped and neighbours merged where every operand allows it
+    (batched_cpu.merge_batch, the compiled replay's too); None when more than the kernels'
+    8 remain."""
+    got = batched_cpu.merge_batch(batch, [op[1] for op in ops])
+    if got is None:
         return None
-    shape = [d[0] for d in merged]
-    return shape, [(op[0], [d[j + 1] for d in merged], op[2], op[3]) for j, op in enumerate(ops)]
+    shape, per_op = got
+    return shape, [(op[0], per_op[j], op[2], op[3]) for j, op in enumerate(ops)]
 
 
 def _describe(call, views, out_view):

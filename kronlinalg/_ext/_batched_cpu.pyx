@@ -153,6 +153,24 @@ def _operand(shape, strides, batch, rows, cols):
             stride(2, rows), stride(1, cols))
 
 
+def merge_batch(batch, strides):
+    """The batch dimensions of a stack of strided operands as the kernels take them: those of
+    size 1 dropped, neighbours merged where every operand allows it (its outer stride is its
+    inner one times the inner size).  strides: per operand, a stride for each batch dimension.
+    (sizes, per operand its strides), or None when more than the kernels' KL_BATCHED_MAX_DIMS
+    remain.  The launch description (kronlinalg/batched.py) and the replay below share it."""
+    dims = [[size] + [s[i] for s in strides] for i, size in enumerate(batch) if size != 1]
+    merged = []
+    for d in dims:
+        if merged and all(merged[-1][j] == d[j] * d[0] for j in range(1, len(d))):
+            merged[-1] = [merged[-1][0] * d[0]] + d[1:]
+        else:
+            merged.append(d)
+    if len(merged) > KL_BATCHED_MAX_DIMS:
+        return None
+    return [d[0] for d in merged], [[d[j + 1] for d in merged] for j in range(len(strides))]
+
+
 def stack_replayer(a, b, out):
     """A StackReplay for calls repeating (a, b) whose result was `out` (a fresh C-contiguous
     array): exact NumPy stacks (at least 2-D) of one kernel dtype (float32/float64), native and
@@ -173,27 +191,21 @@ def stack_replayer(a, b, out):
         return None
     ops = [_operand(a.shape, sa, batch, m, k), _operand(b.shape, sb, batch, k, n),
            ([0] * len(batch), 0, 0), _operand(out.shape, so, batch, m, n)]
-    # batch dimensions of size 1 dropped, neighbours merged where every operand allows it
-    dims = [[size] + [op[0][i] for op in ops] for i, size in enumerate(batch) if size != 1]
-    merged = []
-    for d in dims:
-        if merged and all(merged[-1][j] == d[j] * d[0] for j in range(1, len(d))):
-            merged[-1] = [merged[-1][0] * d[0]] + d[1:]
-        else:
-            merged.append(d)
-    if len(merged) > KL_BATCHED_MAX_DIMS:
+    got = merge_batch(batch, [op[0] for op in ops])
+    if got is None:
         return None
+    sizes, per_op = got
     cdef StackReplay r = StackReplay.__new__(StackReplay)
-    ad, bd, cd, od = [(0, [d[j + 1] for d in merged], op[1], op[2]) for j, op in enumerate(ops)]
-    fill_problem(&r.tmpl, m, n, k, [d[0] for d in merged], ad, bd, cd, od, 1.0, 0.0)
+    ad, bd, cd, od = [(0, per_op[j], op[1], op[2]) for j, op in enumerate(ops)]
+    fill_problem(&r.tmpl, m, n, k, sizes, ad, bd, cd, od, 1.0, 0.0)
     r.code, r.typenum = kinds
     r.out_nd = out.ndim
     cdef int i
     for i in range(out.ndim):
         r.out_dims[i] = out.shape[i]
     count = 1
-    for d in merged:
-        count *= d[0]
+    for size in sizes:
+        count *= size
     r.nogil_run = 2.0 * count * m * n * k >= _NOGIL_FLOPS
     r._kl_pair_replay = PyCapsule_New(<void *> _pair_replay, _CAPSULE, NULL)
     return r
