@@ -52,8 +52,10 @@ except ImportError:  # pragma: no cover
 START = time.time()
 
 
-def cuda_time(fn, reps=10, warm=2):
-    """Median seconds of fn() over reps runs (CUDA events on CuPy's current stream)."""
+def cuda_time(fn, reps=10, warm=2, inner=1):
+    """Median seconds per call of fn() over reps runs of `inner` back-to-back calls between two
+    CUDA events on CuPy's current stream (inner > 1: the GPU's time once its queue is full, the
+    host's per-call overhead hidden, as for the leaf launches inside a Strassen schedule)."""
     for _ in range(warm):
         fn()
     stream = cp.cuda.get_current_stream()
@@ -61,10 +63,11 @@ def cuda_time(fn, reps=10, warm=2):
     for _ in range(reps):
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         e0.record(stream)
-        fn()
+        for _ in range(inner):
+            fn()
         e1.record(stream)
         e1.synchronize()
-        times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / inner)
     return float(np.median(times))
 
 
@@ -171,24 +174,6 @@ def section_focus(res, args, left):
         cp.get_default_memory_pool().free_all_blocks()
 
 
-def cuda_time_queued(fn, reps=5, inner=8):
-    """Median seconds per call of `inner` back-to-back calls between two events: the GPU's
-    time once its queue is full (the host's per-call overhead hidden, as for the leaf launches
-    inside a Strassen schedule)."""
-    fn()
-    stream = cp.cuda.get_current_stream()
-    times = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        for _ in range(inner):
-            fn()
-        e1.record(stream)
-        e1.synchronize()
-        times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3 / inner)
-    return float(np.median(times))
-
-
 def section_leaf(res, args, left):
     print("\n| leaf | dtype | N | kernel ms | cuBLAS ms | kernel / cuBLAS speed | queued: kernel "
           "ms | cuBLAS ms | speed | the leaf launch alone (events around it): ms, queued cuBLAS / "
@@ -205,9 +190,10 @@ def section_leaf(res, args, left):
             err = float(cp.abs(strassen.strassen_matmul(a, b, levels=0, algorithm="strassen")
                                - a @ b).max())
             # back to back (the host's per-call overhead hidden on both sides)
-            qk = cuda_time_queued(lambda: strassen.strassen_matmul(a, b, levels=0,
-                                                                   algorithm="strassen"))
-            qc = cuda_time_queued(lambda: a @ b)
+            queued = dict(reps=5, warm=1, inner=8)
+            qk = cuda_time(lambda: strassen.strassen_matmul(a, b, levels=0, algorithm="strassen"),
+                           **queued)
+            qc = cuda_time(lambda: a @ b, **queued)
             # the leaf launch alone, between events recorded just before and after it
             ev = [r for r in strassen.stage_times(a, b, levels=0, algorithm="strassen",
                                                   repeats=args.reps) if r[0] == "leaf"]

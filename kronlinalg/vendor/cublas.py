@@ -68,6 +68,16 @@ def _scope(device: int, stream: int, cupy_owned: bool):
     return stack
 
 
+def _on(device: int, stream: int, cupy_owned: bool):
+    """The context CuPy's bindings need to run on (device, stream): none when CuPy's current
+    device and stream are already the caller's (usually: torch's default stream is CuPy's
+    too), else _scope."""
+    cupy = _bindings()[0]
+    direct = (cupy.cuda.runtime.getDevice() == device
+              and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
+    return contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned)
+
+
 def dgemm(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *, device: int, stream: int,
           cupy_owned: bool):
     """One column-major float64 GEMM C = alpha A B + beta C on device pointers (no transposes),
@@ -76,9 +86,7 @@ def dgemm(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *, device: int, stream: 
     caller's, else entered for the call (torch's stream wrapped, as gemm_strided_batched does)."""
     cupy, cublas = _bindings()
     scal = np.array([alpha, beta], dtype=np.float64)
-    direct = (cupy.cuda.runtime.getDevice() == device
-              and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
-    with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
+    with _on(device, stream, cupy_owned):
         handle = cupy.cuda.device.get_cublas_handle()
         mode = cublas.getPointerMode(handle)
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
@@ -100,11 +108,7 @@ def gemm_strided_batched(calls, *, dtype: str, device: int, stream: int, cupy_ow
     dt = _DATA_TYPE[dtype]
     alpha, beta, compute = _ALPHA_BETA_COMPUTE[dtype == "float64"]
     lt = (tune or _cublaslt.any_tuned()) and _cublaslt.enabled()  # (no signature work if not)
-    # CuPy's bindings run on CuPy's current device and stream: usually already the caller's
-    # (torch's default stream is CuPy's too), else entered for the call
-    direct = (cupy.cuda.runtime.getDevice() == device
-              and (cupy_owned or cupy.cuda.get_current_stream().ptr == stream))
-    with contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned):
+    with _on(device, stream, cupy_owned):
         handle = cupy.cuda.device.get_cublas_handle()
         for call in calls:
             def default(call=call):
