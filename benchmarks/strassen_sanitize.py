@@ -5,7 +5,7 @@ built), every level; --quick: fewer calls (racecheck); --tiny (with --leaf): one
 problem at levels 0..2 - a few CTAs a launch, enough for racecheck (its hazards are within one
 CTA's shared memory) and well under a minute; --cublas: strassen_cublas at one level in both
 forms (Winograd's, with its sums on a side stream, and the sums form:
-KRONLINALG_STRASSEN_WINOGRAD 1, 2, 0) and at two levels,
+KRONLINALG_STRASSEN_WINOGRAD 1, 2, 0) and at two levels (Winograd's form in each, the private copy),
 odd and unaligned shapes (memcheck of the passes and the target kernel).
 
     compute-sanitizer --tool memcheck python benchmarks/strassen_sanitize.py [--leaf] [--quick]
@@ -48,9 +48,11 @@ if cublas:
             for form in ("1", "2", "0"):
                 os.environ["KRONLINALG_STRASSEN_WINOGRAD"] = form
                 check(strassen.strassen_matmul(a, b, levels=1, algorithm="strassen_cublas"), ref)
-            if m == 130 and o == 0:  # two levels: 49 cuBLAS leaves, slow under memcheck
-                check(strassen.strassen_matmul(a, b, levels=2, algorithm="strassen_cublas"),
-                      ref)
+            if o == 0:  # two levels (Winograd's form in each, and the private copy): 49
+                for form in ("1", "0"):  # cuBLAS leaves each, slow under memcheck
+                    os.environ["KRONLINALG_STRASSEN_WINOGRAD"] = form
+                    check(strassen.strassen_matmul(a, b, levels=2,
+                                                   algorithm="strassen_cublas"), ref)
 elif leaf and tiny:
     a = rng.standard_normal((130, 66))
     b = rng.standard_normal((66, 70))

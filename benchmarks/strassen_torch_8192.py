@@ -1,8 +1,9 @@
-"""strassen_cublas at one level on CUDA torch tensors (float64, N = 8192 and 16384) against
-torch.matmul in the same process: CUDA events around single synchronised calls, warm, the
-median of interleaved rounds (what the CuPy table of docs/performance.md does for CuPy).
+"""strassen_cublas on CUDA torch tensors (float64, N = 8192 and 16384) against torch.matmul in
+the same process, at the levels asked (1, 2, or auto: the planner's pick): CUDA events around
+single synchronised calls, warm, the median of interleaved rounds; --cupy: CuPy views of the
+same data against cupy.matmul, interleaved too.
 
-    python benchmarks/strassen_torch_8192.py [--sizes 8192,16384] [--rounds 7]
+    python benchmarks/strassen_torch_8192.py [--sizes 8192,16384] [--rounds 7] [--levels 1,2,auto] [--cupy]
 """
 
 import argparse
@@ -16,6 +17,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--sizes", default="8192,16384")
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--cupy", action="store_true", help="also CuPy views of the same data, interleaved")
+ap.add_argument("--levels", default="1", help="comma list of 1..4 or auto")
 args = ap.parse_args()
 
 
@@ -29,34 +31,47 @@ def timed(fn):
     return start.elapsed_time(stop)
 
 
+def variant(a, b, lv):
+    if lv == "auto":
+        return lambda: kronlinalg.strassen_matmul(a, b)
+    return lambda: kronlinalg.strassen_matmul(a, b, levels=int(lv), algorithm="strassen_cublas")
+
+
+levels = args.levels.split(",")
 for n in (int(v) for v in args.sizes.split(",")):
     g = torch.Generator(device="cuda").manual_seed(n)
     a = torch.randn(n, n, dtype=torch.float64, device="cuda", generator=g)
     b = torch.randn(n, n, dtype=torch.float64, device="cuda", generator=g)
-    ours = lambda: kronlinalg.strassen_matmul(a, b, levels=1, algorithm="strassen_cublas")
-    lib = lambda: torch.matmul(a, b)
-    err = float((ours() - lib()).abs().max() / lib().abs().max())
-    for _ in range(2):
-        ours(), lib()
-    t_ours, t_lib, t_cl, t_co = [], [], [], []
+    libs = {"torch": lambda: torch.matmul(a, b)}
+    ours = {("torch", lv): variant(a, b, lv) for lv in levels}
     if args.cupy:
         import cupy
 
         ca, cb = cupy.from_dlpack(a), cupy.from_dlpack(b)
-        c_ours = lambda: kronlinalg.strassen_matmul(ca, cb, levels=1, algorithm="strassen_cublas")
-        c_lib = lambda: cupy.matmul(ca, cb)
-        c_ours(), c_lib()
-    for _ in range(args.rounds):  # interleaved: clock drift hits both
-        t_lib.append(timed(lib))
-        t_ours.append(timed(ours))
-        if args.cupy:
-            t_cl.append(timed(c_lib))
-            t_co.append(timed(c_ours))
-    if args.cupy:
-        print(f"  cupy float64 N={n}: cupy.matmul {statistics.median(t_cl):.2f} ms, ours "
-              f"{statistics.median(t_co):.2f} ms, ratio "
-              f"{statistics.median(t_cl) / statistics.median(t_co):.3f}x")
-    mo, ml = statistics.median(t_ours), statistics.median(t_lib)
-    print(f"torch float64 N={n}: torch.matmul {ml:.2f} ms, strassen_cublas L1 {mo:.2f} ms, "
-          f"ratio {ml / mo:.3f}x (rounds {[round(ml_ / mo_, 3) for ml_, mo_ in zip(t_lib, t_ours)]}), "
-          f"max rel. diff {err:.1e}")
+        libs["cupy"] = lambda: cupy.matmul(ca, cb)
+        ours.update({("cupy", lv): variant(ca, cb, lv) for lv in levels})
+    ref = libs["torch"]()
+    for key, fn in ours.items():
+        out = fn()
+        out = torch.from_dlpack(out) if key[0] == "cupy" else out
+        err = float((out - ref).abs().max() / ref.abs().max())
+        print(f"  N={n} {key[0]} levels={key[1]}: max rel. diff from torch.matmul {err:.1e}")
+    del ref, out
+    for fn in list(libs.values()) + list(ours.values()):
+        fn()
+    t = {k: [] for k in list(libs) + list(ours)}
+    for _ in range(args.rounds):  # interleaved: clock drift hits every variant alike
+        for lib, fn in libs.items():
+            t[lib].append(timed(fn))
+            for key, f in ours.items():
+                if key[0] == lib:
+                    t[key].append(timed(f))
+    for lib in libs:
+        ml = statistics.median(t[lib])
+        for key in ours:
+            if key[0] != lib:
+                continue
+            mo = statistics.median(t[key])
+            rounds = [round(x / y, 3) for x, y in zip(t[lib], t[key])]
+            print(f"{lib} float64 N={n}: {lib}.matmul {ml:.2f} ms, strassen_matmul "
+                  f"levels={key[1]} {mo:.2f} ms, ratio {ml / mo:.3f}x (rounds {rounds})")

@@ -187,7 +187,8 @@ def _strides(a):
 
 
 def _plan_query(call):
-    opts = {"levels": call.levels, "overwrite": call.overwrite}
+    # accumulate: beta != 0, where Winograd's form (C written fresh) does not run
+    opts = {"levels": call.levels, "overwrite": call.overwrite, "accumulate": call.beta != 0.0}
     return (tuple(call.a.shape), tuple(call.b.shape)), call.dtype, opts
 
 
@@ -233,8 +234,8 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     mc, kc, nc = costs.core_sizes(m, k, n, L)
     mode = getattr(ex, "mode", "")
     # Winograd's form writes the core fresh (beta = 0): its k remainder is added afterwards
-    winograd = (mode == "cublas" and ex.copy and L == 1 and first and beta == 0.0
-                and mc and nc and kc and ex.winograd())
+    winograd = (mode == "cublas" and ex.copy and 1 <= L <= costs.MAX_WINOGRAD_LEVELS and first
+                and beta == 0.0 and mc and nc and kc and ex.winograd())
     # the classical strips first: they read a and b before the core modifies them
     if m > mc:
         ex.classical((mc, 0), (0, 0), (mc, 0), m - mc, k, n, alpha, beta, first, "strip")
@@ -248,8 +249,9 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
     if L == 0:
         ex.classical((0, 0), (0, 0), (0, 0), mc, kc, nc, alpha, beta, first, "leaf")
         return
-    if winograd:
-        ops = costs.winograd_schedule(mc, kc, nc)  # products straight into C, one combine
+    if winograd:  # products straight into C (or a scratch block), a combine per level
+        ops = costs.winograd_schedule(mc, kc, nc, L)
+        ex.winograd_workspace(costs.winograd_workspace(mc, kc, nc, L))
     elif mode == "cublas" and ex.copy and L == 1:  # the sums workspace: no copy, no S3+S4
         ops = costs.sums_schedule(mc, kc, nc, first)
     else:
@@ -265,6 +267,8 @@ def _run_one(ex, m, k, n, levels, alpha, beta, first):
             ex.winograd_sums(op)
         elif isinstance(op, costs.Combine):
             ex.combine(op)
+        elif isinstance(op, costs.AddInto):
+            ex.add_into(op)
         else:
             ex.leaf(op, alpha, beta)
     if winograd and k > kc:  # a and b are untouched (default mode): the k strip may come last

@@ -47,6 +47,7 @@ class CudaExecutor:
         self.item = 8 if self.dtype == "float64" else 4
         self.va, self.vb, self.vc = (backend.device_view(v) for v in (a, b, c))
         self.wa, self.wb, self.pending = self.va, self.vb, None
+        self.spaces: dict = {}  # Winograd's workspaces by space name (and the sums form's)
 
     def _buffer(self, name, shape):
         buf = self.ws.get(name)
@@ -95,7 +96,7 @@ class CudaExecutor:
             self.hook(op)
         sa = backend.device_view(self._buffer("sa", (5 * op.mh, op.kh)))
         sb = backend.device_view(self._buffer("sb", (5 * op.kh, op.nh)))
-        self.sa, self.sb = sa, sb
+        self.spaces["sa"], self.spaces["sb"] = sa, sb
         strassen_cuda.run_pass(5, op.mh, op.kh, op.nh, op.kh, op.nh,
                                [self._ptr(sa, (i * op.mh, 0)) for i in range(5)],
                                [self._ptr(sb, (i * op.kh, 0)) for i in range(5)], self.code,
@@ -120,15 +121,25 @@ class CudaExecutor:
         self.overlap = form == 2 and self.hook is None  # stage timing: one stream
         return cupy.cuda.get_current_stream().ptr == self.stream
 
+    def winograd_workspace(self, shapes):
+        """The workspaces of Winograd's form, {space: (rows, columns)} (sums of each depth,
+        scratch blocks), as device views by space name."""
+        self.spaces = {name: backend.device_view(self._buffer("w" + name, shape))
+                       for name, shape in shapes.items()}
+
+    def _view(self, space):
+        return {"a": self.va, "b": self.vb, "c": self.vc}.get(space) or self.spaces[space]
+
     def winograd_sums(self, op):
-        """Winograd's four A sums and four B sums into the workspace (m·k + k·n elements)."""
+        """Winograd's four A sums and four B sums of op.src's 2 x 2 blocks into op.out."""
         if self.hook:
             self.hook(op)
-        sa = backend.device_view(self._buffer("wsa", (4 * op.mh, op.kh)))
-        sb = backend.device_view(self._buffer("wsb", (4 * op.kh, op.nh)))
-        self.sa, self.sb = sa, sb
+        sa, sb = self.spaces[op.out[0]], self.spaces[op.out[1]]
+        (xa, lda), (yb, ldb) = self._source(op.src[0]), self._source(op.src[1])
         stream = self.stream
-        if self.overlap:  # the side stream starts after what came before
+        if op.out[0] != "sa":  # a deeper level: its sources may be the top level's sums
+            self._await_sums()
+        elif self.overlap:  # the side stream starts after what came before
             from cupy.cuda import runtime
 
             side, ready, done = _side_stream(self.lead.data.device_id)
@@ -138,8 +149,7 @@ class CudaExecutor:
         strassen_cuda.run_pass(6, op.mh, op.kh, op.nh, op.kh, op.nh,
                                [self._ptr(sa, (i * op.mh, 0)) for i in range(4)],
                                [self._ptr(sb, (i * op.kh, 0)) for i in range(4)], self.code,
-                               stream, self.va.ptr, self.vb.ptr, self.va.strides[0],
-                               self.vb.strides[0])
+                               stream, xa, yb, lda, ldb)
         if stream != self.stream:
             from cupy.cuda import runtime
 
@@ -155,14 +165,23 @@ class CudaExecutor:
             self.sums_done = None
 
     def combine(self, op):
-        """Winograd's combination of the four products held in C's core quadrants."""
+        """Winograd's combination of the four products held in a block's quadrants."""
         if self.hook:
             self.hook(op)
-        strassen_cuda.run_pass(7, op.mh, 0, op.nh, self.vc.strides[0], 0, [self.vc.ptr], [0],
-                               self.code, self.stream)
+        ptr, ld = self._source(op.at)
+        strassen_cuda.run_pass(7, op.mh, 0, op.nh, ld, 0, [ptr], [0], self.code, self.stream)
+
+    def add_into(self, op):
+        """A scratch block added into its target with its sign (two-level Winograd)."""
+        if self.hook:
+            self.hook(op)
+        (src, lds), (dst, ldc) = self._source(op.src), self._source((op.space,) + op.target[:2])
+        strassen_cuda.add_targets(op.m, op.n, lds, ldc, 1.0, 1.0, False,
+                                  [(src, 0, [(dst, op.target[2])])], self.code, self.stream)
 
     def _source(self, src):
-        view = {"a": self.va, "b": self.vb, "sa": self.sa, "sb": self.sb}[src[0]]
+        """(pointer, leading dimension) of a (space, row, column) block."""
+        view = self._view(src[0])
         return self._ptr(view, src[1:]), view.strides[0]
 
     def leaf(self, op, alpha, beta):
@@ -172,8 +191,10 @@ class CudaExecutor:
             if op.x[0] == "sa" or op.y[0] == "sb":
                 self._await_sums()
             (x, ldx), (y, ldy) = self._source(op.x), self._source(op.y)
-            targets = [(self._ptr(self.vc, t[:2]), t[2], t[3]) for t in op.targets]
-            self._launch(ldx, ldy, op.m, op.k, op.n, [(x, y, targets)], alpha, beta, False)
+            out = self._view(getattr(op, "space", "c"))
+            targets = [(self._ptr(out, t[:2]), t[2], t[3]) for t in op.targets]
+            self._launch(ldx, ldy, op.m, op.k, op.n, [(x, y, targets)], alpha, beta, False,
+                         out.strides[0])
             return
         if isinstance(op, costs.SumLeaf):  # operand sums formed by the kernel while loading
             leaves = [([(self._ptr(self.va, x[:2]), x[2]) for x in xs],
@@ -196,8 +217,8 @@ class CudaExecutor:
         leaves = [(self._ptr(self.va, xo), self._ptr(self.vb, yo), [(self._ptr(self.vc, co), 1)])]
         self._launch(self.va.strides[0], self.vb.strides[0], m, k, n, leaves, alpha, beta, first)
 
-    def _launch(self, ldx, ldy, m, k, n, leaves, alpha, beta, first):
-        ldc = self.vc.strides[0]
+    def _launch(self, ldx, ldy, m, k, n, leaves, alpha, beta, first, ldc=None):
+        ldc = self.vc.strides[0] if ldc is None else ldc
         if self.mode != "cublas":
             strassen_cuda.leaf(m, n, k, ldx, ldy, ldc, alpha, beta, first, leaves, self.code,
                                self.stream)

@@ -417,6 +417,101 @@ def test_winograd_schedule_as_algebra(rng):
     np.testing.assert_allclose(C, alpha * (a @ b), atol=1e-12)
 
 
+def _replay_winograd(a, b, levels, alpha):
+    """winograd_schedule's launches replayed with NumPy as the kernels run them: the sums
+    pass's formulas, products into their space's block (fresh: the block is not read), the
+    combine pass in place, scratch blocks added with their sign; every workspace poisoned."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    spaces = {"a": a.copy(), "b": b.copy(), "c": np.full((m, n), np.nan)}
+    for name, shape in costs.winograd_workspace(m, k, n, levels).items():
+        spaces[name] = np.full(shape, np.nan)
+
+    def block(src, rows, cols):
+        sp, r, c = src
+        return spaces[sp][r:r + rows, c:c + cols]
+
+    for op in costs.winograd_schedule(m, k, n, levels):
+        if isinstance(op, costs.WinogradSums):
+            mh, kh, nh = op.mh, op.kh, op.nh
+            qa = [block(op.src[0], 2 * mh, 2 * kh)[(q >> 1) * mh:(q >> 1) * mh + mh,
+                                                  (q & 1) * kh:(q & 1) * kh + kh] for q in range(4)]
+            qb = [block(op.src[1], 2 * kh, 2 * nh)[(q >> 1) * kh:(q >> 1) * kh + kh,
+                                                  (q & 1) * nh:(q & 1) * nh + nh] for q in range(4)]
+            s1 = qa[2] + qa[3]
+            s2 = s1 - qa[0]
+            t1 = qb[1] - qb[0]
+            t2 = qb[3] - t1
+            spaces[op.out[0]][...] = np.vstack([s1, s2, qa[0] - qa[2], qa[1] - s2])
+            spaces[op.out[1]][...] = np.vstack([t1, t2, qb[3] - qb[1], t2 - qb[2]])
+        elif isinstance(op, costs.Combine):
+            blk = block(op.at, 2 * op.mh, 2 * op.nh)
+            q = [blk[r:r + op.mh, c:c + op.nh] for r in (0, op.mh) for c in (0, op.nh)]
+            u2 = q[0] + q[1]
+            u3 = u2 + q[2]
+            c3 = q[3].copy()
+            q[1][...], q[2][...], q[3][...] = u2 + c3, u3, u3 + c3
+        elif isinstance(op, costs.AddInto):
+            r, c, sg = op.target
+            spaces[op.space][r:r + op.m, c:c + op.n] += sg * block(op.src, op.m, op.n)
+        else:
+            x, y = block(op.x, op.m, op.k), block(op.y, op.k, op.n)
+            (r, c, sg, fresh), = op.targets
+            blk = spaces[op.space][r:r + op.m, c:c + op.n]
+            blk[...] = sg * alpha * (x @ y) + (0.0 if fresh else blk)
+    np.testing.assert_array_equal(spaces["a"], a)  # the operands are only read
+    np.testing.assert_array_equal(spaces["b"], b)
+    return spaces["c"]
+
+
+@pytest.mark.parametrize("levels", [1, 2])
+def test_winograd_schedule_replayed(rng, levels):
+    """One and two levels of Winograd's form (strassen_cublas, float64 CUDA, beta = 0)
+    replayed with NumPy: C = alpha A B to rounding on a non-square core with poisoned
+    workspaces; two levels issue 49 products (those of P2, P3, P4 through a scratch block and
+    AddInto), eight sums passes and eight combines."""
+    m, k, n, alpha = 12, 20, 8, 0.7
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    out = _replay_winograd(a, b, levels, alpha)
+    np.testing.assert_allclose(out, alpha * (a @ b), atol=1e-12)
+    labels = [costs.label(op) for op in costs.winograd_schedule(m, k, n, levels)]
+    products = [w for w in labels if w.startswith("P")]
+    assert len(products) == 7 ** levels and len(set(products)) == 7 ** levels
+    assert labels.count("wsums") == labels.count("combine") == (1 if levels == 1 else 8)
+    assert labels.count("add") == (0 if levels == 1 else 3)
+    shapes = costs.winograd_workspace(m, k, n, levels)
+    assert shapes["sa"] == (2 * m, k // 2) and shapes["sb"] == (2 * k, n // 2)
+    if levels == 2:
+        assert shapes["sa2"] == (m, k // 4) and shapes["t2"] == (m // 2, n // 2)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        costs.winograd_schedule(14, 20, 8, 2)
+
+
+def test_two_level_winograd_priced_where_it_runs():
+    """strassen_cublas at N = 16384 float64: two Winograd levels priced with their 49
+    products, eight sums passes, eight combines and three adds, below one level (the
+    products of 4096 at the rate of 8192's and 1/4 of the flops saved again, against ~10 ms
+    more of passes); with beta (the option "accumulate") no Winograd launch is priced."""
+    from kronlinalg.planner import Problem, profile_for
+
+    prof = profile_for("h100-sxm")
+    shapes = ((16384, 16384), (16384, 16384))
+    total = {}
+    for acc in (False, True):
+        for L in (1, 2):
+            opts = {"levels": L, "accumulate": acc}
+            info = {**costs.normalise(shapes, opts), "leaf_tile": (128, 128), "winograd": True}
+            p = Problem("strassen_matmul", shapes, "float64", "cuda:0", "cuda", opts, info)
+            times = costs.launch_times(p, prof, L, "strassen_cublas")
+            labels = [w for w, _ in times]
+            assert ("wsums" in labels) == (not acc)
+            if L == 2 and not acc:
+                assert sum(w.startswith("P") for w in labels) == 49
+                assert labels.count("add") == 3
+            total[acc, L] = sum(t for _, t in times)
+    assert total[False, 2] < total[False, 1]
+    assert total[True, 1] > total[False, 1]
+
+
 def test_winograd_form_is_priced_where_it_runs():
     """strassen_cublas at one level, float64 on CUDA with the fact "winograd": the Winograd
     launches (sums, seven direct products, combine), priced below the sums form."""

@@ -23,309 +23,27 @@ kernels (kernel facts such as the leaf tile arrive in the problem's info dict).
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import NamedTuple
 
 from ..msmes import msmes_time
+from ..strassen_schedule import (  # noqa: F401  (re-exported: the operation's view)
+    AddInto, Combine, GROUPS, Leaf, MAX_LEVELS, MAX_RELOADED_LEVELS, MAX_WINOGRAD_LEVELS,
+    PRODUCTS, Pass, RELOADED, SumLeaf, SumProduct, Sums, WinogradProduct, WinogradSums, label,
+    private_schedule, reloaded_schedule, schedule, sums_schedule, winograd_schedule,
+    winograd_workspace)
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
            "sums_schedule", "Sums", "SumProduct", "private_schedule", "winograd_schedule",
-           "WinogradSums", "WinogradProduct", "Combine", "winograd_applies", "short_call_gain",
+           "WinogradSums", "WinogradProduct", "Combine", "AddInto", "winograd_applies",
+           "winograd_workspace", "MAX_WINOGRAD_LEVELS", "short_call_gain",
            "launch_times", "msmes_reference", "MARGIN"]
 
-MAX_LEVELS = 4
-# product i: (A quadrant, B quadrant, ((C quadrant, sign), ...))
-PRODUCTS = (
-    (0, 0, ((0, 1), (3, 1))),    # M0 = (A0+A3)(B0+B3)
-    (2, 0, ((2, 1), (3, -1))),   # M1 = (A2+A3) B0
-    (0, 1, ((1, 1), (3, 1))),    # M2 = A0 (B1-B3)
-    (3, 2, ((0, 1), (2, 1))),    # M3 = A3 (B2-B0)
-    (1, 3, ((1, 1), (0, -1))),   # M4 = (A0+A1) B3
-    (2, 1, ((3, 1),)),           # M5 = (A2-A0)(B0+B1)
-    (1, 2, ((0, 1),)),           # M6 = (A1-A3)(B2+B3)
-)
-GROUPS = ((1, 4), (2, 3), (0,), (5, 6))
 # elements read + written per quadrant element by each pass, for A (and alike for B)
 PASS_ACCESSES = {1: 6, 2: 7, 3: 7}
 MARGIN = 1.05  # auto takes Strassen only where predicted at least 5 % faster than classical
-
-
-class Pass(NamedTuple):
-    """An element-wise pass (stage 1: S1, 2: S3+S4, 3: S6+S7) over `blocks` operand pairs:
-    ((A row, A col), (B row, B col)) of blocks 2mh x 2kh and 2kh x 2nh."""
-
-    stage: int
-    depth: int
-    mh: int
-    kh: int
-    nh: int
-    blocks: tuple
-
-
-class Leaf(NamedTuple):
-    """One batched launch of leaf products X (m x k) · Y (k x n): `products` holds
-    ((X row, col), (Y row, col), ((C row, C col, sign), ...)) per product; `first`: this
-    launch makes the first write of its targets (beta applies)."""
-
-    group: tuple
-    m: int
-    k: int
-    n: int
-    products: tuple
-    first: bool
-
-
-def _quad(origin, q, rows, cols):
-    r, c = origin
-    return (r + (q >> 1) * rows, c + (q & 1) * cols)
-
-
-@functools.lru_cache(maxsize=256)
-def schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
-    """The launches of `levels` Strassen levels on an m x k @ k x n core (each a multiple of
-    2^levels), in order: a tuple of Pass and Leaf records."""
-    step = 1 << levels
-    if m % step or k % step or n % step:
-        raise ValueError(f"levels: the core {m}x{k}x{n} is not a multiple of 2^{levels}")
-    out = []
-
-    def run(prods, depth, first_, mm, kk, nn, path):
-        if depth == levels:
-            out.append(Leaf(path, mm, kk, nn, tuple(prods), first_))
-            return
-        mh, kh, nh = mm // 2, kk // 2, nn // 2
-        blocks = tuple((x, y) for x, y, _ in prods)
-        out.append(Pass(1, depth, mh, kh, nh, blocks))
-        for g, members in enumerate(GROUPS):
-            if g == 2:
-                out.append(Pass(2, depth, mh, kh, nh, blocks))
-            sub = []
-            for x, y, targets in prods:
-                for i in members:
-                    aq, bq, ctab = PRODUCTS[i]
-                    sub.append((_quad(x, aq, mh, kh), _quad(y, bq, kh, nh),
-                                tuple(_quad(t[:2], cq, mh, nh) + (t[2] * s,)
-                                      for t in targets for cq, s in ctab)))
-            run(sub, depth + 1, first_ and g == 0, mh, kh, nh, path + (members,))
-        out.append(Pass(3, depth, mh, kh, nh, blocks))
-
-    run([((0, 0), (0, 0), ((0, 0, 1),))], 0, first, m, k, n, ())
-    return tuple(out)
-
-
-# Strassen reloaded (CUDA float64): Strassen's original seven products with the operand sums
-# formed while the leaf loads its tiles (a and b only read, no passes, no copies).  Product i:
-# (A sources, B sources, C targets), each ((quadrant, sign), ...).  Groups with disjoint targets
-# (the order fixes every C element's order of additions: deterministic).
-RELOADED = (
-    (((0, 1), (3, 1)), ((0, 1), (3, 1)), ((0, 1), (3, 1))),   # (A0+A3)(B0+B3) -> C0, C3
-    (((2, 1), (3, 1)), ((0, 1),), ((2, 1), (3, -1))),         # (A2+A3) B0 -> C2, -C3
-    (((0, 1),), ((1, 1), (3, -1)), ((1, 1), (3, 1))),         # A0 (B1-B3) -> C1, C3
-    (((3, 1),), ((2, 1), (0, -1)), ((0, 1), (2, 1))),         # A3 (B2-B0) -> C0, C2
-    (((0, 1), (1, 1)), ((3, 1),), ((0, -1), (1, 1))),         # (A0+A1) B3 -> -C0, C1
-    (((2, 1), (0, -1)), ((0, 1), (1, 1)), ((3, 1),)),         # (A2-A0)(B0+B1) -> C3
-    (((1, 1), (3, -1)), ((2, 1), (3, 1)), ((0, 1),)),         # (A1-A3)(B2+B3) -> C0
-)
-RELOADED_GROUPS = ((0,), (1, 4), (2, 3), (5, 6))
-MAX_RELOADED_LEVELS = 1  # sources per operand 2^levels; the kernels take up to 2
-
-
-class SumLeaf(NamedTuple):
-    """One launch of Strassen-reloaded leaf products: `products` holds (X sources, Y sources,
-    targets): ((row, col, sign), ...) each, targets ((row, col, sign, fresh), ...) where fresh
-    marks a target's first write (beta applies)."""
-
-    group: tuple
-    m: int
-    k: int
-    n: int
-    products: tuple
-
-
-@functools.lru_cache(maxsize=64)
-def reloaded_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
-    """The leaf launches of `levels` levels of Strassen reloaded on an m x k @ k x n core."""
-    step = 1 << levels
-    if m % step or k % step or n % step:
-        raise ValueError(f"levels: the core {m}x{k}x{n} is not a multiple of 2^{levels}")
-    written = set()
-    out = []
-
-    def sub(blocks, quads, rows, cols):
-        return tuple((r + (q >> 1) * rows, c + (q & 1) * cols, s * sq)
-                     for r, c, s in blocks for q, sq in quads)
-
-    def run(prods, depth, mm, kk, nn, path):
-        if depth == levels:
-            leaves = []
-            for xs, ys, ts in prods:
-                tt = tuple(t + (first and t[:2] not in written,) for t in ts)
-                leaves.append((xs, ys, tt))
-            written.update(t[:2] for _, _, ts in prods for t in ts)
-            out.append(SumLeaf(path, mm, kk, nn, tuple(leaves)))
-            return
-        mh, kh, nh = mm // 2, kk // 2, nn // 2
-        for members in RELOADED_GROUPS:
-            nxt = [(sub(xs, RELOADED[i][0], mh, kh), sub(ys, RELOADED[i][1], kh, nh),
-                    sub(ts, RELOADED[i][2], mh, nh))
-                   for xs, ys, ts in prods for i in members]
-            run(nxt, depth + 1, mh, kh, nh, path + (members,))
-
-    run([(((0, 0, 1),), ((0, 0, 1),), ((0, 0, 1),))], 0, m, k, n, ())
-    return tuple(out)
-
-
-def private_schedule(m: int, k: int, n: int, levels: int, first: bool = True) -> tuple:
-    """The schedule on a private copy of a and b (the default mode): the recovery passes after
-    the last leaf launch are dropped (they would restore a copy that is thrown away)."""
-    sched = schedule(m, k, n, levels, first)
-    last = max(i for i, op in enumerate(sched) if isinstance(op, Leaf))
-    return sched[:last + 1]
-
-
-# strassen_cublas at one level, default mode: one pass forms the five A sums and five B sums
-# of Strassen's original products into a workspace (5/4·(m·k + k·n) elements) from the
-# untouched a and b; the seven cuBLAS products read those and the plain quadrants.  The pass
-# kernel writes the sums in this order: the products (indices into RELOADED) whose A (B)
-# operand is sum 0..4.
-SUMS_A = (0, 1, 4, 5, 6)
-SUMS_B = (0, 2, 3, 5, 6)
-
-
-class Sums(NamedTuple):
-    """The operand-sums pass: A's (mh x kh) and B's (kh x nh) five sums each."""
-
-    mh: int
-    kh: int
-    nh: int
-
-
-class SumProduct(NamedTuple):
-    """Product `index` (0..6: Strassen's M1..M7) of m x k @ k x n: x, y = (source, row, col)
-    with source "a"/"b" (the operand) or "sa"/"sb" (the sums workspace); targets ((row, col,
-    sign, fresh), ...)."""
-
-    index: int
-    m: int
-    k: int
-    n: int
-    x: tuple
-    y: tuple
-    targets: tuple
-
-
-@functools.lru_cache(maxsize=64)
-def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
-    """One level of Strassen on an m x k @ k x n core (even sizes) through a sums workspace."""
-    if m % 2 or k % 2 or n % 2:
-        raise ValueError(f"the core {m}x{k}x{n} is not even")
-    mh, kh, nh = m // 2, k // 2, n // 2
-    out, written = [Sums(mh, kh, nh)], set()
-    for i, (xs, ys, ts) in enumerate(RELOADED):
-        x = (("sa", SUMS_A.index(i) * mh, 0) if len(xs) > 1
-             else ("a",) + _quad((0, 0), xs[0][0], mh, kh))
-        y = (("sb", SUMS_B.index(i) * kh, 0) if len(ys) > 1
-             else ("b",) + _quad((0, 0), ys[0][0], kh, nh))
-        tt = tuple(_quad((0, 0), q, mh, nh) + (sg, first and _quad((0, 0), q, mh, nh) not in
-                                               written) for q, sg in ts)
-        written.update(t[:2] for t in tt)
-        out.append(SumProduct(i, mh, kh, nh, x, y, tt))
-    return tuple(out)
-
-
-# strassen_cublas at one level in Winograd's form (float64, beta = 0, where cuBLAS can write C
-# blocks itself): one pass forms four A sums and four B sums (S1 = A2+A3, S2 = S1-A0,
-# S3 = A0-A2, S4 = A1-S2; T1 = B1-B0, T2 = B3-T1, T3 = B3-B1, T4 = T2-B2) into a workspace of
-# (m·k + k·n) elements; each of the seven products goes straight into one C quadrant with
-# cuBLAS's alpha and beta (no product buffer, no target pass): P1 -> C0, P6 -> C1, P7 -> C2,
-# P5 -> C3 (first writes); then one pass over C combines them (U2 = P1+P6; C1 = U2+P5,
-# C2 = U2+P7, C3 = U2+P7+P5); then C0 += P2, C1 += P3, C2 -= P4.  C traffic: 17 quadrant
-# accesses, against 30 for the sums form's buffer and target passes; the sums pass 16, not 18.
-# Product: (name, x source, y source, C quadrant, sign, fresh); a source is ("a"/"b", quadrant)
-# or ("sa"/"sb", sum index 0..3).
-WINOGRAD = (
-    ("P1", ("a", 0), ("b", 0), 0, 1, True),
-    ("P6", ("sa", 1), ("sb", 1), 1, 1, True),
-    ("P7", ("sa", 2), ("sb", 2), 2, 1, True),
-    ("P5", ("sa", 0), ("sb", 0), 3, 1, True),
-    None,  # the combine pass
-    ("P2", ("a", 1), ("b", 2), 0, 1, False),
-    ("P3", ("sa", 3), ("b", 3), 1, 1, False),
-    ("P4", ("a", 3), ("sb", 3), 2, -1, False),
-)
-
-
-class WinogradSums(NamedTuple):
-    """The Winograd operand-sums pass: A's (mh x kh) and B's (kh x nh) four sums each."""
-
-    mh: int
-    kh: int
-    nh: int
-
-
-class Combine(NamedTuple):
-    """Winograd's combination pass over C's four mh x nh quadrants."""
-
-    mh: int
-    nh: int
-
-
-class WinogradProduct(NamedTuple):
-    """One product of the Winograd form, m x k @ k x n, fields as SumProduct's; name P1..P7."""
-
-    name: str
-    m: int
-    k: int
-    n: int
-    x: tuple
-    y: tuple
-    targets: tuple
-
-
-@functools.lru_cache(maxsize=64)
-def winograd_schedule(m: int, k: int, n: int) -> tuple:
-    """One level of Winograd's form on an m x k @ k x n core (even sizes), C written fresh (beta
-    = 0): WinogradSums, the seven products and the Combine pass, in order."""
-    if m % 2 or k % 2 or n % 2:
-        raise ValueError(f"the core {m}x{k}x{n} is not even")
-    mh, kh, nh = m // 2, k // 2, n // 2
-    out = [WinogradSums(mh, kh, nh)]
-    for entry in WINOGRAD:
-        if entry is None:
-            out.append(Combine(mh, nh))
-            continue
-        name, xs, ys, cq, sign, fresh = entry
-        x = (("sa", xs[1] * mh, 0) if xs[0] == "sa" else ("a",) + _quad((0, 0), xs[1], mh, kh))
-        y = (("sb", ys[1] * kh, 0) if ys[0] == "sb" else ("b",) + _quad((0, 0), ys[1], kh, nh))
-        out.append(WinogradProduct(name, mh, kh, nh, x, y,
-                                   (_quad((0, 0), cq, mh, nh) + (sign, fresh),)))
-    return tuple(out)
-
-
-STAGE_NAMES = {1: "S1", 2: "S3+S4", 3: "S6+S7"}
-
-
-def label(op) -> str:
-    """A launch's row in the per-stage table: its pass, or its leaves' innermost group."""
-    if isinstance(op, Pass):
-        return STAGE_NAMES[op.stage]
-    if isinstance(op, Sums):
-        return "sums"
-    if isinstance(op, WinogradSums):
-        return "wsums"
-    if isinstance(op, Combine):
-        return "combine"
-    if isinstance(op, WinogradProduct):
-        return op.name
-    if isinstance(op, SumProduct):
-        return f"M{op.index + 1}"
-    if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
-        return "{" + ",".join(f"M{i + 1}" for i in op.group[-1]) + "}"
-    return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"
 
 
 def core_sizes(m: int, k: int, n: int, levels: int) -> tuple:
@@ -518,12 +236,14 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
         return out
     private = not problem.options.get("overwrite")
     if winograd_applies(problem, name, levels):
-        for op in winograd_schedule(mc, kc, nc):
+        for op in winograd_schedule(mc, kc, nc, levels):
             if isinstance(op, WinogradSums):  # reads 4 quadrants, writes 4 sums, of A and of B
                 nbytes = 8 * s_e * (op.mh * op.kh + op.kh * op.nh)
                 out.append(("wsums", nbytes / bw + launch))
             elif isinstance(op, Combine):  # reads 4 quadrants of C, writes 3
                 out.append(("combine", 7 * s_e * op.mh * op.nh / bw + launch))
+            elif isinstance(op, AddInto):  # reads the scratch block and the target, writes it
+                out.append(("add", 3 * s_e * op.m * op.n / bw + launch))
             else:  # straight into its C quadrant: written (fresh) or read and written
                 rate = gain * _aligned(op.m, op.n, op.k) * _gemm_rate(
                     prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
@@ -580,11 +300,13 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
 
 
 def winograd_applies(problem, name: str, levels: int) -> bool:
-    """Whether strassen_cublas runs this one-level call in Winograd's form (float64 on CUDA,
-    default mode, the fact "winograd": the knob KRONLINALG_STRASSEN_WINOGRAD; the operation
-    also needs beta = 0, else it takes the sums form: priced as Winograd's all the same)."""
-    return (name == "strassen_cublas" and levels == 1 and problem.kind == "cuda"
-            and problem.dtype == "float64" and not problem.options.get("overwrite")
+    """Whether strassen_cublas runs this call in Winograd's form: one or two levels, float64 on
+    CUDA, default mode, C written fresh (no beta: the option "accumulate" false), the fact
+    "winograd" (the knob KRONLINALG_STRASSEN_WINOGRAD).  Elsewhere one level takes the sums
+    form and deeper ones the private copy with a product buffer, priced as such."""
+    return (name == "strassen_cublas" and 1 <= levels <= MAX_WINOGRAD_LEVELS
+            and problem.kind == "cuda" and problem.dtype == "float64"
+            and not problem.options.get("overwrite") and not problem.options.get("accumulate")
             and bool(problem.info.get("winograd", False)))
 
 
@@ -620,7 +342,7 @@ def predict_strassen(problem, prof, name="strassen"):
     # the margin: a tie with the vendor GEMM is not worth Strassen's larger error
     forced = problem.options.get("levels") is not None
     seconds = model if forced else model * MARGIN
-    is_pass = lambda w: w.startswith("S") or w in ("sums", "wsums", "combine")  # noqa: E731
+    is_pass = lambda w: w.startswith("S") or w in ("sums", "wsums", "combine", "add")  # noqa: E731
     passes = sum(t for w, t in times if is_pass(w))
     leaves = sum(t for w, t in times if not is_pass(w))
     return seconds, {"levels": L, "model_s": model, "margin": 1.0 if forced else MARGIN,
