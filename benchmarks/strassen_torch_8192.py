@@ -18,6 +18,10 @@ ap.add_argument("--sizes", default="8192,16384")
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--cupy", action="store_true", help="also CuPy views of the same data, interleaved")
 ap.add_argument("--levels", default="1", help="comma list of 1..4 or auto")
+ap.add_argument("--dtype", default="float64", choices=("float64", "float32"))
+ap.add_argument("--queued", type=int, default=1,
+                help="calls back to back between the events (per call; 1: single synchronised "
+                     "calls, whose GPU starts each from idle clocks)")
 args = ap.parse_args()
 
 
@@ -25,10 +29,11 @@ def timed(fn):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
-    fn()
+    for _ in range(args.queued):
+        fn()
     stop.record()
     stop.synchronize()
-    return start.elapsed_time(stop)
+    return start.elapsed_time(stop) / args.queued
 
 
 def variant(a, b, lv):
@@ -40,8 +45,8 @@ def variant(a, b, lv):
 levels = args.levels.split(",")
 for n in (int(v) for v in args.sizes.split(",")):
     g = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randn(n, n, dtype=torch.float64, device="cuda", generator=g)
-    b = torch.randn(n, n, dtype=torch.float64, device="cuda", generator=g)
+    a = torch.randn(n, n, dtype=getattr(torch, args.dtype), device="cuda", generator=g)
+    b = torch.randn(n, n, dtype=getattr(torch, args.dtype), device="cuda", generator=g)
     libs = {"torch": lambda: torch.matmul(a, b)}
     ours = {("torch", lv): variant(a, b, lv) for lv in levels}
     if args.cupy:
@@ -73,5 +78,5 @@ for n in (int(v) for v in args.sizes.split(",")):
                 continue
             mo = statistics.median(t[key])
             rounds = [round(x / y, 3) for x, y in zip(t[lib], t[key])]
-            print(f"{lib} float64 N={n}: {lib}.matmul {ml:.2f} ms, strassen_matmul "
+            print(f"{lib} {args.dtype} N={n} queued {args.queued}: {lib}.matmul {ml:.2f} ms, strassen_matmul "
                   f"levels={key[1]} {mo:.2f} ms, ratio {ml / mo:.3f}x (rounds {rounds})")
