@@ -187,11 +187,11 @@ class CudaExecutor:
     def leaf(self, op, alpha, beta):
         if self.hook:
             self.hook(op)
-        if isinstance(op, (costs.SumProduct, costs.WinogradProduct)):
+        if isinstance(op, costs.Product):
             if op.x[0] == "sa" or op.y[0] == "sb":
                 self._await_sums()
             (x, ldx), (y, ldy) = self._source(op.x), self._source(op.y)
-            out = self._view(getattr(op, "space", "c"))
+            out = self._view(op.space)
             targets = [(self._ptr(out, t[:2]), t[2], t[3]) for t in op.targets]
             self._launch(ldx, ldy, op.m, op.k, op.n, [(x, y, targets)], alpha, beta, False,
                          out.strides[0])

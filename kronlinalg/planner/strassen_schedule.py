@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 __all__ = ["AddInto", "Combine", "GROUPS", "Leaf", "MAX_LEVELS", "MAX_RELOADED_LEVELS",
            "MAX_WINOGRAD_LEVELS", "PRODUCTS", "Pass", "RELOADED", "RELOADED_GROUPS", "STAGE_NAMES",
-           "SUMS_A", "SUMS_B", "SumLeaf", "SumProduct", "Sums", "WINOGRAD", "WinogradProduct",
+           "SUMS_A", "SUMS_B", "SumLeaf", "Product", "Sums", "WINOGRAD",
            "WinogradSums", "label", "private_schedule", "reloaded_schedule", "schedule",
            "sums_schedule", "winograd_schedule", "winograd_workspace"]
 
@@ -178,18 +178,21 @@ class Sums(NamedTuple):
     nh: int
 
 
-class SumProduct(NamedTuple):
-    """Product `index` (0..6: Strassen's M1..M7) of m x k @ k x n: x, y = (source, row, col)
-    with source "a"/"b" (the operand) or "sa"/"sb" (the sums workspace); targets ((row, col,
-    sign, fresh), ...)."""
+class Product(NamedTuple):
+    """One cuBLAS product of the sums form or of Winograd's form, m x k @ k x n: x, y =
+    (space, row, column) with space "a"/"b" (the operands), "sa"/"sb" (the sums workspace),
+    "sa2"/"sb2" (Winograd's second level); targets ((row, col, sign, fresh), ...) in `space`
+    ("c", or a scratch block "t2"); name: Strassen's M1..M7 (sums form) or Winograd's P1..P7
+    (two levels: "P6.P2", the outer product first)."""
 
-    index: int
+    name: str
     m: int
     k: int
     n: int
     x: tuple
     y: tuple
     targets: tuple
+    space: str = "c"
 
 
 @functools.lru_cache(maxsize=64)
@@ -207,7 +210,7 @@ def sums_schedule(m: int, k: int, n: int, first: bool = True) -> tuple:
         tt = tuple(_quad((0, 0), q, mh, nh) + (sg, first and _quad((0, 0), q, mh, nh) not in
                                                written) for q, sg in ts)
         written.update(t[:2] for t in tt)
-        out.append(SumProduct(i, mh, kh, nh, x, y, tt))
+        out.append(Product(f"M{i + 1}", mh, kh, nh, x, y, tt))
     return tuple(out)
 
 
@@ -254,21 +257,6 @@ class Combine(NamedTuple):
     at: tuple = ("c", 0, 0)
 
 
-class WinogradProduct(NamedTuple):
-    """One product of the Winograd form, m x k @ k x n, fields as SumProduct's (x, y: (space,
-    row, column)); name P1..P7 (two levels: "P6.P2", the outer product first); its one target
-    (row, column, sign, fresh) lies in `space` ("c", or a scratch block "t2")."""
-
-    name: str
-    m: int
-    k: int
-    n: int
-    x: tuple
-    y: tuple
-    targets: tuple
-    space: str = "c"
-
-
 class AddInto(NamedTuple):
     """A scratch block added into its target: space[row:row+m, col:col+n] += sign * src (two
     levels: an outer product that accumulates, P2, P3, P4, is formed fresh in the scratch
@@ -304,7 +292,7 @@ def _winograd(out, m, k, n, xa, yb, at, depth, levels, prefix):
              else (yb[0],) + _quad(yb[1:], ys[1], kh, nh))
         r, c = _quad(at[1:], cq, mh, nh)
         if depth == levels:
-            out.append(WinogradProduct(prefix + name, mh, kh, nh, x, y,
+            out.append(Product(prefix + name, mh, kh, nh, x, y,
                                        ((r, c, sign, fresh),), at[0]))
         elif fresh:  # the inner level writes the outer product's block itself (signs are +1)
             _winograd(out, mh, kh, nh, x, y, (at[0], r, c), depth + 1, levels, prefix + name + ".")
@@ -358,10 +346,8 @@ def label(op) -> str:
         return "combine"
     if isinstance(op, AddInto):
         return "add"
-    if isinstance(op, WinogradProduct):
+    if isinstance(op, Product):
         return op.name
-    if isinstance(op, SumProduct):
-        return f"M{op.index + 1}"
     if isinstance(op, SumLeaf):  # Strassen's numbering M1..M7
         return "{" + ",".join(f"M{i + 1}" for i in op.group[-1]) + "}"
     return "{" + ",".join(f"M{i}" for i in op.group[-1]) + "}" if op.group else "leaf"

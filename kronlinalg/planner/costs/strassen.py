@@ -28,7 +28,7 @@ import math
 from ..msmes import msmes_time
 from ..strassen_schedule import (  # noqa: F401  (re-exported: the operation's view)
     AddInto, Combine, GROUPS, Leaf, MAX_LEVELS, MAX_RELOADED_LEVELS, MAX_WINOGRAD_LEVELS,
-    PRODUCTS, Pass, RELOADED, SumLeaf, SumProduct, Sums, WinogradProduct, WinogradSums, label,
+    PRODUCTS, Pass, RELOADED, SumLeaf, Product, Sums, WinogradSums, label,
     private_schedule, reloaded_schedule, schedule, sums_schedule, winograd_schedule,
     winograd_workspace)
 from ...common.dtypes import ITEMSIZE as _ITEMSIZE
@@ -36,8 +36,8 @@ from ...common.dtypes import ITEMSIZE as _ITEMSIZE
 __all__ = ["PRODUCTS", "GROUPS", "MAX_LEVELS", "Pass", "Leaf", "schedule", "core_sizes", "label",
            "normalise", "predict_classical", "predict_strassen", "predict_strassen_cublas",
            "predict_strassen_reloaded", "reloaded_schedule", "SumLeaf", "RELOADED",
-           "sums_schedule", "Sums", "SumProduct", "private_schedule", "winograd_schedule",
-           "WinogradSums", "WinogradProduct", "Combine", "AddInto", "winograd_applies",
+           "sums_schedule", "Sums", "Product", "private_schedule", "winograd_schedule",
+           "WinogradSums", "Combine", "AddInto", "winograd_applies",
            "winograd_workspace", "MAX_WINOGRAD_LEVELS", "short_call_gain",
            "launch_times", "msmes_reference", "MARGIN"]
 
