@@ -1115,3 +1115,76 @@ def test_mma_natural_shorter_groups(gxp, rng, monkeypatch, dtype, m):
         _check_every_element(gxp, rng, shapes, m, dtype, alpha, beta)
     monkeypatch.setenv("KRONLINALG_KRON_NATURAL_SHORTER", "0")
     assert "natural" not in _kernels_of(dtype, shapes, m)[0]
+
+
+# Row chunks (KRONLINALG_KRON_CHUNK): plans of two or more natural passes run over chunks of
+# rows whose intermediates fit an L2 budget.  (shapes, rows): the multi-pass natural shapes of
+# kron_large with fewer rows.
+CHUNK_CASES = [([(8, 8)] * 6, 6), ([(16, 16)] * 5, 4), ([(32, 32)] * 4, 4)]
+
+
+def _plan_text(dtype, shapes, m):
+    kc = _kron_cuda()
+    k, nq = math.prod(p for p, _ in shapes), math.prod(q for _, q in shapes)
+    return kc.config(m, 1, [(0, p, q, q, 1) for p, q in shapes], (256, k, k, 1),
+                     (256, nq, nq, 1), kc.DTYPES[dtype])
+
+
+def _plan_numbers(text):
+    passes = int(re.search(r"passes=(\d+)", text).group(1))
+    scratch, nbufs = (int(v) for v in re.search(r"scratch=(\d+)x(\d+)", text).groups())
+    return passes, scratch, nbufs, int(re.search(r"chunk=(\d+)", text).group(1))
+
+
+def test_row_chunks_planned_for_kron_large_float64(monkeypatch):
+    """The default (float64, 16 MiB): 1024 x 16^5's two passes in chunks of 2 rows (8 MiB of
+    intermediate a row); float32 keeps whole passes unless KRONLINALG_KRON_CHUNK=2; 0 is off."""
+    if _kron_cuda() is None:
+        pytest.skip("no CUDA build")
+    monkeypatch.delenv("KRONLINALG_KRON_CHUNK", raising=False)
+    monkeypatch.delenv("KRONLINALG_KRON_CHUNK_KB", raising=False)
+    passes, _, _, chunk = _plan_numbers(_plan_text("float64", [(16, 16)] * 5, 1024))
+    assert passes == 2 and chunk == 2
+    assert _plan_numbers(_plan_text("float32", [(16, 16)] * 5, 1024))[3] == 0
+    monkeypatch.setenv("KRONLINALG_KRON_CHUNK", "2")
+    assert _plan_numbers(_plan_text("float32", [(16, 16)] * 5, 1024))[3] > 0
+    monkeypatch.setenv("KRONLINALG_KRON_CHUNK", "0")
+    assert _plan_numbers(_plan_text("float64", [(16, 16)] * 5, 1024))[3] == 0
+
+
+@pytest.mark.parametrize("target", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", CHUNK_CASES,
+                         ids=lambda c: "-".join(f"{p}x{q}" for p, q in c[0]) + f"-m{c[1]}")
+def test_row_chunks(gxp, rng, monkeypatch, case, dtype, target):
+    """Chunks of 1, 2 or 3 rows' worth of budget (the plan must say it chunks, with the chunk
+    the rule gives: the largest divisor of the rows within half of the budget's rows), results
+    against the float64 reference with alpha and beta, every output poisoned beforehand; the
+    replay (a repeated signature) too."""
+    _need(gxp, dtype)
+    shapes, m = case
+    es = np.dtype(dtype).itemsize
+    monkeypatch.setenv("KRONLINALG_KRON_CHUNK", "0")
+    _kron_cuda().tune()
+    passes, scratch, nbufs, chunk = _plan_numbers(_plan_text(dtype, shapes, m))
+    assert passes >= 2 and nbufs >= 1 and chunk == 0, (passes, nbufs, chunk)
+    per_row = nbufs * (scratch // m) * es
+    monkeypatch.setenv("KRONLINALG_KRON_CHUNK", "2")
+    monkeypatch.setenv("KRONLINALG_KRON_CHUNK_KB", str(-(-target * per_row // 1024)))
+    _kron_cuda().tune()
+    fit = (-(-target * per_row // 1024) * 1024) // per_row
+    want = next((c for c in range(fit, max(1, fit // 2) - 1, -1) if m % c == 0), 0)
+    want = 0 if fit >= m else want
+    got = _plan_numbers(_plan_text(dtype, shapes, m))[3]
+    assert got == want, (fit, got, want)
+    k, nq = math.prod(p for p, _ in shapes), math.prod(q for _, q in shapes)
+    fs, fns = zip(*(random(gxp, rng, s, dtype) for s in shapes))
+    for alpha, beta in [(0.75, 0.0), (-1.5, 0.5), (0.75, 0.0)]:  # the third: the replay
+        _poison_pool(gxp, 3 * m * max(k, nq) * es)
+        x, xn = random(gxp, rng, (m, k), dtype)
+        y, yn = random(gxp, rng, (m, nq), dtype)
+        kw = {"y": y, "beta": beta} if beta else {}
+        out = kronlinalg.kron_matmul(x, list(fs), alpha=alpha, algorithm="sliced", **kw)
+        ref = kron_matmul_ref(xn, fns, "right", alpha, beta, yn if beta else None)
+        assert_close(out, ref, gxp, dtype)
+        _elementwise(out, ref, gxp, rtol=2e-5 if dtype == "float32" else 1e-12)
