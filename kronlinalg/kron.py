@@ -174,8 +174,7 @@ def _facts(problem) -> dict:
     except RuntimeError:  # a plan the extension cannot make here: one launch per factor
         return out
     passes = int(text.split("passes=", 1)[1].split()[0].rstrip(","))
-    chunk = int(text.split("chunk=", 1)[1].split()[0]) if "chunk=" in text else 0
-    return {**out, "cuda_plan": (passes, True), "cuda_chunk": chunk}
+    return {**out, "cuda_plan": (passes, True)}
 
 
 def _normalise(shapes, options) -> dict:

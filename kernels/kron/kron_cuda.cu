@@ -121,9 +121,6 @@ struct Plan {
   int rows_fast = 0;           // lines run along rows (rows are adjacent in memory)
   int64_t scratch_elems = 0;  // per scratch buffer
   int nscratch = 0;
-  // Row chunks (natural plans of two or more passes): the passes run over `chunk_rows` rows at a
-  // time, so the intermediates of a chunk stay in L2 between its passes (0: all rows at once)
-  int64_t chunk_rows = 0;
 };
 
 // Geometry of a group for a tile of L lines: shared-memory pitches, factor area, buffer size.
@@ -695,7 +692,7 @@ PassShape pass_shape(const kl_kron_problem *p, const Plan &plan, int last, int c
   return sh;
 }
 
-int make_plan_whole(const kl_kron_problem *p, int dtype, Plan *plan) {
+int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
   DeviceInfo dev;
   int st = device_info(&dev);
   if (st != KL_OK) return st;
@@ -757,69 +754,6 @@ int make_plan_whole(const kl_kron_problem *p, int dtype, Plan *plan) {
     }
   }
   plan->nscratch = std::min<int>(2, int(plan->passes.size()) - 1);
-  return KL_OK;
-}
-
-int dtype_bytes(int dtype) { return dtype == KL_FLOAT64 ? 8 : dtype == KL_FLOAT32 ? 4 : 2; }
-
-// Rows r0 .. r0 + rows of a natural-layout problem (contiguous rows of K and N elements) as a
-// problem of its own: m1 = rows, m2 = 1, x and y moved to row r0.
-kl_kron_problem chunk_problem(const kl_kron_problem *p, int dtype, int64_t rows, int64_t r0) {
-  const int n = p->nfactors;
-  const int64_t K = prod_range(p->P, 0, n - 1), N = prod_range(p->Q, 0, n - 1);
-  const int64_t es = dtype_bytes(dtype);
-  kl_kron_problem q = *p;
-  q.m1 = rows;
-  q.m2 = 1;
-  q.x = static_cast<const char *>(p->x) + r0 * K * es;
-  q.x_rs1 = q.x_rs2 = K;
-  q.x_es = 1;
-  q.y = static_cast<char *>(p->y) + r0 * N * es;
-  q.y_rs1 = q.y_rs2 = N;
-  q.y_es = 1;
-  return q;
-}
-
-// How many rows a chunk of a natural plan holds (0: no chunks).  A plan of two or more passes
-// streams every intermediate through DRAM: written by one pass, read by the next.  Run over
-// chunks of rows whose intermediates (one or two scratch buffers) fit in
-// KRONLINALG_KRON_CHUNK_KB of L2 (default 16 MiB of the H100's 50), each chunk's passes back to
-// back, the intermediate is read from L2 instead: DRAM sees x once and y once, as in one pass.
-// KRONLINALG_KRON_CHUNK: 1 (default) float64 only, 2 every dtype, 0 off.  The chunk divides the
-// rows (a divisor within half of the budget's rows, else no chunks), keeps 16-byte alignment of
-// every chunk's x and y, and there are at most 4096 chunks (launches cost ~2-3 us each).
-int64_t chunk_rows(const kl_kron_problem *p, int dtype, const Plan &plan) {
-  const int mode = kl::knob_int("KRONLINALG_KRON_CHUNK", 1);
-  if (mode <= 0 || (mode == 1 && dtype != KL_FLOAT64)) return 0;
-  if (!plan.natural || plan.passes.size() < 2 || plan.nscratch < 1) return 0;
-  const int64_t M = p->m1 * p->m2;
-  const int n = p->nfactors;
-  const int64_t es = dtype_bytes(dtype);
-  const int64_t K = prod_range(p->P, 0, n - 1), N = prod_range(p->Q, 0, n - 1);
-  if ((K * es) % 16 || (N * es) % 16 || !aligned16(p->x) || !aligned16(p->y)) return 0;
-  const int64_t budget = int64_t(std::max(0, kl::knob_int("KRONLINALG_KRON_CHUNK_KB", 16384))) << 10;
-  const int64_t per_row = plan.nscratch * (plan.scratch_elems / std::max<int64_t>(M, 1)) * es;
-  if (per_row <= 0 || budget < per_row) return 0;
-  const int64_t fit = budget / per_row;
-  if (fit >= M) return 0;  // every intermediate fits already
-  for (int64_t c = fit; c >= std::max<int64_t>(1, fit / 2); --c)
-    if (M % c == 0) return M / c <= 4096 ? c : 0;
-  return 0;
-}
-
-int make_plan(const kl_kron_problem *p, int dtype, Plan *plan) {
-  int st = make_plan_whole(p, dtype, plan);
-  if (st != KL_OK) return st;
-  const int64_t c = chunk_rows(p, dtype, *plan);
-  if (c == 0) return KL_OK;
-  const kl_kron_problem q = chunk_problem(p, dtype, c, 0);
-  Plan sub;
-  // (the chunk's plan: its tiles and grids are the chunk's; the same grouping of factors)
-  if (make_plan_whole(&q, dtype, &sub) != KL_OK || sub.passes.size() != plan->passes.size() ||
-      !sub.natural)
-    return KL_OK;
-  sub.chunk_rows = c;
-  *plan = sub;
   return KL_OK;
 }
 
@@ -1001,10 +935,9 @@ int validate(const kl_kron_problem *p, int dtype, bool launching = true) {
 std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
   std::string s;
   char line[256];
-  std::snprintf(line, sizeof line, "passes=%d scratch=%lldx%d order=%s lines=%s chunk=%lld\n",
+  std::snprintf(line, sizeof line, "passes=%d scratch=%lldx%d order=%s lines=%s\n",
                 int(plan.passes.size()), (long long)plan.scratch_elems, plan.nscratch,
-                plan.natural ? "natural" : "sliced", plan.rows_fast ? "rows" : "instances",
-                (long long)plan.chunk_rows);
+                plan.natural ? "natural" : "sliced", plan.rows_fast ? "rows" : "instances");
   s += line;
   for (const PassCfg &c : plan.passes) {
     std::snprintf(line, sizeof line,
@@ -1031,9 +964,7 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
                               g_tune.kind, dtype == KL_FLOAT32 ? fp32_mode() : 0,
                               nt.on, nt.T, nt.TI, nt.ti_min, nt.warps, nt.shorter, nt.stages,
                               nt.ring, nt.ring_ti, nt.ring_half,
-                              aligned16(p->x) && aligned16(p->y),
-                              kl::knob_int("KRONLINALG_KRON_CHUNK", 1),
-                              kl::knob_int("KRONLINALG_KRON_CHUNK_KB", 16384)};
+                              aligned16(p->x) && aligned16(p->y)};
   for (int i = 0; i < p->nfactors; ++i) {
     key.push_back(p->P[i]);
     key.push_back(p->Q[i]);
@@ -1185,9 +1116,6 @@ extern "C" int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_proble
 namespace kl {
 namespace cu {
 namespace {
-int run_passes(const kl_kron_problem *p, const Plan &plan, void *scratch0, void *scratch1,
-               void *stream);
-
 int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
              void *scratch1, int64_t scratch_elems, void *stream) {
   if ((plan.nscratch >= 1 && !scratch0) || (plan.nscratch >= 2 && !scratch1))
@@ -1195,21 +1123,6 @@ int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratc
   // (a layout sized under other planner settings, e.g. the natural-order knobs changed since)
   if (scratch_elems >= 0 && plan.nscratch >= 1 && plan.scratch_elems > scratch_elems)
     return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: scratch buffers smaller than the plan needs");
-  if (plan.chunk_rows <= 0) return run_passes(p, plan, scratch0, scratch1, stream);
-  const int64_t M = p->m1 * p->m2;
-  if (M % plan.chunk_rows)
-    return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: rows not a multiple of the plan's chunk");
-  for (int64_t r0 = 0; r0 < M; r0 += plan.chunk_rows) {
-    const kl_kron_problem q = chunk_problem(p, dtype, plan.chunk_rows, r0);
-    const int st = run_passes(&q, plan, scratch0, scratch1, stream);
-    if (st != KL_OK) return st;
-  }
-  return KL_OK;
-}
-
-// The passes of a plan over all of p's rows (a whole problem, or one chunk of rows).
-int run_passes(const kl_kron_problem *p, const Plan &plan, void *scratch0, void *scratch1,
-               void *stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t M = p->m1 * p->m2;
   const int n = p->nfactors;

@@ -77,11 +77,6 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_KRON_NATURAL_RING_HALF", int, 3,
          "half ring kernel: 0 none, 1 groups no other tile fits, 2 +P=32 columns of 64 i, 3 +P=16",
          "c++"),
-    Knob("KRONLINALG_KRON_CHUNK", int, 1,
-         "kron plans of 2+ natural passes over chunks of rows whose intermediates fit L2: 1 "
-         "float64, 2 every dtype, 0 off", "c++"),
-    Knob("KRONLINALG_KRON_CHUNK_KB", int, 16384,
-         "L2 budget (KiB) for a row chunk's intermediates (KRONLINALG_KRON_CHUNK)", "c++"),
     Knob("KRONLINALG_KRON_CLUSTER", int, 0,
          "1 enables kron's 16-block cluster kernel for six 8x8 float32 factors (sm_90)", "c++"),
     Knob("KRONLINALG_KS_KT", int, -1,

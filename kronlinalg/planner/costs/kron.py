@@ -274,9 +274,6 @@ def _cuda_sliced(problem, s_e, prof):
     passes, fused = _cuda_plan(problem)
     moved = _pass_bytes(info, passes, s_e)
     cached, dram = _split(moved, M * s_e * (lengths[0] + max(lengths[1:])), prof)
-    if info.get("cuda_chunk"):  # row chunks: the intermediates stay in L2, x and y go to DRAM
-        once = _pass_bytes(info, 1, s_e)
-        cached, dram = cached + max(dram - once, 0.0), min(dram, once)
     cycles = prof.units * prof.clock_hz  # SM-cycles per second
     coalesced = info["side"] == "left" and M >= 32
     on_chip = lines = 0.0
