@@ -583,12 +583,13 @@ def strassen_matmul(a, b, /, *, c=None, alpha=1.0, beta=0.0, levels=None,
     algorithm : {"auto", "classical", "strassen", "strassen_cublas", "strassen_reloaded"}
         "strassen_cublas" (CUDA, default mode): cuBLAS leaves plus one leaf-sized product
         buffer (N²/4^levels elements); at one level the ten operand sums of Strassen's
-        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements), or, for
-        float64 with beta = 0 (CuPy arrays, or CUDA torch tensors where CuPy is installed),
-        Winograd's form: eight operand sums (m·k + k·n
-        elements), each product straight into one C quadrant by cuBLAS, one combine pass, no
-        product buffer (its error is about 1.4x that of Strassen's one level: still within
-        2·3x classical).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
+        products replace the private copy (a workspace of 5/4·(m·k + k·n) elements), or, with
+        beta = 0 at one or two levels (CuPy arrays, or CUDA torch tensors where CuPy is
+        installed), Winograd's form: eight operand sums a level (m·k + k·n elements, a quarter
+        of that more at the second level, and one C quadrant of scratch), each product straight
+        into a C block by cuBLAS (float32: IEEE), one combine pass a level, no product buffer
+        (its error is about 1.4x that of Strassen's per level: within 2·3^levels x
+        classical).  "strassen_reloaded" (CUDA float64 on sm_90, levels 1):
         Strassen's products with the operand sums formed while loading; a and b only read,
         no workspace in either mode, error like one MSMES level.
 

@@ -104,12 +104,12 @@ class CudaExecutor:
                                self.vb.strides[0])
 
     def winograd(self) -> bool:
-        """Whether one level may run in Winograd's form: its seven products go straight into C
-        blocks through cuBLAS's own alpha and beta (float64, where CuPy's cuBLAS bindings are
-        importable: CuPy arrays, and CUDA torch tensors on torch's stream), and the knob
-        KRONLINALG_STRASSEN_WINOGRAD is 1 or 2 (2: the sums pass on a second stream, beside
+        """Whether the levels may run in Winograd's form: its products go straight into C
+        blocks through cuBLAS's own alpha and beta (float64 and float32, where CuPy's cuBLAS
+        bindings are importable: CuPy arrays, and CUDA torch tensors on torch's stream), and the
+        knob KRONLINALG_STRASSEN_WINOGRAD is 1 or 2 (2: the sums pass on a second stream, beside
         P1, which needs no sums; CuPy arrays only)."""
-        if self.dtype != "float64" or not _cublas.available():
+        if not _cublas.available():
             return False
         form = config.get("KRONLINALG_STRASSEN_WINOGRAD")
         if form not in (1, 2):
@@ -241,10 +241,10 @@ class CudaExecutor:
                                       self.code, self.stream)
 
     def _gemm_into(self, m, n, k, x, ldx, y, ldy, target, ldc, alpha, beta):
-        """A one-target float64 leaf straight into its C block (cuBLAS's own alpha and beta: no
-        product buffer, no target pass), where CuPy's cuBLAS bindings are importable (else
-        False: the caller takes the buffer path)."""
-        if self.dtype != "float64" or not _cublas.available():
+        """A one-target leaf straight into its C block (cuBLAS's own alpha and beta: no product
+        buffer, no target pass), where CuPy's cuBLAS bindings are importable (else False: the
+        caller takes the buffer path)."""
+        if not _cublas.available():
             return False
         cupy_owned = backend.is_cupy(self.lead)
         if cupy_owned:  # CuPy's bindings run on CuPy's current stream: it must be the call's
@@ -254,6 +254,6 @@ class CudaExecutor:
                 return False
         dev = self.lead.data.device_id if cupy_owned else self.lead.get_device()
         # row-major C = X Y as column-major C^T = Y^T X^T
-        _cublas.dgemm(n, m, k, alpha * target[1], y, ldy, x, ldx, beta, target[0], ldc,
-                      device=dev, stream=self.stream, cupy_owned=cupy_owned)
+        _cublas.gemm(n, m, k, alpha * target[1], y, ldy, x, ldx, beta, target[0], ldc,
+                     dtype=self.dtype, device=dev, stream=self.stream, cupy_owned=cupy_owned)
         return True

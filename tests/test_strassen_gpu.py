@@ -145,3 +145,43 @@ def test_cublas_torch_on_a_side_stream(beta, levels):
         assert err <= bound, f"{m}x{k}x{n}: error {err:.3g} > {bound:.3g}"
         assert bool(torch.equal(again, out)), "not deterministic"
         assert bool(torch.equal(a, a0)) and bool(torch.equal(b, b0)), "inputs changed"
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_cublas_winograd_float32_is_ieee(lib):
+    """strassen_cublas in float32, one and two levels: Winograd's form (beta = 0, products by
+    cuBLAS's GemmEx with 32-bit compute) and with beta the sums form / private copy; odd and
+    non-square sizes, alpha 0.7; the error within 2·3^L x that of the library's IEEE float32
+    matmul (TF32 products would miss it by ~1000x), inputs untouched, bitwise repeatable."""
+    rng = np.random.default_rng(73)
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device")
+        to_dev = lambda v: torch.tensor(v, dtype=torch.float32, device="cuda")  # noqa: E731
+        host = lambda v: v.cpu().numpy()  # noqa: E731
+        same = torch.equal
+    else:
+        to_dev = lambda v: cp.asarray(v, dtype=cp.float32)  # noqa: E731
+        host, same = cp.asnumpy, lambda u, v: bool(cp.all(u == v))
+    for m, k, n in ((1001, 1001, 1001), (300, 501, 122)):
+        a64, b64, c64 = (rng.standard_normal(s).astype(np.float32).astype(np.float64)
+                         for s in ((m, k), (k, n), (m, n)))
+        a, b, c = to_dev(a64), to_dev(b64), to_dev(c64)
+        a0, b0 = host(a).copy(), host(b).copy()
+        rows = np.unique(np.r_[rng.choice(m, size=24, replace=False), m - 1])
+        for beta in (0.0, -0.3):
+            ref = 0.7 * (a64[rows] @ b64) + beta * c64[rows]
+            classical = host(0.7 * (a @ b) + beta * c)[rows].astype(np.float64)
+            base = max(float(np.abs(classical - ref).max()),
+                       32 * np.finfo(np.float32).eps * float(np.abs(ref).max()))
+            for L in (1, 2):
+                out = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=L,
+                                                 algorithm="strassen_cublas")
+                err = float(np.abs(host(out)[rows].astype(np.float64) - ref).max())
+                bound = 2.0 * 3.0 ** L * base
+                assert err <= bound, f"{lib} {m}x{k}x{n} beta={beta} L={L}: {err:.3g} > {bound:.3g}"
+                again = kronlinalg.strassen_matmul(a, b, c=c, alpha=0.7, beta=beta, levels=L,
+                                                   algorithm="strassen_cublas")
+                assert same(again, out), "not deterministic"
+        assert np.array_equal(host(a), a0) and np.array_equal(host(b), b0), "inputs changed"

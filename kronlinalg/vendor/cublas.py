@@ -78,21 +78,30 @@ def _on(device: int, stream: int, cupy_owned: bool):
     return contextlib.nullcontext() if direct else _scope(device, stream, cupy_owned)
 
 
-def dgemm(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *, device: int, stream: int,
-          cupy_owned: bool):
-    """One column-major float64 GEMM C = alpha A B + beta C on device pointers (no transposes),
-    alpha and beta taken from the host: strassen_cublas writes each Winograd product straight
-    into its C block with them.  On CuPy's current device and stream when those are the
-    caller's, else entered for the call (torch's stream wrapped, as gemm_strided_batched does)."""
+def gemm(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, *, dtype: str, device: int, stream: int,
+         cupy_owned: bool):
+    """One column-major GEMM C = alpha A B + beta C on device pointers (no transposes), float64
+    (DGEMM) or float32 (cuBLAS's GemmEx with 32-bit compute: IEEE, as gemm_strided_batched), alpha
+    and beta taken from the host: strassen_cublas writes each product straight into its C block
+    with them.  On CuPy's current device and stream when those are the caller's, else entered for
+    the call (torch's stream wrapped, as gemm_strided_batched does)."""
     cupy, cublas = _bindings()
-    scal = np.array([alpha, beta], dtype=np.float64)
+    wide = dtype == "float64"
+    scal = np.array([alpha, beta], dtype=np.float64 if wide else np.float32)
+    a_ptr, b_ptr = scal.ctypes.data, scal.ctypes.data + scal.itemsize
     with _on(device, stream, cupy_owned):
         handle = cupy.cuda.device.get_cublas_handle()
         mode = cublas.getPointerMode(handle)
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
         try:
-            cublas.dgemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, m, n, k,
-                         scal.ctypes.data, a, lda, b, ldb, scal.ctypes.data + 8, c, ldc)
+            if wide:
+                cublas.dgemm(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, m, n, k, a_ptr, a,
+                             lda, b, ldb, b_ptr, c, ldc)
+            else:  # (a batch of one: the binding gemm_strided_batched already runs)
+                dt = _DATA_TYPE[dtype]
+                cublas.gemmStridedBatchedEx(handle, OP_N, OP_N, m, n, k, a_ptr, a, dt, lda, 0, b,
+                                            dt, ldb, 0, b_ptr, c, dt, ldc, 0, 1, _COMPUTE_32F,
+                                            _GEMM_DEFAULT)
         finally:
             cublas.setPointerMode(handle, mode)
 

@@ -260,7 +260,7 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             rate = gain * _aligned(op.m, op.n, op.k) * _gemm_rate(
                 prof, problem.dtype, op.m, op.n, op.k, 1, tile, problem.kind)
             c_units = [1 if t[3] else 2 for t in op.targets]
-            direct = problem.dtype == "float64" and len(op.targets) == 1
+            direct = len(op.targets) == 1
             units = c_units[0] if direct else 2 + sum(c_units)
             t = (2.0 * op.m * op.n * op.k / rate + units * op.m * op.n * s_e / bw
                  + launch * (1 if direct else 2))
@@ -284,11 +284,10 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
             t /= 1.0 - CUTLASS_SUSTAINED_DROP * min(1.0, max(0.0, (t - 5e-3) / 15e-3))
         c_rw = 1 if op.first else 2  # beta = 0 on the first write: C is not read
         if name == "strassen_cublas" or problem.kind == "cpu":
-            # M written once, read once, each target read and written; a one-target float64
-            # cuBLAS leaf goes straight into its C block (cuBLAS's beta: C's traffic only)
+            # M written once, read once, each target read and written; a one-target cuBLAS
+            # leaf goes straight into its C block (cuBLAS's beta: C's traffic only)
             for p in op.products:
-                direct = (name == "strassen_cublas" and problem.dtype == "float64"
-                          and len(p[2]) == 1)
+                direct = name == "strassen_cublas" and problem.kind == "cuda" and len(p[2]) == 1
                 units = c_rw if direct else 2 + len(p[2]) * c_rw
                 t += units * op.m * op.n * s_e / bw + (0.0 if direct else launch)
             if name == "strassen_cublas" and problem.kind == "cuda":
@@ -300,12 +299,12 @@ def _launch_times(problem, prof, levels: int, name: str = "strassen") -> list:
 
 
 def winograd_applies(problem, name: str, levels: int) -> bool:
-    """Whether strassen_cublas runs this call in Winograd's form: one or two levels, float64 on
-    CUDA, default mode, C written fresh (no beta: the option "accumulate" false), the fact
+    """Whether strassen_cublas runs this call in Winograd's form: one or two levels, float64 or
+    float32 on CUDA, default mode, C written fresh (no beta: the option "accumulate" false), the fact
     "winograd" (the knob KRONLINALG_STRASSEN_WINOGRAD).  Elsewhere one level takes the sums
     form and deeper ones the private copy with a product buffer, priced as such."""
     return (name == "strassen_cublas" and 1 <= levels <= MAX_WINOGRAD_LEVELS
-            and problem.kind == "cuda" and problem.dtype == "float64"
+            and problem.kind == "cuda" and problem.dtype in ("float32", "float64")
             and not problem.options.get("overwrite") and not problem.options.get("accumulate")
             and bool(problem.info.get("winograd", False)))
 
