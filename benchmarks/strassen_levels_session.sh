@@ -1,24 +1,33 @@
 #!/bin/bash
-# One device call for strassen_cublas's one- and two-level Winograd forms (float64):
+# One device call for strassen_cublas's one- and two-level Winograd forms (float64, float32):
 #   bash .wheelhouse/gpu-run.sh bash benchmarks/strassen_levels_session.sh
-# The GPU tests of strassen_matmul beside compute-sanitizer memcheck of strassen_cublas
-# (both one-level forms, two levels in Winograd's form and with the private copy, odd and
-# unaligned shapes); then, alone on the GPU: levels 1, 2 and auto against torch.matmul and
-# cupy.matmul in interleaved rounds (N = 16384, 12288, 8192) and the per-launch table of two
-# levels at N = 16384 (measured beside predicted).
+# The GPU tests of strassen_matmul (and of ST_TESTS, other files) beside compute-sanitizer
+# memcheck of strassen_cublas (both one-level forms, two levels in Winograd's form and with the
+# private copy, odd and unaligned shapes); then, alone on the GPU: levels 1, 2 and auto against
+# torch.matmul and cupy.matmul in interleaved rounds, float64 at ST_SIZES (single synchronised
+# calls; ST_QUEUED sizes also 3 calls back to back a round) and float32 at ST_F32_SIZES, and
+# (ST_STAGES=1) the per-launch table of two levels at N = 16384, measured beside predicted.
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-( sleep 5; timeout ${ST_SAN_S:-150} compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python benchmarks/strassen_sanitize.py --cublas > "$OUT/strassen_memcheck.txt" 2>&1
-  echo "memcheck (--cublas) rc $?" >> "$OUT/strassen_memcheck.txt" ) &
-san=$!
+if [ "${ST_SAN:-1}" = 1 ]; then
+  ( sleep 5; timeout ${ST_SAN_S:-150} compute-sanitizer --tool memcheck --error-exitcode 9 \
+      python benchmarks/strassen_sanitize.py --cublas > "$OUT/strassen_memcheck.txt" 2>&1
+    echo "memcheck (--cublas) rc $?" >> "$OUT/strassen_memcheck.txt" ) &
+  san=$!
+fi
 timeout ${ST_TEST_S:-170} python -m pytest -q -m gpu -p no:cacheprovider -rf \
-  tests/test_strassen.py tests/test_strassen_gpu.py > "$OUT/strassen_tests.txt" 2>&1
+  tests/test_strassen.py tests/test_strassen_gpu.py $ST_TESTS > "$OUT/strassen_tests.txt" 2>&1
 echo "tests rc $? ($SECONDS s)"; tail -6 "$OUT/strassen_tests.txt"
-wait $san; tail -4 "$OUT/strassen_memcheck.txt"; echo "($SECONDS s)"
-timeout ${ST_AB_S:-150} python benchmarks/strassen_torch_8192.py --sizes ${ST_SIZES:-16384,12288,8192} \
-  --rounds ${ST_ROUNDS:-5} --levels 1,2,auto --cupy 2>&1 | tee "$OUT/strassen_levels.txt"
+[ -n "$san" ] && { wait $san; tail -3 "$OUT/strassen_memcheck.txt"; }
 echo "($SECONDS s)"
-timeout ${ST_STAGE_S:-60} python - <<'PY' 2>&1 | tee "$OUT/strassen_stages.txt"
+ab() { timeout ${ST_AB_S:-150} python benchmarks/strassen_torch_8192.py --cupy "$@" 2>&1 \
+  | tee -a "$OUT/strassen_levels.txt" | grep -v "max rel. diff"; }
+ab --sizes ${ST_SIZES:-16384,12288,8192} --rounds ${ST_ROUNDS:-5} --levels 1,2,auto
+[ -n "$ST_QUEUED" ] && ab --sizes $ST_QUEUED --rounds ${ST_ROUNDS:-5} --levels 1,auto --queued 3
+[ -n "${ST_F32_SIZES-16384,8192}" ] && ab --dtype float32 --sizes ${ST_F32_SIZES-16384,8192} \
+  --rounds ${ST_F32_ROUNDS:-3} --levels 1,2,auto
+grep "max rel. diff" "$OUT/strassen_levels.txt" | sort -t' ' -k9 | tail -3
+echo "($SECONDS s)"
+[ "${ST_STAGES:-1}" = 1 ] && timeout ${ST_STAGE_S:-60} python - <<'PY' 2>&1 | tee "$OUT/strassen_stages.txt"
 import cupy as cp
 import kronlinalg
 from kronlinalg import strassen
