@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -54,10 +55,27 @@ def timed(fn, reps=12, inner=None):
     return statistics.median(times)
 
 
+AB = {"on": False}  # --ab: half types also timed on the small tiles alone (A/B in one run)
+
+
+def small_tiles_only(fn):
+    """fn() with the 128 x 128 half-type kernel off (KRONLINALG_BATCHED_LARGE=0: the C++
+    launcher reads it at every launch)."""
+    old = os.environ.get("KRONLINALG_BATCHED_LARGE")
+    os.environ["KRONLINALG_BATCHED_LARGE"] = "0"
+    try:
+        return fn()
+    finally:
+        if old is None:
+            del os.environ["KRONLINALG_BATCHED_LARGE"]
+        else:
+            os.environ["KRONLINALG_BATCHED_LARGE"] = old
+
+
 def brief(row):
     """One short line per case (the full rows go to the JSON file)."""
     keys = ("torch_bmm_us", "pad_bmm_us", "bucket_bmm_us", "auto_us", "kami1d_us", "kami2d_us",
-            "auto_err", "kami1d_err")
+            "small_tiles_us", "auto_err", "kami1d_err", "small_tiles_err")
     parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), float)]
     errs = [f"{k}={row[k][:80]}" for k in row if k.endswith("_error")]
     print(row["case"], row.get("dtype"), row.get("n", row.get("orders")), row.get("k", ""),
@@ -92,6 +110,14 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
             row[f"{algo}_err"] = rel_err(out[:8], ref)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if AB["on"] and dtype in ("float16", "bfloat16"):
+        try:
+            out = small_tiles_only(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))
+            row["small_tiles_us"] = small_tiles_only(
+                lambda: timed(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))) * 1e6
+            row["small_tiles_err"] = rel_err(out[:8], ref)
+        except Exception as exc:  # noqa: BLE001
+            row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     best = min(row.get("kami1d_us", math.inf), row.get("kami2d_us", math.inf))
     row["ours_best_us"] = best
     row["ours_TBps"] = nbytes / (best * 1e-6) / 1e12 if best < math.inf else None
@@ -134,6 +160,13 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             row[f"{algo}_err"] = max(errs)
         except Exception as exc:  # noqa: BLE001
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if AB["on"] and dtype in ("float16", "bfloat16"):
+        def small():
+            return kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na, algorithm="kami1d")
+        try:
+            row["small_tiles_us"] = small_tiles_only(lambda: timed(small)) * 1e6
+        except Exception as exc:  # noqa: BLE001
+            row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # padding to the largest order + bmm (the padded buffers are made untimed: favourable)
     try:
         pa = torch.zeros(count, hi, hi, device="cuda", dtype=dt)
@@ -225,6 +258,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="batched_gpu.json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ab", action="store_true",
+                    help="float16/bfloat16: also time the small tiles alone (small_tiles_us)")
+    ap.add_argument("--dtypes", default="float64,float32,float16,bfloat16")
     ap.add_argument("--only", default="small,b1e3,fp32err,lowrank,variable,large",
                     help="comma-separated groups: small (batch 1e4, n <= 64), b1e3, fp32err, "
                          "lowrank, variable, variable8 (orders multiples of 8), large (n 128, 256)")
@@ -232,7 +268,8 @@ if __name__ == "__main__":
     only = set(args.only.split(","))
     rows: list = []
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
-    dtypes = ("float64", "float32", "float16", "bfloat16")
+    dtypes = tuple(args.dtypes.split(","))
+    AB["on"] = args.ab
 
     def save():  # after every case: a run cut short still leaves its rows
         with open(args.out, "w") as fh:
@@ -255,6 +292,10 @@ if __name__ == "__main__":
         for k in (16, 32):
             uniform_case(dtype, 10_000, 128, 128, k, rows, "low rank")
     save()
+    if "large64" in only:  # order 64 next to the large orders (the "large" group: 128, 256)
+        for dtype in dtypes:
+            uniform_case(dtype, 10_000, 64, 64, 64, rows, "batch 1e4")
+        save()
     for step in [s for s in (1, 8) if ("variable" if s == 1 else "variable8") in only]:
         for dtype in dtypes:
             try:

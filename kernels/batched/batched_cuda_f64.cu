@@ -1,6 +1,6 @@
 // float64 batched kernels (DMMA m16n8k8 on sm_90, m8n8k4 before): one translation unit per dtype,
 // compiled in parallel.
-#include "batched_cuda_kernels.cuh"
+#include "batched_cuda_launch.cuh"
 
 namespace kl {
 namespace batched {

@@ -49,6 +49,10 @@ struct Args {
   const kl_batched_entry *table;      // variable form (nullptr: uniform)
   int64_t tm_max;                     // variable form: row tiles of the largest product
   unsigned long long *counter;        // variable form: zeroed work counter (nullptr: static)
+  // variable form split by size (bin_kernel, batched_cuda_large.cuh): this kernel's rows of
+  // tiles, (product << 20) | row, their number at *list_count (nullptr: every row of the table)
+  const int64_t *list;
+  const unsigned long long *list_count;
 };
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -653,7 +657,7 @@ struct VariableCursor {
   __device__ VariableCursor(const Args &a, int64_t first, int64_t step, long long *slot_, int grp_,
                             int gtid_)
       : args(a), stride(step), slot(slot_), grp(grp_), gtid(gtid_) {
-    items = a.count * a.tm_max;
+    items = a.list ? int64_t(*a.list_count) : a.count * a.tm_max;
     if (a.counter)
       claim();
     else
@@ -661,6 +665,12 @@ struct VariableCursor {
   }
   // item -> (product, tile row); false for an empty item
   __device__ bool decode(int64_t item, int64_t &pi, int64_t &tm) const {
+    if (args.list) {  // the list holds non-empty rows only (the last row item: see start)
+      const int64_t v = args.list[item];
+      pi = v >> 20;
+      tm = v & ((1 << 20) - 1);
+      return true;
+    }
     if (args.counter) {  // rows from the last tile row down, products in order within a row
       const int64_t rr = item / args.count;
       pi = item - rr * args.count;
@@ -805,52 +815,6 @@ cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
   if (args.table) return launch_kernel<T, MMA, typename K::Raw, true>(args, items, stream);
   return launch_kernel<T, MMA, K, false>(args, items, stream);
 }
-
-// The five shapes of batched_config.hpp for one element type and MMA kind.
-template <class T, int MMA>
-cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
-  // 64 x 64 tiles take k-panels of 64 bytes a row (32 doubles or floats, 64 halves): a quarter
-  // to half the barriers and panel turns of 16-wide panels, whose one or two MMA k-steps a warp
-  // could not hide a panel's latency behind
-  constexpr int kBigK = sizeof(T) == 2 ? 64 : 32;
-  int64_t items = 0;
-  auto count_items = [&](int bm, int bn) {
-    if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
-    return args.count * ((args.p.m + bm - 1) / bm) * ((args.p.n + bn - 1) / bn);
-  };
-  switch (shape) {
-    case kT16: {
-      using K = Cfg<MMA, 16, 16, 16, 1, 1, 4, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kS32: {
-      using K = Cfg<MMA, 16, 32, 32, 2, 1, 2, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kS32G: {
-      using K = Cfg<MMA, 16, 32, 32, 2, 2, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kM64: {
-      using K = Cfg<MMA, kBigK, 64, 64, 4, 1, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    default: {
-      using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-  }
-}
-
-// per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
-cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
-cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
-cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
 
 }  // namespace batched
 }  // namespace kl

@@ -56,6 +56,8 @@ KNOBS: dict = {k.name: k for k in (
          "'ffma': batched_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default (not 3xTF32)",
          "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---
+    Knob("KRONLINALG_BATCHED_LARGE", int, 96,
+         "batched_matmul float16/bfloat16: order from which 128 x 128 tiles run (0: off)", "c++"),
     Knob("KRONLINALG_KRON_NATURAL", int, 1,
          "0 turns off kron's natural-order tensor-core kernel", "c++"),
     Knob("KRONLINALG_KRON_NATURAL_T", int, 0, "natural kernel: lines per line tile (0: planned)",
