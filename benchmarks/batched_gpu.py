@@ -55,12 +55,12 @@ def timed(fn, reps=12, inner=None):
     return statistics.median(times)
 
 
-AB = {"on": False}  # --ab: half types also timed on the small tiles alone (A/B in one run)
+AB = {"on": False}  # --ab: half types and float32 also timed on the small tiles alone (A/B)
 
 
 def small_tiles_only(fn):
-    """fn() with the 128 x 128 half-type kernel off (KRONLINALG_BATCHED_LARGE=0: the C++
-    launcher reads it at every launch)."""
+    """fn() with the 128 x 128 kernel off (KRONLINALG_BATCHED_LARGE=0: the C++ launcher reads
+    it at every launch)."""
     old = os.environ.get("KRONLINALG_BATCHED_LARGE")
     os.environ["KRONLINALG_BATCHED_LARGE"] = "0"
     try:
@@ -110,7 +110,7 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
             row[f"{algo}_err"] = rel_err(out[:8], ref)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if AB["on"] and dtype in ("float16", "bfloat16"):
+    if AB["on"] and dtype in ("float16", "bfloat16", "float32"):
         try:
             out = small_tiles_only(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))
             row["small_tiles_us"] = small_tiles_only(
@@ -160,7 +160,7 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             row[f"{algo}_err"] = max(errs)
         except Exception as exc:  # noqa: BLE001
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if AB["on"] and dtype in ("float16", "bfloat16"):
+    if AB["on"] and dtype in ("float16", "bfloat16", "float32"):
         def small():
             return kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na, algorithm="kami1d")
         try:
@@ -259,7 +259,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", default="batched_gpu.json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ab", action="store_true",
-                    help="float16/bfloat16: also time the small tiles alone (small_tiles_us)")
+                    help="float16/bfloat16/float32: also time the small tiles alone (small_tiles_us)")
     ap.add_argument("--dtypes", default="float64,float32,float16,bfloat16")
     ap.add_argument("--only", default="small,b1e3,fp32err,lowrank,variable,large",
                     help="comma-separated groups: small (batch 1e4, n <= 64), b1e3, fp32err, "

@@ -4,10 +4,11 @@
 # under its own limit so that what finished comes back.  Run from the repository root, after
 # the build (bash .wheelhouse/gpu-run.sh bash benchmarks/batched_session.sh):
 #   OUT=/tmp/out BM_ONLY=variable,large bash benchmarks/batched_session.sh
+# (BM_ARGS: more arguments of batched_gpu.py, e.g. "--ab --dtypes float16,float32")
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== benchmark ($SECONDS s)"
 timeout ${BM_BENCH_S:-200} python benchmarks/batched_gpu.py --only "${BM_ONLY:-small,b1e3,fp32err,lowrank,variable,variable8,large}" \
-  --out "$OUT/batched.json" 2>&1 | tee "$OUT/batched_bench.txt" | grep -v "^|" | tail -60
+  $BM_ARGS --out "$OUT/batched.json" 2>&1 | tee "$OUT/batched_bench.txt" | grep -v "^|" | tail -60
 echo "== tests ($SECONDS s)"
 timeout ${BM_TEST_S:-100} python -m pytest -q -m gpu -p no:cacheprovider -rf -x tests/test_batched.py \
   2>&1 | tee "$OUT/batched_tests.txt" | tail -15

@@ -81,35 +81,41 @@ struct LoadTile {
   }
 };
 
-// Uniform stacks: tiles it = blockIdx.x, + gridDim.x (every tile costs the same).
+// The producer side's state: the tile whose panels are being requested, its tag, the next
+// panel's k.  Block-uniform, so it lives in shared memory (two copies: the one a step reads and
+// the one thread 0 writes for the next step), not in every thread's registers, which the 64
+// accumulators a thread leave scarce.
+template <class T>
+struct ProdState {
+  LoadTile<T> lt;
+  long long tag;
+  int64_t k0;
+  int live;
+};
+
+// The work sources, run by thread 0 alone: the first tile, and the tile after a tag.
+// Uniform stacks: tiles blockIdx.x, + gridDim.x (every tile costs the same).
 template <class T>
 struct LargeUniformSrc {
-  UniformCursor<T, LargeCfg> cur;
-  __device__ LargeUniformSrc(const Args &a, long long *, int)
-      : cur(a, int64_t(blockIdx.x), int64_t(gridDim.x)) {}
-  __device__ bool first(LoadTile<T> &lt, long long &tag) {
+  const Args &args;
+  __device__ explicit LargeUniformSrc(const Args &a) : args(a) {}
+  __device__ bool at(long long it, LoadTile<T> &lt, long long &tag) {
+    UniformCursor<T, LargeCfg> cur(args, it, int64_t(gridDim.x));
     if (!cur.valid()) return false;
     Tile<T> t;
     cur.tile(t);
     lt.set(t);
-    tag = cur.it;
+    tag = it;
     return true;
   }
-  __device__ bool next(LoadTile<T> &lt, long long &tag) {
-    if (!cur.next()) return false;
-    Tile<T> t;
-    cur.tile(t);
-    lt.set(t);
-    tag = cur.it;
-    return true;
+  __device__ bool first(LoadTile<T> &lt, long long &tag) { return at(blockIdx.x, lt, tag); }
+  __device__ bool next(long long prev, LoadTile<T> &lt, long long &tag) {
+    return at(prev + gridDim.x, lt, tag);
   }
-  __device__ void settle() {}
-  // the tile of a tag, for the epilogue
-  __device__ void tile_of(long long tag, Tile<T> &t) {
-    const int64_t keep = cur.it;
-    cur.it = tag;
+  // the tile of a tag, for the epilogue (every thread)
+  __device__ void tile_of(long long tag, Tile<T> &t) const {
+    UniformCursor<T, LargeCfg> cur(args, tag, 1);
     cur.tile(t);
-    cur.it = keep;
   }
 };
 
@@ -133,68 +139,45 @@ __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, 
 }
 
 // Variable batches: rows of tiles from args.list (count at *args.list_count), claimed through
-// args.counter.  The claim of the item after next is made when an item starts (thread 0) and
-// stored into a three-word ring one producer step later (settle), so no thread waits on the
-// atomic where it is issued.  The rule that makes the ring safe: a block barrier before every
-// producer step, settle right after it, at most one take a step; then a claim is written at
-// least one barrier before it is read, and over a word last read at least one barrier earlier.
+// args.counter; a row item with tm == tm_max - 1 also takes the rows past it.  Thread 0 claims
+// the next item as soon as it starts one, so the atomic's answer is long in when it is used.
 template <class T>
 struct LargeVariableSrc {
   const Args &args;
-  long long *ring;  // three words of shared memory
-  int tid;
-  int64_t items;
-  unsigned c = 0;  // this block's claims read so far
-  long long pending = -1;
-  bool has_pending = false;
-  int64_t pi = 0;
-  int tr = 0, tm_end = 0, tn = 0, tn_count = 0;  // tile indices (< 4096: bin_kernel)
-  __device__ LargeVariableSrc(const Args &a, long long *ring_, int tid_)
-      : args(a), ring(ring_), tid(tid_) {
-    items = int64_t(*a.list_count);
-    if (tid == 0) {
-      ring[0] = (long long)atomicAdd(args.counter, 1ull);
-      ring[1] = (long long)atomicAdd(args.counter, 1ull);
-    }
-    __syncthreads();
-  }
-  __device__ void settle() {  // the pending claim into its ring word (thread 0)
-    if (tid == 0 && has_pending) ring[(c + 1) % 3] = pending;
-    has_pending = false;
-  }
-  __device__ bool take(LoadTile<T> &t, long long &tag) {
-    const long long item = ring[c % 3];
-    ++c;
-    if (item >= items) return false;
-    if (tid == 0) {  // claim c + 1 (read two items on): stored at the next step
-      pending = (long long)atomicAdd(args.counter, 1ull);
-      has_pending = true;
-    }
-    const long long v = args.list[item];
-    pi = v >> kRowBits;
-    const int64_t tm = v & ((1 << kRowBits) - 1);
-    const kl_batched_entry *e = args.table + pi;
-    tn_count = int((e->n + LargeCfg::BN - 1) / LargeCfg::BN);
-    tm_end = int(tm == args.tm_max - 1 ? (e->m + LargeCfg::BM - 1) / LargeCfg::BM : tm + 1);
-    tr = int(tm);
-    tn = 0;
-    return emit(t, tag);
-  }
-  __device__ bool emit(LoadTile<T> &lt, long long &tag) {
-    tag = (pi << (2 * kTagBits)) | (int64_t(tr) << kTagBits) | tn;
+  int64_t items = 0;
+  long long pending = 0;
+  __device__ explicit LargeVariableSrc(const Args &a) : args(a) {}
+  __device__ bool emit(long long tag, LoadTile<T> &lt, long long &out) {
     Tile<T> t;
     large_var_tile<T>(args, tag, t);
     lt.set(t);
+    out = tag;
     return true;
   }
-  __device__ bool first(LoadTile<T> &t, long long &tag) { return take(t, tag); }
-  __device__ bool next(LoadTile<T> &t, long long &tag) {
-    if (++tn < tn_count) return emit(t, tag);
-    tn = 0;
-    if (++tr < tm_end) return emit(t, tag);
-    return take(t, tag);
+  __device__ bool take(LoadTile<T> &lt, long long &tag) {
+    const long long item = pending;
+    if (item >= items) return false;
+    pending = (long long)atomicAdd(args.counter, 1ull);
+    const int64_t v = args.list[item];
+    const int64_t pi = v >> kRowBits, tm = v & ((1 << kRowBits) - 1);
+    return emit((pi << (2 * kTagBits)) | (tm << kTagBits), lt, tag);
   }
-  __device__ void tile_of(long long tag, Tile<T> &t) { large_var_tile<T>(args, tag, t); }
+  __device__ bool first(LoadTile<T> &lt, long long &tag) {
+    items = int64_t(*args.list_count);
+    pending = (long long)atomicAdd(args.counter, 1ull);
+    return take(lt, tag);
+  }
+  __device__ bool next(long long prev, LoadTile<T> &lt, long long &tag) {
+    const int64_t pi = prev >> (2 * kTagBits);
+    const int tr = int((prev >> kTagBits) & ((1 << kTagBits) - 1));
+    const int tn = int(prev & ((1 << kTagBits) - 1));
+    const kl_batched_entry *e = args.table + pi;
+    if (int64_t(tn + 1) * LargeCfg::BN < e->n) return emit(prev + 1, lt, tag);
+    const long long row0 = (pi << (2 * kTagBits)) | (int64_t(tr + 1) << kTagBits);
+    if (tr >= args.tm_max - 1 && int64_t(tr + 1) * LargeCfg::BM < e->m) return emit(row0, lt, tag);
+    return take(lt, tag);
+  }
+  __device__ void tile_of(long long tag, Tile<T> &t) const { large_var_tile<T>(args, tag, t); }
 };
 
 // ---- the epilogue --------------------------------------------------------------------------
@@ -296,7 +279,7 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
   KL_DYNAMIC_SMEM(smem);
   __shared__ long long meta_tag[K::STAGES];
   __shared__ int meta_flags[K::STAGES];  // 1 first panel, 2 last, 4 / 8 A / B staged
-  __shared__ long long ring[3];
+  __shared__ ProdState<T> prod[2];       // step s reads prod[s & 1], thread 0 writes the other
   __shared__ LargeRawInfo<T> raw_info[RAW ? 2 : 1];
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wr0 = (warp / K::WGN) * K::WM, wc0 = (warp % K::WGN) * K::WN;
@@ -304,19 +287,25 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool TF32 = std::is_same_v<T, float>;  // float as 3xTF32
 
-  Src src(args, ring, tid);
-  LoadTile<T> lt;  // the tile whose panels the producer side requests
-  long long ltag = 0;
-  int64_t lk0 = 0;
-  bool live = src.first(lt, ltag);
+  Src src(args);
+  if (tid == 0) {
+    ProdState<T> p0;
+    p0.k0 = 0;
+    p0.tag = 0;
+    p0.live = src.first(p0.lt, p0.tag);
+    prod[0] = p0;
+  }
 
   // every thread requests its share of the next panel into stage `slot` (one commit group a
-  // call, empty once the work is out); thread 0 labels the stage
+  // call, empty once the work is out); thread 0 labels the stage and advances the state
   auto issue = [&](int stage) {
     const int slot = stage % K::STAGES;
     T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
     T *Bs = As + K::A_ELEMS;
-    if (live) {
+    const ProdState<T> &P = prod[stage & 1];
+    if (P.live) {
+      const LoadTile<T> lt = P.lt;
+      const int64_t lk0 = P.k0;
       const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
       const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
       int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
@@ -336,27 +325,29 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
       else
         load_tile<T, K::BK, K::BN, K::THREADS, K::PB>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, tid);
       if (tid == 0) {
-        meta_tag[slot] = ltag;
+        meta_tag[slot] = P.tag;
         meta_flags[slot] = flags | (raw_a ? 4 : 0) | (raw_b ? 8 : 0);
         if (raw_a || raw_b)
           raw_info[(stage & 1) % (RAW ? 2 : 1)] = {a, b, lt.a_rs, lt.b_rs, lt.mv, kv, kv, lt.nv};
-      }
-      lk0 += K::BK;
-      if (lk0 >= lt.k) {
-        lk0 = 0;
-        live = src.next(lt, ltag);
+        ProdState<T> nx = P;
+        nx.k0 = lk0 + K::BK;
+        if (nx.k0 >= lt.k) {
+          nx.k0 = 0;
+          nx.live = src.next(P.tag, nx.lt, nx.tag);
+        }
+        prod[(stage + 1) & 1] = nx;
       }
     } else if (tid == 0) {
       meta_tag[slot] = -1;
+      prod[(stage + 1) & 1].live = 0;
     }
     kl::cu::cp_async_commit();
   };
 
-  // one stage a step, each step after a block barrier (the claim ring's rule, see above)
+  // one stage a step, each step after a block barrier (the state thread 0 wrote is then seen)
 #pragma unroll 1
   for (int s = 0; s < K::STAGES - 1; ++s) {
     __syncthreads();
-    src.settle();
     issue(s);
   }
   // (RAW: a stage's staging area (stage & 1) is reused by the stage two on, issued after this
@@ -393,7 +384,6 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
         __syncthreads();
       }
     }
-    src.settle();
     issue(it + K::STAGES - 1);
     if (tag < 0) break;
     if (flags & 1) {  // a tile starts: its valid rows and columns (the MMAs skip the rest)
