@@ -55,14 +55,15 @@ def timed(fn, reps=12, inner=None):
     return statistics.median(times)
 
 
-AB = {"on": False}  # --ab: half types and float32 also timed on the small tiles alone (A/B)
+AB = {"on": False, "from": []}  # --ab: half types and float32 also timed on the small tiles
+# alone (A/B); --large-from 64,128: and with the 128 x 128 tiles from those orders
 
 
-def small_tiles_only(fn):
+def small_tiles_only(fn, value="0"):
     """fn() with the 128 x 128 kernel off (KRONLINALG_BATCHED_LARGE=0: the C++ launcher reads
-    it at every launch)."""
+    it at every launch), or from another order (value)."""
     old = os.environ.get("KRONLINALG_BATCHED_LARGE")
-    os.environ["KRONLINALG_BATCHED_LARGE"] = "0"
+    os.environ["KRONLINALG_BATCHED_LARGE"] = value
     try:
         return fn()
     finally:
@@ -76,6 +77,7 @@ def brief(row):
     """One short line per case (the full rows go to the JSON file)."""
     keys = ("torch_bmm_us", "pad_bmm_us", "bucket_bmm_us", "auto_us", "kami1d_us", "kami2d_us",
             "small_tiles_us", "auto_err", "kami1d_err", "small_tiles_err")
+    keys = keys + tuple(k for k in row if k.startswith("large_from_"))
     parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), float)]
     errs = [f"{k}={row[k][:80]}" for k in row if k.endswith("_error")]
     print(row["case"], row.get("dtype"), row.get("n", row.get("orders")), row.get("k", ""),
@@ -110,12 +112,16 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
             row[f"{algo}_err"] = rel_err(out[:8], ref)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if AB["on"] and dtype in ("float16", "bfloat16", "float32"):
+    if AB["on"]:
         try:
             out = small_tiles_only(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))
             row["small_tiles_us"] = small_tiles_only(
                 lambda: timed(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))) * 1e6
             row["small_tiles_err"] = rel_err(out[:8], ref)
+            for v in AB["from"]:
+                row[f"large_from_{v}_us"] = small_tiles_only(
+                    lambda: timed(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d")),
+                    v) * 1e6
         except Exception as exc:  # noqa: BLE001
             row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     best = min(row.get("kami1d_us", math.inf), row.get("kami2d_us", math.inf))
@@ -160,11 +166,13 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             row[f"{algo}_err"] = max(errs)
         except Exception as exc:  # noqa: BLE001
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if AB["on"] and dtype in ("float16", "bfloat16", "float32"):
+    if AB["on"]:
         def small():
             return kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na, algorithm="kami1d")
         try:
             row["small_tiles_us"] = small_tiles_only(lambda: timed(small)) * 1e6
+            for v in AB["from"]:
+                row[f"large_from_{v}_us"] = small_tiles_only(lambda: timed(small), v) * 1e6
         except Exception as exc:  # noqa: BLE001
             row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # padding to the largest order + bmm (the padded buffers are made untimed: favourable)
@@ -261,6 +269,8 @@ if __name__ == "__main__":
     ap.add_argument("--ab", action="store_true",
                     help="float16/bfloat16/float32: also time the small tiles alone (small_tiles_us)")
     ap.add_argument("--dtypes", default="float64,float32,float16,bfloat16")
+    ap.add_argument("--large-from", default="",
+                    help="with --ab: also time the 128 x 128 tiles from these orders (64,128)")
     ap.add_argument("--only", default="small,b1e3,fp32err,lowrank,variable,large",
                     help="comma-separated groups: small (batch 1e4, n <= 64), b1e3, fp32err, "
                          "lowrank, variable, variable8 (orders multiples of 8), large (n 128, 256)")
@@ -270,6 +280,7 @@ if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
     dtypes = tuple(args.dtypes.split(","))
     AB["on"] = args.ab
+    AB["from"] = [v for v in args.large_from.split(",") if v]
 
     def save():  # after every case: a run cut short still leaves its rows
         with open(args.out, "w") as fh:

@@ -18,8 +18,9 @@ namespace batched {
 //   kS32G 32 x 32, 2D: a 2 x 2 warp grid, one product per block
 //   kM64  64 x 64 tiles, 1D: four warps split the rows (larger orders: tile by tile)
 //   kM64G 64 x 64, 2D: 2 x 2 warp grid
-//   kL128 128 x 128, a 2 x 4 warp grid, a 4-stage ring (batched_cuda_large.cuh): float16,
-//         bfloat16 and 3xTF32 float32 from order large_from()
+//   kL128 128 x 128, a 2 x 4 warp grid (float64: 4 x 4), a 4-stage ring
+//         (batched_cuda_large.cuh): tensor-core dtypes from order large_from() (float64 on
+//         compute capability 9.0 and newer: m16n8k8 DMMA)
 enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4, kL128 = 5 };
 // kDmma16: float64 on sm_90's m16n8k8 DMMA (twice m8n8k4's work an instruction); the launcher
 // takes it on compute capability 9.0 and newer, descriptions (no device at hand) say kDmma.
@@ -31,15 +32,15 @@ inline int mma_kind(int dtype, int fp32_mode) {
   return fp32_mode == KL_BATCHED_FP32_IEEE ? kFfma : kTf32x3;
 }
 
-// The order from which float16 / bfloat16 / 3xTF32 float32 products (1D or auto) run on
-// 128 x 128 tiles;
+// The order from which float16 / bfloat16 / 3xTF32 float32 / float64 products (1D or auto)
+// run on 128 x 128 tiles;
 // KRONLINALG_BATCHED_LARGE (0: never).
 inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
 
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
-  if (mma == kHmma || mma == kTf32x3) {
+  if (mma == kHmma || mma == kTf32x3 || mma == kDmma || mma == kDmma16) {
     const int64_t from = large_from();
     if (from > 0 && order >= from) return kL128;
   }
@@ -60,8 +61,10 @@ inline kl_batched_config describe(int shape, int mma) {
     case kL128: c.tile_m = c.tile_n = 128; c.warps = 8; c.items_per_block = 1; c.dims = 2; break;
     default: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
   }
-  if (shape == kL128) {
-    c.tile_k = 32;
+  if (shape == kL128) {  // float64: 16 warps (the launcher needs compute capability 9.0)
+    const bool f64 = mma == kDmma || mma == kDmma16;
+    c.tile_k = mma == kHmma ? 32 : 16;
+    c.warps = f64 ? 16 : 8;
     return c;
   }
   if (c.tile_m == 64) c.tile_k = mma == kHmma ? 64 : 32;  // 64-byte panels (launch_shape's kBigK)

@@ -40,6 +40,10 @@ int launch(int shape, int dtype, int mma, const Args &args, cudaStream_t stream)
   if (mma == kDmma && (shape == kM64 || shape == kM64G) && query_device(&d) == cudaSuccess &&
       d.cc_major >= 9)
     mma = kDmma16;
+  if (mma == kDmma && shape == kL128) {  // float64's 128 x 128 tiles: m16n8k8 (sm_90) only
+    if (query_device(&d) == cudaSuccess && d.cc_major >= 9) mma = kDmma16;
+    else shape = kM64;
+  }
   switch (dtype) {
     case KL_BATCHED_F64: e = launch_f64(shape, mma, args, stream); break;
     case KL_BATCHED_F32: e = launch_f32(shape, mma, args, stream); break;
@@ -88,8 +92,10 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
   const int mma = mma_kind(dtype, g_fp32.get());
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t from = large_from();
-  if ((mma == kHmma || mma == kTf32x3) && algo != KL_BATCHED_2D && from > 0 &&
-      max_order >= from) {
+  DeviceInfo dev;
+  const bool sm90 = query_device(&dev) == cudaSuccess && dev.cc_major >= 9;
+  if ((mma == kHmma || mma == kTf32x3 || (mma == kDmma && sm90)) && algo != KL_BATCHED_2D &&
+      from > 0 && max_order >= from) {
     // split by size (launch_variable_split): 128 x 128 tiles for the large products, the
     // small-tile kernel of orders below `from` for the rest
     const int small_shape = pick_shape(from - 1, from - 1, algo);
@@ -107,6 +113,7 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
     unsigned long long *words = static_cast<unsigned long long *>(scratch);
     if (e == cudaSuccess)
       e = mma == kTf32x3 ? launch_f32_split(args, from, max_order, small_shape, words, s)
+          : mma == kDmma ? launch_f64_split(args, from, max_order, small_shape, words, s)
                          : launch_f16_split(dtype == KL_BATCHED_BF16, args, from, max_order,
                                             small_shape, words, s);
     (void)cudaFreeAsync(scratch, s);

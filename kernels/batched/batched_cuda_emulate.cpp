@@ -52,7 +52,7 @@ thread_local Dim threadIdx, blockIdx;
 static Dim gridDim;
 static bool g_rn = kl::knob_set("KRONLINALG_EMULATE_RN");
 
-alignas(16) static unsigned char g_smem[100 * 1024];
+alignas(16) static unsigned char g_smem[160 * 1024];
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
 #define __shared__ static  // blocks run one after another: one copy serves each in turn
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
@@ -282,12 +282,13 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<true>(
 }  // namespace cu
 }  // namespace kl
 
-static float g_shfl[32][32];
-inline float __shfl_xor_sync(unsigned, float v, int mask) {
+static double g_shfl[32][32];
+template <class V>
+inline V __shfl_xor_sync(unsigned, V v, int mask) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  g_shfl[w][lane] = v;
+  g_shfl[w][lane] = double(v);
   warp_sync();
-  const float r = g_shfl[w][lane ^ mask];
+  const V r = V(g_shfl[w][lane ^ mask]);
   warp_sync();
   return r;
 }
@@ -526,7 +527,7 @@ static void check_split(const char *name, double tol) {
 
 template <class T, int MMA>
 static void suite(const char *name, double tol) {
-  if constexpr (MMA == kHmma || MMA == kTf32x3) {  // the 128 x 128 kernel (batched_cuda_large.cuh)
+  if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {  // the 128 x 128 kernel
     check_uniform<T, MMA>(name, kL128, 2, 128, 128, 128, false, false, 0.0, false, tol);
     check_uniform<T, MMA>(name, kL128, 3, 125, 133, 259, true, false, 0.5, true, tol);
     check_uniform<T, MMA>(name, kL128, 2, 257, 127, 7, false, true, 1.0, false, tol);
@@ -554,6 +555,7 @@ static void suite(const char *name, double tol) {
 
 int main() {
   if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) {  // the 128 x 128 kernel's checks only
+    suite<double, kDmma16>("f64  dmma16", 1e-13);
     suite<float, kTf32x3>("f32  3xtf32", 2e-6);
     suite<__half, kHmma>("f16  hmma", 4e-3);
     suite<__nv_bfloat16, kHmma>("bf16 hmma", 2e-2);

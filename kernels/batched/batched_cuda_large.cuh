@@ -25,31 +25,40 @@
 namespace kl {
 namespace batched {
 
-// The tile and warp shape (every element type).
+// The tile shape (every element type).
 struct LargeCfg {
-  static constexpr int BM = 128, BN = 128, THREADS = 256;
-  static constexpr int WGN = 4, WM = 64, WN = 32, MI = WM / 16, NI = WN / 8;
+  static constexpr int BM = 128, BN = 128;
 };
 
-// One element type's panels: 64-byte k-panel rows (32 halves, 16 floats).
+// One element type's kernel: 64-byte k-panel rows (32 halves, 16 floats; float64 128 bytes, 16
+// doubles), 8 warps in a 2 x 4 grid (a warp computes 64 x 32), 2 blocks an SM; float64 16 warps
+// in a 4 x 4 grid (32 x 32 a warp: its 32 double accumulators take 64 registers), one block.
 template <class T, bool RAW_ = false>
 struct LargeCfgT : LargeCfg {
   static constexpr bool RAW = RAW_;
+  static constexpr bool F64 = sizeof(T) == 8;
+  using Acc = std::conditional_t<F64, double, float>;
+  static constexpr int THREADS = F64 ? 512 : 256, MIN_BLOCKS = F64 ? 1 : 2;
+  static constexpr int WGN = 4, WGM = THREADS / 32 / WGN, WM = BM / WGM, WN = BN / WGN;
+  static constexpr int MI = WM / 16, NI = WN / 8;
   // RAW: operands whose rows sit at any offset (packed odd orders) land by 16-byte cp.async as
   // the aligned chunks that hold them, in one of two staging areas, and are shifted into the
   // stage just before it is computed (one block barrier more); three stages then keep two
-  // blocks an SM (5 x 18.5 KB), four without staging
+  // blocks an SM (5 x 18.5 KB), four without staging.  (float64 rows at any 8-byte offset
+  // stream by 8-byte cp.async: no staging.)
   static constexpr int E = int(sizeof(T)), VEC = 16 / E;
-  static constexpr int BK = 64 / E, STAGES = RAW ? 3 : 4;
-  static constexpr int KS = E == 2 ? 16 : 8;  // k of one MMA (m16n8k16 HMMA, m16n8k8 TF32)
+  static constexpr int BK = F64 ? 16 : 64 / E, STAGES = RAW ? 3 : 4;
+  static constexpr int KS = E == 2 ? 16 : 8;  // k of one MMA (m16n8k16 HMMA, m16n8k8 TF32/DMMA)
   // pitches: 80-byte A rows put the 8 rows an ldmatrix phase reads in distinct 16-byte bank
   // groups; B rows of BN + 8 elements do the same for ldmatrix.trans (halves, 272 bytes) and
-  // for the TF32 B fragment's scalar loads (floats: rows t, t+4 at 8-bank offsets); all 16-byte
-  // aligned, and one 16-byte chunk past a row (the staging areas use the same pitches)
-  static constexpr int PA = BK + VEC, PB = BN + 8;
+  // for the TF32 B fragment's scalar loads (floats: rows t, t+4 at 8-bank offsets); float64
+  // (scalar 8-byte fragment loads, 16 lanes a phase): both pitches = 4 mod 16 doubles.  All
+  // 16-byte aligned, and at least one 16-byte chunk past a row (the staging areas' pitches).
+  static constexpr int PA = F64 ? BK + 4 : BK + VEC, PB = F64 ? BN + 4 : BN + 8;
   static constexpr int A_ELEMS = BM * PA, STAGE = (BM * PA + BK * PB) * E;
   static constexpr int RAWS = RAW ? 2 : 0;
   static constexpr int SMEM = (STAGES + RAWS) * STAGE;
+  static_assert(!(RAW && F64), "float64 needs no staging");
 };
 
 // Where a staged panel came from (realign_rows needs each row's address for its shift).
@@ -182,8 +191,9 @@ struct LargeVariableSrc {
 
 // ---- the epilogue --------------------------------------------------------------------------
 
-__device__ __forceinline__ float pick4(const float (&w)[4], int i) {
-  float r = w[0];
+template <class A>
+__device__ __forceinline__ A pick4(const A (&w)[4], int i) {
+  A r = w[0];
   if (i == 1) r = w[1];
   if (i == 2) r = w[2];
   if (i == 3) r = w[3];
@@ -192,32 +202,34 @@ __device__ __forceinline__ float pick4(const float (&w)[4], int i) {
 
 // Lane t of each quad holds w[j] = column pair j's value; afterwards x[j] = lane j's w[t]
 // (a 4 x 4 transpose across the quad: three exchanges).
-__device__ __forceinline__ void quad_transpose(const float (&w)[4], float (&x)[4], int t) {
+template <class A>
+__device__ __forceinline__ void quad_transpose(const A (&w)[4], A (&x)[4], int t) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) x[j] = w[j];  // x[t] = w[t] stays; the others are replaced
 #pragma unroll
   for (int s = 1; s < 4; ++s) {
-    const float recv = __shfl_xor_sync(0xffffffffu, pick4(w, t ^ s), s);
+    const A recv = __shfl_xor_sync(0xffffffffu, pick4(w, t ^ s), s);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (j == (t ^ s)) x[j] = recv;
   }
 }
 
-// D = alpha * acc + beta * C for one warp's 64 x 32 part of a tile.  Lane (g, t) ends with row
-// g (+8, +16 ...) and the 8 columns wc0 + 8t .. +7: one 16-byte store a row where D's rows are
-// contiguous and aligned (a quad writes 64 contiguous bytes), element stores elsewhere.
-template <class T>
-__device__ __forceinline__ void large_epilogue(const float (&acc)[LargeCfg::MI][LargeCfg::NI][4],
-                                               const Tile<T> &tl, int wr0, int wc0, int lane,
-                                               float alpha, float beta) {
+// D = alpha * acc + beta * C for one warp's WM x 32 part of a tile.  Lane (g, t) ends with row
+// g (+8, +16 ...) and the 8 columns wc0 + 8t .. +7: 16-byte stores where D's rows are
+// contiguous and aligned (a quad writes 8 x 4 contiguous elements), element stores elsewhere.
+template <class T, class K>
+__device__ __forceinline__ void large_epilogue(
+    const typename K::Acc (&acc)[K::MI][K::NI][4], const Tile<T> &tl, int wr0, int wc0, int lane,
+    typename K::Acc alpha, typename K::Acc beta) {
+  using Acc = typename K::Acc;
   const int g = lane >> 2, t = lane & 3;
   const int c = wc0 + 8 * t;
 #pragma unroll
-  for (int mi = 0; mi < LargeCfg::MI; ++mi)
+  for (int mi = 0; mi < K::MI; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float w0[4], w1[4], x0[4], x1[4];
+      Acc w0[4], w1[4], x0[4], x1[4];
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         w0[ni] = acc[mi][ni][2 * h];
@@ -227,42 +239,33 @@ __device__ __forceinline__ void large_epilogue(const float (&acc)[LargeCfg::MI][
       quad_transpose(w1, x1, t);
       const int r = wr0 + mi * 16 + g + 8 * h;
       if (r >= tl.mv || c >= tl.nv) continue;
-      float v[8];
+      Acc v[8];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         v[2 * j] = alpha * x0[j];
         v[2 * j + 1] = alpha * x1[j];
       }
       const int cn = tl.nv - c < 8 ? tl.nv - c : 8;
-      if (beta != 0.0f) {
+      if (beta != Acc(0)) {
         const T *crow = tl.C + r * tl.c_rs + c * tl.c_cs;
         // one row segment's C at a time: left free, the compiler hoisted the C loads of all
         // eight segments ahead of the first (float32: 1 KB of spills)
         asm volatile("" : "+l"(crow)::"memory");
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          if (j < cn) v[j] += beta * to_f(crow[j * tl.c_cs]);
+          if (j < cn) v[j] += beta * to_acc<Acc>(crow[j * tl.c_cs]);
       }
       T *drow = tl.D + r * tl.d_rs + c * tl.d_cs;
       if (cn == 8 && tl.d_cs == 1 && (reinterpret_cast<uintptr_t>(drow) & 15) == 0) {
         constexpr int NV = 8 * int(sizeof(T)) / 16;  // 16-byte stores a row segment
-        uint32_t words[8 * int(sizeof(T)) / 4];
+        union {
+          uint4 u[NV];
+          T e[8];
+        } out;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if constexpr (sizeof(T) == 4) {
-            words[j] = __float_as_uint(v[j]);
-          } else {
-            const T x = from_acc<T>(v[j]);
-            uint16_t bits;
-            memcpy(&bits, &x, 2);
-            if (j % 2 == 0) words[j / 2] = bits;
-            else words[j / 2] |= uint32_t(bits) << 16;
-          }
-        }
+        for (int j = 0; j < 8; ++j) out.e[j] = from_acc<T>(v[j]);
 #pragma unroll
-        for (int q = 0; q < NV; ++q)
-          reinterpret_cast<uint4 *>(drow)[q] =
-              make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
+        for (int q = 0; q < NV; ++q) reinterpret_cast<uint4 *>(drow)[q] = out.u[q];
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -274,8 +277,10 @@ __device__ __forceinline__ void large_epilogue(const float (&acc)[LargeCfg::MI][
 // ---- the kernel ----------------------------------------------------------------------------
 
 template <class T, class Src, bool RAW>
-__global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args args) {
+__global__ void __launch_bounds__(LargeCfgT<T, RAW>::THREADS, LargeCfgT<T, RAW>::MIN_BLOCKS)
+    large_kernel(const Args args) {
   using K = LargeCfgT<T, RAW>;
+  using Acc = typename K::Acc;
   KL_DYNAMIC_SMEM(smem);
   __shared__ long long meta_tag[K::STAGES];
   __shared__ int meta_flags[K::STAGES];  // 1 first panel, 2 last, 4 / 8 A / B staged
@@ -283,9 +288,10 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
   __shared__ LargeRawInfo<T> raw_info[RAW ? 2 : 1];
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wr0 = (warp / K::WGN) * K::WM, wc0 = (warp % K::WGN) * K::WN;
-  const float alpha = float(args.p.alpha), beta = float(args.p.beta);
+  const Acc alpha = Acc(args.p.alpha), beta = Acc(args.p.beta);
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool TF32 = std::is_same_v<T, float>;  // float as 3xTF32
+  constexpr bool F64 = K::F64;                     // m16n8k8 DMMA
 
   Src src(args);
   if (tid == 0) {
@@ -353,13 +359,13 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
   // (RAW: a stage's staging area (stage & 1) is reused by the stage two on, issued after this
   // stage's realignment and the barrier that follows it)
 
-  float acc[K::MI][K::NI][4];
+  Acc acc[K::MI][K::NI][4];
 #pragma unroll
   for (int i = 0; i < K::MI; ++i)
 #pragma unroll
     for (int j = 0; j < K::NI; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
   int mv = 0, nv = 0;
 
 #pragma unroll 1
@@ -398,7 +404,27 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
       const int mi_n = min(K::MI, (mv - wr0 + 15) / 16), ni_n = min(K::NI, (nv - wc0 + 7) / 8);
 #pragma unroll
       for (int kk = 0; kk < K::BK; kk += K::KS) {
-        if constexpr (!TF32) {
+        if constexpr (F64) {
+          // m16n8k8 DMMA: B's fragments for every ni, then A's per mi, scalar 8-byte loads
+          const int g = lane >> 2, t = lane & 3;
+          double b[K::NI][2];
+#pragma unroll
+          for (int ni = 0; ni < K::NI; ++ni) {
+            const double *c0 = reinterpret_cast<const double *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
+            b[ni][0] = c0[0];
+            b[ni][1] = c0[4 * K::PB];
+          }
+#pragma unroll
+          for (int mi = 0; mi < K::MI; ++mi) {
+            if (mi >= mi_n) continue;
+            const double *r0 = reinterpret_cast<const double *>(As) + (wr0 + mi * 16 + g) * K::PA + kk + t;
+            const double *r1 = r0 + 8 * K::PA;
+            const double a[4] = {r0[0], r1[0], r0[4], r1[4]};
+#pragma unroll
+            for (int ni = 0; ni < K::NI; ++ni)
+              if (ni < ni_n) dmma_1688(acc[mi][ni], a, b[ni][0], b[ni][1]);
+          }
+        } else if constexpr (!TF32) {
           uint32_t a[K::MI][4], b[K::NI][2];
 #pragma unroll
           for (int mi = 0; mi < K::MI; ++mi)
@@ -455,13 +481,13 @@ __global__ void __launch_bounds__(LargeCfg::THREADS, 2) large_kernel(const Args 
     if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
       Tile<T> ct;
       src.tile_of(tag, ct);
-      large_epilogue<T>(acc, ct, wr0, wc0, lane, alpha, beta);
+      large_epilogue<T, K>(acc, ct, wr0, wc0, lane, alpha, beta);
 #pragma unroll
       for (int i = 0; i < K::MI; ++i)
 #pragma unroll
         for (int j = 0; j < K::NI; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
     }
   }
   kl::cu::cp_async_wait<0>();

@@ -57,12 +57,14 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
-    case kL128: {  // float16 / bfloat16 and 3xTF32 float32 only (pick_shape)
-      if constexpr (MMA == kHmma || MMA == kTf32x3) {
+    case kL128: {  // tensor cores only (pick_shape; float64: m16n8k8, the launcher)
+      if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {
         if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable
         items = count_items(LargeCfg::BM, LargeCfg::BN);
-        if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
-          return launch_large<T, LargeUniformSrc<T>, true>(args, items, stream);
+        if constexpr (sizeof(T) < 8) {
+          if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
+            return launch_large<T, LargeUniformSrc<T>, true>(args, items, stream);
+        }
         return launch_large<T, LargeUniformSrc<T>, false>(args, items, stream);
       } else {
         return cudaErrorInvalidValue;
@@ -86,7 +88,8 @@ inline int64_t split_scratch_words(int64_t count, int64_t max_order, int64_t fro
   return kSplitHeader + count * (split_large_rows(max_order) + split_small_rows(from, small_bm));
 }
 
-// A variable batch of float16 / bfloat16 (or 3xTF32 float32) products in three launches on one stream, no host
+// A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
+// float64) in three launches on one stream, no host
 // synchronisation: bin_kernel sorts the table's rows of tiles into two lists, the 128 x 128
 // kernel takes products of order >= from, the small-tile kernel (shape small_shape, chosen for
 // orders < from) the rest.  `args` as kl_batched_matmul_cuda_var fills it (counter unused).
@@ -117,13 +120,18 @@ cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_or
   la.list = large_list;
   la.list_count = scratch + 2;
   la.tm_max = large_rows;
-  cudaError_t e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+  constexpr bool RAW = sizeof(T) < 8;  // (float64: 8-byte cp.async, no staging)
+  cudaError_t e2 = launch_large<T, LargeVariableSrc<T>, RAW>(la, args.count * large_rows, stream);
   if (e2 != cudaSuccess) return e2;
   Args sa = args;
   sa.counter = scratch + 1;
   sa.list = small_list;
   sa.list_count = scratch + 3;
   sa.tm_max = small_rows;
+  if constexpr (MMA == kDmma16) {  // m16n8k8 on 64 x 64 tiles only (batched_cuda.cu)
+    if (small_shape != kM64 && small_shape != kM64G)
+      return launch_shape<T, kDmma>(small_shape, sa, stream);
+  }
   return launch_shape<T, MMA>(small_shape, sa, stream);
 }
 
@@ -134,6 +142,8 @@ cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stre
 cudaError_t launch_f16_split(bool bf16, const Args &args, int64_t from, int64_t max_order,
                              int small_shape, unsigned long long *scratch, cudaStream_t stream);
 cudaError_t launch_f32_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
+                             unsigned long long *scratch, cudaStream_t stream);
+cudaError_t launch_f64_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
                              unsigned long long *scratch, cudaStream_t stream);
 
 }  // namespace batched
