@@ -106,12 +106,14 @@ KAMI_MEASURED = {
     ("float16", 1): {"rate": 85.8e12, "bw": {16: 0.263, 32: 0.49, 64: 0.624}, "variable": 4.4},
     ("float16", 2): {"rate": 83.5e12, "bw": {16: 0.099, 32: 0.303, 64: 0.62}, "variable": 4.4},
 }
-# The 128 x 128 kernel (float16 / bfloat16 and 3xTF32 float32 from order 96, 1D and auto):
+# The 128 x 128 kernel (every tensor-core dtype from order 96, 1D and auto):
 # its fraction of the copy bandwidth by order and its flop rate at order 256, batch 10⁴, and
 # the variable case against that rate (H100, PROVISIONAL: predicted, to be refit).
 KAMI_MEASURED[("float16", "large")] = {"rate": 250e12, "bw": {128: 0.85, 256: 0.85},
                                        "variable": 1.3}
 KAMI_MEASURED[("float32", "large")] = {"rate": 70e12, "bw": {128: 0.7, 256: 0.7},
+                                       "variable": 1.3}
+KAMI_MEASURED[("float64", "large")] = {"rate": 40e12, "bw": {128: 0.85, 256: 0.85},
                                        "variable": 1.3}
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
