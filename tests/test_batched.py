@@ -262,7 +262,7 @@ def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     256 (the last row item takes the rest), alpha and beta, outputs poisoned; and uniform
     stacks of orders around the switch."""
     monkeypatch.setenv("KRONLINALG_BATCHED_LARGE", large)
-    count = 160 if xp.is_cuda else 24
+    count = 48 if xp.is_cuda else 16
     sizes = [tuple(int(v) for v in rng.integers(1, 301, 3)) for _ in range(count)]
     sizes[0], sizes[1], sizes[2] = (97, 0, 40), (130, 140, 0), (257, 300, 129)
     m, n, k = (np.array(v) for v in zip(*sizes))
