@@ -70,8 +70,8 @@ for dtype in () if large_only else dtypes:
                                   algorithm=algo)
 # the 128 x 128 half-type kernel (orders >= 96): aligned and odd rows (the staging variant),
 # a transposed A, beta with a broadcast C; a packed batch split between the two kernels
-for dtype in (torch.float16, torch.float32) if quick else (torch.float16, torch.bfloat16,
-                                                             torch.float32):
+for dtype in (torch.float16, torch.float32, torch.float64) if quick else (
+        torch.float16, torch.bfloat16, torch.float32, torch.float64):
     key = str(dtype) + " 128x128"
     for (m, k, n) in ((128, 128, 128), (130, 97, 129)):
         a = torch.randn(2, m, k, device=dev).to(dtype)
