@@ -60,17 +60,21 @@ AB = {"on": False, "from": []}  # --ab: half types and float32 also timed on the
 
 
 def small_tiles_only(fn, value="0"):
-    """fn() with the 128 x 128 kernel off (KRONLINALG_BATCHED_LARGE=0: the C++ launcher reads
-    it at every launch), or from another order (value)."""
-    old = os.environ.get("KRONLINALG_BATCHED_LARGE")
-    os.environ["KRONLINALG_BATCHED_LARGE"] = value
+    """fn() with the 128 x 128 kernel and its 64 x 64 tiles off (KRONLINALG_BATCHED_LARGE=0 and
+    _MID=0: the C++ launcher reads them at every launch), or the 128 x 128 tiles from another
+    order (value)."""
+    names = ("KRONLINALG_BATCHED_LARGE",) + (("KRONLINALG_BATCHED_MID",) if value == "0" else ())
+    old = {k: os.environ.get(k) for k in names}
+    for k in names:
+        os.environ[k] = value
     try:
         return fn()
     finally:
-        if old is None:
-            del os.environ["KRONLINALG_BATCHED_LARGE"]
-        else:
-            os.environ["KRONLINALG_BATCHED_LARGE"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def brief(row):

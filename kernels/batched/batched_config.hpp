@@ -21,7 +21,9 @@ namespace batched {
 //   kL128 128 x 128, a 2 x 4 warp grid (float64: 4 x 4), a 4-stage ring
 //         (batched_cuda_large.cuh): tensor-core dtypes from order large_from() (float64 on
 //         compute capability 9.0 and newer: m16n8k8 DMMA)
-enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4, kL128 = 5 };
+//   kL64  64 x 64 on the same kernel, a 2 x 2 warp grid: uniform stacks from order mid_from()
+//         below large_from()
+enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4, kL128 = 5, kL64 = 6 };
 // kDmma16: float64 on sm_90's m16n8k8 DMMA (twice m8n8k4's work an instruction); the launcher
 // takes it on compute capability 9.0 and newer, descriptions (no device at hand) say kDmma.
 enum Mma { kFfma = 0, kDmma = 1, kHmma = 2, kTf32x3 = 3, kDmma16 = 4 };
@@ -36,13 +38,16 @@ inline int mma_kind(int dtype, int fp32_mode) {
 // run on 128 x 128 tiles;
 // KRONLINALG_BATCHED_LARGE (0: never).
 inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
+// ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
+inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
   if (mma == kHmma || mma == kTf32x3 || mma == kDmma || mma == kDmma16) {
-    const int64_t from = large_from();
+    const int64_t from = large_from(), mid = mid_from();
     if (from > 0 && order >= from) return kL128;
+    if (mid > 0 && order >= mid) return kL64;
   }
   if (order <= 16) return kT16;
   if (order <= 32) return kS32;
@@ -59,12 +64,13 @@ inline kl_batched_config describe(int shape, int mma) {
     case kS32G: c.tile_m = c.tile_n = 32; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
     case kM64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 1; break;
     case kL128: c.tile_m = c.tile_n = 128; c.warps = 8; c.items_per_block = 1; c.dims = 2; break;
+    case kL64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
     default: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
   }
-  if (shape == kL128) {  // float64: 16 warps (the launcher needs compute capability 9.0)
+  if (shape == kL128 || shape == kL64) {  // (float64: compute capability 9.0, the launcher)
     const bool f64 = mma == kDmma || mma == kDmma16;
     c.tile_k = mma == kHmma ? 32 : 16;
-    c.warps = f64 ? 16 : 8;
+    if (shape == kL128) c.warps = f64 ? 16 : 8;
     return c;
   }
   if (c.tile_m == 64) c.tile_k = mma == kHmma ? 64 : 32;  // 64-byte panels (launch_shape's kBigK)

@@ -40,7 +40,7 @@ int launch(int shape, int dtype, int mma, const Args &args, cudaStream_t stream)
   if (mma == kDmma && (shape == kM64 || shape == kM64G) && query_device(&d) == cudaSuccess &&
       d.cc_major >= 9)
     mma = kDmma16;
-  if (mma == kDmma && shape == kL128) {  // float64's 128 x 128 tiles: m16n8k8 (sm_90) only
+  if (mma == kDmma && (shape == kL128 || shape == kL64)) {  // float64: m16n8k8 (sm_90) only
     if (query_device(&d) == cudaSuccess && d.cc_major >= 9) mma = kDmma16;
     else shape = kM64;
   }

@@ -536,6 +536,11 @@ static void suite(const char *name, double tol) {
     check_uniform<T, MMA>(name, kL128, 2, 100, 100, 0, false, false, 0.5, false, tol);
     check_uniform<T, MMA>(name, kL128, 7, 96, 96, 96, false, false, 0.0, false, tol);
     check_split<T, MMA>(name, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 64, 64, 64, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 61, 67, 131, true, false, 0.5, true, tol);
+    check_uniform<T, MMA>(name, kL64, 2, 129, 63, 7, false, true, 1.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 65, 65, 9, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 2, 48, 50, 0, false, false, 0.5, false, tol);
     if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) return;
   }
   for (int shape : {kT16, kS32, kS32G, kM64, kM64G}) {

@@ -25,22 +25,28 @@
 namespace kl {
 namespace batched {
 
-// The tile shape (every element type).
+// The variable form's tile (the bin kernel's rows, the tags).
 struct LargeCfg {
   static constexpr int BM = 128, BN = 128;
 };
 
-// One element type's kernel: 64-byte k-panel rows (32 halves, 16 floats; float64 128 bytes, 16
-// doubles), 8 warps in a 2 x 4 grid (a warp computes 64 x 32), 2 blocks an SM; float64 16 warps
-// in a 4 x 4 grid (32 x 32 a warp: its 32 double accumulators take 64 registers), one block.
-template <class T, bool RAW_ = false>
-struct LargeCfgT : LargeCfg {
+// One element type's kernel on TILE x TILE tiles: 64-byte k-panel rows (32 halves, 16 floats;
+// float64 128 bytes, 16 doubles); TILE 128: 8 warps in a 2 x 4 grid (a warp computes 64 x 32),
+// 2 blocks an SM; float64 16 warps in a 4 x 4 grid (32 x 32 a warp: its 32 double accumulators
+// take 64 registers), one block; TILE 64 (uniform orders below the 128 x 128 switch): 4 warps
+// in a 2 x 2 grid of 32 x 32, 4 blocks an SM.
+template <class T, bool RAW_ = false, int TILE = 128>
+struct LargeCfgT {
+  static constexpr int BM = TILE, BN = TILE;
   static constexpr bool RAW = RAW_;
   static constexpr bool F64 = sizeof(T) == 8;
   using Acc = std::conditional_t<F64, double, float>;
-  static constexpr int THREADS = F64 ? 512 : 256, MIN_BLOCKS = F64 ? 1 : 2;
-  static constexpr int WGN = 4, WGM = THREADS / 32 / WGN, WM = BM / WGM, WN = BN / WGN;
+  static constexpr int THREADS = TILE == 64 ? 128 : F64 ? 512 : 256;
+  static constexpr int MIN_BLOCKS = TILE == 64 ? 4 : F64 ? 1 : 2;
+  static constexpr int WGN = TILE == 64 ? 2 : 4, WGM = THREADS / 32 / WGN, WM = BM / WGM,
+                       WN = BN / WGN;
   static constexpr int MI = WM / 16, NI = WN / 8;
+  static_assert(NI == 4, "the epilogue's quad transpose takes 4 column fragments");
   // RAW: operands whose rows sit at any offset (packed odd orders) land by 16-byte cp.async as
   // the aligned chunks that hold them, in one of two staging areas, and are shifted into the
   // stage just before it is computed (one block barrier more); three stages then keep two
@@ -104,12 +110,14 @@ struct ProdState {
 
 // The work sources, run by thread 0 alone: the first tile, and the tile after a tag.
 // Uniform stacks: tiles blockIdx.x, + gridDim.x (every tile costs the same).
-template <class T>
+template <class T, int TILE_ = 128>
 struct LargeUniformSrc {
+  static constexpr int TILE = TILE_;
+  using K = LargeCfgT<T, false, TILE>;
   const Args &args;
   __device__ explicit LargeUniformSrc(const Args &a) : args(a) {}
   __device__ bool at(long long it, LoadTile<T> &lt, long long &tag) {
-    UniformCursor<T, LargeCfg> cur(args, it, int64_t(gridDim.x));
+    UniformCursor<T, K> cur(args, it, int64_t(gridDim.x));
     if (!cur.valid()) return false;
     Tile<T> t;
     cur.tile(t);
@@ -123,7 +131,7 @@ struct LargeUniformSrc {
   }
   // the tile of a tag, for the epilogue (every thread)
   __device__ void tile_of(long long tag, Tile<T> &t) const {
-    UniformCursor<T, LargeCfg> cur(args, tag, 1);
+    UniformCursor<T, K> cur(args, tag, 1);
     cur.tile(t);
   }
 };
@@ -152,6 +160,7 @@ __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, 
 // the next item as soon as it starts one, so the atomic's answer is long in when it is used.
 template <class T>
 struct LargeVariableSrc {
+  static constexpr int TILE = LargeCfg::BM;
   const Args &args;
   int64_t items = 0;
   long long pending = 0;
@@ -277,9 +286,10 @@ __device__ __forceinline__ void large_epilogue(
 // ---- the kernel ----------------------------------------------------------------------------
 
 template <class T, class Src, bool RAW>
-__global__ void __launch_bounds__(LargeCfgT<T, RAW>::THREADS, LargeCfgT<T, RAW>::MIN_BLOCKS)
+__global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
+                                  LargeCfgT<T, RAW, Src::TILE>::MIN_BLOCKS)
     large_kernel(const Args args) {
-  using K = LargeCfgT<T, RAW>;
+  using K = LargeCfgT<T, RAW, Src::TILE>;
   using Acc = typename K::Acc;
   KL_DYNAMIC_SMEM(smem);
   __shared__ long long meta_tag[K::STAGES];
@@ -537,7 +547,7 @@ __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table,
 
 template <class T, class Src, bool RAW>
 cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
-  using K = LargeCfgT<T, RAW>;
+  using K = LargeCfgT<T, RAW, Src::TILE>;
   if (items <= 0) return cudaSuccess;
   int64_t grid = items;
 #ifdef KL_BATCHED_EMULATE

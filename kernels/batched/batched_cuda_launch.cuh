@@ -10,7 +10,7 @@
 namespace kl {
 namespace batched {
 
-// The six shapes of batched_config.hpp for one element type and MMA kind.
+// The seven shapes of batched_config.hpp for one element type and MMA kind.
 // Whether some product of a uniform stack has an operand whose contiguous rows are not all
 // 16-byte aligned (the loaders' staging / realigning paths).
 inline bool rows_unaligned(const kl_batched_problem &p, int elem) {
@@ -23,6 +23,24 @@ inline bool rows_unaligned(const kl_batched_problem &p, int elem) {
     return false;
   };
   return bad(p.a, p.a_rs, p.a_cs, p.a_bs) || bad(p.b, p.b_rs, p.b_cs, p.b_bs);
+}
+
+// A uniform stack on the TILE x TILE kernel of batched_cuda_large.cuh (tensor cores only:
+// pick_shape; float64 as m16n8k8, the launcher).
+template <class T, int MMA, int TILE>
+cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
+  if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {
+    if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable_split
+    const int64_t items =
+        args.count * ((args.p.m + TILE - 1) / TILE) * ((args.p.n + TILE - 1) / TILE);
+    if constexpr (sizeof(T) < 8) {
+      if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
+        return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
+    }
+    return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
 }
 
 template <class T, int MMA>
@@ -57,19 +75,10 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
       items = count_items(K::BM, K::BN);
       return launch_one<T, MMA, K>(args, items, stream);
     }
-    case kL128: {  // tensor cores only (pick_shape; float64: m16n8k8, the launcher)
-      if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {
-        if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable
-        items = count_items(LargeCfg::BM, LargeCfg::BN);
-        if constexpr (sizeof(T) < 8) {
-          if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
-            return launch_large<T, LargeUniformSrc<T>, true>(args, items, stream);
-        }
-        return launch_large<T, LargeUniformSrc<T>, false>(args, items, stream);
-      } else {
-        return cudaErrorInvalidValue;
-      }
-    }
+    case kL128:
+      return launch_large_uniform<T, MMA, 128>(args, stream);
+    case kL64:
+      return launch_large_uniform<T, MMA, 64>(args, stream);
     default: {
       using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
       items = count_items(K::BM, K::BN);

@@ -57,7 +57,11 @@ KNOBS: dict = {k.name: k for k in (
          "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---
     Knob("KRONLINALG_BATCHED_LARGE", int, 96,
-         "batched_matmul float16/bfloat16: order from which 128 x 128 tiles run (0: off)", "c++"),
+         "batched_matmul tensor-core dtypes: order from which 128 x 128 tiles run (0: off)",
+         "c++"),
+    Knob("KRONLINALG_BATCHED_MID", int, 48,
+         "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
+         "kernel (0: off)", "c++"),
     Knob("KRONLINALG_KRON_NATURAL", int, 1,
          "0 turns off kron's natural-order tensor-core kernel", "c++"),
     Knob("KRONLINALG_KRON_NATURAL_T", int, 0, "natural kernel: lines per line tile (0: planned)",

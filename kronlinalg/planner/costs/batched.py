@@ -106,14 +106,15 @@ KAMI_MEASURED = {
     ("float16", 1): {"rate": 85.8e12, "bw": {16: 0.263, 32: 0.49, 64: 0.624}, "variable": 4.4},
     ("float16", 2): {"rate": 83.5e12, "bw": {16: 0.099, 32: 0.303, 64: 0.62}, "variable": 4.4},
 }
-# The 128 x 128 kernel (every tensor-core dtype from order 96, 1D and auto):
+# The 128 x 128 kernel (every tensor-core dtype from order 96, 1D and auto; its 64 x 64 tiles
+# from order 48):
 # its fraction of the copy bandwidth by order and its flop rate at order 256, batch 10⁴, and
 # the variable case against that rate (H100, PROVISIONAL: predicted, to be refit).
-KAMI_MEASURED[("float16", "large")] = {"rate": 250e12, "bw": {128: 0.85, 256: 0.85},
+KAMI_MEASURED[("float16", "large")] = {"rate": 250e12, "bw": {64: 0.7, 128: 0.85, 256: 0.85},
                                        "variable": 1.3}
-KAMI_MEASURED[("float32", "large")] = {"rate": 70e12, "bw": {128: 0.7, 256: 0.7},
+KAMI_MEASURED[("float32", "large")] = {"rate": 70e12, "bw": {64: 0.7, 128: 0.7, 256: 0.7},
                                        "variable": 1.3}
-KAMI_MEASURED[("float64", "large")] = {"rate": 40e12, "bw": {128: 0.85, 256: 0.85},
+KAMI_MEASURED[("float64", "large")] = {"rate": 40e12, "bw": {64: 0.85, 128: 0.85, 256: 0.85},
                                        "variable": 1.3}
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
@@ -283,7 +284,9 @@ def predict_kami(dims):
         if cfg is None:
             return float("inf"), {"why": "no kernel configuration (facts hook absent)"}
         dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
-        large = cfg["tile_m"] >= 128  # the 128 x 128 kernel (its own measured constants)
+        # the 128 x 128 kernel and its 64 x 64 tiles (a 2-D warp grid under kami1d): their own
+        # measured constants
+        large = cfg["tile_m"] >= 128 or (dims == 1 and cfg["dims"] == 2)
         meas = KAMI_MEASURED.get((dt, "large" if large else dims))
         kind = {"float64": "fp64", "float32": "tf32"}.get(dt, "fp16")
         scale = _rate_scale(prof, kind)
