@@ -153,17 +153,17 @@ __device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
   const int nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));  // wanted bytes, 2..16
   const uint4 lo = *q;
   const uint4 hi = shift + nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
-  uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   const int ws = shift >> 2, bits = (shift & 2) * 8;  // whole words, then 0 or 16 bits
-  uint32_t o[4];
+  // v[i] = w[i + ws] by two levels of selects (by 2 words, then by 1: 11 selects where a
+  // select chain per output word took 24), not a dynamically indexed (local-memory) array
+  uint32_t u[6], v[5], o[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {  // selects, not a dynamically indexed (local-memory) array
-    uint32_t a = w[j], b = w[j + 1];
+  for (int i = 0; i < 6; ++i) u[i] = (ws & 2) ? w[i + 2] : w[i];
 #pragma unroll
-    for (int s2 = 1; s2 < 4; ++s2)
-      if (ws == s2) a = w[j + s2], b = w[j + s2 + 1];
-    o[j] = uint32_t(((uint64_t(b) << 32) | a) >> bits);
-  }
+  for (int i = 0; i < 5; ++i) v[i] = (ws & 1) ? u[i + 1] : u[i];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o[j] = uint32_t(((uint64_t(v[j + 1]) << 32) | v[j]) >> bits);
   if (nb < 16) {  // zero the bytes past cv
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
