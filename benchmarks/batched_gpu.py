@@ -221,22 +221,24 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
 
 
 def fp32_error(rows):
-    """3xTF32 against IEEE float32: the error of each against a float64 reference."""
-    torch.manual_seed(1)
-    a = torch.randn(200, 64, 64, device="cuda")
-    b = torch.randn(200, 64, 64, device="cuda")
-    ref = torch.bmm(a.double(), b.double())
-    prev = kronlinalg.batched.float32_precision("tf32x3")
-    e3 = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
-    kronlinalg.batched.float32_precision("ieee")
-    ei = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
-    kronlinalg.batched.float32_precision(prev)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    eb = rel_err(torch.bmm(a, b), ref)
-    row = {"case": "fp32-error", "tf32x3_err": e3, "ieee_kernel_err": ei, "torch_ieee_err": eb,
-           "ratio_tf32x3_to_ieee": e3 / eb}
-    rows.append(row)
-    print(json.dumps(row), flush=True)
+    """3xTF32 against IEEE float32: the error of each against a float64 reference (order 64:
+    the 64 x 64 tiles of the large-tile kernel; 256: its 128 x 128 tiles)."""
+    for n, batch in ((64, 200), (256, 20)):
+        torch.manual_seed(1)
+        a = torch.randn(batch, n, n, device="cuda")
+        b = torch.randn(batch, n, n, device="cuda")
+        ref = torch.bmm(a.double(), b.double())
+        prev = kronlinalg.batched.float32_precision("tf32x3")
+        e3 = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
+        kronlinalg.batched.float32_precision("ieee")
+        ei = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
+        kronlinalg.batched.float32_precision(prev)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        eb = rel_err(torch.bmm(a, b), ref)
+        row = {"case": "fp32-error", "n": n, "tf32x3_err": e3, "ieee_kernel_err": ei,
+               "torch_ieee_err": eb, "ratio_tf32x3_to_ieee": e3 / eb}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
 
 
 def table(rows) -> str:
