@@ -107,17 +107,18 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
     const int small_bm = describe(small_shape, mma).tile_m;
     const size_t bytes = size_t(split_scratch_words(count, max_order, from, small_bm)) * 8;
     void *scratch = nullptr;
-    if (cudaMallocAsync(&scratch, bytes, s) != cudaSuccess)
-      return cuda_fail(cudaGetLastError(), "scratch allocation");
-    cudaError_t e = cudaMemsetAsync(scratch, 0, kSplitHeader * 8, s);
-    unsigned long long *words = static_cast<unsigned long long *>(scratch);
-    if (e == cudaSuccess)
-      e = mma == kTf32x3 ? launch_f32_split(args, from, max_order, small_shape, words, s)
-          : mma == kDmma ? launch_f64_split(args, from, max_order, small_shape, words, s)
-                         : launch_f16_split(dtype == KL_BATCHED_BF16, args, from, max_order,
-                                            small_shape, words, s);
-    (void)cudaFreeAsync(scratch, s);
-    return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
+    if (cudaMallocAsync(&scratch, bytes, s) == cudaSuccess) {
+      cudaError_t e = cudaMemsetAsync(scratch, 0, kSplitHeader * 8, s);
+      unsigned long long *words = static_cast<unsigned long long *>(scratch);
+      if (e == cudaSuccess)
+        e = mma == kTf32x3 ? launch_f32_split(args, from, max_order, small_shape, words, s)
+            : mma == kDmma ? launch_f64_split(args, from, max_order, small_shape, words, s)
+                           : launch_f16_split(dtype == KL_BATCHED_BF16, args, from, max_order,
+                                              small_shape, words, s);
+      (void)cudaFreeAsync(scratch, s);
+      return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
+    }
+    (void)cudaGetLastError();  // no stream-ordered allocation here: the single launch below
   }
   const int shape = pick_shape(max_order, max_order, algo);
   const kl_batched_config cfg = describe(shape, 0);
