@@ -19,7 +19,9 @@ echo "== sanitizer ($SECONDS s)"
 { timeout ${BM_SAN_S:-80} compute-sanitizer --tool memcheck --error-exitcode 9 \
     python benchmarks/batched_sanitize.py --quick 2>&1 | tail -8
   echo "memcheck rc=${PIPESTATUS[0]}"
-  [ "${BM_RACE:-1}" = 1 ] && timeout ${BM_RACE_S:-60} compute-sanitizer --tool racecheck --error-exitcode 9 \
-    python benchmarks/batched_sanitize.py --quick $BM_RACE_ARGS 2>&1 | tail -8
-  [ "${BM_RACE:-1}" = 1 ] && echo "racecheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee "$OUT/batched_sanitizer.txt"
+  if [ "${BM_RACE:-1}" = 1 ]; then
+    timeout ${BM_RACE_S:-60} compute-sanitizer --tool racecheck --error-exitcode 9 \
+      python benchmarks/batched_sanitize.py --quick $BM_RACE_ARGS 2>&1 | tail -8
+    echo "racecheck rc=${PIPESTATUS[0]}"  # (read before any other command resets it)
+  fi; } 2>&1 | tee "$OUT/batched_sanitizer.txt"
 echo "== done ($SECONDS s)"
