@@ -282,6 +282,15 @@ inline void ldsm_x4_trans(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<true>(
 }  // namespace cu
 }  // namespace kl
 
+namespace kl {
+namespace batched {
+inline void mma_tf32_fresh(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  for (float &x : d) x = 0.0f;
+  kl::cu::mma_tf32(d, a, b0, b1);
+}
+}  // namespace batched
+}  // namespace kl
+
 static double g_shfl[32][32];
 template <class V>
 inline V __shfl_xor_sync(unsigned, V v, int mask) {

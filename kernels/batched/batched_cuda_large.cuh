@@ -81,6 +81,19 @@ constexpr int kRowBits = 20;
 constexpr int kTagBits = 12;
 constexpr int64_t kLargeMaxSide = int64_t(1) << 19;  // 128 * 4096: tile indices fit 12 bits
 
+#ifndef KL_BATCHED_EMULATE  // (batched_cuda_emulate.cpp supplies it on the CPU)
+// D = A * B, m16n8k8 TF32 into a fresh fragment (a zero accumulator operand: no zeroing moves
+// for the 3xTF32 k-step's first product).
+__device__ __forceinline__ void mma_tf32_fresh(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+#endif
+
 // ---- the work sources: which tile a stage belongs to -----------------------------------------
 
 // What the producer side keeps of a tile (C and D are the epilogue's: it decodes them from the
@@ -477,8 +490,8 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
               if (ni < ni_n) {
                 // the three products into a fresh fragment (small terms first), then one IEEE
                 // add (the tensor cores' accumulation truncates: see batched_cuda_kernels.cuh)
-                float p[4] = {0.f, 0.f, 0.f, 0.f};
-                kl::cu::mma_tf32(p, al, bh[ni][0], bh[ni][1]);
+                float p[4];
+                mma_tf32_fresh(p, al, bh[ni][0], bh[ni][1]);
                 kl::cu::mma_tf32(p, ah, bl[ni][0], bl[ni][1]);
                 kl::cu::mma_tf32(p, ah, bh[ni][0], bh[ni][1]);
 #pragma unroll
