@@ -1,6 +1,8 @@
-// The large-tile kernel for float16 / bfloat16 (HMMA m16n8k16, float32 accumulators): 128 x 128
-// tiles of one product, 8 warps in a 2 x 4 grid (a warp computes 64 x 32), k-panels of 32 halves
-// in a 4-stage cp.async ring, ldmatrix.x4 fragment loads, an epilogue from registers.
+// The large-tile kernel of the tensor-core dtypes (float16 / bfloat16 HMMA m16n8k16 and 3xTF32
+// m16n8k8 with float32 accumulators, float64 m16n8k8 DMMA): 128 x 128 tiles of one product (8
+// warps in a 2 x 4 grid, a warp computing 64 x 32; float64 16 warps of 32 x 32), or 64 x 64 tiles
+// (4 warps of 32 x 32) for uniform stacks of middle orders; 64-byte k-panel rows in a 4-stage
+// cp.async ring, ldmatrix.x4 fragment loads, an epilogue from registers.
 //
 // Why not the 64 x 64 kernel (batched_cuda_kernels.cuh) at orders >= 96: there a warp computes
 // 16 x 64, so every k-step reads 2.5 KB of fragments for 8 MMAs (the shared-memory pipe, not the
