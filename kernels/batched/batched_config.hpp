@@ -38,6 +38,9 @@ inline int mma_kind(int dtype, int fp32_mode) {
 // run on 128 x 128 tiles;
 // KRONLINALG_BATCHED_LARGE (0: never).
 inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
+// Whether the large-tile kernel stages unaligned rows of 2- and 4-byte variable batches
+// (KRONLINALG_BATCHED_STAGING, default 1; 0: synchronous realigned loads, for comparisons).
+inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 1) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 

@@ -129,8 +129,17 @@ cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_or
   la.list = large_list;
   la.list_count = scratch + 2;
   la.tm_max = large_rows;
-  constexpr bool RAW = sizeof(T) < 8;  // (float64: 8-byte cp.async, no staging)
-  cudaError_t e2 = launch_large<T, LargeVariableSrc<T>, RAW>(la, args.count * large_rows, stream);
+  // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
+  // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
+  cudaError_t e2;
+  if constexpr (sizeof(T) < 8) {
+    if (staging())
+      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+    else
+      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  } else {
+    e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  }
   if (e2 != cudaSuccess) return e2;
   Args sa = args;
   sa.counter = scratch + 1;

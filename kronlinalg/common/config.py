@@ -59,6 +59,9 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_BATCHED_LARGE", int, 96,
          "batched_matmul tensor-core dtypes: order from which 128 x 128 tiles run (0: off)",
          "c++"),
+    Knob("KRONLINALG_BATCHED_STAGING", int, 1,
+         "batched_matmul's large tiles, variable sizes: 0 loads unaligned rows synchronously "
+         "(no staging areas)", "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),
