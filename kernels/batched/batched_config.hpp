@@ -39,15 +39,21 @@ inline int mma_kind(int dtype, int fp32_mode) {
 // KRONLINALG_BATCHED_LARGE (0: never).
 inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
 // Whether the large-tile kernel stages unaligned rows of 2- and 4-byte variable batches
-// (KRONLINALG_BATCHED_STAGING, default 1; 0: synchronous realigned loads, for comparisons).
-inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 1) != 0; }
+// (KRONLINALG_BATCHED_STAGING=1) or loads them synchronously (0, the default).
+// H100 (2026-11-27, 10⁴ packed products of orders 8..256): staged float16 4.10 ms, synchronous
+// 3.52; 3xTF32 6.89 / 6.71; aligned orders (step 8, where both run the same loads) 2.64 / 2.07:
+// the staging variant's fewer stages (3, not 4) cost more than its asynchronous loads gained.
+inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 0) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
-  if (mma == kHmma || mma == kTf32x3 || mma == kDmma || mma == kDmma16) {
+  // uniform float64 stays on the small-tile kernels: on the H100 the large tiles ran slower
+  // (orders 64 / 128 / 256: 398 / 1844 / 12421 µs against 367 / 1671 / 11774, batch 10⁴; its
+  // variable batches still split, 6.57 ms against 7.42)
+  if (mma == kHmma || mma == kTf32x3) {
     const int64_t from = large_from(), mid = mid_from();
     if (from > 0 && order >= from) return kL128;
     if (mid > 0 && order >= mid) return kL64;

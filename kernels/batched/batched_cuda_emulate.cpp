@@ -508,10 +508,13 @@ static void check_split(const char *name, double tol) {
   args.count = count;
   args.table = table.data();
   const int small_shape = pick_shape(from - 1, from - 1, KL_BATCHED_1D);
+  double worst = 0;
+  for (const char *staged : {"0", "1"}) {  // synchronous loads, then the staging variant
+  setenv("KRONLINALG_BATCHED_STAGING", staged, 1);
+  std::fill(D.begin(), D.end() - 1, from_d<T>(777.0));
   std::vector<unsigned long long> scratch(
       size_t(split_scratch_words(count, max_order, from, describe(small_shape, MMA).tile_m)), 0);
   launch_variable_split<T, MMA>(args, from, max_order, small_shape, scratch.data(), nullptr);
-  double worst = 0;
   oa = ob = od = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
@@ -527,6 +530,8 @@ static void check_split(const char *name, double tol) {
     worst = std::max(worst, err / scale);
     oa += m * k, ob += k * n, od += m * n;
   }
+  }
+  unsetenv("KRONLINALG_BATCHED_STAGING");
   const bool untouched = to_d(D[nd_]) == to_d(from_d<T>(777.0));
   const bool ok = worst <= tol && untouched;
   failures += !ok;

@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
 // large_rows also taking the rest), the others to the small-tile kernel (rows of small_bm, at
 // most small_rows likewise); empty products to none.  counts[0], counts[1]: the two lists'
 // lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
-__global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table, int64_t count,
+static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table, int64_t count,
                                                   int64_t from, int64_t large_rows, int small_bm,
                                                   int64_t small_rows, unsigned long long *counts,
                                                   int64_t *large_list, int64_t *small_list) {

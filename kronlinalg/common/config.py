@@ -57,11 +57,12 @@ KNOBS: dict = {k.name: k for k in (
          "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---
     Knob("KRONLINALG_BATCHED_LARGE", int, 96,
-         "batched_matmul tensor-core dtypes: order from which 128 x 128 tiles run (0: off)",
+         "batched_matmul float16/bfloat16/3xTF32 (float64: variable sizes only): order from "
+         "which 128 x 128 tiles run (0: off)",
          "c++"),
-    Knob("KRONLINALG_BATCHED_STAGING", int, 1,
-         "batched_matmul's large tiles, variable sizes: 0 loads unaligned rows synchronously "
-         "(no staging areas)", "c++"),
+    Knob("KRONLINALG_BATCHED_STAGING", int, 0,
+         "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows (3 stages and "
+         "two staging areas) instead of loading them synchronously", "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),
