@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -54,10 +55,33 @@ def timed(fn, reps=12, inner=None):
     return statistics.median(times)
 
 
+AB = {"on": False, "from": []}  # --ab: half types and float32 also timed on the small tiles
+# alone (A/B); --large-from 64,128: and with the 128 x 128 tiles from those orders
+
+
+def small_tiles_only(fn, value="0"):
+    """fn() with the 128 x 128 kernel and its 64 x 64 tiles off (KRONLINALG_BATCHED_LARGE=0 and
+    _MID=0: the C++ launcher reads them at every launch), or the 128 x 128 tiles from another
+    order (value)."""
+    names = ("KRONLINALG_BATCHED_LARGE",) + (("KRONLINALG_BATCHED_MID",) if value == "0" else ())
+    old = {k: os.environ.get(k) for k in names}
+    for k in names:
+        os.environ[k] = value
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
 def brief(row):
     """One short line per case (the full rows go to the JSON file)."""
     keys = ("torch_bmm_us", "pad_bmm_us", "bucket_bmm_us", "auto_us", "kami1d_us", "kami2d_us",
-            "auto_err", "kami1d_err")
+            "small_tiles_us", "staging_us", "auto_err", "kami1d_err", "small_tiles_err")
+    keys = keys + tuple(k for k in row if k.startswith("large_from_"))
     parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), float)]
     errs = [f"{k}={row[k][:80]}" for k in row if k.endswith("_error")]
     print(row["case"], row.get("dtype"), row.get("n", row.get("orders")), row.get("k", ""),
@@ -92,6 +116,18 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
             row[f"{algo}_err"] = rel_err(out[:8], ref)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if AB["on"]:
+        try:
+            out = small_tiles_only(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))
+            row["small_tiles_us"] = small_tiles_only(
+                lambda: timed(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d"))) * 1e6
+            row["small_tiles_err"] = rel_err(out[:8], ref)
+            for v in AB["from"]:
+                row[f"large_from_{v}_us"] = small_tiles_only(
+                    lambda: timed(lambda: kronlinalg.batched_matmul(a, b, algorithm="kami1d")),
+                    v) * 1e6
+        except Exception as exc:  # noqa: BLE001
+            row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     best = min(row.get("kami1d_us", math.inf), row.get("kami2d_us", math.inf))
     row["ours_best_us"] = best
     row["ours_TBps"] = nbytes / (best * 1e-6) / 1e12 if best < math.inf else None
@@ -134,6 +170,20 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             row[f"{algo}_err"] = max(errs)
         except Exception as exc:  # noqa: BLE001
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if AB["on"]:
+        def small():
+            return kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na, algorithm="kami1d")
+        try:
+            row["small_tiles_us"] = small_tiles_only(lambda: timed(small)) * 1e6
+            os.environ["KRONLINALG_BATCHED_STAGING"] = "1"  # unaligned rows staged
+            try:
+                row["staging_us"] = timed(small) * 1e6
+            finally:
+                del os.environ["KRONLINALG_BATCHED_STAGING"]
+            for v in AB["from"]:
+                row[f"large_from_{v}_us"] = small_tiles_only(lambda: timed(small), v) * 1e6
+        except Exception as exc:  # noqa: BLE001
+            row["small_tiles_error"] = f"{type(exc).__name__}: {exc}"[:300]
     # padding to the largest order + bmm (the padded buffers are made untimed: favourable)
     try:
         pa = torch.zeros(count, hi, hi, device="cuda", dtype=dt)
@@ -176,22 +226,24 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
 
 
 def fp32_error(rows):
-    """3xTF32 against IEEE float32: the error of each against a float64 reference."""
-    torch.manual_seed(1)
-    a = torch.randn(200, 64, 64, device="cuda")
-    b = torch.randn(200, 64, 64, device="cuda")
-    ref = torch.bmm(a.double(), b.double())
-    prev = kronlinalg.batched.float32_precision("tf32x3")
-    e3 = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
-    kronlinalg.batched.float32_precision("ieee")
-    ei = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
-    kronlinalg.batched.float32_precision(prev)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    eb = rel_err(torch.bmm(a, b), ref)
-    row = {"case": "fp32-error", "tf32x3_err": e3, "ieee_kernel_err": ei, "torch_ieee_err": eb,
-           "ratio_tf32x3_to_ieee": e3 / eb}
-    rows.append(row)
-    print(json.dumps(row), flush=True)
+    """3xTF32 against IEEE float32: the error of each against a float64 reference (order 64:
+    the 64 x 64 tiles of the large-tile kernel; 256: its 128 x 128 tiles)."""
+    for n, batch in ((64, 200), (256, 20)):
+        torch.manual_seed(1)
+        a = torch.randn(batch, n, n, device="cuda")
+        b = torch.randn(batch, n, n, device="cuda")
+        ref = torch.bmm(a.double(), b.double())
+        prev = kronlinalg.batched.float32_precision("tf32x3")
+        e3 = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
+        kronlinalg.batched.float32_precision("ieee")
+        ei = rel_err(kronlinalg.batched_matmul(a, b, algorithm="kami1d"), ref)
+        kronlinalg.batched.float32_precision(prev)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        eb = rel_err(torch.bmm(a, b), ref)
+        row = {"case": "fp32-error", "n": n, "tf32x3_err": e3, "ieee_kernel_err": ei,
+               "torch_ieee_err": eb, "ratio_tf32x3_to_ieee": e3 / eb}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
 
 
 def table(rows) -> str:
@@ -225,6 +277,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="batched_gpu.json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ab", action="store_true",
+                    help="float16/bfloat16/float32: also time the small tiles alone (small_tiles_us)")
+    ap.add_argument("--dtypes", default="float64,float32,float16,bfloat16")
+    ap.add_argument("--large-from", default="",
+                    help="with --ab: also time the 128 x 128 tiles from these orders (64,128)")
     ap.add_argument("--only", default="small,b1e3,fp32err,lowrank,variable,large",
                     help="comma-separated groups: small (batch 1e4, n <= 64), b1e3, fp32err, "
                          "lowrank, variable, variable8 (orders multiples of 8), large (n 128, 256)")
@@ -232,7 +289,9 @@ if __name__ == "__main__":
     only = set(args.only.split(","))
     rows: list = []
     print(torch.cuda.get_device_name(), torch.__version__, file=sys.stderr)
-    dtypes = ("float64", "float32", "float16", "bfloat16")
+    dtypes = tuple(args.dtypes.split(","))
+    AB["on"] = args.ab
+    AB["from"] = [v for v in args.large_from.split(",") if v]
 
     def save():  # after every case: a run cut short still leaves its rows
         with open(args.out, "w") as fh:
@@ -255,6 +314,10 @@ if __name__ == "__main__":
         for k in (16, 32):
             uniform_case(dtype, 10_000, 128, 128, k, rows, "low rank")
     save()
+    if "large64" in only:  # order 64 next to the large orders (the "large" group: 128, 256)
+        for dtype in dtypes:
+            uniform_case(dtype, 10_000, 64, 64, 64, rows, "batch 1e4")
+        save()
     for step in [s for s in (1, 8) if ("variable" if s == 1 else "variable8") in only]:
         for dtype in dtypes:
             try:

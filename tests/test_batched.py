@@ -253,6 +253,53 @@ def test_variable_packed_many(xp, rng):
             ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
 
 
+@pytest.mark.parametrize("large", ["96", "0", "40", "96-staged"])
+def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
+    """Packed products of orders 1..300 (odd ones: rows at every alignment), every dtype split
+    on the GPU between the 128 x 128 kernel and the small-tile one by KRONLINALG_BATCHED_LARGE
+    (96: the default; 0: the small-tile kernel alone; 40: 128 x 128 tiles from order 40, the
+    32 x 32 kernel below); empty and k = 0 products, products past the packed form's max order
+    256 (the last row item takes the rest), alpha and beta, outputs poisoned; and uniform
+    stacks of orders around the switch.  96-staged: unaligned rows staged
+    (KRONLINALG_BATCHED_STAGING=1), not loaded synchronously."""
+    monkeypatch.setenv("KRONLINALG_BATCHED_LARGE", large.split("-")[0])
+    if large.endswith("-staged"):
+        monkeypatch.setenv("KRONLINALG_BATCHED_STAGING", "1")
+    count = 48 if xp.is_cuda else 16
+    sizes = [tuple(int(v) for v in rng.integers(1, 301, 3)) for _ in range(count)]
+    sizes[0], sizes[1], sizes[2] = (97, 0, 40), (130, 140, 0), (257, 300, 129)
+    m, n, k = (np.array(v) for v in zip(*sizes))
+    table = np.array(sizes, dtype=np.int64)
+    for dtype in xp.dtypes:
+        a, an = random(xp, rng, (int((m * k).sum()),), dtype)
+        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
+        c, cn = random(xp, rng, (int((m * n).sum()),), dtype)
+        _poison(xp)
+        out = batched_matmul(a, b, c=c, alpha=-1.5, beta=0.5, sizes=to_xp(xp, table),
+                             out_size=int((m * n).sum()))
+        got = to_numpy(out).astype(np.float64)
+        ao = bo = do = 0
+        for mm, nn, kk in sizes:
+            pa = an[ao:ao + mm * kk].reshape(mm, kk)
+            pb = bn[bo:bo + kk * nn].reshape(kk, nn)
+            pc = cn[do:do + mm * nn].reshape(mm, nn)
+            ref = _ref(pa, pb, -1.5, 0.5, pc)
+            piece = got[do:do + mm * nn].reshape(mm, nn)
+            if mm * nn and dtype in ("float16", "bfloat16"):
+                _check(piece, ref, xp, dtype, pa, pb, -1.5, msg=f"{dtype} product {(mm, nn, kk)}: ")
+            elif mm * nn:  # relative Frobenius error, as _check's
+                rtol = {"float32": 2e-6 * max(1.0, np.sqrt(kk) / 4), "float64": 1e-12}[dtype]
+                err = np.linalg.norm(piece - ref) / max(np.linalg.norm(ref), 1e-300)
+                assert err <= rtol, f"{dtype} product {(mm, nn, kk)}: relative error {err:.2e}"
+            ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
+        for order in (48, 65, 95, 96, 129, 200):  # (48-95: the 64 x 64 tiles of the kernel)
+            sa, san = random(xp, rng, (3, order, order + 3), dtype)
+            sb, sbn = random(xp, rng, (3, order + 3, order - 1), dtype)
+            _poison(xp)
+            _check(batched_matmul(sa, sb), _ref(san, sbn), xp, dtype, san, sbn,
+                   msg=f"{dtype} stack of order {order}: ")
+
+
 def test_variable_packed_offsets(xp, rng):
     a, an = random(xp, rng, (200,), "float64")
     b, bn = random(xp, rng, (200,), "float64")

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "batched.h"
+#include "knobs.hpp"
 
 namespace kl {
 namespace batched {
@@ -17,7 +18,12 @@ namespace batched {
 //   kS32G 32 x 32, 2D: a 2 x 2 warp grid, one product per block
 //   kM64  64 x 64 tiles, 1D: four warps split the rows (larger orders: tile by tile)
 //   kM64G 64 x 64, 2D: 2 x 2 warp grid
-enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4 };
+//   kL128 128 x 128, a 2 x 4 warp grid (float64: 4 x 4), a 4-stage ring
+//         (batched_cuda_large.cuh): tensor-core dtypes from order large_from() (float64 on
+//         compute capability 9.0 and newer: m16n8k8 DMMA)
+//   kL64  64 x 64 on the same kernel, a 2 x 2 warp grid: uniform stacks from order mid_from()
+//         below large_from()
+enum Shape { kT16 = 0, kS32 = 1, kS32G = 2, kM64 = 3, kM64G = 4, kL128 = 5, kL64 = 6 };
 // kDmma16: float64 on sm_90's m16n8k8 DMMA (twice m8n8k4's work an instruction); the launcher
 // takes it on compute capability 9.0 and newer, descriptions (no device at hand) say kDmma.
 enum Mma { kFfma = 0, kDmma = 1, kHmma = 2, kTf32x3 = 3, kDmma16 = 4 };
@@ -28,9 +34,30 @@ inline int mma_kind(int dtype, int fp32_mode) {
   return fp32_mode == KL_BATCHED_FP32_IEEE ? kFfma : kTf32x3;
 }
 
-inline int pick_shape(int64_t m, int64_t n, int algo) {
+// The order from which float16 / bfloat16 / 3xTF32 float32 / float64 products (1D or auto)
+// run on 128 x 128 tiles;
+// KRONLINALG_BATCHED_LARGE (0: never).
+inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
+// Whether the large-tile kernel stages unaligned rows of 2- and 4-byte variable batches
+// (KRONLINALG_BATCHED_STAGING=1) or loads them synchronously (0, the default).
+// H100 (2026-11-27, 10⁴ packed products of orders 8..256): staged float16 4.10 ms, synchronous
+// 3.52; 3xTF32 6.89 / 6.71; aligned orders (step 8, where both run the same loads) 2.64 / 2.07:
+// the staging variant's fewer stages (3, not 4) cost more than its asynchronous loads gained.
+inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 0) != 0; }
+// ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
+inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
+
+inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
+  // uniform float64 stays on the small-tile kernels: on the H100 the large tiles ran slower
+  // (orders 64 / 128 / 256: 398 / 1844 / 12421 µs against 367 / 1671 / 11774, batch 10⁴; its
+  // variable batches still split, 6.57 ms against 7.42)
+  if (mma == kHmma || mma == kTf32x3) {
+    const int64_t from = large_from(), mid = mid_from();
+    if (from > 0 && order >= from) return kL128;
+    if (mid > 0 && order >= mid) return kL64;
+  }
   if (order <= 16) return kT16;
   if (order <= 32) return kS32;
   return kM64;
@@ -45,7 +72,15 @@ inline kl_batched_config describe(int shape, int mma) {
     case kS32: c.tile_m = c.tile_n = 32; c.warps = 2; c.items_per_block = 2; c.dims = 1; break;
     case kS32G: c.tile_m = c.tile_n = 32; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
     case kM64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 1; break;
+    case kL128: c.tile_m = c.tile_n = 128; c.warps = 8; c.items_per_block = 1; c.dims = 2; break;
+    case kL64: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
     default: c.tile_m = c.tile_n = 64; c.warps = 4; c.items_per_block = 1; c.dims = 2; break;
+  }
+  if (shape == kL128 || shape == kL64) {  // (float64: compute capability 9.0, the launcher)
+    const bool f64 = mma == kDmma || mma == kDmma16;
+    c.tile_k = mma == kHmma ? 32 : 16;
+    if (shape == kL128) c.warps = f64 ? 16 : 8;
+    return c;
   }
   if (c.tile_m == 64) c.tile_k = mma == kHmma ? 64 : 32;  // 64-byte panels (launch_shape's kBigK)
   return c;

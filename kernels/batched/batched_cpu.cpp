@@ -46,6 +46,7 @@ extern "C" int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype
   using namespace kl;
   if (!out || m < 0 || n < 0 || k < 0 || dtype < 0 || dtype > 3 || algo < 0 || algo > 2)
     return fail(KL_ERR_INVALID, "batched_cuda_config: invalid arguments");
-  *out = batched::describe(batched::pick_shape(m, n, algo), batched::mma_kind(dtype, fp32_mode));
+  const int mma = batched::mma_kind(dtype, fp32_mode);
+  *out = batched::describe(batched::pick_shape(m, n, algo, mma), mma);
   return KL_OK;
 }

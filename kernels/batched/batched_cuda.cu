@@ -6,7 +6,7 @@
 
 #include "batched.h"
 #include "batched_config.hpp"
-#include "batched_cuda_kernels.cuh"
+#include "batched_cuda_launch.cuh"
 #include "cuda_device.hpp"
 #include "fp32_mode.hpp"
 
@@ -40,6 +40,10 @@ int launch(int shape, int dtype, int mma, const Args &args, cudaStream_t stream)
   if (mma == kDmma && (shape == kM64 || shape == kM64G) && query_device(&d) == cudaSuccess &&
       d.cc_major >= 9)
     mma = kDmma16;
+  if (mma == kDmma && (shape == kL128 || shape == kL64)) {  // float64: m16n8k8 (sm_90) only
+    if (query_device(&d) == cudaSuccess && d.cc_major >= 9) mma = kDmma16;
+    else shape = kM64;
+  }
   switch (dtype) {
     case KL_BATCHED_F64: e = launch_f64(shape, mma, args, stream); break;
     case KL_BATCHED_F32: e = launch_f32(shape, mma, args, stream); break;
@@ -71,7 +75,8 @@ extern "C" int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, in
   if (const int s = check_device()) return s;
   const int mma = mma_kind(dtype, g_fp32.get());
   Args args{*p, count, nullptr, 0};
-  return launch(pick_shape(p->m, p->n, algo), dtype, mma, args, static_cast<cudaStream_t>(stream));
+  return launch(pick_shape(p->m, p->n, algo, mma), dtype, mma, args,
+                static_cast<cudaStream_t>(stream));
 }
 
 extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int64_t max_order,
@@ -84,6 +89,37 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
   if (count == 0) return KL_OK;
   if (const int s = check_device()) return s;
   if (max_order <= 0) max_order = KL_BATCHED_MAX_ORDER;
+  const int mma = mma_kind(dtype, g_fp32.get());
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t from = large_from();
+  DeviceInfo dev;
+  const bool sm90 = query_device(&dev) == cudaSuccess && dev.cc_major >= 9;
+  if ((mma == kHmma || mma == kTf32x3 || (mma == kDmma && sm90)) && algo != KL_BATCHED_2D &&
+      from > 0 && max_order >= from) {
+    // split by size (launch_variable_split): 128 x 128 tiles for the large products, the
+    // small-tile kernel of orders below `from` for the rest
+    const int small_shape = pick_shape(from - 1, from - 1, algo);
+    Args args{};
+    args.p.alpha = alpha;
+    args.p.beta = beta;
+    args.count = count;
+    args.table = static_cast<const kl_batched_entry *>(table);
+    const int small_bm = describe(small_shape, mma).tile_m;
+    const size_t bytes = size_t(split_scratch_words(count, max_order, from, small_bm)) * 8;
+    void *scratch = nullptr;
+    if (cudaMallocAsync(&scratch, bytes, s) == cudaSuccess) {
+      cudaError_t e = cudaMemsetAsync(scratch, 0, kSplitHeader * 8, s);
+      unsigned long long *words = static_cast<unsigned long long *>(scratch);
+      if (e == cudaSuccess)
+        e = mma == kTf32x3 ? launch_f32_split(args, from, max_order, small_shape, words, s)
+            : mma == kDmma ? launch_f64_split(args, from, max_order, small_shape, words, s)
+                           : launch_f16_split(dtype == KL_BATCHED_BF16, args, from, max_order,
+                                              small_shape, words, s);
+      (void)cudaFreeAsync(scratch, s);
+      return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
+    }
+    (void)cudaGetLastError();  // no stream-ordered allocation here: the single launch below
+  }
   const int shape = pick_shape(max_order, max_order, algo);
   const kl_batched_config cfg = describe(shape, 0);
   Args args{};
@@ -94,7 +130,6 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
   args.tm_max = (max_order + cfg.tile_m - 1) / cfg.tile_m;
   // the groups' work counter (VariableCursor: dynamic claims), stream-ordered: concurrent calls
   // on other streams get their own; without one the kernel splits the items statically
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
   void *counter = nullptr;
   if (cudaMallocAsync(&counter, sizeof(unsigned long long), s) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -105,7 +140,7 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
     counter = nullptr;
   }
   args.counter = static_cast<unsigned long long *>(counter);
-  const int status = launch(shape, dtype, mma_kind(dtype, g_fp32.get()), args, s);
+  const int status = launch(shape, dtype, mma, args, s);
   if (counter) (void)cudaFreeAsync(counter, s);
   return status;
 }

@@ -52,7 +52,7 @@ thread_local Dim threadIdx, blockIdx;
 static Dim gridDim;
 static bool g_rn = kl::knob_set("KRONLINALG_EMULATE_RN");
 
-alignas(16) static unsigned char g_smem[100 * 1024];
+alignas(16) static unsigned char g_smem[160 * 1024];
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
 #define __shared__ static  // blocks run one after another: one copy serves each in turn
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
@@ -260,10 +260,50 @@ inline void ldsm_x2_trans(uint32_t &r0, uint32_t &r1, const void *p) {
   r1 = at(1, 2 * t, g) | (at(1, 2 * t + 1, g) << 16);
   warp_sync();
 }
+// ldmatrix .x4: lanes 8m..8m+7 address the rows of matrix m; lane (g, t) gets M[g][2t..2t+1]
+// of each (.trans: M[2t][g], M[2t+1][g])
+template <bool TRANS>
+inline void ldsm_x4_impl(uint32_t (&r)[4], const void *p) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  lp[w][lane] = p;
+  warp_sync();
+  auto at = [&](int m, int row, int col) {
+    uint16_t v;
+    std::memcpy(&v, static_cast<const unsigned char *>(lp[w][m * 8 + row]) + 2 * col, 2);
+    return uint32_t(v);
+  };
+  for (int m = 0; m < 4; ++m)
+    r[m] = TRANS ? at(m, 2 * t, g) | (at(m, 2 * t + 1, g) << 16)
+                 : at(m, g, 2 * t) | (at(m, g, 2 * t + 1) << 16);
+  warp_sync();
+}
+inline void ldsm_x4(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<false>(r, p); }
+inline void ldsm_x4_trans(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<true>(r, p); }
 }  // namespace cu
 }  // namespace kl
 
-#include "batched_cuda_kernels.cuh"
+namespace kl {
+namespace batched {
+inline void mma_tf32_fresh(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  for (float &x : d) x = 0.0f;
+  kl::cu::mma_tf32(d, a, b0, b1);
+}
+}  // namespace batched
+}  // namespace kl
+
+static double g_shfl[32][32];
+template <class V>
+inline V __shfl_xor_sync(unsigned, V v, int mask) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  g_shfl[w][lane] = double(v);
+  warp_sync();
+  const V r = V(g_shfl[w][lane ^ mask]);
+  warp_sync();
+  return r;
+}
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
+#include "batched_cuda_launch.cuh"
 
 // ---- the checks -----------------------------------------------------------------------------
 
@@ -434,8 +474,89 @@ static void check_packed(const char *name, int shape, double tol) {
               ok ? "ok" : "FAIL", name, shape, worst, untouched ? "" : "  WROTE PAST THE END");
 }
 
+// A float16 / bfloat16 variable batch split by size (launch_variable_split): packed operands
+// (odd orders: unaligned rows), empty and k = 0 products, orders on both sides of `from`, one
+// product past max_order (its last row item takes the rest), alpha and beta.
+template <class T, int MMA>
+static void check_split(const char *name, double tol) {
+  const int64_t sizes[][3] = {{9, 9, 9},     {0, 5, 5},     {17, 17, 17},  {130, 130, 130},
+                              {33, 33, 33},  {5, 5, 5},     {200, 200, 200}, {1, 1, 1},
+                              {96, 96, 96},  {300, 140, 97}, {95, 95, 95},  {128, 128, 128},
+                              {100, 120, 0}, {64, 64, 64},  {7, 130, 40},  {131, 3, 129}};
+  const int count = 16;
+  const int64_t max_order = 256, from = 96;
+  std::mt19937 rng(13);
+  std::normal_distribution<double> nd;
+  int64_t na = 0, nb = 0, nd_ = 0;
+  for (auto &z : sizes) na += z[0] * z[2], nb += z[2] * z[1], nd_ += z[0] * z[1];
+  std::vector<T> A(size_t(na) + 1), B(size_t(nb) + 1), C(size_t(nd_) + 1),
+      D(size_t(nd_) + 1, from_d<T>(777.0));
+  for (auto &x : A) x = from_d<T>(nd(rng));
+  for (auto &x : B) x = from_d<T>(nd(rng));
+  for (auto &x : C) x = from_d<T>(nd(rng));
+  std::vector<kl_batched_entry> table(count);
+  int64_t oa = 0, ob = 0, od = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+    table[i] = {m, n, k, int64_t(intptr_t(A.data() + oa)), k, 1, int64_t(intptr_t(B.data() + ob)),
+                n, 1, int64_t(intptr_t(C.data() + od)), n, 1, int64_t(intptr_t(D.data() + od)), n, 1};
+    oa += m * k, ob += k * n, od += m * n;
+  }
+  Args args{};
+  args.p.alpha = -1.5;
+  args.p.beta = 0.5;
+  args.count = count;
+  args.table = table.data();
+  const int small_shape = pick_shape(from - 1, from - 1, KL_BATCHED_1D);
+  double worst = 0;
+  for (const char *staged : {"0", "1"}) {  // synchronous loads, then the staging variant
+  setenv("KRONLINALG_BATCHED_STAGING", staged, 1);
+  std::fill(D.begin(), D.end() - 1, from_d<T>(777.0));
+  std::vector<unsigned long long> scratch(
+      size_t(split_scratch_words(count, max_order, from, describe(small_shape, MMA).tile_m)), 0);
+  launch_variable_split<T, MMA>(args, from, max_order, small_shape, scratch.data(), nullptr);
+  oa = ob = od = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];
+    double scale = 1e-30, err = 0;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk) s += to_d(A[oa + r * k + kk]) * to_d(B[ob + kk * n + c]);
+        const double ref = -1.5 * s + 0.5 * to_d(C[od + r * n + c]);
+        err = std::max(err, std::fabs(to_d(D[od + r * n + c]) - ref));
+        scale = std::max(scale, std::fabs(ref));
+      }
+    worst = std::max(worst, err / scale);
+    oa += m * k, ob += k * n, od += m * n;
+  }
+  }
+  unsetenv("KRONLINALG_BATCHED_STAGING");
+  const bool untouched = to_d(D[nd_]) == to_d(from_d<T>(777.0));
+  const bool ok = worst <= tol && untouched;
+  failures += !ok;
+  std::printf("%-5s %s split variable (16 products, packed, from %ld)  rel err %.2e%s\n",
+              ok ? "ok" : "FAIL", name, long(from), worst, untouched ? "" : "  WROTE PAST THE END");
+}
+
 template <class T, int MMA>
 static void suite(const char *name, double tol) {
+  if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {  // the 128 x 128 kernel
+    check_uniform<T, MMA>(name, kL128, 2, 128, 128, 128, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL128, 3, 125, 133, 259, true, false, 0.5, true, tol);
+    check_uniform<T, MMA>(name, kL128, 2, 257, 127, 7, false, true, 1.0, false, tol);
+    check_uniform<T, MMA>(name, kL128, 2, 1, 1, 1, true, true, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL128, 3, 129, 131, 9, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL128, 2, 100, 100, 0, false, false, 0.5, false, tol);
+    check_uniform<T, MMA>(name, kL128, 7, 96, 96, 96, false, false, 0.0, false, tol);
+    check_split<T, MMA>(name, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 64, 64, 64, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 61, 67, 131, true, false, 0.5, true, tol);
+    check_uniform<T, MMA>(name, kL64, 2, 129, 63, 7, false, true, 1.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 3, 65, 65, 9, false, false, 0.0, false, tol);
+    check_uniform<T, MMA>(name, kL64, 2, 48, 50, 0, false, false, 0.5, false, tol);
+    if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) return;
+  }
   for (int shape : {kT16, kS32, kS32G, kM64, kM64G}) {
     const kl_batched_config cfg = describe(shape, 0);
     const int64_t t = cfg.tile_m;
@@ -452,6 +573,14 @@ static void suite(const char *name, double tol) {
 }
 
 int main() {
+  if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) {  // the 128 x 128 kernel's checks only
+    suite<double, kDmma16>("f64  dmma16", 1e-13);
+    suite<float, kTf32x3>("f32  3xtf32", 2e-6);
+    suite<__half, kHmma>("f16  hmma", 4e-3);
+    suite<__nv_bfloat16, kHmma>("bf16 hmma", 2e-2);
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
   suite<double, kDmma>("f64  dmma", 1e-13);
   suite<double, kDmma16>("f64  dmma16", 1e-13);
   suite<float, kTf32x3>("f32  3xtf32", 2e-6);

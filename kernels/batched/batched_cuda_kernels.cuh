@@ -49,6 +49,10 @@ struct Args {
   const kl_batched_entry *table;      // variable form (nullptr: uniform)
   int64_t tm_max;                     // variable form: row tiles of the largest product
   unsigned long long *counter;        // variable form: zeroed work counter (nullptr: static)
+  // variable form split by size (bin_kernel, batched_cuda_large.cuh): this kernel's rows of
+  // tiles, (product << 20) | row, their number at *list_count (nullptr: every row of the table)
+  const int64_t *list;
+  const unsigned long long *list_count;
 };
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -149,17 +153,17 @@ __device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
   const int nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));  // wanted bytes, 2..16
   const uint4 lo = *q;
   const uint4 hi = shift + nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
-  uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
   const int ws = shift >> 2, bits = (shift & 2) * 8;  // whole words, then 0 or 16 bits
-  uint32_t o[4];
+  // v[i] = w[i + ws] by two levels of selects (by 2 words, then by 1: 11 selects where a
+  // select chain per output word took 24), not a dynamically indexed (local-memory) array
+  uint32_t u[6], v[5], o[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {  // selects, not a dynamically indexed (local-memory) array
-    uint32_t a = w[j], b = w[j + 1];
+  for (int i = 0; i < 6; ++i) u[i] = (ws & 2) ? w[i + 2] : w[i];
 #pragma unroll
-    for (int s2 = 1; s2 < 4; ++s2)
-      if (ws == s2) a = w[j + s2], b = w[j + s2 + 1];
-    o[j] = uint32_t(((uint64_t(b) << 32) | a) >> bits);
-  }
+  for (int i = 0; i < 5; ++i) v[i] = (ws & 1) ? u[i + 1] : u[i];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o[j] = uint32_t(((uint64_t(v[j + 1]) << 32) | v[j]) >> bits);
   if (nb < 16) {  // zero the bytes past cv
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -653,7 +657,7 @@ struct VariableCursor {
   __device__ VariableCursor(const Args &a, int64_t first, int64_t step, long long *slot_, int grp_,
                             int gtid_)
       : args(a), stride(step), slot(slot_), grp(grp_), gtid(gtid_) {
-    items = a.count * a.tm_max;
+    items = a.list ? int64_t(*a.list_count) : a.count * a.tm_max;
     if (a.counter)
       claim();
     else
@@ -661,6 +665,12 @@ struct VariableCursor {
   }
   // item -> (product, tile row); false for an empty item
   __device__ bool decode(int64_t item, int64_t &pi, int64_t &tm) const {
+    if (args.list) {  // the list holds non-empty rows only (the last row item: see start)
+      const int64_t v = args.list[item];
+      pi = v >> 20;
+      tm = v & ((1 << 20) - 1);
+      return true;
+    }
     if (args.counter) {  // rows from the last tile row down, products in order within a row
       const int64_t rr = item / args.count;
       pi = item - rr * args.count;
@@ -805,52 +815,6 @@ cudaError_t launch_one(const Args &args, int64_t items, cudaStream_t stream) {
   if (args.table) return launch_kernel<T, MMA, typename K::Raw, true>(args, items, stream);
   return launch_kernel<T, MMA, K, false>(args, items, stream);
 }
-
-// The five shapes of batched_config.hpp for one element type and MMA kind.
-template <class T, int MMA>
-cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
-  // 64 x 64 tiles take k-panels of 64 bytes a row (32 doubles or floats, 64 halves): a quarter
-  // to half the barriers and panel turns of 16-wide panels, whose one or two MMA k-steps a warp
-  // could not hide a panel's latency behind
-  constexpr int kBigK = sizeof(T) == 2 ? 64 : 32;
-  int64_t items = 0;
-  auto count_items = [&](int bm, int bn) {
-    if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
-    return args.count * ((args.p.m + bm - 1) / bm) * ((args.p.n + bn - 1) / bn);
-  };
-  switch (shape) {
-    case kT16: {
-      using K = Cfg<MMA, 16, 16, 16, 1, 1, 4, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kS32: {
-      using K = Cfg<MMA, 16, 32, 32, 2, 1, 2, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kS32G: {
-      using K = Cfg<MMA, 16, 32, 32, 2, 2, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    case kM64: {
-      using K = Cfg<MMA, kBigK, 64, 64, 4, 1, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-    default: {
-      using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
-      items = count_items(K::BM, K::BN);
-      return launch_one<T, MMA, K>(args, items, stream);
-    }
-  }
-}
-
-// per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
-cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
-cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
-cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
 
 }  // namespace batched
 }  // namespace kl

@@ -56,6 +56,16 @@ KNOBS: dict = {k.name: k for k in (
          "'ffma': batched_matmul's CUDA float32 runs IEEE CUDA-core FMAs by default (not 3xTF32)",
          "both"),
     # --- kernel tuning switches (C++, for comparisons and sweeps) ---
+    Knob("KRONLINALG_BATCHED_LARGE", int, 96,
+         "batched_matmul float16/bfloat16/3xTF32 (float64: variable sizes only): order from "
+         "which 128 x 128 tiles run (0: off)",
+         "c++"),
+    Knob("KRONLINALG_BATCHED_STAGING", int, 0,
+         "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows (3 stages and "
+         "two staging areas) instead of loading them synchronously", "c++"),
+    Knob("KRONLINALG_BATCHED_MID", int, 48,
+         "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
+         "kernel (0: off)", "c++"),
     Knob("KRONLINALG_KRON_NATURAL", int, 1,
          "0 turns off kron's natural-order tensor-core kernel", "c++"),
     Knob("KRONLINALG_KRON_NATURAL_T", int, 0, "natural kernel: lines per line tile (0: planned)",

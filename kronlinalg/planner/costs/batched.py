@@ -99,13 +99,24 @@ LIBRARY_LOW_RANK_FRACTION = {"float64": 0.76, "float32": 0.72, "float16": 0.90}
 # assumed.  Variable sizes (orders uniform in 8..256, packed: most rows unaligned) ran `variable`
 # times slower than the same flops at the order-256 rate.
 KAMI_MEASURED = {
-    ("float64", 1): {"rate": 28.7e12, "bw": {16: 0.80, 32: 0.814, 64: 0.903}, "variable": 2.44},
+    ("float64", 1): {"rate": 28.7e12, "bw": {16: 0.80, 32: 0.814, 64: 0.903}, "variable": 2.19},
     ("float64", 2): {"rate": 23.3e12, "bw": {16: 0.366, 32: 0.905, 64: 0.875}, "variable": 2.29},
     ("float32", 1): {"rate": 22.7e12, "bw": {16: 0.513, 32: 0.701, 64: 0.564}, "variable": 2.24},
     ("float32", 2): {"rate": 24.9e12, "bw": {16: 0.198, 32: 0.503, 64: 0.599}, "variable": 2.49},
     ("float16", 1): {"rate": 85.8e12, "bw": {16: 0.263, 32: 0.49, 64: 0.624}, "variable": 4.4},
     ("float16", 2): {"rate": 83.5e12, "bw": {16: 0.099, 32: 0.303, 64: 0.62}, "variable": 4.4},
 }
+# The large-tile kernel (float16 / bfloat16 and 3xTF32 from order 96 on 128 x 128 tiles, orders
+# 48-95 of uniform stacks on its 64 x 64 tiles; 1D and auto): its fraction of the copy bandwidth
+# by order and its flop rate at order 256, batch 10⁴; the variable case (10⁴ packed products of
+# orders 8..256, unaligned rows loaded synchronously) against that rate.  H100, 2026-11-27,
+# benchmarks/data/batched_h100_2026-11-27_large.json.  (float64 stacks stay on the small tiles,
+# which ran faster; its variable batches split between the two kernels, 6.57 ms: the factor
+# of ("float64", 1) above, refit from 2.44 in the same run.)
+KAMI_MEASURED[("float16", "large")] = {"rate": 1.04e14, "bw": {64: 0.677, 128: 0.639, 256: 0.412},
+                                       "variable": 4.25}
+KAMI_MEASURED[("float32", "large")] = {"rate": 3.15e13, "bw": {64: 0.619, 128: 0.432, 256: 0.25},
+                                       "variable": 2.46}
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
 
@@ -274,7 +285,10 @@ def predict_kami(dims):
         if cfg is None:
             return float("inf"), {"why": "no kernel configuration (facts hook absent)"}
         dt = "float16" if problem.dtype in ("float16", "bfloat16") else problem.dtype
-        meas = KAMI_MEASURED.get((dt, dims))
+        # the 128 x 128 kernel and its 64 x 64 tiles (a 2-D warp grid under kami1d): their own
+        # measured constants
+        large = cfg["tile_m"] >= 128 or (dims == 1 and cfg["dims"] == 2)
+        meas = KAMI_MEASURED.get((dt, "large" if large else dims))
         kind = {"float64": "fp64", "float32": "tf32"}.get(dt, "fp16")
         scale = _rate_scale(prof, kind)
         if meas is None or scale == 0.0:
@@ -299,7 +313,7 @@ def predict_kami(dims):
         except ValueError:
             cyc = None
         order = info["order"]
-        frac = _fraction(meas["bw"], min(order, 64))
+        frac = _fraction(meas["bw"], order if large else min(order, 64))
         nbytes = _bytes(info, problem.dtype, problem.options)
         mem = nbytes / (prof.bandwidth * frac)
         compute = info["flops"] / rate

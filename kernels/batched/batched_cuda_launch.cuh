@@ -1,0 +1,170 @@
+// The launchers over the kernels of batched_cuda_kernels.cuh (small tiles) and
+// batched_cuda_large.cuh (128 x 128 tiles): one shape of a uniform stack, and a variable batch
+// split by size between the two kernels.
+#ifndef KRONLINALG_BATCHED_CUDA_LAUNCH_CUH
+#define KRONLINALG_BATCHED_CUDA_LAUNCH_CUH
+
+#include "batched_cuda_kernels.cuh"
+#include "batched_cuda_large.cuh"
+
+namespace kl {
+namespace batched {
+
+// The seven shapes of batched_config.hpp for one element type and MMA kind.
+// Whether some product of a uniform stack has an operand whose contiguous rows are not all
+// 16-byte aligned (the loaders' staging / realigning paths).
+inline bool rows_unaligned(const kl_batched_problem &p, int elem) {
+  const int vec = 16 / elem;
+  auto bad = [&](const void *x, int64_t rs, int64_t cs, const int64_t *bs) {
+    if (cs != 1) return false;
+    if (rs % vec || reinterpret_cast<uintptr_t>(x) % 16) return true;
+    for (int d = 0; d < p.ndim; ++d)
+      if (p.shape[d] > 1 && bs[d] % vec) return true;
+    return false;
+  };
+  return bad(p.a, p.a_rs, p.a_cs, p.a_bs) || bad(p.b, p.b_rs, p.b_cs, p.b_bs);
+}
+
+// A uniform stack on the TILE x TILE kernel of batched_cuda_large.cuh (tensor cores only:
+// pick_shape; float64 as m16n8k8, the launcher).
+template <class T, int MMA, int TILE>
+cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
+  if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {
+    if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable_split
+    const int64_t items =
+        args.count * ((args.p.m + TILE - 1) / TILE) * ((args.p.n + TILE - 1) / TILE);
+    if constexpr (sizeof(T) < 8) {
+      if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
+        return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
+    }
+    return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
+template <class T, int MMA>
+cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
+  // 64 x 64 tiles take k-panels of 64 bytes a row (32 doubles or floats, 64 halves): a quarter
+  // to half the barriers and panel turns of 16-wide panels, whose one or two MMA k-steps a warp
+  // could not hide a panel's latency behind
+  constexpr int kBigK = sizeof(T) == 2 ? 64 : 32;
+  int64_t items = 0;
+  auto count_items = [&](int bm, int bn) {
+    if (args.table) return args.count * args.tm_max;  // variable: rows of tiles (see the kernel)
+    return args.count * ((args.p.m + bm - 1) / bm) * ((args.p.n + bn - 1) / bn);
+  };
+  switch (shape) {
+    case kT16: {
+      using K = Cfg<MMA, 16, 16, 16, 1, 1, 4, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kS32: {
+      using K = Cfg<MMA, 16, 32, 32, 2, 1, 2, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kS32G: {
+      using K = Cfg<MMA, 16, 32, 32, 2, 2, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kM64: {
+      using K = Cfg<MMA, kBigK, 64, 64, 4, 1, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+    case kL128:
+      return launch_large_uniform<T, MMA, 128>(args, stream);
+    case kL64:
+      return launch_large_uniform<T, MMA, 64>(args, stream);
+    default: {
+      using K = Cfg<MMA, kBigK, 64, 64, 2, 2, 1, T>;
+      items = count_items(K::BM, K::BN);
+      return launch_one<T, MMA, K>(args, items, stream);
+    }
+  }
+}
+
+
+// Scratch words of a split variable launch: two work counters and the two lists' lengths
+// (zeroed by the caller), then the two lists.
+constexpr int kSplitHeader = 4;
+inline int64_t split_large_rows(int64_t max_order) { return (max_order + 127) / 128; }
+inline int64_t split_small_rows(int64_t from, int small_bm) { return (from - 1 + small_bm - 1) / small_bm; }
+inline int64_t split_scratch_words(int64_t count, int64_t max_order, int64_t from, int small_bm) {
+  return kSplitHeader + count * (split_large_rows(max_order) + split_small_rows(from, small_bm));
+}
+
+// A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
+// float64) in three launches on one stream, no host
+// synchronisation: bin_kernel sorts the table's rows of tiles into two lists, the 128 x 128
+// kernel takes products of order >= from, the small-tile kernel (shape small_shape, chosen for
+// orders < from) the rest.  `args` as kl_batched_matmul_cuda_var fills it (counter unused).
+template <class T, int MMA>
+cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_order,
+                                  int small_shape, unsigned long long *scratch,
+                                  cudaStream_t stream) {
+  const int small_bm = describe(small_shape, MMA).tile_m;
+  const int64_t large_rows = split_large_rows(max_order);
+  const int64_t small_rows = split_small_rows(from, small_bm);
+  int64_t *large_list = reinterpret_cast<int64_t *>(scratch + kSplitHeader);
+  int64_t *small_list = large_list + args.count * large_rows;
+  const int64_t blocks = (args.count + 255) / 256;
+#ifdef KL_BATCHED_EMULATE
+  emu_launch(unsigned(blocks), 256, 0, [=] {
+    bin_kernel(args.table, args.count, from, large_rows, small_bm, small_rows, scratch + 2,
+               large_list, small_list);
+  });
+#else
+  bin_kernel<<<unsigned(blocks), 256, 0, stream>>>(args.table, args.count, from, large_rows,
+                                                  small_bm, small_rows, scratch + 2, large_list,
+                                                  small_list);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+#endif
+  Args la = args;
+  la.counter = scratch;
+  la.list = large_list;
+  la.list_count = scratch + 2;
+  la.tm_max = large_rows;
+  // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
+  // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
+  cudaError_t e2;
+  if constexpr (sizeof(T) < 8) {
+    if (staging())
+      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+    else
+      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  } else {
+    e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  }
+  if (e2 != cudaSuccess) return e2;
+  Args sa = args;
+  sa.counter = scratch + 1;
+  sa.list = small_list;
+  sa.list_count = scratch + 3;
+  sa.tm_max = small_rows;
+  if constexpr (MMA == kDmma16) {  // m16n8k8 on 64 x 64 tiles only (batched_cuda.cu)
+    if (small_shape != kM64 && small_shape != kM64G)
+      return launch_shape<T, kDmma>(small_shape, sa, stream);
+  }
+  return launch_shape<T, MMA>(small_shape, sa, stream);
+}
+
+// per-dtype translation units (batched_cuda_f64.cu, _f32.cu, _f16.cu)
+cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
+cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
+cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
+cudaError_t launch_f16_split(bool bf16, const Args &args, int64_t from, int64_t max_order,
+                             int small_shape, unsigned long long *scratch, cudaStream_t stream);
+cudaError_t launch_f32_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
+                             unsigned long long *scratch, cudaStream_t stream);
+cudaError_t launch_f64_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
+                             unsigned long long *scratch, cudaStream_t stream);
+
+}  // namespace batched
+}  // namespace kl
+
+#endif
