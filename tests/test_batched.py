@@ -220,6 +220,21 @@ def test_variable_packed(xp, rng):
             assert got.shape == (do,)
 
 
+def _packed_call(xp, rng, sizes, dtype, alpha, beta):
+    """batched_matmul on fresh packed products of `sizes` ((m, n, k) each; the size table where
+    the arrays are), alpha and beta, outputs poisoned: the result on the host as float64, and
+    the operands' host copies an, bn, cn."""
+    m, n, k = (np.array(v) for v in zip(*sizes))
+    a, an = random(xp, rng, (int((m * k).sum()),), dtype)
+    b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
+    c, cn = random(xp, rng, (int((m * n).sum()),), dtype)
+    _poison(xp)
+    out = batched_matmul(a, b, c=c, alpha=alpha, beta=beta,
+                         sizes=to_xp(xp, np.array(sizes, dtype=np.int64)),
+                         out_size=int((m * n).sum()))
+    return to_numpy(out).astype(np.float64), an, bn, cn
+
+
 def test_variable_packed_many(xp, rng):
     """Enough packed products that every group of the GPU kernel claims several (empty ones
     among them: a k = 0 product once sent the next product's first panel into the buffer its
@@ -231,16 +246,8 @@ def test_variable_packed_many(xp, rng):
         sizes[i] = (sizes[i][0], sizes[i][1], 0)
     for i in range(3, count, 11):
         sizes[i] = (0, sizes[i][1], sizes[i][2])
-    m, n, k = (np.array(v) for v in zip(*sizes))
-    table = np.array(sizes, dtype=np.int64)
     for dtype in xp.dtypes:
-        a, an = random(xp, rng, (int((m * k).sum()),), dtype)
-        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
-        c, cn = random(xp, rng, (int((m * n).sum()),), dtype)
-        _poison(xp)
-        out = batched_matmul(a, b, c=c, alpha=1.5, beta=-0.5, sizes=to_xp(xp, table),
-                             out_size=int((m * n).sum()))
-        got = to_numpy(out).astype(np.float64)
+        got, an, bn, cn = _packed_call(xp, rng, sizes, dtype, 1.5, -0.5)
         tol = 1e-10 if dtype == "float64" else 3e-2 if dtype in ("float16", "bfloat16") else 1e-4
         ao = bo = do = 0
         for mm, nn, kk in sizes:
@@ -268,16 +275,8 @@ def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     count = 48 if xp.is_cuda else 16
     sizes = [tuple(int(v) for v in rng.integers(1, 301, 3)) for _ in range(count)]
     sizes[0], sizes[1], sizes[2] = (97, 0, 40), (130, 140, 0), (257, 300, 129)
-    m, n, k = (np.array(v) for v in zip(*sizes))
-    table = np.array(sizes, dtype=np.int64)
     for dtype in xp.dtypes:
-        a, an = random(xp, rng, (int((m * k).sum()),), dtype)
-        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
-        c, cn = random(xp, rng, (int((m * n).sum()),), dtype)
-        _poison(xp)
-        out = batched_matmul(a, b, c=c, alpha=-1.5, beta=0.5, sizes=to_xp(xp, table),
-                             out_size=int((m * n).sum()))
-        got = to_numpy(out).astype(np.float64)
+        got, an, bn, cn = _packed_call(xp, rng, sizes, dtype, -1.5, 0.5)
         ao = bo = do = 0
         for mm, nn, kk in sizes:
             pa = an[ao:ao + mm * kk].reshape(mm, kk)
