@@ -1,0 +1,94 @@
+"""Fit the 2D kernel's planner constants (kronlinalg/planner/costs/blocksparse.py: ns per CTA
+step and per block, per dtype class and panel height) to a blocksparse_morton.py run, then
+replay the planner on every measured row (H100 profile) against the measured times.
+
+    python benchmarks/blocksparse_morton_fit.py morton.json [--variant 2d_new]
+
+Prints the fitted constants and, per row, 1D / 2D measured, the predictions and the pick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import types
+
+import numpy as np
+
+from kronlinalg.planner import profiles
+from kronlinalg.planner.costs import blocksparse as costs
+
+CLS = {"fp16": "half", "fp32": "float32", "fp64": "float64"}
+NAME = {"fp16": "float16", "fp32": "float32", "fp64": "float64"}
+
+
+def gpu_tile(dname, n):  # the 1D kernel's RHS tile (kl_bs_spmm_cuda_tile_n, b = 16)
+    if dname == "fp16":
+        return 256 if n > 128 else 128 if n > 64 else 64
+    if dname == "fp32":
+        return 128 if n > 64 else 64
+    return 128 if n > 64 else 64
+
+
+def problem(row, N=16384):
+    n, d = row["rhs"], row["dtype"]
+    info = {"m": N, "k": N, "n": n, "block": 16, "nnzb": row["nnzb"],
+            "density": row["nnzb"] / (N // 16) ** 2, "skew": row.get("skew", 1.0),
+            "lib": "torch", "beta": 0, "order": "row", "tile": 0,
+            "reuse": round(row["reuse"], 2), "gpu_tile": gpu_tile(d, n)}
+    return types.SimpleNamespace(info=info, kind="cuda", dtype=NAME[d])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("json")
+    p.add_argument("--variant", default="2d_new")
+    args = p.parse_args()
+    res = json.load(open(args.json))
+    rows = [r for r in res.get("patterns", []) + res.get("wide", []) if args.variant in r["ms"]]
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
+    fixed = prof.launch_s + costs._HOST_OURS
+    groups = {}
+    for r in rows:
+        P = r["P"]
+        tiles = math.ceil(r["rhs"] / (16 * P))
+        steps = r["nnzb"] / r["reuse"]
+        t = r["ms"][args.variant] * 1e-3 - fixed
+        groups.setdefault((CLS[r["dtype"]], P), []).append((steps * tiles, r["nnzb"] * tiles, t))
+    fitted = {}
+    for key, pts in sorted(groups.items()):
+        a = np.array([[s * 1e-9, b * 1e-9] for s, b, _ in pts])
+        y = np.array([t for *_, t in pts])
+        best = None
+        for cols in ([0, 1], [0], [1]):  # non-negative least squares on two columns
+            x, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+            if np.all(x >= 0):
+                full = np.zeros(2)
+                full[cols] = x
+                err = float(np.sum((a @ full - y) ** 2))
+                if best is None or err < best[1]:
+                    best = (full, err)
+        fitted[key] = best[0]
+        print(f"{key}: step {best[0][0]:.3f} ns, block {best[0][1]:.3f} ns over {len(pts)} rows")
+    costs._2D_STEP_NS.update({k: float(v[0]) for k, v in fitted.items()})
+    costs._2D_BLOCK_NS.update({k: float(v[1]) for k, v in fitted.items()})
+    print("| pattern | dtype | RHS | reuse | 1D ms | 2D ms | predicted 1D / 2D | 2D / 1D measured "
+          "| model picks | right |")
+    right = 0
+    for r in rows:
+        pr = problem(r)
+        t1 = costs.predict_spmm_ours(pr, prof)[0] * 1e3
+        t2 = costs.predict_spmm_morton(pr, prof)[0] * 1e3
+        m1, m2 = r["ms"].get("1d") or r["ms"].get("1d_strip_major"), r["ms"][args.variant]
+        pick = "2d" if t2 < t1 else "1d"
+        ok = (pick == "2d") == (m2 < m1)
+        right += ok
+        print(f"| {r['pattern']} {r.get('density', '')} | {r['dtype']} | {r['rhs']} | "
+              f"{r['reuse']:.2f} | {m1:.4g} | {m2:.4g} | {t1:.4g} / {t2:.4g} | {m2 / m1:.2f} | "
+              f"{pick} | {'yes' if ok else 'NO'} |")
+    print(f"model picks the faster of 1D / 2D in {right} of {len(rows)} rows")
+
+
+if __name__ == "__main__":
+    main()
