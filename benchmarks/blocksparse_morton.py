@@ -37,7 +37,7 @@ START = time.time()
 DT = {"fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 PANEL_DEFAULT = bs_cuda.spmm_panel_opts()
 TWOD_DEFAULT = bs_cuda.spmm2d_opts()
-STRIP = 4  # kPanelStripMajor, in both kernels' options
+STRIP, FORCE = 4, 1 << 16  # kPanelStripMajor (both kernels' options); kStripForce
 # the 2D kernel's option sets: "2d_old" the kernel before this session (no option), "2d_c" C
 # staged (FP16 rows only), "2d_new" C staged + B fragments once per step + strip-major,
 # "2d_deep" that with 10 stages (half precision; 4-byte types 5)
@@ -187,12 +187,13 @@ def wide_section(budget, N=16384):
         ms, err = row["ms"], row["err"]
         one = lambda: spmm(A, X, algorithm="blocksparse")  # noqa: E731
         two = lambda: spmm(A, X, algorithm="morton")  # noqa: E731
+        strip = STRIP | FORCE  # strip-major whatever X's size, to compare both orders
         for name, panel, twod, f in (("1d_tile_fastest", PANEL_DEFAULT & ~STRIP, 0, one),
-                                     ("1d_strip_major", PANEL_DEFAULT | STRIP, 0, one),
+                                     ("1d_strip_major", PANEL_DEFAULT | strip, 0, one),
                                      ("2d_old", PANEL_DEFAULT, 0, two),
                                      ("2d_new_tile_fastest", PANEL_DEFAULT, 3, two),
-                                     ("2d_new", PANEL_DEFAULT, 3 | STRIP, two),
-                                     ("2d_deep", PANEL_DEFAULT, 3 | STRIP | (10 << 4), two)):
+                                     ("2d_new", PANEL_DEFAULT, 3 | strip, two),
+                                     ("2d_deep", PANEL_DEFAULT, 3 | strip | (10 << 4), two)):
             ms[name] = with_opts(panel, twod, lambda: cuda_time(f, reps=5))
             err[name] = rel(with_opts(panel, twod, f)[:, :128], ref)
         ms["dense"] = cuda_time(lambda: dense @ X, reps=5)

@@ -148,8 +148,9 @@ def _skew(A: BlockSparseMatrix) -> float:
 def _plan_spmm(call: SpmmCall):
     A = call.A
     n = 1 if call.vector else int(call.B.shape[1])
-    P = _costs.panel_rows(call.compute, n)  # the 2D kernel's panel: its reuse on A's pattern
-    reuse = _cached(A, ("reuse", P), lambda: round(A.panel_reuse(P), 2))
+    P = _costs.panel_rows(call.compute, n)  # the 2D kernel's (CUDA) reuse on A's pattern
+    on_gpu = _backend.on_cuda(call.B)
+    reuse = _cached(A, ("reuse", P), lambda: round(A.panel_reuse(P), 2)) if on_gpu else 0.0
     opts = {"block": A.block, "nnzb": A.nnz_blocks, "skew": _cached(A, "skew", lambda: _skew(A)),
             "lib": _lib(call.B), "beta": int(call.beta != 0.0), "order": A.order,
             "tile": A.tile, "reuse": reuse}

@@ -365,7 +365,7 @@ struct IndexRing {
 // persistent form where it applies (below); bits 4-7 the pipeline depth of the 256-column tile
 // (4, 8 or 12 stages; 0: 4); bits 8-15, when not 0, cap the persistent grid (tests).
 // Bit 2 (kPanelStripMajor, also the 2D kernel's) orders the grid by RHS column strip when X
-// (k x n) is wider than half the L2 (the launcher clears it otherwise): see x_exceeds_l2.
+// (k x n) is larger than the L2 (the launcher clears it otherwise): see x_exceeds_l2.
 // Bit 16 (kStripForce) takes the strip-major grid whatever X's size (tests).
 constexpr int kPanelStageC = 1, kPanelEvictA = 2, kPanelStripMajor = 4, kPanelPersistent = 8;
 constexpr int kStripForce = 1 << 16;
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   T *st = reinterpret_cast<T *>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5;
   // grid order: RHS tiles fastest (the CTAs that run together share A's blocks in L2), or with
-  // kPanelStripMajor, where the launcher found X wider than half the L2, items fastest (the
+  // kPanelStripMajor, where the launcher found X larger than the L2, items fastest (the
   // CTAs that run together share one X column strip, which stays in L2)
   const bool strip_major = (opts & kPanelStripMajor) != 0;
   const int64_t tile_n = strip_major ? blockIdx.x / p.nitems : blockIdx.x % ntn;
@@ -853,7 +853,7 @@ template <> struct BFrag<kF64> {
 // half precision, through shared memory as 16-byte row pieces (else 2-byte stores from the
 // fragments); bit 1 (k2dShareB) loads each warp's B fragments once per step for all the
 // panel's blocks of that step (every mode but IEEE FP32; else once per block); bit 2 (kPanelStripMajor)
-// the strip-major grid where X does not fit half the L2; bits 4-7 the pipeline depth of the
+// the strip-major grid where X does not fit the L2; bits 4-7 the pipeline depth of the
 // 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4 otherwise).
 constexpr int k2dStageC = 1, k2dShareB = 2;
 constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor;
@@ -1206,7 +1206,7 @@ int spmm_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
   return fail(KL_ERR_INVALID, "blocksparse spmm: no kernel for this tile");
 }
 
-// Whether X (k x n) is larger than half the device's L2: then a grid with the RHS tiles fastest
+// Whether X (k x n) is larger than the device's L2: then a grid with the RHS tiles fastest
 // streams every X block row a block row meets from DRAM again for each (random patterns reuse
 // a block row of X across block rows far apart in the grid), and the strip-major order keeps
 // one k x tile strip of X resident instead, re-reading A once per strip.
@@ -1221,7 +1221,7 @@ bool x_exceeds_l2(const kl_bs_spmm_problem &p, size_t item) {
     bytes = v;
     l2.store(bytes, std::memory_order_relaxed);
   }
-  return double(p.k) * double(p.n) * double(item) > 0.5 * double(bytes);
+  return double(p.k) * double(p.n) * double(item) > double(bytes);
 }
 
 template <int MODE, int BM, int WN, int S>

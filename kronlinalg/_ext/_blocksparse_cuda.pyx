@@ -73,15 +73,16 @@ def spmm_variant(int variant=-1):
 def spmm_panel_opts(int opts=-1):
     """The half-precision panel kernel's options (bit 0 C staged for 16-byte stores, bit 1 A read
     evict-first, bit 3 the persistent form, bits 4-7 the 256-column tile's depth 4/8/12, bits
-    8-15 a cap on the persistent grid, bit 2 the strip-major grid where X is wider than half the
-    L2); sets them when opts >= 0; returns the previous."""
+    8-15 a cap on the persistent grid, bit 2 the strip-major grid where X is larger than the L2,
+    bit 16 that grid whatever X's size); sets them when opts >= 0; returns the previous."""
     return kl_bs_spmm_panel_opts(opts)
 
 
 def spmm2d_opts(int opts=-1):
     """The 2D kernel's options (bit 0 C staged for 16-byte stores, bit 1 B fragments once per
-    step, bit 2 the strip-major grid where X is wider than half the L2); sets them when
-    opts >= 0; returns the previous."""
+    step, bit 2 the strip-major grid where X is larger than the L2, bit 16 that grid whatever
+    X's size, bits 4-7 the 8-row panels' depth); sets them when opts >= 0; returns the
+    previous."""
     return kl_bs_spmm2d_opts(opts)
 
 
