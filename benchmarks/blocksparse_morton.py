@@ -266,10 +266,11 @@ def main():
         json.dump(res, open(args.out, "w"), indent=1)
     for r in res.get("patterns", []):
         ms = r["ms"]
-        print(f"| {r['pattern']} | {r['density']} | {r['dtype']} | {r['rhs']} | {r['reuse']:.2f} | "
+        print(f"| {r['pattern']} | {r['density']} | {r['dtype']} | {r['rhs']} | "
+              f"{r['reuse']:.2f} | "
               + " | ".join(f"{k}={v:.4g}" for k, v in ms.items())
               + f" | {r['auto']} | x2d {r['x_2d_over_1d']:.2f} | bits {r['same_bits_2d']} | "
-              f"err2d {max(v for k, v in r['err'].items()):.1e}")
+              f"maxerr {max(r['err'].values()):.1e}")
     for r in res.get("wide", []):
         print(f"| wide {r['pattern']} | {r['rhs']} | {r['reuse']:.2f} | "
               + " | ".join(f"{k}={v:.4g}" for k, v in r["ms"].items()) + f" | {r['auto']} |")

@@ -852,9 +852,10 @@ template <> struct BFrag<kF64> {
 // Options of the 2D kernel (kl_bs_spmm2d_opts), for A/B runs: bit 0 (k2dStageC) stores C, in
 // half precision, through shared memory as 16-byte row pieces (else 2-byte stores from the
 // fragments); bit 1 (k2dShareB) loads each warp's B fragments once per step for all the
-// panel's blocks of that step (every mode but IEEE FP32; else once per block); bit 2 (kPanelStripMajor)
-// the strip-major grid where X does not fit the L2; bits 4-7 the pipeline depth of the
-// 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4 otherwise).
+// panel's blocks of that step (every mode but IEEE FP32; else once per block); bit 2
+// (kPanelStripMajor) the strip-major grid where X does not fit the L2 (bit 16 always); bits
+// 4-7 the pipeline depth of the 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4
+// otherwise).
 constexpr int k2dStageC = 1, k2dShareB = 2;
 constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor;
 std::atomic<int> g_2d_opts{k2dDefault};
