@@ -40,9 +40,10 @@ TWOD_DEFAULT = bs_cuda.spmm2d_opts()
 STRIP, FORCE = 4, 1 << 16  # kPanelStripMajor (both kernels' options); kStripForce
 # the 2D kernel's option sets: "2d_old" the kernel before this session (no option), "2d_c" C
 # staged (FP16 rows only), "2d_new" C staged + B fragments once per step + strip-major,
-# "2d_deep" that with 10 stages (half precision; 4-byte types 5)
+# "2d_deep" that with 10 stages (half precision; 4-byte types 5), "2d_nw4" 2d_new with 8-row
+# panels of 4 warps (64-column tiles, 4 CTAs an SM; FP16 rows only)
 TWOD = {"2d_old": 0, "2d_c": 1 | STRIP, "2d_new": 1 | 2 | STRIP,
-        "2d_deep": 1 | 2 | STRIP | (10 << 4)}
+        "2d_deep": 1 | 2 | STRIP | (10 << 4), "2d_nw4": 1 | 2 | STRIP | (1 << 8)}
 
 
 def cuda_time(fn, reps=10, batches=3):
@@ -147,9 +148,9 @@ def patterns_section(budget, N=16384):
                 err["1d"] = rel(spmm(A, X, algorithm="blocksparse"), ref)
                 outs = {}
                 for name, opts in TWOD.items():
-                    if (name == "2d_deep" and dname == "fp64") or (name == "2d_c" and
-                                                                  dname != "fp16"):
-                        continue  # FP64 has one depth; C is staged in half precision only
+                    if (name == "2d_deep" and dname == "fp64") or (
+                            name in ("2d_c", "2d_nw4") and dname != "fp16"):
+                        continue  # FP64 has one depth; C staged, 4-warp panels: half only
                     f = lambda: spmm(Am, X, algorithm="morton")  # noqa: E731
                     ms[name] = with_opts(PANEL_DEFAULT, opts, lambda: cuda_time(f))
                     outs[name] = with_opts(PANEL_DEFAULT, opts, f)

@@ -44,8 +44,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("json")
     p.add_argument("--variant", default="2d_new")
+    p.add_argument("--tables", action="store_true", help="also the run's markdown tables")
     args = p.parse_args()
     res = json.load(open(args.json))
+    if args.tables:
+        tables(res)
     rows = [r for r in res.get("patterns", []) + res.get("wide", []) if args.variant in r["ms"]]
     prof = profiles.KNOWN_GPUS["h100-sxm"]
     fixed = prof.launch_s + costs._HOST_OURS
@@ -88,6 +91,41 @@ def main():
               f"{r['reuse']:.2f} | {m1:.4g} | {m2:.4g} | {t1:.4g} / {t2:.4g} | {m2 / m1:.2f} | "
               f"{pick} | {'yes' if ok else 'NO'} |")
     print(f"model picks the faster of 1D / 2D in {right} of {len(rows)} rows")
+
+
+def tables(res):
+    """The run's markdown tables (docs/blocksparse.md)."""
+    def f(v):
+        return "—" if v is None else f"{v:.3g}"
+    print("| pattern | density | dtype | RHS | reuse (P) | 1D | 2D first | 2D C | 2D new | 2D deep "
+          "| 2D default, row order | dense | auto picked | auto | best 2D / 1D |")
+    print("|" + "---|" * 15)
+    for r in res.get("patterns", []):
+        ms = r["ms"]
+        best = min(v for k, v in ms.items() if k.startswith("2d_") and k != "2d_old")
+        print(f"| {r['pattern']} | {r['density']} | {r['dtype']} | {r['rhs']} | "
+              f"{r['reuse']:.2f} ({r['P']}) | {f(ms['1d'])} | {f(ms.get('2d_old'))} | "
+              f"{f(ms.get('2d_c'))} | {f(ms.get('2d_new'))} | {f(ms.get('2d_deep'))} | "
+              f"{f(ms.get('2d_row_order'))} | {f(ms['dense'])} | {r['auto']} | {f(ms['auto'])} | "
+              f"**{best / ms['1d']:.2f}** |")
+    print()
+    print("| pattern | RHS | reuse | 1D tile-fastest | 1D strip-major | 2D first | 2D new "
+          "tile-fastest | 2D new strip-major | 2D deep | dense | auto |")
+    print("|" + "---|" * 11)
+    for r in res.get("wide", []):
+        ms = r["ms"]
+        print(f"| {r['pattern']} | {r['rhs']} | {r['reuse']:.2f} | " + " | ".join(
+            f(ms.get(k)) for k in ("1d_tile_fastest", "1d_strip_major", "2d_old",
+                                   "2d_new_tile_fastest", "2d_new", "2d_deep", "dense", "auto"))
+            + " |")
+    print()
+    print("| order | RHS | nnz blocks | ours | bmm | ours / bmm | bytes ratio | ours TB/s | bmm TB/s "
+          "| auto | error |")
+    print("|" + "---|" * 11)
+    for r in res.get("batched", []):
+        print(f"| {r['order']} | {r['rhs']} | {r['nnzb']} | {r['ours_ms']:.4g} | {r['bmm_ms']:.4g} "
+              f"| **{r['ratio']:.3f}** | {r['bytes_ratio']:.3f} | {r['ours_tbs']:.2f} | "
+              f"{r['bmm_tbs']:.2f} | {r['auto_ms']:.4g} | {r['err_ours']:.1e} |")
 
 
 if __name__ == "__main__":

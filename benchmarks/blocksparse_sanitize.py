@@ -110,7 +110,8 @@ def twod_calls():
             xe = x.double().cpu().numpy()
             c = torch.randn((m, n), device="cuda").to(dt)
             runs = [("morton", o, prev_panel) for o in
-                    (0, 1, 2, 3, 3 | strip | force, 3 | 10 << 4, 3 | strip | force | 5 << 4)]
+                    (0, 1, 2, 3, 3 | strip | force, 3 | 10 << 4, 3 | strip | force | 5 << 4,
+                     3 | 1 << 8)]
             runs.append(("blocksparse", prev_2d, prev_panel | strip | force))
             for algorithm, o2d, opanel in runs:
                 bs_cuda.spmm2d_opts(o2d)

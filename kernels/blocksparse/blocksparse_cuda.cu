@@ -856,12 +856,13 @@ template <> struct BFrag<kF64> {
 // (kPanelStripMajor) the strip-major grid where X does not fit the L2 (bit 16 always); bits
 // 4-7 the pipeline depth of the 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4
 // otherwise).
-constexpr int k2dStageC = 1, k2dShareB = 2;
+// Bit 8 (k2dNarrowCta): half precision's 8-row panels with 4 warps (spmm2d_mode).
+constexpr int k2dStageC = 1, k2dShareB = 2, k2dNarrowCta = 1 << 8;
 constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor;
 std::atomic<int> g_2d_opts{k2dDefault};
 
 template <int MODE, int BM, int WN, int S, int P, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : P == 8 ? 4 : 3)
     spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn, int opts) {
   using PL = Panel2d<MODE, BM, WN, S, P, NW>;
   using TL = typename PL::TL;
@@ -1360,6 +1361,11 @@ int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
   else if constexpr (MODE == kHalf || MODE == kBf16) {
     if (p.n <= 64) return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
+    // k2dNarrowCta: the 8-row panel with 4 warps (64-column tiles, A staged twice as often):
+    // 4 CTAs an SM instead of 2, so a CTA waiting at its per-step barrier idles a quarter of the
+    // SM's warps, not half
+    if (g_2d_opts.load(std::memory_order_relaxed) & k2dNarrowCta)
+      return launch_spmm2d<MODE, 16, 6, 8, 4>(p, s);
     return depth >= 10 ? launch_spmm2d<MODE, 16, 10, 8, 8>(p, s)
                        : launch_spmm2d<MODE, 16, 6, 8, 8>(p, s);
   } else {
