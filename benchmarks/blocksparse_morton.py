@@ -5,13 +5,14 @@ on the patterns users have, and wide right-hand sides) and the batched 0.6x mark
 
 Sections (each skipped once the budget is spent; the JSON is written after every one):
 
-1. patterns: N = 16384, 16 x 16 blocks, RHS 64 / 256, FP16 / FP32 / FP64, on random (0.05,
-   0.25), block-banded (|i - j| <= w, density 0.05 and 0.1), block-diagonal plus noise (dense
-   32 x 32-block squares on the diagonal + 2 % random) and power-law rows (row weights
-   rank^-0.7, random columns) patterns: the 1D panel kernel (row order), the 2D kernel on the
-   Morton-order copy with its first options (0) and the new ones (C staged, B fragments once
-   per step, deeper pipeline), dense torch.mm; the pattern's reuse (blocks per 2D step), what
-   the planner picks and the auto call's time; errors against float64.
+1. patterns: N = 16384 (and 4096: random 0.25, banded 0.05), 16 x 16 blocks, RHS 64 / 256,
+   FP16 / FP32 / FP64, on random (0.05, 0.25), block-banded (|i - j| <= w, density 0.05 and
+   0.1), block-diagonal plus noise (dense 32 x 32-block squares on the diagonal + 2 % random)
+   and power-law rows (row weights rank^-0.7, random columns) patterns: the 1D panel kernel
+   (row order), the 2D kernel on the Morton-order copy with its first options (0) and the new
+   ones (C staged, B fragments once per step, deeper pipeline, 4-warp panels), dense torch.mm;
+   the pattern's reuse (blocks per 2D step), what the planner picks and the auto call's time;
+   errors against float64.
 2. wide: random 0.05 and banded 0.05, FP16, RHS 1024 / 4096: the 1D kernel with the grid
    RHS-tile-fastest (before) and strip-major, the 2D kernel likewise, dense.
 3. batched: spmm_batched, FP16, batch 10^4, patterns of exactly 50 % of the blocks, orders
@@ -114,19 +115,18 @@ def plan_of(A, X, dt):
     return got[0].name, P, {c.name: c.seconds * 1e3 for c in got}
 
 
-PATTERN_CASES = [  # (pattern, density, dtypes), most telling first
-    ("banded", 0.05, ("fp16", "fp32", "fp64")),
-    ("random", 0.05, ("fp16", "fp32", "fp64")),
-    ("blockdiag", 0.05, ("fp16", "fp32", "fp64")),
-    ("random", 0.25, ("fp16", "fp32", "fp64")),
-    ("banded", 0.1, ("fp16", "fp32")),
-    ("powerlaw", 0.05, ("fp16", "fp32")),
+ALL = ("fp16", "fp32", "fp64")
+PATTERN_CASES = [  # (N, pattern, density, dtypes), most telling first; N = 4096 for auto's sake
+    (16384, "banded", 0.05, ALL), (16384, "random", 0.05, ALL), (16384, "blockdiag", 0.05, ALL),
+    (16384, "random", 0.25, ALL), (16384, "banded", 0.1, ("fp16", "fp32")),
+    (16384, "powerlaw", 0.05, ("fp16", "fp32")), (4096, "banded", 0.05, ALL),
+    (4096, "random", 0.25, ALL),
 ]
 
 
-def patterns_section(budget, N=16384):
+def patterns_section(budget):
     rows = []
-    for kind, d, dtypes in PATTERN_CASES:
+    for N, kind, d, dtypes in PATTERN_CASES:
         for dname in dtypes:
             if time.time() - START > budget:
                 return rows
@@ -139,7 +139,7 @@ def patterns_section(budget, N=16384):
                 X = torch.randn((N, n), device="cuda", generator=g).to(dt)
                 ref = dense.double() @ X.double()
                 auto, P, predicted = plan_of(A, X, str(dt).split(".")[-1])
-                row = {"pattern": kind, "density": round(A.density, 4), "dtype": dname,
+                row = {"N": N, "pattern": kind, "density": round(A.density, 4), "dtype": dname,
                        "rhs": n, "nnzb": A.nnz_blocks, "P": P, "reuse": A.panel_reuse(P),
                        "skew": float(A.row_counts().max() / max(1e-9, A.row_counts().mean())),
                        "auto": auto, "predicted_ms": predicted, "ms": {}, "err": {}}

@@ -31,8 +31,8 @@ def gpu_tile(dname, n):  # the 1D kernel's RHS tile (kl_bs_spmm_cuda_tile_n, b =
     return 128 if n > 64 else 64
 
 
-def problem(row, N=16384):
-    n, d = row["rhs"], row["dtype"]
+def problem(row):
+    n, d, N = row["rhs"], row["dtype"], row.get("N", 16384)
     info = {"m": N, "k": N, "n": n, "block": 16, "nnzb": row["nnzb"],
             "density": row["nnzb"] / (N // 16) ** 2, "skew": row.get("skew", 1.0),
             "lib": "torch", "beta": 0, "order": "row", "tile": 0,
@@ -87,7 +87,8 @@ def main():
         pick = "2d" if t2 < t1 else "1d"
         ok = (pick == "2d") == (m2 < m1)
         right += ok
-        print(f"| {r['pattern']} {r.get('density', '')} | {r['dtype']} | {r['rhs']} | "
+        print(f"| {r.get('N', 16384)} {r['pattern']} {r.get('density', '')} | {r['dtype']} | "
+              f"{r['rhs']} | "
               f"{r['reuse']:.2f} | {m1:.4g} | {m2:.4g} | {t1:.4g} / {t2:.4g} | {m2 / m1:.2f} | "
               f"{pick} | {'yes' if ok else 'NO'} |")
     print(f"model picks the faster of 1D / 2D in {right} of {len(rows)} rows")
@@ -97,15 +98,17 @@ def tables(res):
     """The run's markdown tables (docs/blocksparse.md)."""
     def f(v):
         return "—" if v is None else f"{v:.3g}"
-    print("| pattern | density | dtype | RHS | reuse (P) | 1D | 2D first | 2D C | 2D new | 2D deep "
-          "| 2D default, row order | dense | auto picked | auto | best 2D / 1D |")
-    print("|" + "---|" * 15)
+    print("| N | pattern | density | dtype | RHS | reuse (P) | 1D | 2D first | 2D C | 2D new | "
+          "2D deep | 2D 4 warps | 2D default, row order | dense | auto picked | auto | "
+          "best 2D / 1D |")
+    print("|" + "---|" * 17)
     for r in res.get("patterns", []):
         ms = r["ms"]
         best = min(v for k, v in ms.items() if k.startswith("2d_") and k != "2d_old")
-        print(f"| {r['pattern']} | {r['density']} | {r['dtype']} | {r['rhs']} | "
-              f"{r['reuse']:.2f} ({r['P']}) | {f(ms['1d'])} | {f(ms.get('2d_old'))} | "
+        print(f"| {r.get('N', 16384)} | {r['pattern']} | {r['density']} | {r['dtype']} | "
+              f"{r['rhs']} | {r['reuse']:.2f} ({r['P']}) | {f(ms['1d'])} | {f(ms.get('2d_old'))} | "
               f"{f(ms.get('2d_c'))} | {f(ms.get('2d_new'))} | {f(ms.get('2d_deep'))} | "
+              f"{f(ms.get('2d_nw4'))} | "
               f"{f(ms.get('2d_row_order'))} | {f(ms['dense'])} | {r['auto']} | {f(ms['auto'])} | "
               f"**{best / ms['1d']:.2f}** |")
     print()
@@ -119,8 +122,8 @@ def tables(res):
                                    "2d_new_tile_fastest", "2d_new", "2d_deep", "dense", "auto"))
             + " |")
     print()
-    print("| order | RHS | nnz blocks | ours | bmm | ours / bmm | bytes ratio | ours TB/s | bmm TB/s "
-          "| auto | error |")
+    print("| order | RHS | nnz blocks | ours | bmm | ours / bmm | bytes ratio | ours TB/s | "
+          "bmm TB/s | auto | error |")
     print("|" + "---|" * 11)
     for r in res.get("batched", []):
         print(f"| {r['order']} | {r['rhs']} | {r['nnzb']} | {r['ours_ms']:.4g} | {r['bmm_ms']:.4g} "
