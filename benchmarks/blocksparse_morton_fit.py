@@ -95,6 +95,14 @@ def main():
               f"{r['reuse']:.2f} | {m1:.4g} | {m2:.4g} | {t1:.4g} / {t2:.4g} | {m2 / m1:.2f} | "
               f"{pick} | {'yes' if ok else 'NO'} |")
     print(f"model picks the faster of 1D / 2D in {right} of {len(rows)} rows")
+    # the Python of a call: a loop of calls runs at max(host, kernel), so where the whole call
+    # is well above the launch alone the difference is the host's (the 1D has a fast path)
+    for name, key in (("1d", "1d"), ("2d", args.variant)):
+        host = [r["ms"][key] for r in res.get("patterns", [])
+                if key in r.get("kernel_ms", {}) and r["ms"][key] > 1.3 * r["kernel_ms"][key]]
+        if host:
+            print(f"host-bound {name} calls: {len(host)}, ms per call median "
+                  f"{float(np.median(host)):.4f}, min {min(host):.4f}")
 
 
 def tables(res):
