@@ -44,9 +44,11 @@ STRIP, FORCE = 4, 1 << 16  # kPanelStripMajor (both kernels' options); kStripFor
 # the 2D kernel's option sets: "2d_old" the kernel before this session (no option), "2d_c" C
 # staged (FP16 rows only), "2d_new" C staged + B fragments once per step + strip-major,
 # "2d_deep" that with 10 stages (half precision; 4-byte types 5), "2d_nw4" 2d_new with 8-row
-# panels of 4 warps (64-column tiles, 4 CTAs an SM; FP16 rows only)
+# panels of 4 warps (64-column tiles, 4 CTAs an SM; FP16 rows only), "2d_f64w" FP64's 4-row
+# panels with 8 warps (128-column tiles; FP64 rows at 256 columns)
 TWOD = {"2d_old": 0, "2d_c": 1 | STRIP, "2d_new": 1 | 2 | STRIP,
-        "2d_deep": 1 | 2 | STRIP | (10 << 4), "2d_nw4": 1 | 2 | STRIP | (1 << 8)}
+        "2d_deep": 1 | 2 | STRIP | (10 << 4), "2d_nw4": 1 | 2 | STRIP | (1 << 8),
+        "2d_f64w": 1 | 2 | STRIP | (1 << 9)}
 
 
 def cuda_time(fn, reps=10, batches=3):
@@ -200,8 +202,9 @@ def patterns_section(budget):
                 outs = {}
                 for name, opts in TWOD.items():
                     if (name == "2d_deep" and dname == "fp64") or (
-                            name in ("2d_c", "2d_nw4") and dname != "fp16"):
-                        continue  # FP64 has one depth; C staged, 4-warp panels: half only
+                            name in ("2d_c", "2d_nw4") and dname != "fp16") or (
+                            name == "2d_f64w" and (dname != "fp64" or n <= 64)):
+                        continue  # FP64: one depth, its own 8-warp form; C, 4 warps: half
                     f = lambda: spmm(Am, X, algorithm="morton")  # noqa: E731
                     ms[name] = with_opts(PANEL_DEFAULT, opts, lambda: cuda_time(f))
                     outs[name] = with_opts(PANEL_DEFAULT, opts, f)

@@ -110,7 +110,7 @@ def tables(res):
     def f(v):
         return "—" if v is None else f"{v:.3g}"
     print("| N | pattern | density | dtype | RHS | reuse (P) | 1D | 2D first | 2D C | 2D new | "
-          "2D deep | 2D 4 warps | best 2D / 1D | call: 1D | call: 2D | call: dense | "
+          "2D deep | 2D other warps | best 2D / 1D | call: 1D | call: 2D | call: dense | "
           "auto picked | call: auto |")
     print("|" + "---|" * 18)
     for r in res.get("patterns", []):
@@ -119,7 +119,8 @@ def tables(res):
         print(f"| {r.get('N', 16384)} | {r['pattern']} | {r['density']} | {r['dtype']} | "
               f"{r['rhs']} | {r['reuse']:.2f} ({r['P']}) | {f(ms['1d'])} | {f(ms.get('2d_old'))} | "
               f"{f(ms.get('2d_c'))} | {f(ms.get('2d_new'))} | {f(ms.get('2d_deep'))} | "
-              f"{f(ms.get('2d_nw4'))} | **{best / ms['1d']:.2f}** | {f(r['ms']['1d'])} | "
+              f"{f(ms.get('2d_nw4', ms.get('2d_f64w')))} | **{best / ms['1d']:.2f}** | "
+              f"{f(r['ms']['1d'])} | "
               f"{f(r['ms'].get('2d_row_order'))} | {f(r['ms']['dense'])} | {r['auto']} | "
               f"{f(r['ms']['auto'])} |")
     print()

@@ -111,7 +111,7 @@ def twod_calls():
             c = torch.randn((m, n), device="cuda").to(dt)
             runs = [("morton", o, prev_panel) for o in
                     (0, 1, 2, 3, 3 | strip | force, 3 | 10 << 4, 3 | strip | force | 5 << 4,
-                     3 | 1 << 8)]
+                     3 | 1 << 8, 3 | 1 << 9)]
             runs.append(("blocksparse", prev_2d, prev_panel | strip | force))
             for algorithm, o2d, opanel in runs:
                 bs_cuda.spmm2d_opts(o2d)

@@ -292,7 +292,7 @@ def test_spmm_cuda_2d_options_and_strip_major(xp, rng, n):
                 ref = ae @ xe
                 runs = [("morton", o, prev_panel) for o in
                         (0, 1, 2, 3, 3 | strip | force, 3 | 10 << 4, 3 | strip | force | 5 << 4,
-                         3 | 1 << 8)]
+                         3 | 1 << 8, 3 | 1 << 9)]
                 runs += [("blocksparse", prev_2d, prev_panel | strip | force),
                          ("blocksparse", prev_2d, prev_panel & ~strip)]
                 for algorithm, o2d, opanel in runs:

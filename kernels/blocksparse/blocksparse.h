@@ -96,7 +96,8 @@ int kl_bs_spmm_panel_opts(int opts);
  * fragments loaded once per step, all but IEEE FP32; bit 2: the strip-major grid where X is
  * larger than the L2; bit 16: that grid whatever X's size; bits 4-7: the 8-row panels'
  * pipeline depth, 10 (half) or 5 (4-byte types) when at least that; bit 8: half precision's
- * 8-row panels with 4 warps); sets them when opts >= 0; the previous. */
+ * 8-row panels with 4 warps; bit 9: FP64's 4-row panels with 8 warps, more than 64 columns);
+ * sets them when opts >= 0; the previous. */
 int kl_bs_spmm2d_opts(int opts);
 int kl_bs_cuda_device_check(void);
 

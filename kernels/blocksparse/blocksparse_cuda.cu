@@ -856,8 +856,9 @@ template <> struct BFrag<kF64> {
 // (kPanelStripMajor) the strip-major grid where X does not fit the L2 (bit 16 always); bits
 // 4-7 the pipeline depth of the 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4
 // otherwise).
-// Bit 8 (k2dNarrowCta): half precision's 8-row panels with 4 warps (spmm2d_mode).
-constexpr int k2dStageC = 1, k2dShareB = 2, k2dNarrowCta = 1 << 8;
+// Bit 8 (k2dNarrowCta): half precision's 8-row panels with 4 warps; bit 9 (k2dWideF64): FP64's
+// 4-row panels with 8 warps (spmm2d_mode).
+constexpr int k2dStageC = 1, k2dShareB = 2, k2dNarrowCta = 1 << 8, k2dWideF64 = 1 << 9;
 constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor;
 std::atomic<int> g_2d_opts{k2dDefault};
 
@@ -1358,7 +1359,13 @@ int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   // depth (bits 4-7 of the options, 8-row panels): half precision 6 or 10 stages (10 x 10.5
   // KB: still two CTAs an SM), 4-byte types 4 or 5 (19 KB a stage)
   const int depth = (g_2d_opts.load(std::memory_order_relaxed) >> 4) & 15;
-  if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
+  if constexpr (MODE == kF64) {
+    // k2dWideF64: 8 warps (128-column tiles: A staged half as often at 256 columns, 2 CTAs an
+    // SM) in place of 4 (64 columns, 3 CTAs)
+    if ((g_2d_opts.load(std::memory_order_relaxed) & k2dWideF64) && p.n > 64)
+      return launch_spmm2d<MODE, 16, 3, 4, 8>(p, s);
+    return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
+  }
   else if constexpr (MODE == kHalf || MODE == kBf16) {
     if (p.n <= 64) return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
     // k2dNarrowCta: the 8-row panel with 4 warps (64-column tiles, A staged twice as often):

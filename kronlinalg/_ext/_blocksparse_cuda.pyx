@@ -82,7 +82,7 @@ def spmm2d_opts(int opts=-1):
     """The 2D kernel's options (bit 0 C staged for 16-byte stores, bit 1 B fragments once per
     step, bit 2 the strip-major grid where X is larger than the L2, bit 16 that grid whatever
     X's size, bits 4-7 the 8-row panels' depth, bit 8 half precision's 8-row panels with 4
-    warps); sets them when opts >= 0; returns the previous."""
+    warps, bit 9 FP64's panels with 8 warps); sets them when opts >= 0; returns the previous."""
     return kl_bs_spmm2d_opts(opts)
 
 
