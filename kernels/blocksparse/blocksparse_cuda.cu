@@ -859,7 +859,12 @@ template <> struct BFrag<kF64> {
 // Bit 8 (k2dNarrowCta): half precision's 8-row panels with 4 warps; bit 9 (k2dWideF64): FP64's
 // 4-row panels with 8 warps (spmm2d_mode).
 constexpr int k2dStageC = 1, k2dShareB = 2, k2dNarrowCta = 1 << 8, k2dWideF64 = 1 << 9;
-constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor;
+// The default (H100, 2026-11-27, benchmarks/blocksparse_morton.py, kernel times): C staged and
+// B fragments once per step took the banded FP16 / 256 case from 0.0764 to 0.0512 ms (1D:
+// 0.0982) and FP32 / 256 from 0.251 to 0.198 (1D 0.242); FP64's 8-warp form 0.287 -> 0.283
+// banded, 0.521 -> 0.445 random at 256 columns; 10 / 5 stages and the 4-warp half form gained
+// nothing (within 2 %, or slower: 0.0648 banded FP16 / 256).
+constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor | k2dWideF64;
 std::atomic<int> g_2d_opts{k2dDefault};
 
 template <int MODE, int BM, int WN, int S, int P, int NW>

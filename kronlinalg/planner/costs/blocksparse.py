@@ -41,13 +41,21 @@ _L2_FACTOR = 1.6  # L2 -> shared memory bandwidth over DRAM bandwidth (4.7 TB/s 
 _BSR_OVER_OURS = 2.5  # torch BSR / ours, measured 1.9-7.0x
 # The 2D kernel: its time is its steps (one per block column present in a panel: a staged B
 # block row) and blocks, at ns per CTA step / per block over the whole GPU (H100, 132 SMs),
-# fitted per (dtype class, panel rows) to the H100 runs (docs/blocksparse.md, "Morton pays").
+# fitted per (dtype class, panel rows) by least squares to the launches' times of the H100 run
+# of 2026-11-27 (benchmarks/blocksparse_morton.py + _fit.py; 39 cases: random, banded,
+# block-diagonal + noise, power-law, N = 4096 / 16384, RHS 64-4096), in the 1D model's units
+# (each 2D time scaled by the 1D prediction over the 1D measurement, so the pick follows the
+# measured ratio where the 1D model is off): the planner then picks the faster in 39 of 39.
 # The L2 -> shared memory bytes (a B block row per step, not per block) bound it from below.
-_2D_STEP_NS = {("half", 8): 2.5, ("half", 4): 1.8, ("float32", 8): 4.5, ("float32", 4): 3.0,
-               ("float64", 4): 2.8}
-_2D_BLOCK_NS = {("half", 8): 0.0, ("half", 4): 0.0, ("float32", 8): 0.0, ("float32", 4): 0.0,
-                ("float64", 4): 0.0}
+_2D_STEP_NS = {("half", 8): 2.460, ("half", 4): 1.782, ("float32", 8): 2.893,
+               ("float32", 4): 1.554, ("float64", 4): 2.660}
+_2D_BLOCK_NS = {("half", 8): 0.144, ("half", 4): 0.0, ("float32", 8): 1.112,
+                ("float32", 4): 0.846, ("float64", 4): 2.678}
 _H100_SMS = 132
+# spmm's whole Python path for the 2D kernel (no per-signature fast path, unlike the 1D's):
+# loops of calls ran at ~0.1 ms a call whatever the kernel's length (0.064-0.106 ms where the
+# kernel took 0.010-0.051), so a call costs at least that
+_HOST_2D = 100e-6
 _EFF = {"float16": 0.45, "bfloat16": 0.45, "float32": 0.5, "float64": 0.6}
 
 
@@ -102,7 +110,7 @@ def predict_spmm_morton(problem, prof):
     the panel's steps (one per block column present: reuse = blocks per step, from the pattern
     when the caller knows it, else a random pattern's P d / (1 - (1 - d)^P)); its time is the
     larger of the steps' and blocks' fitted cost, the L2 -> shared memory bytes (a B block row
-    per step), DRAM and the tensor cores."""
+    per step), DRAM and the tensor cores, and at least the call's Python (~0.1 ms)."""
     i = problem.info
     s = ITEMSIZE.get(problem.dtype, 4)
     b, n, nnzb, d = i["block"], i["n"], i["nnzb"], i["density"]
@@ -112,7 +120,8 @@ def predict_spmm_morton(problem, prof):
         present = 1.0 - (1.0 - d) ** P
         reuse = max(1.0, P * d / present) if present > 0 else 1.0
     steps = nnzb / reuse
-    tile = 16 * P  # P warps (8-row panels: 8) of 16 columns
+    # warps of 16 columns: 8 (8-row panels, and FP64 wider than 64 columns), else 4
+    tile = 128 if P == 8 or (problem.dtype == "float64" and n > 64) else 64
     tiles = math.ceil(n / tile)
     cls = "half" if problem.dtype in ("float16", "bfloat16") else problem.dtype
     key = (cls, P) if (cls, P) in _2D_STEP_NS else ("float32", P)
@@ -123,10 +132,10 @@ def predict_spmm_morton(problem, prof):
     flops = 2.0 * nnzb * b * b * n
     t_tc = flops / tc_rate(prof, problem.dtype)
     t_mem = dram / prof.bandwidth
-    seconds = (max(t_work, t_l2, t_mem, t_tc) * _imbalance(i) + prof.launch_s + _HOST_OURS)
+    seconds = max(max(t_work, t_l2, t_mem, t_tc) * _imbalance(i) + prof.launch_s, _HOST_2D)
     return seconds, {"flops": flops, "bytes": dram, "reuse": reuse, "steps": steps,
                      "terms": {"steps": t_work, "l2": t_l2, "dram": t_mem, "tensor cores": t_tc,
-                               "launch": prof.launch_s + _HOST_OURS}}
+                               "launch": prof.launch_s, "host (floor)": _HOST_2D}}
 
 
 def predict_spmm_torch_bsr(problem, prof):
