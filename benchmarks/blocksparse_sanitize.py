@@ -7,7 +7,8 @@ order, shapes not divisible by b, empty rows, a heavy row cut into pieces (atomi
 three SpGEMM phases, the batched kernel (spmm_batched: every RHS tile, edge blocks, an empty
 pattern).  Exits non-zero on a wrong answer.  ``--quick`` (for racecheck): FP16 and FP32,
 b = 16, the panel and 2D kernels' tiles only; ``--batched``: the batched kernel only; ``--panel``:
-the half-precision panel kernel's options only (both flags: both)."""
+the half-precision panel kernel's options only; ``--twod``: the 2D kernel's options and the
+strip-major grids only (flags combine)."""
 
 import sys
 
@@ -88,11 +89,49 @@ def panel_calls():
     print("done panel", flush=True)
 
 
+def twod_calls():
+    """The 2D kernel's options (none, C staged, B fragments once per step, strip-major forced,
+    10 / 5 stages) and the panel kernel's strip-major grid (forced), FP16/BF16/FP32/FP64, on a
+    banded pattern plus noise with edge blocks and an empty block row, 2-3 RHS tiles, beta."""
+    from kronlinalg.blocksparse import bs_cuda
+    m, k = 16 * 21 - 3, 16 * 19 - 5
+    R, C = -(-m // 16), -(-k // 16)
+    mask = (np.abs(np.arange(R)[:, None] - np.arange(C)[None, :]) <= 2) | (rng.random((R, C)) < 0.1)
+    mask[5] = False
+    a = (np.kron(mask, np.ones((16, 16))) * rng.standard_normal((R * 16, C * 16)))[:m, :k]
+    force, strip = 1 << 16, 4
+    prev_2d, prev_panel = bs_cuda.spmm2d_opts(), bs_cuda.spmm_panel_opts()
+    for dt in DTYPES:  # --quick (racecheck): FP16 and FP32
+        A = BlockSparseMatrix.from_dense(torch.from_numpy(a).to("cuda", dt), order="morton")
+        ae = A.to_dense().double().cpu().numpy()
+        ns = (136,) if QUICK else (100, 257) if dt == torch.float64 else (136, 257)
+        for n in ns:  # C staged at 136 (n % 8 == 0), 2-3 RHS tiles
+            x = torch.randn((k, n), device="cuda").to(dt)
+            xe = x.double().cpu().numpy()
+            c = torch.randn((m, n), device="cuda").to(dt)
+            runs = [("morton", o, prev_panel) for o in
+                    (0, 1, 2, 3, 3 | strip | force, 3 | 10 << 4, 3 | strip | force | 5 << 4,
+                     3 | 1 << 8, 3 | 1 << 9)]
+            runs.append(("blocksparse", prev_2d, prev_panel | strip | force))
+            for algorithm, o2d, opanel in runs:
+                bs_cuda.spmm2d_opts(o2d)
+                bs_cuda.spmm_panel_opts(opanel)
+                check(spmm(A, x, alpha=-1.5, algorithm=algorithm), -1.5 * (ae @ xe), TOL[dt],
+                      ("2d opts", dt, n, algorithm, o2d, opanel))
+                check(spmm(A, x, beta=0.5, c=c, algorithm=algorithm),
+                      ae @ xe + 0.5 * c.double().cpu().numpy(), TOL[dt], ("2d beta", dt, n))
+    bs_cuda.spmm2d_opts(prev_2d)
+    bs_cuda.spmm_panel_opts(prev_panel)
+    print("done 2d", flush=True)
+
+
 TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 QUICK = "--quick" in sys.argv
 DTYPES = (torch.float16, torch.float32) if QUICK else (torch.float16, torch.bfloat16,
                                                         torch.float32, torch.float64)
-if "--panel" in sys.argv or "--batched" in sys.argv:
+if "--panel" in sys.argv or "--batched" in sys.argv or "--twod" in sys.argv:
+    if "--twod" in sys.argv:
+        twod_calls()
     if "--panel" in sys.argv:
         panel_calls()
     if "--batched" in sys.argv:

@@ -356,6 +356,15 @@ class BlockSparseMatrix(StoredBlocks):
         enc = np.where(split, -rows - 1, rows)
         return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
 
+    def panel_reuse(self, rows: int) -> float:
+        """Stored blocks per step of row_steps(rows): how many block rows of a panel of `rows`
+        share each staged B block row in the 2D kernel (1 .. rows; random patterns of density
+        d: rows d / (1 - (1 - d)^rows), banded ones nearly rows)."""
+        if not self.nnz_blocks:
+            return 1.0
+        keys = (self._rows // rows) * self.block_grid[1] + self._cols
+        return self.nnz_blocks / np.unique(keys).size
+
     def row_steps(self, rows: int) -> tuple:
         """(step_ptr, steps, panels): the 2D CUDA kernel's work list.  The blocks of each panel
         of `rows` block rows grouped by block column, one step per column present, 1 + rows

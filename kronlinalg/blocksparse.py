@@ -148,9 +148,12 @@ def _skew(A: BlockSparseMatrix) -> float:
 def _plan_spmm(call: SpmmCall):
     A = call.A
     n = 1 if call.vector else int(call.B.shape[1])
+    P = _costs.panel_rows(call.compute, n)  # the 2D kernel's (CUDA) reuse on A's pattern
+    on_gpu = _backend.on_cuda(call.B)
+    reuse = _cached(A, ("reuse", P), lambda: round(A.panel_reuse(P), 2)) if on_gpu else 0.0
     opts = {"block": A.block, "nnzb": A.nnz_blocks, "skew": _cached(A, "skew", lambda: _skew(A)),
             "lib": _lib(call.B), "beta": int(call.beta != 0.0), "order": A.order,
-            "tile": A.tile}
+            "tile": A.tile, "reuse": reuse}
     return (A.shape, (A.shape[1], n)), call.compute, opts
 
 
@@ -168,7 +171,7 @@ def _normalise_spmm(shapes, options) -> dict:
             "density": nnzb / (R * C) if R * C else 0.0, "skew": float(options.get("skew", 1.0)),
             "lib": options.get("lib", "numpy"), "beta": int(options.get("beta", 0)),
             "order": options.get("order", "row"), "tile": int(options.get("tile", 0)),
-            "gpu_tile": 0}
+            "reuse": round(float(options.get("reuse", 0.0)), 2), "gpu_tile": 0}
     return info
 
 
@@ -456,7 +459,7 @@ def _replay_dense(call):
 _SPMM = Operation("spmm", prepare=_prepare_spmm, plan_query=_plan_spmm,
                   normalise=_normalise_spmm, empty=_spmm_empty, signature=_spmm_signature,
                   facts=_spmm_facts,
-                  options=("block", "nnzb", "skew", "lib", "beta", "order", "tile"),
+                  options=("block", "nnzb", "skew", "lib", "beta", "order", "tile", "reuse"),
                   doc="alpha * A @ B + beta * c, A block-sparse; shapes: A, B")
 _SPMM.register(Algorithm("blocksparse", _run_ours, _costs.predict_spmm_ours,
                          devices=("cpu", "cuda"),

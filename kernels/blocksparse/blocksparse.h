@@ -88,9 +88,17 @@ int kl_bs_spmm_variant(int variant);
 /* The half-precision panel kernel's options (bit 0: C staged through shared memory for 16-byte
  * stores; bit 1: A read with an L2 evict-first policy; bit 3: the persistent form where it
  * applies; bits 4-7: the 256-column tile's pipeline depth, 4, 8 or 12; bits 8-15: a cap on the
- * persistent grid, for tests), for comparisons; sets them when opts >= 0; the previous.  The
- * first use reads KRONLINALG_BS_PANEL. */
+ * persistent grid, for tests; bit 2: the strip-major grid where X is larger than the L2,
+ * every mode; bit 16: that grid whatever X's size), for comparisons; sets them when
+ * opts >= 0; the previous.  The first use reads KRONLINALG_BS_PANEL. */
 int kl_bs_spmm_panel_opts(int opts);
+/* The 2D kernel's options (bit 0: C staged for 16-byte stores, half precision; bit 1: B
+ * fragments loaded once per step, all but IEEE FP32; bit 2: the strip-major grid where X is
+ * larger than the L2; bit 16: that grid whatever X's size; bits 4-7: the 8-row panels'
+ * pipeline depth, 10 (half) or 5 (4-byte types) when at least that; bit 8: half precision's
+ * 8-row panels with 4 warps; bit 9: FP64's 4-row panels with 8 warps, more than 64 columns);
+ * sets them when opts >= 0; the previous. */
+int kl_bs_spmm2d_opts(int opts);
 int kl_bs_cuda_device_check(void);
 
 /* Batched SpMM over matrices that share one block pattern: C[i] = alpha * A[i] @ X[i] for

@@ -364,12 +364,16 @@ struct IndexRing {
 // not push B's rows (re-read by every block that meets them) out of L2; bit 3 runs the
 // persistent form where it applies (below); bits 4-7 the pipeline depth of the 256-column tile
 // (4, 8 or 12 stages; 0: 4); bits 8-15, when not 0, cap the persistent grid (tests).
-constexpr int kPanelStageC = 1, kPanelEvictA = 2, kPanelPersistent = 8;
+// Bit 2 (kPanelStripMajor, also the 2D kernel's) orders the grid by RHS column strip when X
+// (k x n) is larger than the L2 (the launcher clears it otherwise): see x_exceeds_l2.
+// Bit 16 (kStripForce) takes the strip-major grid whatever X's size (tests).
+constexpr int kPanelStageC = 1, kPanelEvictA = 2, kPanelStripMajor = 4, kPanelPersistent = 8;
+constexpr int kStripForce = 1 << 16;
 // The default: C staged, A evict-first, 4 stages, not persistent.  H100, FP16, N = 16384, RHS
 // 256, two runs: 0.1036-0.1051 ms at density 0.05 against 0.113-0.118 for the first version
 // (0 | 4 << 4), 0.197-0.198 against 0.205-0.209 at 0.1; 8 and 12 stages 2-9 % slower; the
 // persistent form within 1 % of it (0.1050 / 0.1975 / 0.4662 against 0.1036 / 0.1967 / 0.4676).
-constexpr int kPanelDefault = kPanelStageC | kPanelEvictA | (4 << 4);
+constexpr int kPanelDefault = kPanelStageC | kPanelEvictA | kPanelStripMajor | (4 << 4);
 std::atomic<int> g_panel_opts{-1};  // -1: the knob not read yet
 
 int panel_opts() {
@@ -422,7 +426,12 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
   KL_DYNAMIC_SMEM(smem_raw);
   T *st = reinterpret_cast<T *>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int64_t tile_n = blockIdx.x % ntn, item = blockIdx.x / ntn;
+  // grid order: RHS tiles fastest (the CTAs that run together share A's blocks in L2), or with
+  // kPanelStripMajor, where the launcher found X larger than the L2, items fastest (the
+  // CTAs that run together share one X column strip, which stays in L2)
+  const bool strip_major = (opts & kPanelStripMajor) != 0;
+  const int64_t tile_n = strip_major ? blockIdx.x / p.nitems : blockIdx.x % ntn;
+  const int64_t item = strip_major ? blockIdx.x % p.nitems : blockIdx.x / ntn;
   const int64_t enc = p.items[3 * item], start = p.items[3 * item + 1];
   const int nblk = int(p.items[3 * item + 2] - start);
   const bool split = enc < 0;
@@ -753,9 +762,114 @@ struct Panel2d {
   }
 };
 
+// One warp's B fragments of a 16 x 16 slice of a staged B block row (pitch BP), for the 2D
+// kernel's k2dShareB: load() once per step, then mma() per block of the step, each doing exactly
+// tile_mma<MODE, 16, 16>'s products in its order (the same bits).
+template <int MODE> struct BFrag;
+template <int MODE> struct BFragHalf {
+  uint32_t r[4];
+  template <class T> __device__ __forceinline__ void load(const T *Bs, int BP) {
+    const int lane = threadIdx.x & 31;
+    cu::ldsm_x4_trans(r, Bs + (lane & 15) * BP + (lane >> 4) * 8);
+  }
+  template <int AP, class T>
+  __device__ __forceinline__ void mma(const T *As, float (&acc)[1][2][4]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const T *base = As + g * AP + 2 * t;
+    uint32_t a[4];
+    a[0] = *reinterpret_cast<const uint32_t *>(base);
+    a[1] = *reinterpret_cast<const uint32_t *>(base + 8 * AP);
+    a[2] = *reinterpret_cast<const uint32_t *>(base + 8);
+    a[3] = *reinterpret_cast<const uint32_t *>(base + 8 * AP + 8);
+    cu::mma_16816<MODE == kBf16>(acc[0][0], a, r[0], r[1]);
+    cu::mma_16816<MODE == kBf16>(acc[0][1], a, r[2], r[3]);
+  }
+};
+template <> struct BFrag<kHalf> : BFragHalf<kHalf> {};
+template <> struct BFrag<kBf16> : BFragHalf<kBf16> {};
+template <> struct BFrag<kTf32x3> {
+  uint32_t h[2][2][2], l[2][2][2];  // [k step][n tile][row t / t + 4]: hi and lo TF32 parts
+  __device__ __forceinline__ void load(const float *Bs, int BP) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float *bb = Bs + (ks * 8 + t) * BP + j * 8 + g;
+        cu::split_tf32(__float_as_uint(bb[0]), h[ks][j][0], l[ks][j][0]);
+        cu::split_tf32(__float_as_uint(bb[4 * BP]), h[ks][j][1], l[ks][j][1]);
+      }
+  }
+  template <int AP>
+  __device__ __forceinline__ void mma(const float *As, float (&acc)[1][2][4]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float part[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      const float *base = As + g * AP + ks * 8 + t;
+      const float v[4] = {base[0], base[8 * AP], base[4], base[8 * AP + 4]};
+      uint32_t ah[4], al[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) cu::split_tf32(__float_as_uint(v[e]), ah[e], al[e]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        cu::mma_tf32(part[j], al, h[ks][j][0], h[ks][j][1]);
+        cu::mma_tf32(part[j], ah, l[ks][j][0], l[ks][j][1]);
+        cu::mma_tf32(part[j], ah, h[ks][j][0], h[ks][j][1]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[0][j][v] += part[j][v];
+  }
+};
+template <> struct BFrag<kF64> {
+  double b[4][2];  // [k step][n tile]
+  __device__ __forceinline__ void load(const double *Bs, int BP) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) b[ks][j] = Bs[(ks * 4 + t) * BP + j * 8 + g];
+  }
+  template <int AP>
+  __device__ __forceinline__ void mma(const double *As, double (&acc)[2][2][2]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      double a[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) a[i] = As[(i * 8 + g) * AP + ks * 4 + t];
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) dmma_884(acc[i][j], a[i], b[ks][j]);
+    }
+  }
+};
+
+// Options of the 2D kernel (kl_bs_spmm2d_opts), for A/B runs: bit 0 (k2dStageC) stores C, in
+// half precision, through shared memory as 16-byte row pieces (else 2-byte stores from the
+// fragments); bit 1 (k2dShareB) loads each warp's B fragments once per step for all the
+// panel's blocks of that step (every mode but IEEE FP32; else once per block); bit 2
+// (kPanelStripMajor) the strip-major grid where X does not fit the L2 (bit 16 always); bits
+// 4-7 the pipeline depth of the 8-row panels (spmm2d_mode; 0: 6 stages in half precision, 4
+// otherwise).
+// Bit 8 (k2dNarrowCta): half precision's 8-row panels with 4 warps; bit 9 (k2dWideF64): FP64's
+// 4-row panels with 8 warps (spmm2d_mode).
+constexpr int k2dStageC = 1, k2dShareB = 2, k2dNarrowCta = 1 << 8, k2dWideF64 = 1 << 9;
+// The default (H100, 2026-11-27, benchmarks/blocksparse_morton.py, kernel times): C staged and
+// B fragments once per step took the banded FP16 / 256 case from 0.0764 to 0.0512 ms (1D:
+// 0.0982) and FP32 / 256 from 0.251 to 0.198 (1D 0.242); FP64's 8-warp form 0.287 -> 0.283
+// banded, 0.521 -> 0.445 random at 256 columns; 10 / 5 stages and the 4-warp half form gained
+// nothing (within 2 %, or slower: 0.0648 banded FP16 / 256).
+constexpr int k2dDefault = k2dStageC | k2dShareB | kPanelStripMajor | k2dWideF64;
+std::atomic<int> g_2d_opts{k2dDefault};
+
 template <int MODE, int BM, int WN, int S, int P, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
-    spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn) {
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : P == 8 ? 4 : 3)
+    spmm2d_kernel(kl_bs_spmm_problem p, int64_t ntn, int opts) {
   using PL = Panel2d<MODE, BM, WN, S, P, NW>;
   using TL = typename PL::TL;
   using T = typename PL::T;
@@ -770,7 +884,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
   ring.buf = reinterpret_cast<int64_t *>(st + S * PL::kStage);
   int *mask = reinterpret_cast<int *>(ring.buf + 2 * PL::Ring::kEnt);
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int64_t tile_n = blockIdx.x % ntn, ti = blockIdx.x / ntn;
+  const bool strip_major = (opts & kPanelStripMajor) != 0;  // as the panel kernel's
+  const int64_t tile_n = strip_major ? blockIdx.x / p.tile_rows : blockIdx.x % ntn;
+  const int64_t ti = strip_major ? blockIdx.x % p.tile_rows : blockIdx.x / ntn;
   const int64_t n0 = tile_n * PL::NTC;
   const int64_t s0 = p.tile_row_ptr[ti];
   const int nsteps = int(p.tile_row_ptr[ti + 1] - s0);
@@ -837,14 +953,75 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 2 : 3)
     const T *sb = st + (i % S) * PL::kStage;
     const T *sa = sb + BM * PL::BP;
     const int m = mask[i % S];
+    bool shared_b = false;
+    if constexpr (BM == 16 && WN == 16 && MODE != kIeee) {
+      // the warp's B fragments loaded once per step for every block of the step: on clustered
+      // patterns a step holds up to P blocks, and reloading them per block was half of the
+      // multiply's shared-memory reads (the products and their order are tile_mma's)
+      if (opts & k2dShareB) {
+        shared_b = true;
+        BFrag<MODE> bf;
+        bf.load(sb + warp * WN, PL::BP);
 #pragma unroll
-    for (int l = 0; l < Q; ++l)
-      if ((m >> l) & 1)
-        tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa + l * BM * PL::AP, sb + warp * WN, acc[l]);
+        for (int l = 0; l < Q; ++l)
+          if ((m >> l) & 1) bf.template mma<PL::AP>(sa + l * BM * PL::AP, acc[l]);
+      }
+    }
+    if (!shared_b) {
+#pragma unroll
+      for (int l = 0; l < Q; ++l)
+        if ((m >> l) & 1)
+          tile_mma<MODE, BM, WN, PL::AP, PL::BP>(sa + l * BM * PL::AP, sb + warp * WN, acc[l]);
+    }
   }
   cu::cp_async_wait_all();
 
   T *C = static_cast<T *>(p.C);
+  if constexpr (TL::kHalfLike) {
+    // C through shared memory as in the panel kernel: the P x 16 x NTC tile (pitch NTC + 8) fits
+    // in the stages, which are free once every warp is past its last step; then the CTA stores
+    // whole 16-byte row pieces (full 32-byte sectors) in place of 2-byte stores
+    constexpr int CP = PL::NTC + 8;
+    static_assert(size_t(Q) * BM * CP <= size_t(S) * PL::kStage, "C tile must fit the stages");
+    const bool staged = (opts & k2dStageC) && !p.accumulate && p.beta == 0.0 && p.ldc % 8 == 0 &&
+                        reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+    if (staged) {
+      __syncthreads();
+      using T2 = typename std::conditional<MODE == kBf16, __nv_bfloat162, __half2>::type;
+      const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int l = 0; l < Q; ++l)
+#pragma unroll
+        for (int i = 0; i < TL::MT; ++i)
+#pragma unroll
+          for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float x0 = float(p.alpha * double(acc[l][i][j][2 * h]));
+              const float x1 = float(p.alpha * double(acc[l][i][j][2 * h + 1]));
+              T2 v;
+              if constexpr (MODE == kBf16) v = __floats2bfloat162_rn(x0, x1);
+              else v = __floats2half2_rn(x0, x1);
+              *reinterpret_cast<T2 *>(st + (l * BM + i * 16 + g + 8 * h) * CP + warp * WN +
+                                      j * 8 + 2 * t) = v;
+            }
+      __syncthreads();
+      constexpr int CH = PL::NTC / 8;  // 16-byte pieces per row of the tile
+      for (int c = tid; c < Q * BM * CH; c += NTH) {
+        const int rr = c / CH, cc = c % CH;
+        const int64_t row = ti * Q * BM + rr, col = n0 + cc * 8;
+        if (row >= p.m || col >= p.n) continue;
+        const T *srcc = st + rr * CP + cc * 8;
+        T *dst = C + row * p.ldc + col;
+        if (col + 8 <= p.n) {
+          *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(srcc);
+        } else {
+          for (int e = 0; col + e < p.n; ++e) dst[e] = srcc[e];
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int l = 0; l < Q; ++l)
 #pragma unroll
@@ -1037,6 +1214,24 @@ int spmm_bm(const kl_bs_spmm_problem &p, cudaStream_t s) {
   return fail(KL_ERR_INVALID, "blocksparse spmm: no kernel for this tile");
 }
 
+// Whether X (k x n) is larger than the device's L2: then a grid with the RHS tiles fastest
+// streams every X block row a block row meets from DRAM again for each (random patterns reuse
+// a block row of X across block rows far apart in the grid), and the strip-major order keeps
+// one k x tile strip of X resident instead, re-reading A once per strip.
+bool x_exceeds_l2(const kl_bs_spmm_problem &p, size_t item) {
+  static std::atomic<int64_t> l2{-1};
+  int64_t bytes = l2.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev) != cudaSuccess)
+      v = 50 << 20, (void)cudaGetLastError();
+    bytes = v;
+    l2.store(bytes, std::memory_order_relaxed);
+  }
+  return double(p.k) * double(p.n) * double(item) > double(bytes);
+}
+
 template <int MODE, int BM, int WN, int S>
 int launch_panel(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   using PL = Panel<MODE, BM, WN, S>;
@@ -1051,8 +1246,11 @@ int launch_panel(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.nitems;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm: grid too large");
+  int opts = panel_opts();
+  if (ntn == 1 || (!(opts & kStripForce) && !x_exceeds_l2(p, sizeof(typename PL::T))))
+    opts &= ~kPanelStripMajor;
   spmm_panel_kernel<MODE, BM, WN, S><<<unsigned(blocks), kWarps * 32, smem, stream>>>(
-      p, ntn, panel_opts());
+      p, ntn, opts);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm panel launch");
 }
@@ -1144,7 +1342,11 @@ int launch_spmm2d(const kl_bs_spmm_problem &p, cudaStream_t stream) {
   const int64_t ntn = (p.n + PL::NTC - 1) / PL::NTC;
   const int64_t blocks = ntn * p.tile_rows;
   if (blocks > 0x7fffffffLL) return fail(KL_ERR_INVALID, "blocksparse spmm2d: grid too large");
-  spmm2d_kernel<MODE, 16, WN, S, P, NW><<<unsigned(blocks), NW * 32, smem, stream>>>(p, ntn);
+  int opts = g_2d_opts.load(std::memory_order_relaxed);
+  if (ntn == 1 || (!(opts & kStripForce) && !x_exceeds_l2(p, sizeof(typename PL::T))))
+    opts &= ~kPanelStripMajor;
+  spmm2d_kernel<MODE, 16, WN, S, P, NW><<<unsigned(blocks), NW * 32, smem, stream>>>(p, ntn,
+                                                                                      opts);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "spmm2d launch");
 }
@@ -1159,10 +1361,30 @@ template <int MODE>
 int spmm2d_mode(const kl_bs_spmm_problem &p, cudaStream_t s) {
   if (p.tile != rows2d(MODE, p.n))
     return fail(KL_ERR_INVALID, "blocksparse spmm2d: steps built for another panel height");
-  if constexpr (MODE == kF64) return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
-  else if (p.n > 64)
-    return launch_spmm2d<MODE, 16, MODE == kHalf || MODE == kBf16 ? 6 : 4, 8, 8>(p, s);
-  else return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
+  // depth (bits 4-7 of the options, 8-row panels): half precision 6 or 10 stages (10 x 10.5
+  // KB: still two CTAs an SM), 4-byte types 4 or 5 (19 KB a stage)
+  const int depth = (g_2d_opts.load(std::memory_order_relaxed) >> 4) & 15;
+  if constexpr (MODE == kF64) {
+    // k2dWideF64: 8 warps (128-column tiles: A staged half as often at 256 columns, 2 CTAs an
+    // SM) in place of 4 (64 columns, 3 CTAs)
+    if ((g_2d_opts.load(std::memory_order_relaxed) & k2dWideF64) && p.n > 64)
+      return launch_spmm2d<MODE, 16, 3, 4, 8>(p, s);
+    return launch_spmm2d<MODE, 16, 3, 4, 4>(p, s);
+  }
+  else if constexpr (MODE == kHalf || MODE == kBf16) {
+    if (p.n <= 64) return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
+    // k2dNarrowCta: the 8-row panel with 4 warps (64-column tiles, A staged twice as often):
+    // 4 CTAs an SM instead of 2, so a CTA waiting at its per-step barrier idles a quarter of the
+    // SM's warps, not half
+    if (g_2d_opts.load(std::memory_order_relaxed) & k2dNarrowCta)
+      return launch_spmm2d<MODE, 16, 6, 8, 4>(p, s);
+    return depth >= 10 ? launch_spmm2d<MODE, 16, 10, 8, 8>(p, s)
+                       : launch_spmm2d<MODE, 16, 6, 8, 8>(p, s);
+  } else {
+    if (p.n <= 64) return launch_spmm2d<MODE, 16, 4, 4, 4>(p, s);
+    return depth >= 5 ? launch_spmm2d<MODE, 16, 5, 8, 8>(p, s)
+                      : launch_spmm2d<MODE, 16, 4, 8, 8>(p, s);
+  }
 }
 
 template <int MODE, int BM>
@@ -1212,6 +1434,12 @@ extern "C" int kl_bs_spmm2d_rows(int dtype, int64_t n) {
 extern "C" int kl_bs_spmm_variant(int variant) {
   const int prev = kl::bs::g_variant.load();
   if (variant >= 0 && variant <= 2) kl::bs::g_variant.store(variant);
+  return prev;
+}
+
+extern "C" int kl_bs_spmm2d_opts(int opts) {
+  const int prev = kl::bs::g_2d_opts.load();
+  if (opts >= 0) kl::bs::g_2d_opts.store(opts);
   return prev;
 }
 

@@ -11,7 +11,7 @@ from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_batched
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
                                kl_bs_spmm2d_cuda, kl_bs_spmm_cuda, kl_bs_spmm_cuda_tile_n,
                                kl_bs_spmm_problem,
-                               kl_bs_spmm_panel_opts, kl_bs_spmm_variant,
+                               kl_bs_spmm_panel_opts, kl_bs_spmm_variant, kl_bs_spmm2d_opts,
                                kl_bs_spmm2d_rows, kl_last_error)
 
 
@@ -73,8 +73,17 @@ def spmm_variant(int variant=-1):
 def spmm_panel_opts(int opts=-1):
     """The half-precision panel kernel's options (bit 0 C staged for 16-byte stores, bit 1 A read
     evict-first, bit 3 the persistent form, bits 4-7 the 256-column tile's depth 4/8/12, bits
-    8-15 a cap on the persistent grid); sets them when opts >= 0; returns the previous."""
+    8-15 a cap on the persistent grid, bit 2 the strip-major grid where X is larger than the L2,
+    bit 16 that grid whatever X's size); sets them when opts >= 0; returns the previous."""
     return kl_bs_spmm_panel_opts(opts)
+
+
+def spmm2d_opts(int opts=-1):
+    """The 2D kernel's options (bit 0 C staged for 16-byte stores, bit 1 B fragments once per
+    step, bit 2 the strip-major grid where X is larger than the L2, bit 16 that grid whatever
+    X's size, bits 4-7 the 8-row panels' depth, bit 8 half precision's 8-row panels with 4
+    warps, bit 9 FP64's panels with 8 warps); sets them when opts >= 0; returns the previous."""
+    return kl_bs_spmm2d_opts(opts)
 
 
 def spmm2d_rows(int dtype, long long n):

@@ -61,6 +61,7 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_float32_mode(int mode)
     int kl_bs_spmm_variant(int variant)
     int kl_bs_spmm_panel_opts(int opts)
+    int kl_bs_spmm2d_opts(int opts)
     int kl_bs_spmm2d_rows(int dtype, int64_t n)
     int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream)
     int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb)

@@ -99,8 +99,9 @@ KNOBS: dict = {k.name: k for k in (
          "c++"),
     Knob("KRONLINALG_BS_PANEL", int, -1,
          "spmm's half-precision panel kernel: bit 0 C staged for 16-byte stores, bit 1 A read "
-         "L2 evict-first, bit 3 persistent, bits 4-7 the 256-column pipeline depth (4/8/12), "
-         "bits 8-15 a persistent grid cap; -1: the default",
+         "L2 evict-first, bit 2 strip-major grid where X exceeds the L2 (every dtype), bit 3 "
+         "persistent, bits 4-7 the 256-column pipeline depth (4/8/12), bits 8-15 a persistent "
+         "grid cap, bit 16 strip-major always; -1: the default",
          "c++"),
     Knob("KRONLINALG_STRASSEN_LEAF", int, -1,
          "strassen FP64 leaf on sm_90: 0 the own mma.sync kernel; CUTLASS mainloops 1 128x128 "

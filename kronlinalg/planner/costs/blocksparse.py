@@ -11,9 +11,9 @@ array library.  Terms:
   stages its B rows (b x tile) from L2; tensor cores at a fraction of peak (mma.sync from
   shared memory: ~45 % for FP16, 3 products for 3xTF32, DMMA ~60 %).
 - ours, CPU: the vectorised loop reaches about a quarter of the BLAS rate per flop.
-- ours 2D (panels of 4 or 8 block rows): the L2 term divided by the panel's reuse (blocks per
-  column present), times a fitted overhead, never below 1.2x the 1D time (it was 1.2-2.3x
-  slower in every measured case).
+- ours 2D (panels of 4 or 8 block rows): fitted costs per step (a block column present in a
+  panel) and per block, the step count from the pattern's reuse (blocks per step) when known;
+  the L2 bytes (one B block row per step), DRAM and the tensor cores bound it from below.
 - torch BSR: our time times the measured ratio.
 - dense: the library's GEMM on m x k x n (roofline), plus densifying A once.
 """
@@ -39,12 +39,23 @@ _HOST_OURS = 15e-6
 _HOST_DENSE = 10e-6
 _L2_FACTOR = 1.6  # L2 -> shared memory bandwidth over DRAM bandwidth (4.7 TB/s on the H100)
 _BSR_OVER_OURS = 2.5  # torch BSR / ours, measured 1.9-7.0x
-# the 2D kernel's time per byte over the 1D one's: fitted as (2D / 1D) x reuse, 8-row panels
-# 2.1-2.9, 4-row panels 1.7-2.5 (it never beat the 1D kernel in a measured case; the floor keeps
-# the planner from picking it on the strength of the reuse alone)
-_2D_OVER_1D = 2.5
-_2D_OVER_1D_NARROW = 2.1
-_2D_MIN_RATIO = 1.2
+# The 2D kernel: its time is its steps (one per block column present in a panel: a staged B
+# block row) and blocks, at ns per CTA step / per block over the whole GPU (H100, 132 SMs),
+# fitted per (dtype class, panel rows) by least squares to the launches' times of the H100 run
+# of 2026-11-27 (benchmarks/blocksparse_morton.py + _fit.py; 39 cases: random, banded,
+# block-diagonal + noise, power-law, N = 4096 / 16384, RHS 64-4096), in the 1D model's units
+# (each 2D time scaled by the 1D prediction over the 1D measurement, so the pick follows the
+# measured ratio where the 1D model is off): the planner then picks the faster in 39 of 39.
+# The L2 -> shared memory bytes (a B block row per step, not per block) bound it from below.
+_2D_STEP_NS = {("half", 8): 2.460, ("half", 4): 1.782, ("float32", 8): 2.893,
+               ("float32", 4): 1.554, ("float64", 4): 2.660}
+_2D_BLOCK_NS = {("half", 8): 0.144, ("half", 4): 0.0, ("float32", 8): 1.112,
+                ("float32", 4): 0.846, ("float64", 4): 2.678}
+_H100_SMS = 132
+# spmm's whole Python path for the 2D kernel (no per-signature fast path, unlike the 1D's):
+# loops of calls ran at ~0.1 ms a call whatever the kernel's length (0.064-0.106 ms where the
+# kernel took 0.010-0.051), so a call costs at least that
+_HOST_2D = 100e-6
 _EFF = {"float16": 0.45, "bfloat16": 0.45, "float32": 0.5, "float64": 0.6}
 
 
@@ -95,22 +106,36 @@ def panel_rows(dtype: str, n: int) -> int:
 
 
 def predict_spmm_morton(problem, prof):
-    """The 2D kernel stages each B block row once per panel of P block rows: its L2 term is the
-    1D kernel's divided by the blocks per column present in a panel (random patterns: P d /
-    (1 - (1 - d)^P)), times a fitted overhead (the A blocks staged per step, a barrier per
-    column, fewer CTAs), and at least 1.2x the 1D time (never faster in a measured case)."""
+    """The 2D kernel (CUDA): a CTA per panel of P block rows x RHS tile of 16 P columns walks
+    the panel's steps (one per block column present: reuse = blocks per step, from the pattern
+    when the caller knows it, else a random pattern's P d / (1 - (1 - d)^P)); its time is the
+    larger of the steps' and blocks' fitted cost, the L2 -> shared memory bytes (a B block row
+    per step), DRAM and the tensor cores, and at least the call's Python (~0.1 ms)."""
     i = problem.info
-    P, d = panel_rows(problem.dtype, i["n"]), i["density"]
-    present = 1.0 - (1.0 - d) ** P
-    reuse = max(1.0, P * d / present) if present > 0 else 1.0
-    seconds, details = predict_spmm_ours(problem, prof)
-    t = details.get("terms", {})
-    if "l2" not in t:
-        return seconds * _2D_OVER_1D, {**details, "reuse": reuse}
-    core = max(t["tensor cores"], t["dram"], t["l2"] / reuse) * _imbalance(i)
-    over = _2D_OVER_1D if P == 8 else _2D_OVER_1D_NARROW
-    ours_core = seconds - t["launch"]
-    return max(core * over, ours_core * _2D_MIN_RATIO) + t["launch"], {**details, "reuse": reuse}
+    s = ITEMSIZE.get(problem.dtype, 4)
+    b, n, nnzb, d = i["block"], i["n"], i["nnzb"], i["density"]
+    P = panel_rows(problem.dtype, n)
+    reuse = i.get("reuse") or 0.0
+    if reuse <= 0.0:
+        present = 1.0 - (1.0 - d) ** P
+        reuse = max(1.0, P * d / present) if present > 0 else 1.0
+    steps = nnzb / reuse
+    # warps of 16 columns: 8 (8-row panels, and FP64 wider than 64 columns), else 4
+    tile = 128 if P == 8 or (problem.dtype == "float64" and n > 64) else 64
+    tiles = math.ceil(n / tile)
+    cls = "half" if problem.dtype in ("float16", "bfloat16") else problem.dtype
+    key = (cls, P) if (cls, P) in _2D_STEP_NS else ("float32", P)
+    scale = _H100_SMS / max(1, prof.units or _H100_SMS)
+    t_work = (steps * _2D_STEP_NS[key] + nnzb * _2D_BLOCK_NS[key]) * tiles * 1e-9 * scale
+    t_l2 = (steps * b * tile + nnzb * b * b) * tiles * s / (_L2_FACTOR * prof.bandwidth)
+    dram = nnzb * b * b * s * tiles + (i["k"] + i["m"] * (1 + i["beta"])) * n * s
+    flops = 2.0 * nnzb * b * b * n
+    t_tc = flops / tc_rate(prof, problem.dtype)
+    t_mem = dram / prof.bandwidth
+    seconds = max(max(t_work, t_l2, t_mem, t_tc) * _imbalance(i) + prof.launch_s, _HOST_2D)
+    return seconds, {"flops": flops, "bytes": dram, "reuse": reuse, "steps": steps,
+                     "terms": {"steps": t_work, "l2": t_l2, "dram": t_mem, "tensor cores": t_tc,
+                               "launch": prof.launch_s, "host (floor)": _HOST_2D}}
 
 
 def predict_spmm_torch_bsr(problem, prof):
