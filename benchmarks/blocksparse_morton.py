@@ -29,12 +29,13 @@ import argparse
 import json
 import time
 
-import numpy as np
 import torch
 
 import kronlinalg
 from kronlinalg import BatchedBlockSparseMatrix, BlockSparseMatrix, spmm, spmm_batched
 from kronlinalg.blocksparse import bs_cuda
+
+from blocksparse_gpu import cuda_time, rel  # (the timing and error the other block-sparse scripts use)
 
 START = time.time()
 DT = {"fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
@@ -49,22 +50,6 @@ STRIP, FORCE = 4, 1 << 16  # kPanelStripMajor (both kernels' options); kStripFor
 TWOD = {"2d_old": 0, "2d_c": 1 | STRIP, "2d_new": 1 | 2 | STRIP,
         "2d_deep": 1 | 2 | STRIP | (10 << 4), "2d_nw4": 1 | 2 | STRIP | (1 << 8),
         "2d_f64w": 1 | 2 | STRIP | (1 << 9)}
-
-
-def cuda_time(fn, reps=10, batches=3):
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(batches):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(reps):
-            fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) / reps)
-    return float(np.median(times))
 
 
 def with_opts(panel, twod, fn):
@@ -146,11 +131,6 @@ def kernel_2d(A, X, out):
                        CODE[X.dtype], stream)
     run.keep = (dptr, dsteps)
     return run
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
 
 
 def plan_of(A, X, dt):
