@@ -15,6 +15,9 @@ from _helpers import assert_close, random, to_numpy, to_xp
 # float16 / bfloat16: the output's own rounding plus float32 accumulation over k terms
 UNIT = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24,
         "float64": 2.0 ** -53}
+# half the spacing of the type's subnormals: a result rounded into them is off by up to this
+# much absolutely, whatever its size (float16's start below 6.1e-5)
+TINY = {"float16": 2.0 ** -25, "bfloat16": 2.0 ** -134}
 ORDERS = (1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)
 
 
@@ -27,7 +30,8 @@ def _ref(a, b, alpha=1.0, beta=0.0, c=None):
 
 def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False, c_term=0.0):
     """Elementwise bound for half types (the issue's: output rounding + k·2⁻²⁴ relative to
-    |alpha|·|a|@|b|; library: the array library's matmul, which rounds a@b to the half type
+    |alpha|·|a|@|b|, plus the float32 epilogue's rounding of alpha·acc + beta·c and the
+    subnormal floor; library: the array library's matmul, which rounds a@b to the half type
     before the alpha/beta epilogue, one rounding of |alpha|·|a|@|b| more), relative Frobenius
     error otherwise (3xTF32 float32 within 2x IEEE's)."""
     if dtype in ("float16", "bfloat16"):
@@ -35,9 +39,11 @@ def _check(out, ref, xp, dtype, a, b, alpha=1.0, msg="", library=False, c_term=0
         assert got.shape == ref.shape, msg
         k = a.shape[-1]
         mag = abs(alpha) * np.matmul(np.abs(a), np.abs(b))
-        bound = UNIT[dtype] * np.abs(ref) + (k + 2) * 2.0 ** -24 * mag + 1e-30
+        bound = ((UNIT[dtype] + 2.0 ** -24) * np.abs(ref) + (k + 2) * 2.0 ** -24 * mag
+                 + TINY[dtype])
         if library:  # (and the epilogue's own roundings: alpha·(a@b), beta·c and their sum)
-            bound = bound + UNIT[dtype] * (mag + np.abs(c_term) + np.abs(ref))
+            bound = bound + UNIT[dtype] * (mag + np.abs(c_term) + np.abs(ref)) + (
+                abs(alpha) * TINY[dtype])
         assert np.all(np.abs(got - ref) <= bound), (
             f"{msg}max excess {np.max(np.abs(got - ref) - bound):.3e}")
         return
