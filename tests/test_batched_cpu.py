@@ -138,18 +138,18 @@ def test_replay_declines_what_it_cannot_address(rng):
 
 
 def test_threads_give_one_threads_bits(rng):
-    """A stack above the pool's threshold (4e6 flops) split over threads: every product's bits
-    are those of a call on one thread (slices of the stack each below the threshold), and two
-    Python threads calling at once (the second runs on its own thread) agree too."""
+    """A stack above the pool's threshold (kPoolMinFlops) split over threads: every product's
+    bits are those of a call on one thread (each product alone: a stack of one runs on one
+    thread), and two Python threads calling at once (the second runs on its own thread) agree
+    too."""
     for dtype, shape in (("float64", (3000, 16, 16)), ("float32", (700, 31, 33)),
                          ("float64", (2, 1500, 4, 4))):
         a = rng.standard_normal(shape).astype(dtype)
         b = rng.standard_normal(shape[:-2] + (shape[-1], shape[-2])).astype(dtype)
         whole = batched_matmul(a, b, algorithm="blocked")
         flat_a, flat_b = a.reshape((-1,) + a.shape[-2:]), b.reshape((-1,) + b.shape[-2:])
-        parts = np.concatenate([batched_matmul(flat_a[i:i + 7], flat_b[i:i + 7],
-                                               algorithm="blocked")
-                                for i in range(0, len(flat_a), 7)])
+        parts = np.stack([batched_matmul(x, y, algorithm="blocked")
+                          for x, y in zip(flat_a, flat_b)])
         np.testing.assert_array_equal(whole.reshape(parts.shape), parts)
         _check(whole, a, b)
         with concurrent.futures.ThreadPoolExecutor(3) as ex:

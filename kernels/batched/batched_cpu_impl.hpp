@@ -646,21 +646,23 @@ static void run_uniform_range(void *job, int64_t begin, int64_t end) {
   run_products<T>(j.p, begin, end, j.alpha, j.beta, pan);
 }
 
-// Threads: batched_cpu_pool.hpp (from 4e6 flops, where OMP_NUM_THREADS allows; the caller never
-// waits for a helper that has not started).
+// Threads: batched_cpu_pool.hpp (from ~2 us of work, where OMP_NUM_THREADS allows; the caller
+// never waits for a helper that has not started).
 template <class T>
 static int run_uniform(const kl_batched_problem *p, int num_threads) {
   int64_t count = 1;
   for (int d = 0; d < p->ndim; ++d) count *= p->shape[d];
   if (count == 0) return KL_OK;
   const double flops = 2.0 * double(count) * double(p->m) * double(p->n) * double(p->k);
-  const int threads = int(std::min<int64_t>(batched::pool_threads(num_threads, flops), count));
+  const double f64_flops = flops * double(sizeof(T)) / 8.0;  // (the pool's threshold's terms)
+  const int threads =
+      int(std::min<int64_t>(batched::pool_threads(num_threads, f64_flops), count));
   UniformJob<T> job{p, T(p->alpha), T(p->beta)};
   if (threads == 1) {  // no parallel machinery at all: even a one-thread OpenMP region costs
     run_uniform_range<T>(&job, 0, count);  // ~0.3 us, a third of a 4 x 4 x 4 call
     return KL_OK;
   }
-  batched::parallel_for(count, threads, &run_uniform_range<T>, &job);
+  batched::parallel_for(count, threads, f64_flops, &run_uniform_range<T>, &job);
   return KL_OK;
 }
 

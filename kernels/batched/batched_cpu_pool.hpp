@@ -15,15 +15,23 @@ namespace batched {
 
 // Threads a loop of `flops` may take: 1 below kPoolMinFlops or where num_threads or OpenMP's
 // setting (OMP_NUM_THREADS) says 1; otherwise num_threads (<= 0: OpenMP's default, at most the
-// machine's hardware threads).
-constexpr double kPoolMinFlops = 1.0e6;  // ~15-30 us on one core
+// machine's hardware threads).  `flops` in float64 terms (float32 work counts half: a core runs
+// it twice as fast).  Handing half a loop to a helper that is awake costs ~0.6-1 us (the job's
+// and the state word's cache lines move to its core and back), so the pool pays from ~2 us of
+// one core's work (2-core EPYC: float64 16^3 x 16 even, 100 x 12^3 1.18x faster on two threads;
+// float32 4 x 32^3, 1.3e5 in these terms, 0.86x).  It was 1e6 until the hardware_concurrency
+// call below cost 6 us a loop.
+constexpr double kPoolMinFlops = 1.5e5;
 int pool_threads(int num_threads, double flops);
 
 // fn(ctx, begin, end) over [0, count) on up to `threads` threads (the caller's included), in
 // chunks; returns when all of it is done.  Every index is computed by exactly one call, so the
 // result does not depend on which thread ran it.  A second caller while a loop runs (two Python
 // threads) runs its loop on its own thread.
-void parallel_for(int64_t count, int threads, void (*fn)(void *, int64_t, int64_t), void *ctx);
+// `flops`: the whole loop's work, in pool_threads' terms (it sets how many chunks the loop is
+// cut into).
+void parallel_for(int64_t count, int threads, double flops,
+                  void (*fn)(void *, int64_t, int64_t), void *ctx);
 
 }  // namespace batched
 }  // namespace kl

@@ -54,9 +54,9 @@ COEF = {
     # float64 batch 1000 ran at 0.79x NumPy where the rate above predicted 2x (in cache, 1.1-1.5x;
     # 2-core EPYC, 2026-11-27)
     "cpu_blocked_low_rank": 0.35,
-    # threads from 1e6 flops (kernels/batched/batched_cpu_pool.hpp), as many as OpenMP's
-    # setting allows
-    "cpu_thread_min_flops": 1.0e6,
+    # threads from 1.5e5 flops in float64 terms (float32's count half: kPoolMinFlops in
+    # kernels/batched/batched_cpu_pool.hpp), as many as OpenMP's setting allows
+    "cpu_thread_min_flops": 1.5e5,
     # a repeated call (the planner's pick serves every repeat of a signature): ours is the
     # compiled replay (memo check, the result allocated, one kernel call: 0.2-0.25 µs), NumPy's
     # matmul 0.75-0.8 µs (2-core EPYC, batch 4, order 1-4); data that fits the L2s streams at
@@ -237,7 +237,8 @@ def _omp_threads(cores):
 
 def predict_blocked(problem, prof):
     info = problem.info
-    cores = (_omp_threads(max(1, prof.units)) if info["flops"] >= COEF["cpu_thread_min_flops"]
+    f64_flops = info["flops"] * (0.5 if problem.dtype == "float32" else 1.0)
+    cores = (_omp_threads(max(1, prof.units)) if f64_flops >= COEF["cpu_thread_min_flops"]
              else 1)
     order = max(1, min(info["m"], info["n"], info["k"]))
     # (the same per-core ratio at orders >= 128: 2-core EPYC, one BLAS thread, orders 128-256,
