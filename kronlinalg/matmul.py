@@ -23,7 +23,7 @@ from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from . import planner
 from .common import backend, precision, validation
-from .common.signatures import ScaledFront, arrays_signature, pair_call
+from .common.signatures import ScaledFront, arrays_signature, host_stack_replayer, pair_call
 from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .planner.costs import batched as costs
 
@@ -144,14 +144,12 @@ def _applies(kind):
 def _signature(arrays, options, algorithm):
     if len(arrays) != 2 or options:
         return None
-    sig = arrays_signature(arrays, host=True)
+    sig = arrays_signature(arrays, True, True)
     return None if sig is None else (algorithm,) + sig
 
 
 def _replay_library(call):
-    # NumPy arrays: np.matmul itself (the compat wrapper adds ~0.2 us to a ~1 us call)
-    numpy = type(call.a) is np.ndarray and type(call.b) is np.ndarray
-    matmul = np.matmul if numpy else call.xp.matmul
+    matmul = backend.native_matmul(call.a, call.b, call.xp)
     return matmul(call.a, call.b), matmul
 
 
@@ -160,11 +158,12 @@ def _replay_batched(algorithm):
         out = _batched(algorithm)(call)
         if call.squeeze:
             return out, None
-        if algorithm == "blocked" and _batched_cpu is not None:
-            # NumPy stacks of one kernel dtype: the compiled replay (a repeat fills in three
-            # addresses); anything else repeats through batched_matmul's own fast path
-            replayer = _batched_cpu.stack_replayer(call.a, call.b, out)
-            if replayer is not None and backend.host_ready(call.a) and backend.host_ready(call.b):
+        if algorithm == "blocked":
+            # NumPy stacks and CPU torch tensors of one kernel dtype: the compiled replay (a
+            # repeat fills in three addresses); anything else repeats through batched_matmul's
+            # own fast path
+            replayer = host_stack_replayer(call.a, call.b, out)
+            if replayer is not None:
                 return out, replayer
         return out, batched_runner(backend.kind(call.a), algorithm)  # (resolved once)
 
@@ -218,4 +217,4 @@ def matmul(a, b, /, *, allow_strassen=False):
 
 # the public call's first step, compiled: a repeated signature replays without the skeleton's
 # Python frames (the routed call's overhead decides calls of a few microseconds)
-_FRONT = ScaledFront(MATMUL, MATMUL.fast_cache, True, False)
+_FRONT = ScaledFront(MATMUL, MATMUL.fast_cache, True, True)

@@ -555,6 +555,56 @@ def test_fast_path_and_float32_mode(rng):
         float32_precision("tf32")
 
 
+@pytest.mark.parametrize("op", ["batched_matmul", "matmul"])
+def test_torch_cpu_fast_path(rng, op):
+    """CPU torch tensors take the compiled replay too (zero-copy NumPy views, the result a
+    tensor): repeats with fresh operands, another alpha, a transposed stack (another signature),
+    a lazy negated view (declined, then resolved by the full path) and a tensor needing grad
+    (never replayed: gradients flow) all give the float64 reference; the result is a tensor
+    that owns no memory of the operands."""
+    torch = pytest.importorskip("torch")
+    from kronlinalg.batched import BATCHED
+    from kronlinalg.matmul import MATMUL
+
+    cache = {"batched_matmul": BATCHED, "matmul": MATMUL}[op]
+    call = {"batched_matmul": batched_matmul, "matmul": lambda a, b, **kw: matmul(a, b)}[op]
+    for dtype, order, batch in (("float64", 16, 40), ("float32", 7, 100), ("float64", 33, 3)):
+        tdt = getattr(torch, dtype)
+        rtol = 1e-12 if dtype == "float64" else 2e-6
+        kept = None
+        for rep in range(3):
+            an = rng.standard_normal((batch, order, order + 1))
+            bn = rng.standard_normal((batch, order + 1, order - 1))
+            a, b = torch.from_numpy(an).to(tdt), torch.from_numpy(bn).to(tdt)
+            out = call(a, b)
+            assert type(out) is torch.Tensor and out.dtype == tdt
+            ref = np.matmul(a.double().numpy(), b.double().numpy())
+            np.testing.assert_allclose(out.double().numpy(), ref, rtol=rtol,
+                                       atol=rtol * np.abs(ref).max())
+            if rep == 0:
+                kept = (out, out.clone())
+        torch.testing.assert_close(kept[0], kept[1], rtol=0, atol=0)  # a replay wrote no old result
+        if op == "batched_matmul":
+            out = batched_matmul(a, b, alpha=-0.5)
+            np.testing.assert_allclose(out.double().numpy(), -0.5 * ref, rtol=rtol,
+                                       atol=rtol * np.abs(ref).max())
+        neg = torch._neg_view(a) if hasattr(torch, "_neg_view") else -a
+        np.testing.assert_allclose(call(neg, b).double().numpy(), -ref, rtol=rtol,
+                                   atol=rtol * np.abs(ref).max())
+        bt = b.mT.contiguous().mT  # the same values, column-major: another signature
+        np.testing.assert_allclose(call(a, bt).double().numpy(), ref, rtol=rtol,
+                                   atol=rtol * np.abs(ref).max())
+        ag = a.clone().requires_grad_(True)
+        out = call(ag, b)
+        out.sum().backward()
+        np.testing.assert_allclose(ag.grad.double().numpy(),
+                                   np.broadcast_to(b.double().numpy().sum(-1)[:, None, :],
+                                                   ag.shape), rtol=1e-5, atol=1e-5)
+    # the repeats were replays: the fast path holds signatures of CPU tensors
+    assert any(isinstance(e, tuple) and e and e[0] is torch.Tensor and e[-1] == -1
+               for k in cache.cached_signatures() for e in k)
+
+
 def test_cpu_model_follows_the_blas_threads(monkeypatch):
     """NumPy's matmul runs a large matrix on as many threads as its BLAS's environment allows
     (OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, then OMP_NUM_THREADS; at most the cores): with one

@@ -344,6 +344,20 @@ def contiguous(a):
     return array_api_compat.array_namespace(a).asarray(a, copy=True)
 
 
+def native_matmul(a, b, xp):
+    """The array library's own matmul for a repeated a @ b: np.matmul for NumPy arrays,
+    torch.matmul for torch tensors of one dtype (array_api_compat's wrappers add ~0.2 µs to a
+    ~1 µs NumPy call and ~1 µs to torch's; they matter only for type promotion), else
+    xp.matmul."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return np.matmul
+    torch = _torch()
+    if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor and (
+            a.dtype == b.dtype):
+        return torch.matmul
+    return xp.matmul
+
+
 def kind(a) -> str:
     """The planner's device kind of an array: 'cuda' or 'cpu'."""
     return "cuda" if on_cuda(a) else "cpu"

@@ -8,9 +8,13 @@ what the first call found.  Planner changes (calibration, new coefficients) clea
 
 from __future__ import annotations
 
+import sys
 import threading
 
+import numpy as np
+
 from .._ext import load
+from . import backend
 
 _listeners: list = []  # run by changed(): the planner's plan cache and every SignatureCache
 _lock = threading.Lock()
@@ -85,3 +89,43 @@ scaled_call = _compiled.scaled_call
 pair_call = _compiled.pair_call
 # stack_call(front, a, b, c, alpha, beta, sizes, out_size, algorithm): batched_matmul's call
 stack_call = _compiled.stack_call
+
+
+# the compiled replay of a CPU stack product (batched_matmul's kernel; matmul's too)
+_batched_cpu = load("batched_cpu")
+
+
+def host_stack_replayer(a, b, out):
+    """A replayer of the CPU stack product a @ b whose result was out (the compiled
+    StackReplay: a repeat fills in three addresses): NumPy arrays directly; CPU torch tensors
+    through zero-copy NumPy views, the result returned as a tensor (their full path costs a tiny
+    stack ~30 µs of host time, this ~3); None where neither applies (no kernel build, another
+    byte order, a layout the full path copies, a lazy negated or conjugated torch view)."""
+    if _batched_cpu is None:
+        return None
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        if not (backend.host_ready(a) and backend.host_ready(b)):
+            return None
+        return _batched_cpu.stack_replayer(a, b, out)
+    if not (backend.is_torch(a) and backend.is_torch(b) and backend.is_torch(out)):
+        return None
+    try:
+        an, bn, on = a.numpy(), b.numpy(), out.numpy()
+    except (RuntimeError, TypeError):  # lazy negated/conjugated views; bfloat16 (no NumPy type)
+        return None
+    if not (backend.host_ready(an) and backend.host_ready(bn)):
+        return None
+    replay = _batched_cpu.stack_replayer(an, bn, on)
+    if replay is None:
+        return None
+    from_numpy = sys.modules["torch"].from_numpy  # (loaded: a is a tensor)
+
+    def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
+        try:
+            an, bn = a.numpy(), b.numpy()
+        except RuntimeError:  # (a signature does not tell a lazy view: the full path resolves)
+            return None
+        o = replay(an, bn, alpha=alpha, beta=beta, c=c, **rest)
+        return None if o is None else from_numpy(o)
+
+    return replayer
