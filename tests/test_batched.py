@@ -557,11 +557,11 @@ def test_fast_path_and_float32_mode(rng):
 
 @pytest.mark.parametrize("op", ["batched_matmul", "matmul"])
 def test_torch_cpu_fast_path(rng, op):
-    """CPU torch tensors take the compiled replay too (zero-copy NumPy views, the result a
+    """CPU torch tensors take the compiled replay too (the operands by address, the result a
     tensor): repeats with fresh operands, another alpha, a transposed stack (another signature),
-    a lazy negated view (declined, then resolved by the full path) and a tensor needing grad
-    (never replayed: gradients flow) all give the float64 reference; the result is a tensor
-    that owns no memory of the operands."""
+    a lazy negated view (same signature: declined, resolved by the full path), an address not
+    aligned to the element (declined, copied) and a tensor needing grad (never replayed:
+    gradients flow) all give the float64 reference; an earlier result is never written again."""
     torch = pytest.importorskip("torch")
     from kronlinalg.batched import BATCHED
     from kronlinalg.matmul import MATMUL
@@ -591,6 +591,12 @@ def test_torch_cpu_fast_path(rng, op):
         neg = torch._neg_view(a) if hasattr(torch, "_neg_view") else -a
         np.testing.assert_allclose(call(neg, b).double().numpy(), -ref, rtol=rtol,
                                    atol=rtol * np.abs(ref).max())
+        # the same signature at an address not aligned to the element: declined, copied
+        raw = np.zeros(a.numel() * a.element_size() + 1, np.uint8)
+        un = raw[1:].view(a.numpy().dtype).reshape(tuple(a.shape))
+        un[...] = a.numpy()
+        np.testing.assert_allclose(call(torch.from_numpy(un), b).double().numpy(), ref,
+                                   rtol=rtol, atol=rtol * np.abs(ref).max())
         bt = b.mT.contiguous().mT  # the same values, column-major: another signature
         np.testing.assert_allclose(call(a, bt).double().numpy(), ref, rtol=rtol,
                                    atol=rtol * np.abs(ref).max())

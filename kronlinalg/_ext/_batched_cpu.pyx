@@ -116,6 +116,24 @@ cdef class StackReplay:
         check_status(status)
         return out
 
+    def run_addresses(self, uintptr_t a, uintptr_t b, double alpha):
+        """The replay on operands given by address (CPU torch tensors: no NumPy view to make;
+        the caller has checked their signature, sign and alignment): a new NumPy result."""
+        out = PyArray_SimpleNew(self.out_nd, self.out_dims, self.typenum)
+        cdef kl_batched_problem p = self.tmpl
+        p.a = <void *> a
+        p.b = <void *> b
+        p.d = PyArray_DATA(<PyArrayObject *> out)
+        p.alpha = alpha
+        cdef int status
+        if self.nogil_run:
+            with nogil:
+                status = kl_batched_matmul_cpu(&p, self.code, 0)
+        else:
+            status = kl_batched_matmul_cpu(&p, self.code, 0)
+        check_status(status)
+        return out
+
     def __call__(self, a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         """The replayer protocol of kronlinalg/_operation.py: the result, or None for a call
         this replay does not cover (c, beta, an alpha that is not a plain number, options)."""
