@@ -30,7 +30,8 @@ from ._operation import Algorithm, Call, Operation
 from .common import backend, precision, validation
 from .common.dtypes import FLOAT, HALF, KERNEL_CODE
 from .batched_variable import ALGO_CODE, offsets_np, run_var
-from .common.signatures import ScaledFront, arrays_signature, host_stack_replayer, stack_call
+from .common.signatures import (ScaledFront, arrays_signature, host_stack_replayer,
+                                plain_repeat, stack_call)
 from .planner.costs import batched as costs
 
 __all__ = ["batched_matmul", "float32_precision", "BATCHED"]
@@ -442,8 +443,7 @@ def _replay(call, algo):
     empty = backend.replay_empty(call.a, call.result, out_shape)  # (a's dtype: call.result)
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-        if (c is not None or beta != 0 or type(alpha) not in (float, int)
-                or any(v is not None for v in rest.values())):
+        if not plain_repeat(alpha, beta, c, rest):
             return None
         if current_device() != device:  # another GPU current: the full path switches to a's
             return None
@@ -495,8 +495,7 @@ def _replay_library(call):
     matmul = backend.native_matmul(call.a, call.b, xp)
 
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
-        if (c is not None or beta != 0 or type(alpha) not in (float, int)
-                or any(v is not None for v in rest.values())):
+        if not plain_repeat(alpha, beta, c, rest):
             return None
         return _epilogue(xp, matmul(a, b), alpha, 0.0, None)
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ._ext import load
 from ._operation import Algorithm, Call, Operation
 from . import planner

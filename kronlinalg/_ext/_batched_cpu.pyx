@@ -101,10 +101,15 @@ cdef class StackReplay:
         if (not PyArray_FLAGS(<PyArrayObject *> a) & NPY_ARRAY_ALIGNED
                 or not PyArray_FLAGS(<PyArrayObject *> b) & NPY_ARRAY_ALIGNED):
             return None
+        return self.run_at(PyArray_DATA(<PyArrayObject *> a), PyArray_DATA(<PyArrayObject *> b),
+                           alpha)
+
+    cdef object run_at(self, void *a, void *b, double alpha):
+        """The kernel on operands at a and b, into a new NumPy result."""
         out = PyArray_SimpleNew(self.out_nd, self.out_dims, self.typenum)
         cdef kl_batched_problem p = self.tmpl
-        p.a = PyArray_DATA(<PyArrayObject *> a)
-        p.b = PyArray_DATA(<PyArrayObject *> b)
+        p.a = a
+        p.b = b
         p.d = PyArray_DATA(<PyArrayObject *> out)
         p.alpha = alpha
         cdef int status
@@ -119,20 +124,7 @@ cdef class StackReplay:
     def run_addresses(self, uintptr_t a, uintptr_t b, double alpha):
         """The replay on operands given by address (CPU torch tensors: no NumPy view to make;
         the caller has checked their signature, sign and alignment): a new NumPy result."""
-        out = PyArray_SimpleNew(self.out_nd, self.out_dims, self.typenum)
-        cdef kl_batched_problem p = self.tmpl
-        p.a = <void *> a
-        p.b = <void *> b
-        p.d = PyArray_DATA(<PyArrayObject *> out)
-        p.alpha = alpha
-        cdef int status
-        if self.nogil_run:
-            with nogil:
-                status = kl_batched_matmul_cpu(&p, self.code, 0)
-        else:
-            status = kl_batched_matmul_cpu(&p, self.code, 0)
-        check_status(status)
-        return out
+        return self.run_at(<void *> a, <void *> b, alpha)
 
     def __call__(self, a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         """The replayer protocol of kronlinalg/_operation.py: the result, or None for a call

@@ -91,6 +91,13 @@ pair_call = _compiled.pair_call
 stack_call = _compiled.stack_call
 
 
+def plain_repeat(alpha, beta, c, rest) -> bool:
+    """Whether a replayer's call is the plain repeat a stack replay covers: no c, beta an exact
+    0, alpha a Python number, no other option set (anything else takes the full path)."""
+    return (c is None and beta == 0 and type(alpha) in (float, int)
+            and all(v is None for v in rest.values()))
+
+
 # the compiled replay of a CPU stack product (batched_matmul's kernel; matmul's too)
 _batched_cpu = load("batched_cpu")
 
@@ -124,8 +131,7 @@ def host_stack_replayer(a, b, out):
     def replayer(a, b, /, *, alpha=1.0, beta=0.0, c=None, **rest):
         # (the signature holds type, shape, strides and dtype; not a lazy negation, which
         # data_ptr() does not apply, nor the address's alignment)
-        if (c is not None or beta != 0 or type(alpha) not in (float, int)
-                or any(v is not None for v in rest.values()) or a.is_neg() or b.is_neg()):
+        if not plain_repeat(alpha, beta, c, rest) or a.is_neg() or b.is_neg():
             return None
         pa, pb = a.data_ptr(), b.data_ptr()
         if pa % item or pb % item:
