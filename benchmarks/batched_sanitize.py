@@ -3,6 +3,10 @@ odd sizes, transposed / strided / broadcast operands, beta != 0, variable sizes 
 with a device table whose rows leave the buffers).
 
     compute-sanitizer --tool memcheck python benchmarks/batched_sanitize.py [--quick] [--large-only]
+    compute-sanitizer --tool racecheck python benchmarks/batched_sanitize.py --tiny-only
+
+--tiny-only: the tiny-product kernel's cases alone (dense stacks of orders <= 32, every dtype:
+odd sizes, products a padded stride apart, a shared B, beta).
 """
 
 import sys
@@ -14,8 +18,23 @@ import kronlinalg
 
 quick = "--quick" in sys.argv  # two dtypes, three shapes (memcheck is slow)
 large_only = "--large-only" in sys.argv  # only the 128 x 128 kernel's cases (racecheck)
+tiny_only = "--tiny-only" in sys.argv  # only the tiny-product kernel's cases
 worst = {}
 dev = "cuda"
+for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+    key = str(dtype) + " tiny"
+    for (m, k, n) in ((16, 16, 16), (32, 32, 32), (5, 7, 3), (17, 9, 31), (1, 1, 1)):
+        a = torch.randn(2, 37, m, k, device=dev).to(dtype)
+        b = torch.randn(2, 37, k, n, device=dev).to(dtype)
+        c = torch.randn(2, 37, m, n, device=dev).to(dtype)
+        for x, y, cc in ((a, b, c), (a[:, ::2], b[:, ::2], c[:, ::2]), (a, b[0, 0], c)):
+            out = kronlinalg.batched_matmul(x, y, c=cc, beta=0.5, alpha=2.0, algorithm="kami1d")
+            ref = 2.0 * (x.double() @ y.double()) + 0.5 * cc.double()
+            err = float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+            worst[key] = max(worst.get(key, 0.0), err)
+if tiny_only:
+    dtypes = ()
+    large_only = True
 dtypes = (torch.float64, torch.float16) if quick else (torch.float64, torch.float32,
                                                         torch.float16, torch.bfloat16)
 shapes = ((5, 7, 3), (17, 33, 31), (65, 40, 70)) if quick else (
@@ -70,7 +89,7 @@ for dtype in () if large_only else dtypes:
                                   algorithm=algo)
 # the 128 x 128 half-type kernel (orders >= 96): aligned and odd rows (the staging variant),
 # a transposed A, beta with a broadcast C; a packed batch split between the two kernels
-for dtype in (torch.float16, torch.float32, torch.float64) if quick else (
+for dtype in () if tiny_only else (torch.float16, torch.float32, torch.float64) if quick else (
         torch.float16, torch.bfloat16, torch.float32, torch.float64):
     key = str(dtype) + " 128x128"
     for (m, k, n) in ((128, 128, 128), (130, 97, 129), (64, 50, 63)):  # (64: its 64 x 64 tiles)

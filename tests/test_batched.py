@@ -130,6 +130,31 @@ def test_transposed_and_strided(xp, rng):
         _check(out, _ref(a2n[::2], b2n[::2, :, ::2]), xp, dtype, a2n[::2], b2n[::2, :, ::2])
 
 
+@pytest.mark.parametrize("tiny", ["1", "0"])
+def test_dense_small_products(xp, rng, monkeypatch, tiny):
+    """Stacks of dense products of orders <= 32 (on CUDA the tiny-product kernel, or with
+    KRONLINALG_BATCHED_TINY=0 the tile kernels): products a padded stride apart (every other
+    matrix of a stack), two batch dimensions, a B shared by every product, alpha and beta with
+    c, orders 1..32 (odd ones too), and the 33 just past the kernel's limit."""
+    monkeypatch.setenv("KRONLINALG_BATCHED_TINY", tiny)
+    for dtype in xp.dtypes:
+        for (m, k, n) in ((16, 16, 16), (32, 32, 32), (1, 1, 1), (5, 3, 7), (17, 9, 31),
+                          (32, 32, 1), (24, 8, 8), (33, 32, 32)):
+            a, an = random(xp, rng, (2, 3, m, k), dtype)
+            b, bn = random(xp, rng, (2, 3, k, n), dtype)
+            c, cn = random(xp, rng, (2, 3, m, n), dtype)
+            out = batched_matmul(a, b, c=c, alpha=-0.5, beta=2.0, algorithm="auto")
+            _check(out, _ref(an, bn, -0.5, 2.0, cn), xp, dtype, an, bn, -0.5,
+                   msg=f"{dtype} {m}x{k}x{n}: ", library=xp.is_cuda, c_term=2.0 * cn)
+            for algo in (("kami1d",) if xp.is_cuda else ("auto",)):
+                out = batched_matmul(a[:, ::2, ...], b[:, ::2, ...], algorithm=algo)
+                _check(out, _ref(an[:, ::2], bn[:, ::2]), xp, dtype, an[:, ::2], bn[:, ::2],
+                       msg=f"{algo} strided {dtype} {m}x{k}x{n}: ")
+                out = batched_matmul(a, b[0, 0, ...], alpha=3.0, algorithm=algo)
+                _check(out, _ref(an, bn[0, 0], 3.0), xp, dtype, an, bn[0, 0], 3.0,
+                       msg=f"{algo} shared b {dtype} {m}x{k}x{n}: ")
+
+
 def test_layouts_from_strategies(xp, rng):
     strategies = pytest.importorskip("strategies")
     vals_a = strategies.random_values(rng, (3, 12, 10))

@@ -46,6 +46,9 @@ inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96
 inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 0) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
+// Whether uniform stacks of dense products of orders <= 32 take the tiny-product kernel
+// (batched_cuda_tiny.cuh); KRONLINALG_BATCHED_TINY=0 sends them to the tile kernels.
+inline bool tiny_on() { return kl::knob_int("KRONLINALG_BATCHED_TINY", 1) != 0; }
 
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;

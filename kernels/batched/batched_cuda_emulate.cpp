@@ -236,6 +236,10 @@ inline void cp_async_16(void *dst, const void *src, bool valid) {
   else
     std::memset(dst, 0, 16);
 }
+inline void cp_async_16_part(void *dst, const void *src, int bytes) {
+  std::memset(dst, 0, 16);
+  std::memcpy(dst, src, size_t(bytes));  // (reads only the valid bytes, as the hardware does)
+}
 template <int BYTES>
 inline void cp_async_elem(void *dst, const void *src, bool valid) {
   if (valid)
@@ -539,6 +543,92 @@ static void check_split(const char *name, double tol) {
               ok ? "ok" : "FAIL", name, long(from), worst, untouched ? "" : "  WROTE PAST THE END");
 }
 
+// The tiny-product kernel (batched_cuda_tiny.cuh): a stack of dense products a padded stride
+// apart (the padding poisoned: nothing may be written there), B broadcast or not, alpha and
+// beta; first that tiny_layout takes the layout and refuses what it must.
+template <class T>
+static void check_tiny(const char *name, int64_t count, int m, int n, int k, bool b_shared,
+                       double beta, double tol) {
+  const int vec = 16 / int(sizeof(T));
+  auto padded = [&](int64_t elems) { return (elems + vec - 1) / vec * vec + vec; };
+  const int64_t sa = padded(int64_t(m) * k), sb = b_shared ? 0 : padded(int64_t(k) * n),
+                sd = padded(int64_t(m) * n);
+  std::mt19937 rng(unsigned(m * 1000 + n * 31 + k));
+  std::normal_distribution<double> nd;
+  const T poison = from_d<T>(4321.0);
+  std::vector<T> A(size_t(count * sa) + vec), B(size_t(b_shared ? padded(int64_t(k) * n) : count * sb) + vec),
+      C(size_t(count * sd) + vec), D(size_t(count * sd) + vec, poison);
+  // 16-byte aligned starts (std::vector of 2-byte types need not be)
+  auto al = [](auto &v) {
+    using E = std::remove_reference_t<decltype(v[0])>;
+    uintptr_t x = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<E *>((x + 15) / 16 * 16);
+  };
+  T *a = al(A), *b = al(B), *c = al(C), *d = al(D);
+  for (auto &x : A) x = from_d<T>(nd(rng));
+  for (auto &x : B) x = from_d<T>(nd(rng));
+  for (auto &x : C) x = from_d<T>(nd(rng));
+  kl_batched_problem p{};
+  p.m = m, p.n = n, p.k = k, p.ndim = 2, p.shape[0] = count, p.shape[1] = 1;
+  p.a = a, p.a_bs[0] = sa, p.a_bs[1] = 12345, p.a_rs = k, p.a_cs = 1;
+  p.b = b, p.b_bs[0] = sb, p.b_bs[1] = 777, p.b_rs = n, p.b_cs = 1;
+  p.c = c, p.c_bs[0] = sd, p.c_rs = n, p.c_cs = 1;
+  p.d = d, p.d_bs[0] = sd, p.d_rs = n, p.d_cs = 1;
+  p.alpha = -1.5, p.beta = beta;
+  int64_t strides[4];
+  bool layout_ok = tiny_layout(p, count, int(sizeof(T)), strides) &&
+                   (count < 2 || (strides[0] == sa && strides[1] == sb && strides[3] == sd));
+  {  // what it must refuse: a transposed A, an unaligned stride, order 33, a split batch
+    kl_batched_problem q = p;
+    q.a_rs = 1, q.a_cs = m;
+    layout_ok &= m == 1 || k == 1 || !tiny_layout(q, count, int(sizeof(T)), strides);
+    q = p;
+    q.a_bs[0] = sa + 1;
+    layout_ok &= count < 2 || !tiny_layout(q, count, int(sizeof(T)), strides);
+    q = p;
+    q.k = 33, q.a_rs = 33;
+    layout_ok &= !tiny_layout(q, count, int(sizeof(T)), strides);
+    q = p;
+    q.ndim = 2, q.shape[0] = 2, q.shape[1] = count, q.a_bs[0] = sa, q.a_bs[1] = 0;
+    layout_ok &= count < 2 || !tiny_layout(q, 2 * count, int(sizeof(T)), strides);
+  }
+  tiny_layout(p, count, int(sizeof(T)), strides);
+  launch_tiny<T>(p, count, strides, nullptr);
+  double worst = 0, scale = 1e-30;
+  bool untouched = true;
+  for (int64_t q = 0; q < count; ++q) {
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int kk = 0; kk < k; ++kk)
+          s += to_d(a[q * sa + i * k + kk]) * to_d(b[q * sb + kk * n + j]);
+        double ref = -1.5 * s;
+        if (beta != 0) ref += beta * to_d(c[q * sd + i * n + j]);
+        worst = std::max(worst, std::fabs(to_d(d[q * sd + i * n + j]) - ref));
+        scale = std::max(scale, std::fabs(ref));
+      }
+    for (int64_t e = int64_t(m) * n; e < sd; ++e) untouched &= to_d(d[q * sd + e]) == to_d(poison);
+  }
+  const double rel = worst / scale;
+  const bool ok = rel <= tol && untouched && layout_ok;
+  failures += !ok;
+  std::printf("%-5s %s tiny  %ldx %dx%dx%d%s beta=%g  rel err %.2e%s%s\n", ok ? "ok" : "FAIL",
+              name, long(count), m, k, n, b_shared ? " (B shared)" : "", beta, rel,
+              untouched ? "" : "  WROTE INTO THE PADDING", layout_ok ? "" : "  LAYOUT CHECK");
+}
+
+template <class T>
+static void tiny_suite(const char *name, double tol) {
+  check_tiny<T>(name, 37, 16, 16, 16, false, 0.0, tol);
+  check_tiny<T>(name, 29, 32, 32, 32, false, 0.5, tol);
+  check_tiny<T>(name, 13, 1, 1, 1, false, 0.0, tol);
+  check_tiny<T>(name, 17, 5, 7, 3, true, 1.0, tol);
+  check_tiny<T>(name, 11, 17, 31, 9, false, 0.0, tol);
+  check_tiny<T>(name, 9, 32, 1, 32, false, 0.5, tol);
+  check_tiny<T>(name, 9, 1, 32, 17, true, 0.0, tol);
+  check_tiny<T>(name, 1, 23, 19, 29, false, 0.0, tol);
+}
+
 template <class T, int MMA>
 static void suite(const char *name, double tol) {
   if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {  // the 128 x 128 kernel
@@ -578,6 +668,14 @@ int main() {
     suite<float, kTf32x3>("f32  3xtf32", 2e-6);
     suite<__half, kHmma>("f16  hmma", 4e-3);
     suite<__nv_bfloat16, kHmma>("bf16 hmma", 2e-2);
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
+  tiny_suite<double>("f64 ", 1e-13);
+  tiny_suite<float>("f32 ", 2e-6);
+  tiny_suite<__half>("f16 ", 4e-3);
+  tiny_suite<__nv_bfloat16>("bf16", 2e-2);
+  if (kl::knob_set("KL_EMULATE_TINY_ONLY")) {
     std::printf("%d failures\n", failures);
     return failures ? 1 : 0;
   }

@@ -6,6 +6,7 @@
 
 #include "batched_cuda_kernels.cuh"
 #include "batched_cuda_large.cuh"
+#include "batched_cuda_tiny.cuh"
 
 namespace kl {
 namespace batched {
@@ -161,6 +162,9 @@ cudaError_t launch_f16_split(bool bf16, const Args &args, int64_t from, int64_t 
                              int small_shape, unsigned long long *scratch, cudaStream_t stream);
 cudaError_t launch_f32_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
                              unsigned long long *scratch, cudaStream_t stream);
+// batched_cuda_tiny.cu: the tiny-product kernel in the problem's element type
+cudaError_t launch_tiny_dtype(int dtype, const kl_batched_problem &p, int64_t count,
+                              const int64_t *strides, cudaStream_t stream);
 cudaError_t launch_f64_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
                              unsigned long long *scratch, cudaStream_t stream);
 

@@ -63,6 +63,9 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_BATCHED_STAGING", int, 0,
          "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows (3 stages and "
          "two staging areas) instead of loading them synchronously", "c++"),
+    Knob("KRONLINALG_BATCHED_TINY", int, 1,
+         "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
+         "operands a fixed stride apart)", "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),
