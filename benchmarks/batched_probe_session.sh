@@ -11,4 +11,8 @@ timeout ${BP_TEST_S:-150} python -m pytest -q -m gpu -p no:cacheprovider -x test
   echo "racecheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee $OUT/sanitizer.txt
 timeout ${BP_PROBE_S:-150} python benchmarks/batched_probe.py $BP_ARGS --out $OUT/probe.json 2>&1 | tee $OUT/probe.txt
 [ -n "$BP_PROFILE" ] && timeout 60 python benchmarks/batched_probe.py --profile-auto $BP_PROFILE 2>&1 | head -40 | tee $OUT/profile.txt
+if [ -n "$BP_RACE_LARGE" ]; then  # racecheck of the 128 x 128 kernel's cases
+  timeout ${BP_RACE_LARGE} compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/batched_sanitize.py --quick --large-only 2>&1 | tail -4 | tee $OUT/race_large.txt
+  echo "racecheck large rc=${PIPESTATUS[0]}" | tee -a $OUT/race_large.txt
+fi
 echo done

@@ -81,7 +81,8 @@ extern "C" int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, in
                     (mma == kDmma && query_device(&d) == cudaSuccess && d.cc_major >= 9);
     const int elem = dtype == KL_BATCHED_F64 ? 8 : dtype == KL_BATCHED_F32 ? 4 : 2;
     int64_t strides[4];
-    if (tc && tiny_layout(*p, count, elem, strides)) {
+    if (tc && tiny_variant(p->m, p->n, p->k, elem) >= 0 &&
+        tiny_layout(*p, count, elem, strides)) {
       const cudaError_t e =
           launch_tiny_dtype(dtype, *p, count, strides, static_cast<cudaStream_t>(stream));
       return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");

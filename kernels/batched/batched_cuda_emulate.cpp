@@ -52,7 +52,7 @@ thread_local Dim threadIdx, blockIdx;
 static Dim gridDim;
 static bool g_rn = kl::knob_set("KRONLINALG_EMULATE_RN");
 
-alignas(16) static unsigned char g_smem[160 * 1024];
+alignas(16) static unsigned char g_smem[228 * 1024];  // (the H100's 227 KB a block)
 #define KL_DYNAMIC_SMEM(name) unsigned char *name = g_smem
 #define __shared__ static  // blocks run one after another: one copy serves each in turn
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
@@ -627,6 +627,9 @@ static void tiny_suite(const char *name, double tol) {
   check_tiny<T>(name, 9, 32, 1, 32, false, 0.5, tol);
   check_tiny<T>(name, 9, 1, 32, 17, true, 0.0, tol);
   check_tiny<T>(name, 1, 23, 19, 29, false, 0.0, tol);
+  check_tiny<T>(name, 21, 16, 16, 16, true, 1.0, tol);  // the fixed kernels: shared B, beta
+  check_tiny<T>(name, 1, 32, 32, 32, true, 0.0, tol);
+  check_tiny<T>(name, 14, 32, 32, 32, false, -2.0, tol);
 }
 
 template <class T, int MMA>

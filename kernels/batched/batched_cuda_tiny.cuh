@@ -263,6 +263,187 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_kernel(const TinyArgs ar
   kl::cu::cp_async_wait<0>();
 }
 
+// ---- square orders 16 and 32: sizes known at compile time --------------------------------
+//
+// The generic kernel above pays for its run-time sizes per element (bounds, index arithmetic,
+// scalar fragment reads from the unpadded chunk, whose row pitch puts a quad's reads in one bank)
+// and for its epilogue's round trip through shared memory: at order 32 it issued more than the
+// bytes needed (H100, 10⁴ float16 products: 50.7 µs, the tile kernels 42).  Here each operand's
+// rows land at a padded pitch (16-byte pieces, rows a multiple of 16 bytes), the half types'
+// and 3xTF32's A fragments come by ldmatrix, B's by ldmatrix.trans (half types) or
+// conflict-free scalar reads, and the accumulators go straight to D in element pairs (a quad
+// writes 8 contiguous elements of a row).
+template <class T, int ORDER>
+struct TinyFixed {
+  static constexpr int E = int(sizeof(T));
+  static constexpr bool F64 = E == 8, TF32 = std::is_same_v<T, float>;
+  // pitches in elements: ldmatrix rows in distinct 16-byte bank groups (A; half types' B), the
+  // scalar reads of a quad's 4 x 8 in distinct banks (3xTF32's B: + 8 floats; float64: 4 mod 16)
+  static constexpr int PA = F64 ? ORDER + 4 : ORDER + 16 / E;
+  static constexpr int PB = F64 ? ORDER + 4 : TF32 ? ORDER + 8 : ORDER + 8;
+  static constexpr int A_BYTES = ORDER * PA * E, STAGE = ORDER * PA * E + ORDER * PB * E;
+  static constexpr int MI = ORDER / 16, NI = ORDER / 8, CPR = ORDER * E / 16;  // 16-byte pieces a row
+};
+
+// A dense ORDER x ORDER block into rows of `pitch` elements.
+template <class T, int ORDER, int PITCH>
+__device__ __forceinline__ void tiny_rows_in(unsigned char *dst, const unsigned char *src, int lane) {
+  constexpr int CPR = ORDER * int(sizeof(T)) / 16, PIECES = ORDER * CPR;
+#pragma unroll
+  for (int j = lane; j < PIECES; j += 32)
+    kl::cu::cp_async_16(dst + (j / CPR) * PITCH * int(sizeof(T)) + (j % CPR) * 16, src + j * 16, true);
+}
+
+template <class T>
+__device__ __forceinline__ void tiny_store_pair(T *d, const T *c, typename TinyTraits<T>::Acc alpha,
+                                                typename TinyTraits<T>::Acc beta,
+                                                typename TinyTraits<T>::Acc x0,
+                                                typename TinyTraits<T>::Acc x1) {
+  using Acc = typename TinyTraits<T>::Acc;
+  Acc v0 = alpha * x0, v1 = alpha * x1;
+  if (c) {
+    v0 += beta * to_acc<Acc>(c[0]);
+    v1 += beta * to_acc<Acc>(c[1]);
+  }
+  if constexpr (sizeof(T) == 2) {
+    union {
+      uint32_t u;
+      T e[2];
+    } w;
+    w.e[0] = from_acc<T>(v0);
+    w.e[1] = from_acc<T>(v1);
+    *reinterpret_cast<uint32_t *>(d) = w.u;
+  } else if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float2 *>(d) = make_float2(v0, v1);
+  } else {
+    *reinterpret_cast<double2 *>(d) = make_double2(v0, v1);
+  }
+}
+
+template <class T, int ORDER>
+__global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyArgs args) {
+  using Tr = TinyTraits<T>;
+  using Acc = typename Tr::Acc;
+  using F = TinyFixed<T, ORDER>;
+  KL_DYNAMIC_SMEM(smem);
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int S = args.stages, SB = args.stage_bytes;
+  unsigned char *ring = smem + size_t(warp) * S * SB;
+  const int64_t first = int64_t(blockIdx.x) * kTinyWarps + warp;
+  const int64_t step = int64_t(gridDim.x) * kTinyWarps;
+  const Acc alpha = Acc(args.alpha), beta = Acc(args.beta);
+
+  auto issue = [&](int64_t j) {
+    const int64_t p = first + j * step;
+    if (p < args.count) {
+      unsigned char *st = ring + (j % S) * SB;
+      tiny_rows_in<T, ORDER, F::PA>(
+          st, static_cast<const unsigned char *>(args.a) + p * args.a_bs * F::E, lane);
+      tiny_rows_in<T, ORDER, F::PB>(
+          st + F::A_BYTES, static_cast<const unsigned char *>(args.b) + p * args.b_bs * F::E, lane);
+    }
+    kl::cu::cp_async_commit();
+  };
+#pragma unroll 1
+  for (int j = 0; j < S - 1; ++j) issue(j);
+
+#pragma unroll 1
+  for (int64_t j = 0;; ++j) {
+    const int64_t p = first + j * step;
+    if (p >= args.count) break;
+    const unsigned char *st = ring + (j % S) * SB;
+    issue(j + S - 1);
+    switch (S) {
+      case 2: kl::cu::cp_async_wait<1>(); break;
+      case 3: kl::cu::cp_async_wait<2>(); break;
+      default: kl::cu::cp_async_wait<3>(); break;
+    }
+    __syncwarp();
+    const T *As = reinterpret_cast<const T *>(st);
+    const T *Bs = reinterpret_cast<const T *>(st + F::A_BYTES);
+    Acc acc[F::MI][F::NI][4];
+#pragma unroll
+    for (int mi = 0; mi < F::MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < F::NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = Acc(0);
+#pragma unroll
+    for (int kk = 0; kk < ORDER; kk += Tr::KS) {
+      if constexpr (sizeof(T) == 2) {
+        uint32_t a[F::MI][4], b[F::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < F::MI; ++mi)
+          kl::cu::ldsm_x4(a[mi], As + (mi * 16 + (lane & 15)) * F::PA + kk + (lane >> 4) * 8);
+#pragma unroll
+        for (int nj = 0; nj < F::NI / 2; ++nj) {
+          uint32_t r[4];
+          kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * F::PB + nj * 16 + (lane >> 4) * 8);
+          b[2 * nj][0] = r[0], b[2 * nj][1] = r[1], b[2 * nj + 1][0] = r[2], b[2 * nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < F::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < F::NI; ++ni)
+            kl::cu::mma_16816<Tr::BF16>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+      } else if constexpr (F::F64) {
+        double b[F::NI][2];
+#pragma unroll
+        for (int ni = 0; ni < F::NI; ++ni) {
+          b[ni][0] = Bs[(kk + t) * F::PB + ni * 8 + g];
+          b[ni][1] = Bs[(kk + t + 4) * F::PB + ni * 8 + g];
+        }
+#pragma unroll
+        for (int mi = 0; mi < F::MI; ++mi) {
+          const double *r0 = As + (mi * 16 + g) * F::PA + kk + t, *r1 = r0 + 8 * F::PA;
+          const double a[4] = {r0[0], r1[0], r0[4], r1[4]};
+#pragma unroll
+          for (int ni = 0; ni < F::NI; ++ni) dmma_1688(acc[mi][ni], a, b[ni][0], b[ni][1]);
+        }
+      } else {
+        uint32_t bh[F::NI][2], bl[F::NI][2];
+#pragma unroll
+        for (int ni = 0; ni < F::NI; ++ni) {
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t) * F::PB + ni * 8 + g]), bh[ni][0], bl[ni][0]);
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t + 4) * F::PB + ni * 8 + g]), bh[ni][1],
+                             bl[ni][1]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < F::MI; ++mi) {
+          uint32_t x[4], ah[4], al[4];
+          kl::cu::ldsm_x4(x, As + (mi * 16 + (lane & 15)) * F::PA + kk + (lane >> 4) * 4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
+#pragma unroll
+          for (int ni = 0; ni < F::NI; ++ni) {
+            float q[4];
+            mma_tf32_fresh(q, al, bh[ni][0], bh[ni][1]);
+            kl::cu::mma_tf32(q, ah, bl[ni][0], bl[ni][1]);
+            kl::cu::mma_tf32(q, ah, bh[ni][0], bh[ni][1]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mi][ni][e] += q[e];
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with the stage: the copies issued next step may land
+    T *d = static_cast<T *>(args.d) + p * args.d_bs;
+    const T *c = beta != Acc(0) ? static_cast<const T *>(args.c) + p * args.c_bs : nullptr;
+#pragma unroll
+    for (int mi = 0; mi < F::MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < F::NI; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int off = (mi * 16 + g + 8 * h) * ORDER + ni * 8 + 2 * t;
+          tiny_store_pair<T>(d + off, c ? c + off : nullptr, alpha, beta, acc[mi][ni][2 * h],
+                             acc[mi][ni][2 * h + 1]);
+        }
+  }
+  kl::cu::cp_async_wait<0>();
+}
+
 // Whether a uniform problem fits this kernel, and its per-product strides: every operand one
 // dense row-major block, the batch dimensions one fixed stride each (broadcast: stride 0 over
 // all of them), every address and stride a multiple of 16 bytes.  (The kernel's MMA kinds are
@@ -299,31 +480,38 @@ inline bool tiny_layout(const kl_batched_problem &p, int64_t count, int elem, in
 }
 
 // Launches the tiny kernel for a problem tiny_layout accepted.
-template <class T>
-cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_t *strides,
-                        cudaStream_t stream) {
-  TinyArgs a{};
-  a.a = p.a, a.b = p.b, a.c = p.c, a.d = p.d;
-  a.a_bs = strides[0], a.b_bs = strides[1], a.c_bs = strides[2], a.d_bs = strides[3];
-  a.count = count;
-  a.m = int(p.m), a.n = int(p.n), a.k = int(p.k);
-  a.alpha = p.alpha, a.beta = p.beta;
-  a.stage_bytes = tiny_stage_bytes<T>(a.m, a.n, a.k);
-  // as many stages as fit 24 KB a warp (two to four): four 4-warp blocks of small products an
-  // SM, one of 16 KB float64 order-32 stages
-  const int per_warp = 24 * 1024;
-  a.stages = per_warp / a.stage_bytes;
-  a.stages = a.stages < 2 ? 2 : a.stages > 4 ? 4 : a.stages;
-  const int smem = kTinyWarps * a.stages * a.stage_bytes;
-  const int64_t blocks = (count + kTinyWarps - 1) / kTinyWarps;
+// Shared memory of a launch: `stages` stages of `stage_bytes` for each of the block's warps, as
+// many stages (2..4) as leave the most blocks an SM room (blocks of small stages: 4 an SM, the
+// registers' limit; float64 order 32: one block of 3).
+inline int tiny_stages(int stage_bytes) {
+  constexpr int kSmemSM = 220 * 1024;
+  for (int blocks : {4, 2, 1}) {
+    const int s = kSmemSM / (blocks * kTinyWarps * stage_bytes);
+    if (s >= 3 || (blocks == 1 && s >= 2)) return s > 4 ? 4 : s;
+  }
+  return 2;
+}
+
+// Which tiny kernel runs (m, n, k): 16 / 32 for the square orders of the fixed kernel, 0 for
+// the generic one (float16 / bfloat16 / float32 up to order 16, where it measured faster than
+// the tile kernels), -1 for neither.
+inline int tiny_variant(int64_t m, int64_t n, int64_t k, int elem) {
+  if (m == n && n == k && (m == 16 || m == 32)) return int(m);
+  if (elem <= 4 && m <= 16 && n <= 16 && k <= 16) return 0;
+  return -1;
+}
+
+template <class T, class Kernel>
+cudaError_t launch_tiny_kernel(Kernel kernel, const TinyArgs &a, int smem, cudaStream_t stream) {
+  const int64_t blocks = (a.count + kTinyWarps - 1) / kTinyWarps;
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   const int64_t grid = blocks > 3 ? 3 : blocks;  // several products a warp
-  emu_launch(unsigned(grid), kTinyWarps * 32, smem, [a] { tiny_kernel<T>(a); });
+  emu_launch(unsigned(grid), kTinyWarps * 32, smem, [kernel, a] { kernel(a); });
   return cudaSuccess;
 #else
   if (smem > 48 * 1024) {
-    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(tiny_kernel<T>), smem);
+    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
     if (e != cudaSuccess) return e;
   }
   // resident blocks an SM for this shared-memory size (asked once per size: a few sizes occur)
@@ -333,7 +521,7 @@ cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_
     if (cached_smem[i] == smem) cap = cached_cap[i];
   if (!cap) {
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tiny_kernel<T>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
                                                                   kTinyWarps * 32, smem);
     DeviceInfo dev;
     if (e == cudaSuccess) e = query_device(&dev);
@@ -345,9 +533,31 @@ cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_
     ++next;
   }
   const int64_t grid = blocks < cap ? blocks : cap;
-  tiny_kernel<T><<<unsigned(grid), kTinyWarps * 32, smem, stream>>>(a);
+  kernel<<<unsigned(grid), kTinyWarps * 32, smem, stream>>>(a);
   return cudaGetLastError();
 #endif
+}
+
+template <class T>
+cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_t *strides,
+                        cudaStream_t stream) {
+  TinyArgs a{};
+  a.a = p.a, a.b = p.b, a.c = p.c, a.d = p.d;
+  a.a_bs = strides[0], a.b_bs = strides[1], a.c_bs = strides[2], a.d_bs = strides[3];
+  a.count = count;
+  a.m = int(p.m), a.n = int(p.n), a.k = int(p.k);
+  a.alpha = p.alpha, a.beta = p.beta;
+  const int variant = tiny_variant(p.m, p.n, p.k, int(sizeof(T)));
+  if (variant == 16 || variant == 32) {
+    a.stage_bytes = variant == 16 ? TinyFixed<T, 16>::STAGE : TinyFixed<T, 32>::STAGE;
+    a.stages = tiny_stages(a.stage_bytes);
+    const int smem = kTinyWarps * a.stages * a.stage_bytes;
+    return variant == 16 ? launch_tiny_kernel<T>(tiny_fixed_kernel<T, 16>, a, smem, stream)
+                         : launch_tiny_kernel<T>(tiny_fixed_kernel<T, 32>, a, smem, stream);
+  }
+  a.stage_bytes = tiny_stage_bytes<T>(a.m, a.n, a.k);
+  a.stages = tiny_stages(a.stage_bytes);
+  return launch_tiny_kernel<T>(tiny_kernel<T>, a, kTinyWarps * a.stages * a.stage_bytes, stream);
 }
 
 }  // namespace batched

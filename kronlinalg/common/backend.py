@@ -346,7 +346,8 @@ def contiguous(a):
 
 def native_matmul(a, b, xp):
     """The array library's own matmul for a repeated a @ b: np.matmul for NumPy arrays,
-    torch.matmul for torch tensors of one dtype (array_api_compat's wrappers add ~0.2 µs to a
+    torch.bmm for two torch stacks (3-D, one batch) of one dtype, torch.matmul for other
+    torch tensors of one dtype (array_api_compat's wrappers add ~0.2 µs to a
     ~1 µs NumPy call and ~1 µs to torch's; they matter only for type promotion), else
     xp.matmul."""
     if type(a) is np.ndarray and type(b) is np.ndarray:
@@ -354,6 +355,10 @@ def native_matmul(a, b, xp):
     torch = _torch()
     if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor and (
             a.dtype == b.dtype):
+        # two 3-D stacks of one batch: torch.bmm, the same cuBLAS call for half the host time
+        # of torch.matmul's dispatch on CUDA (H100 host: 16-17 µs a call against 32)
+        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
+            return torch.bmm
         return torch.matmul
     return xp.matmul
 
