@@ -282,6 +282,7 @@ struct TinyFixed {
   static constexpr int PA = F64 ? ORDER + 4 : ORDER + 16 / E;
   static constexpr int PB = F64 ? ORDER + 4 : TF32 ? ORDER + 8 : ORDER + 8;
   static constexpr int A_BYTES = ORDER * PA * E, STAGE = ORDER * PA * E + ORDER * PB * E;
+  static_assert(E != 2 || ORDER * (ORDER + 8) * E <= STAGE, "the half types' results fit a stage");
   static constexpr int MI = ORDER / 16, NI = ORDER / 8, CPR = ORDER * E / 16;  // 16-byte pieces a row
 };
 
@@ -306,13 +307,7 @@ __device__ __forceinline__ void tiny_store_pair(T *d, const T *c, typename TinyT
     v1 += beta * to_acc<Acc>(c[1]);
   }
   if constexpr (sizeof(T) == 2) {
-    union {
-      uint32_t u;
-      T e[2];
-    } w;
-    w.e[0] = from_acc<T>(v0);
-    w.e[1] = from_acc<T>(v1);
-    *reinterpret_cast<uint32_t *>(d) = w.u;
+    *reinterpret_cast<uint32_t *>(d) = tiny_pair(from_acc<T>(v0), from_acc<T>(v1));
   } else if constexpr (sizeof(T) == 4) {
     *reinterpret_cast<float2 *>(d) = make_float2(v0, v1);
   } else {
@@ -427,19 +422,44 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyA
         }
       }
     }
-    __syncwarp();  // every lane is done with the stage: the copies issued next step may land
+    __syncwarp();  // every lane is done with the stage's operands
     T *d = static_cast<T *>(args.d) + p * args.d_bs;
     const T *c = beta != Acc(0) ? static_cast<const T *>(args.c) + p * args.c_bs : nullptr;
+    if constexpr (F::E == 2) {
+      // half types: the results (rounded once, beta * C included) through the stage, rows of
+      // PO elements (a quad's pairs in distinct banks), then out in 16-byte pieces: a pair
+      // store writes 4 bytes, half a sector, and ran the order-32 stacks at 0.63 of copy
+      // bandwidth where float32's 8-byte pairs reached 0.85 (H100)
+      constexpr int PO = ORDER + 8, CPR = ORDER / 8;
+      T *os = reinterpret_cast<T *>(const_cast<unsigned char *>(st));
 #pragma unroll
-    for (int mi = 0; mi < F::MI; ++mi)
+      for (int mi = 0; mi < F::MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < F::NI; ++ni)
+        for (int ni = 0; ni < F::NI; ++ni)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int off = (mi * 16 + g + 8 * h) * ORDER + ni * 8 + 2 * t;
-          tiny_store_pair<T>(d + off, c ? c + off : nullptr, alpha, beta, acc[mi][ni][2 * h],
-                             acc[mi][ni][2 * h + 1]);
-        }
+          for (int h = 0; h < 2; ++h) {
+            const int r = mi * 16 + g + 8 * h, col = ni * 8 + 2 * t;
+            tiny_store_pair<T>(os + r * PO + col, c ? c + r * ORDER + col : nullptr, alpha, beta,
+                               acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+          }
+      __syncwarp();
+#pragma unroll
+      for (int j = lane; j < ORDER * CPR; j += 32)
+        reinterpret_cast<uint4 *>(d)[j] =
+            *reinterpret_cast<const uint4 *>(os + (j / CPR) * PO + (j % CPR) * 8);
+    } else {
+#pragma unroll
+      for (int mi = 0; mi < F::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < F::NI; ++ni)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int off = (mi * 16 + g + 8 * h) * ORDER + ni * 8 + 2 * t;
+            tiny_store_pair<T>(d + off, c ? c + off : nullptr, alpha, beta, acc[mi][ni][2 * h],
+                               acc[mi][ni][2 * h + 1]);
+          }
+    }
+    __syncwarp();  // the stage is free for the copies issued next step
   }
   kl::cu::cp_async_wait<0>();
 }

@@ -30,7 +30,7 @@ from .matmul import _predict_library as _library_roofline, normalise as matmul_n
 
 __all__ = ["normalise", "matmul_normalise", "COEF", "predict_library", "predict_blocked",
            "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION",
-           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED",
+           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED", "TINY_MEASURED",
            "MAX_ORDER"]
 
 MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, correctly)
@@ -117,6 +117,26 @@ KAMI_MEASURED[("float16", "large")] = {"rate": 1.04e14, "bw": {64: 0.677, 128: 0
                                        "variable": 4.25}
 KAMI_MEASURED[("float32", "large")] = {"rate": 3.15e13, "bw": {64: 0.619, 128: 0.432, 256: 0.25},
                                        "variable": 2.46}
+# The tiny-product kernel (kernels/batched/batched_cuda_tiny.cuh): stacks whose products are
+# each one row-major block (the plan's option dense=True), square orders 16 and 32 (and, outside
+# float64, every order up to 16): the fraction of the copy bandwidth it reached, batch 10⁴, CUDA
+# events with the host hidden (H100, 2026-11-27, benchmarks/batched_probe.py).
+TINY_MEASURED = {
+    "float64": {16: 0.88, 32: 0.93},
+    "float32": {16: 0.82, 32: 0.85},
+    "float16": {16: 0.51, 32: 0.63},
+}
+
+
+def _tiny_applies(info, dtype, options):
+    m, n, k = info["m"], info["n"], info["k"]
+    if not options.get("dense") or info.get("variable") or min(m, n, k) < 1:
+        return False
+    if m == n == k and m in (16, 32):
+        return True
+    return dtype != "float64" and max(m, n, k) <= 16
+
+
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
 
 
@@ -315,6 +335,10 @@ def predict_kami(dims):
             cyc = None
         order = info["order"]
         frac = _fraction(meas["bw"], order if large else min(order, 64))
+        tiny = dims == 1 and _tiny_applies(info, dt, problem.options)
+        if tiny:  # the tiny-product kernel: its own measured fractions, no tile tail
+            frac = _fraction(TINY_MEASURED[dt], order)
+            block = 0.0
         nbytes = _bytes(info, problem.dtype, problem.options)
         mem = nbytes / (prof.bandwidth * frac)
         compute = info["flops"] / rate
@@ -323,7 +347,7 @@ def predict_kami(dims):
         tail = block / prof.clock_hz
         gpu = max(mem, compute) + tail
         seconds = max(gpu, COEF["cuda_call_s"]) 
-        details = {"bytes": nbytes, "tile": f"{bm}x{bn}", "warps": p,
+        details = {"bytes": nbytes, "tile": "tiny" if tiny else f"{bm}x{bn}", "warps": p,
                    "per_block": cfg["items_per_block"], "mma": cfg["mma"],
                    "block_cycles": block, "bw_fraction": frac,
                    "terms": {"mem": mem, "compute": compute, "tail": tail,
