@@ -207,7 +207,8 @@ def _host_table_check(s, a, b, c, out_size):
 def _plan_query(call):
     if call.form == "stack":
         opts = {"beta": True} if call.beta != 0.0 else {}
-        if backend.is_c_contiguous(call.a) and backend.is_c_contiguous(call.b):
+        if (backend.on_cuda(call.a) and backend.is_c_contiguous(call.a)
+                and backend.is_c_contiguous(call.b)):
             opts["dense"] = True  # each product one row-major block: the tiny kernel's layout
         return (tuple(call.a.shape), tuple(call.b.shape)), _compute(call), opts
     count = len(call.a) if call.form == "list" else int(call.sizes.shape[0])
