@@ -4,7 +4,7 @@
 #   OUT=/tmp/out bash .wheelhouse/gpu-run.sh bash benchmarks/batched_probe_session.sh
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-timeout ${BP_TEST_S:-150} python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py 2>&1 | tail -8 | tee $OUT/tests.txt
+timeout ${BP_TEST_S:-150} python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py $BP_TESTS 2>&1 | tail -8 | tee $OUT/tests.txt
 { timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/batched_sanitize.py --tiny-only 2>&1 | tail -4
   echo "memcheck rc=${PIPESTATUS[0]}"
   timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/batched_sanitize.py --tiny-only 2>&1 | tail -4

@@ -67,8 +67,10 @@ COEF = {
     "cpu_loop_s": 4.0e-6,  # the library's Python loop over variable sizes, a product
     # CUDA, measured on an H100 (benchmarks/batched_gpu.py, 2026-11-26; CUDA events over warm
     # loops, so host time shows where a call is host-bound)
-    "cuda_call_s": 16.0e-6,  # our path: the per-signature fast path, torch.empty, the launch
-    "cuda_library_call_s": 13.0e-6,  # torch.bmm at batch 10³ (host-bound)
+    # host time a call (benchmarks/batched_probe.py, H100 host, 2026-11-27, medians over the
+    # batch-10³ rows of every dtype: ours 12-18 µs, torch.bmm 15-20 on the same rows, 3 µs more)
+    "cuda_call_s": 14.0e-6,  # our path: the per-signature fast path, torch.empty, the launch
+    "cuda_library_call_s": 17.0e-6,  # torch.bmm at batch 10³ (host-bound)
     "cuda_library_loop_s": 46.0e-6,  # a Python loop of the library's matmul, per product
     "kami_mma_efficiency": 0.62,  # KAMI's MMA efficiency on Hopper (the cycle model's term)
     "matmul_margin": 1.05,  # matmul takes batched_matmul only where it predicts a 5 % gain
@@ -122,9 +124,9 @@ KAMI_MEASURED[("float32", "large")] = {"rate": 3.15e13, "bw": {64: 0.619, 128: 0
 # float64, every order up to 16): the fraction of the copy bandwidth it reached, batch 10⁴, CUDA
 # events with the host hidden (H100, 2026-11-27, benchmarks/batched_probe.py).
 TINY_MEASURED = {
-    "float64": {16: 0.88, 32: 0.93},
-    "float32": {16: 0.82, 32: 0.85},
-    "float16": {16: 0.51, 32: 0.63},
+    "float64": {16: 0.88, 32: 0.92},
+    "float32": {16: 0.84, 32: 0.85},
+    "float16": {16: 0.58, 32: 0.70},
 }
 
 
