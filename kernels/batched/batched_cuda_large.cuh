@@ -96,6 +96,20 @@ __device__ __forceinline__ void mma_tf32_fresh(float (&d)[4], const uint32_t (&a
 }
 #endif
 
+// acc += A·B in 3xTF32 (A = ah + al, B = bh + bl): the three products into a fresh fragment,
+// small terms first, then one IEEE add (the tensor cores' accumulation truncates: see
+// batched_cuda_kernels.cuh).  Shared with the tiny-product kernel.
+__device__ __forceinline__ void mma_3xtf32(float (&acc)[4], const uint32_t (&ah)[4],
+                                           const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                           uint32_t bl0, uint32_t bl1) {
+  float p[4];
+  mma_tf32_fresh(p, al, bh0, bh1);
+  kl::cu::mma_tf32(p, ah, bl0, bl1);
+  kl::cu::mma_tf32(p, ah, bh0, bh1);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] += p[e];
+}
+
 // ---- the work sources: which tile a stage belongs to -----------------------------------------
 
 // What the producer side keeps of a tile (C and D are the epilogue's: it decodes them from the
@@ -489,16 +503,8 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
             for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
 #pragma unroll
             for (int ni = 0; ni < K::NI; ++ni)
-              if (ni < ni_n) {
-                // the three products into a fresh fragment (small terms first), then one IEEE
-                // add (the tensor cores' accumulation truncates: see batched_cuda_kernels.cuh)
-                float p[4];
-                mma_tf32_fresh(p, al, bh[ni][0], bh[ni][1]);
-                kl::cu::mma_tf32(p, ah, bl[ni][0], bl[ni][1]);
-                kl::cu::mma_tf32(p, ah, bh[ni][0], bh[ni][1]);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += p[e];
-              }
+              if (ni < ni_n)
+                mma_3xtf32(acc[mi][ni], ah, al, bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
           }
         }
       }

@@ -67,6 +67,30 @@ __device__ __forceinline__ void tiny_copy_in(unsigned char *dst, const unsigned 
   }
 }
 
+// A warp's place in a launch: its ring of S stages of SB bytes, its first product and the
+// stride between its products.
+struct TinyRing {
+  unsigned char *ring;
+  int64_t first, step;
+  int S, SB;
+  __device__ TinyRing(unsigned char *smem, const TinyArgs &args, int warp)
+      : ring(smem + size_t(warp) * args.stages * args.stage_bytes),
+        first(int64_t(blockIdx.x) * kTinyWarps + warp),
+        step(int64_t(gridDim.x) * kTinyWarps),
+        S(args.stages),
+        SB(args.stage_bytes) {}
+  __device__ int64_t product(int64_t j) const { return first + j * step; }
+  __device__ unsigned char *stage(int64_t j) const { return ring + (j % S) * SB; }
+  // all but the S - 1 newest commit groups are in (wait_group takes an immediate)
+  __device__ void wait() const {
+    switch (S) {
+      case 2: kl::cu::cp_async_wait<1>(); break;
+      case 3: kl::cu::cp_async_wait<2>(); break;
+      default: kl::cu::cp_async_wait<3>(); break;
+    }
+  }
+};
+
 // The element (r, c) of a row-major block with `cols` columns, or zero outside rows x cols.
 template <class T>
 __device__ __forceinline__ T tiny_at(const T *x, int r, int c, int rows, int cols) {
@@ -152,14 +176,7 @@ __device__ __forceinline__ void tiny_mma(typename TinyTraits<T>::Acc (&acc)[2][4
         for (int e = 0; e < 4; ++e) kl::cu::split_tf32(__float_as_uint(x[e]), ah[e], al[e]);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
-          if (ni < ni_n) {
-            float p[4];
-            mma_tf32_fresh(p, al, bh[ni][0], bh[ni][1]);
-            kl::cu::mma_tf32(p, ah, bl[ni][0], bl[ni][1]);
-            kl::cu::mma_tf32(p, ah, bh[ni][0], bh[ni][1]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][ni][e] += p[e];
-          }
+          if (ni < ni_n) mma_3xtf32(acc[mi][ni], ah, al, bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
       }
     }
   }
@@ -171,19 +188,18 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_kernel(const TinyArgs ar
   using Acc = typename Tr::Acc;
   KL_DYNAMIC_SMEM(smem);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int m = args.m, n = args.n, k = args.k, S = args.stages, SB = args.stage_bytes;
+  const int m = args.m, n = args.n, k = args.k;
   const int a_bytes = m * k * int(sizeof(T)), b_bytes = k * n * int(sizeof(T));
   const int b_off = round16(a_bytes);
-  unsigned char *ring = smem + size_t(warp) * S * SB;
-  const int64_t first = int64_t(blockIdx.x) * kTinyWarps + warp;
-  const int64_t step = int64_t(gridDim.x) * kTinyWarps;
+  const TinyRing ring(smem, args, warp);
+  const int S = ring.S;
   const Acc alpha = Acc(args.alpha), beta = Acc(args.beta);
 
   // one commit group a product (empty past the end), into stage j % S
   auto issue = [&](int64_t j) {
-    const int64_t p = first + j * step;
+    const int64_t p = ring.product(j);
     if (p < args.count) {
-      unsigned char *st = ring + (j % S) * SB;
+      unsigned char *st = ring.stage(j);
       tiny_copy_in(st, static_cast<const unsigned char *>(args.a) + p * args.a_bs * int64_t(sizeof(T)),
                    a_bytes, lane);
       tiny_copy_in(st + b_off,
@@ -197,16 +213,11 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_kernel(const TinyArgs ar
 
 #pragma unroll 1
   for (int64_t j = 0;; ++j) {
-    const int64_t p = first + j * step;
+    const int64_t p = ring.product(j);
     if (p >= args.count) break;
-    unsigned char *st = ring + (j % S) * SB;
+    unsigned char *st = ring.stage(j);
     issue(j + S - 1);  // into the stage consumed last step
-    // all but the S - 1 newest groups are in: this product's
-    switch (S) {  // (wait_group takes an immediate)
-      case 2: kl::cu::cp_async_wait<1>(); break;
-      case 3: kl::cu::cp_async_wait<2>(); break;
-      default: kl::cu::cp_async_wait<3>(); break;
-    }
+    ring.wait();          // this product's copies are in
     __syncwarp();
     Acc acc[2][4][4];
 #pragma unroll
@@ -323,16 +334,14 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyA
   KL_DYNAMIC_SMEM(smem);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int S = args.stages, SB = args.stage_bytes;
-  unsigned char *ring = smem + size_t(warp) * S * SB;
-  const int64_t first = int64_t(blockIdx.x) * kTinyWarps + warp;
-  const int64_t step = int64_t(gridDim.x) * kTinyWarps;
+  const TinyRing ring(smem, args, warp);
+  const int S = ring.S;
   const Acc alpha = Acc(args.alpha), beta = Acc(args.beta);
 
   auto issue = [&](int64_t j) {
-    const int64_t p = first + j * step;
+    const int64_t p = ring.product(j);
     if (p < args.count) {
-      unsigned char *st = ring + (j % S) * SB;
+      unsigned char *st = ring.stage(j);
       tiny_rows_in<T, ORDER, F::PA>(
           st, static_cast<const unsigned char *>(args.a) + p * args.a_bs * F::E, lane);
       tiny_rows_in<T, ORDER, F::PB>(
@@ -345,15 +354,11 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyA
 
 #pragma unroll 1
   for (int64_t j = 0;; ++j) {
-    const int64_t p = first + j * step;
+    const int64_t p = ring.product(j);
     if (p >= args.count) break;
-    const unsigned char *st = ring + (j % S) * SB;
+    const unsigned char *st = ring.stage(j);
     issue(j + S - 1);
-    switch (S) {
-      case 2: kl::cu::cp_async_wait<1>(); break;
-      case 3: kl::cu::cp_async_wait<2>(); break;
-      default: kl::cu::cp_async_wait<3>(); break;
-    }
+    ring.wait();
     __syncwarp();
     const T *As = reinterpret_cast<const T *>(st);
     const T *Bs = reinterpret_cast<const T *>(st + F::A_BYTES);
@@ -411,14 +416,8 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyA
 #pragma unroll
           for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
 #pragma unroll
-          for (int ni = 0; ni < F::NI; ++ni) {
-            float q[4];
-            mma_tf32_fresh(q, al, bh[ni][0], bh[ni][1]);
-            kl::cu::mma_tf32(q, ah, bl[ni][0], bl[ni][1]);
-            kl::cu::mma_tf32(q, ah, bh[ni][0], bh[ni][1]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][ni][e] += q[e];
-          }
+          for (int ni = 0; ni < F::NI; ++ni)
+            mma_3xtf32(acc[mi][ni], ah, al, bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
         }
       }
     }
