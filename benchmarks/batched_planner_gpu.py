@@ -16,35 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
 
 import kronlinalg
+from batched_probe import loop_time as probe_loop_time  # (this folder: the script's path)
 
 DT = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
       "bfloat16": torch.bfloat16}
 
 
-def loop_time(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    inner = max(1, min(100, int(1.0 / max(s.elapsed_time(e), 1e-3))))  # about 1 ms a loop
-    ts = []
-    for _ in range(reps):
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3 / inner)
-    return statistics.median(ts)
+def loop_time(fn):
+    return probe_loop_time(fn, reps=5, inner=None)
 
 
 def evaluate(path, device="h100-sxm"):

@@ -58,8 +58,17 @@ def device_time(fn, reps=15):
 
 
 def loop_time(fn, reps=9, inner=200):
+    """µs a call, median over `reps` CUDA-event-timed loops of `inner` back-to-back calls
+    (inner=None: as many as take about 1 ms, at most 100)."""
     fn()
     torch.cuda.synchronize()
+    if inner is None:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        inner = max(1, min(100, int(1.0 / max(s.elapsed_time(e), 1e-3))))
     ts = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
