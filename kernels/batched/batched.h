@@ -77,6 +77,11 @@ enum kl_batched_algo { KL_BATCHED_AUTO = 0, KL_BATCHED_1D = 1, KL_BATCHED_2D = 2
  * variable batch: pass its largest order (or KL_BATCHED_MAX_ORDER when unknown). */
 typedef struct kl_batched_config {
   int32_t tile_m, tile_n, tile_k, warps, items_per_block, mma, dims;
+  int32_t blocks_per_sm; /* the launch bounds' resident blocks an SM */
+  /* kl_batched_cuda_config (1D / auto): the tiny-product kernel a stack of these sizes takes when
+   * its products are each one row-major block a fixed stride apart, 16-byte aligned: 0 none, 1
+   * the generic variant, 2 the square orders' fixed one (float64: compute capability 9.0) */
+  int32_t tiny;
 } kl_batched_config;
 int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype, int algo, int fp32_mode,
                            kl_batched_config *out);

@@ -50,6 +50,17 @@ inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 // (batched_cuda_tiny.cuh); KRONLINALG_BATCHED_TINY=0 sends them to the tile kernels.
 inline bool tiny_on() { return kl::knob_int("KRONLINALG_BATCHED_TINY", 1) != 0; }
 
+// Which tiny-product kernel a dense stack of (m, n, k) takes (elements of `elem` bytes, an MMA
+// kind the kernel has: float16 / bfloat16, 3xTF32, float64): 16 / 32 for the square orders of
+// the fixed kernel, 0 for the generic one (float16 / bfloat16 / float32 up to order 16, where it
+// measured faster than the tile kernels), -1 for neither.
+inline int tiny_variant(int64_t m, int64_t n, int64_t k, int elem) {
+  if (m < 1 || n < 1 || k < 1) return -1;
+  if (m == n && n == k && (m == 16 || m == 32)) return int(m);
+  if (elem <= 4 && m <= 16 && n <= 16 && k <= 16) return 0;
+  return -1;
+}
+
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;
@@ -70,6 +81,9 @@ inline kl_batched_config describe(int shape, int mma) {
   kl_batched_config c{};
   c.tile_k = 16;
   c.mma = mma;
+  // the launch bounds' blocks an SM (batched_cuda_kernels.cuh Cfg::MIN_BLOCKS; the large-tile
+  // kernel's LargeCfgT::MIN_BLOCKS below)
+  c.blocks_per_sm = shape == kM64 || shape == kM64G ? 3 : 4;
   switch (shape) {
     case kT16: c.tile_m = c.tile_n = 16; c.warps = 1; c.items_per_block = 4; c.dims = 1; break;
     case kS32: c.tile_m = c.tile_n = 32; c.warps = 2; c.items_per_block = 2; c.dims = 1; break;
@@ -83,6 +97,7 @@ inline kl_batched_config describe(int shape, int mma) {
     const bool f64 = mma == kDmma || mma == kDmma16;
     c.tile_k = mma == kHmma ? 32 : 16;
     if (shape == kL128) c.warps = f64 ? 16 : 8;
+    c.blocks_per_sm = shape == kL64 ? 4 : f64 ? 1 : 2;
     return c;
   }
   if (c.tile_m == 64) c.tile_k = mma == kHmma ? 64 : 32;  // 64-byte panels (launch_shape's kBigK)

@@ -48,5 +48,10 @@ extern "C" int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype
     return fail(KL_ERR_INVALID, "batched_cuda_config: invalid arguments");
   const int mma = batched::mma_kind(dtype, fp32_mode);
   *out = batched::describe(batched::pick_shape(m, n, algo, mma), mma);
+  const int elem = dtype == KL_BATCHED_F64 ? 8 : dtype == KL_BATCHED_F32 ? 4 : 2;
+  const int variant = batched::tiny_variant(m, n, k, elem);
+  out->tiny = algo == KL_BATCHED_2D || mma == batched::kFfma || variant < 0 ? 0
+              : variant == 0                                               ? 1
+                                                                           : 2;
   return KL_OK;
 }

@@ -511,15 +511,6 @@ inline int tiny_stages(int stage_bytes) {
   return 2;
 }
 
-// Which tiny kernel runs (m, n, k): 16 / 32 for the square orders of the fixed kernel, 0 for
-// the generic one (float16 / bfloat16 / float32 up to order 16, where it measured faster than
-// the tile kernels), -1 for neither.
-inline int tiny_variant(int64_t m, int64_t n, int64_t k, int elem) {
-  if (m == n && n == k && (m == 16 || m == 32)) return int(m);
-  if (elem <= 4 && m <= 16 && n <= 16 && k <= 16) return 0;
-  return -1;
-}
-
 template <class T, class Kernel>
 cudaError_t launch_tiny_kernel(Kernel kernel, const TinyArgs &a, int smem, cudaStream_t stream) {
   const int64_t blocks = (a.count + kTinyWarps - 1) / kTinyWarps;

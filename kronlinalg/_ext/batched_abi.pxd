@@ -28,6 +28,7 @@ cdef extern from "batched.h" nogil:
 
     ctypedef struct kl_batched_config:
         int32_t tile_m, tile_n, tile_k, warps, items_per_block, mma, dims
+        int32_t blocks_per_sm, tiny
 
     int kl_batched_matmul_cpu(const kl_batched_problem *p, int dtype, int num_threads)
     int kl_batched_matmul_cpu_var(const kl_batched_entry *table, int64_t count, double alpha,
@@ -77,4 +78,5 @@ cdef inline dict config_dict(kl_batched_config *cfg):
     return {"tile_m": cfg.tile_m, "tile_n": cfg.tile_n, "tile_k": cfg.tile_k,
             "warps": cfg.warps, "items_per_block": cfg.items_per_block,
             "mma": ("cuda-cores", "dmma-m8n8k4", "hmma-m16n8k16", "3xtf32-m16n8k8")[cfg.mma],
-            "dims": cfg.dims}
+            "dims": cfg.dims, "blocks_per_sm": cfg.blocks_per_sm,
+            "tiny": (None, "generic", "fixed")[cfg.tiny]}

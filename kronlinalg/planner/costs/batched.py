@@ -158,22 +158,10 @@ TILE_STEP_S = {"large": 2.4e-6, "small": 4.5e-6}
 TILE_LAUNCH_S = 3.0e-6
 
 
-def _tiny_variant(info, dtype, options):
-    """'fixed' (square 16 / 32), 'generic' (up to 16, not float64) or None: which tiny-product
-    kernel a stack of this shape takes (kernels/batched/batched_cuda_tiny.cuh, tiny_variant)."""
-    m, n, k = info["m"], info["n"], info["k"]
-    if not options.get("dense") or info.get("variable") or min(m, n, k) < 1:
-        return None
-    if m == n == k and m in (16, 32):
-        return "fixed"
-    return "generic" if dtype != "float64" and max(m, n, k) <= 16 else None
-
-
 def _least_launch_s(info, cfg, large, prof):
     """The tile kernels' device time floor for a small batch (TILE_STEP_S)."""
     items = info["batch"] * -(-info["m"] // cfg["tile_m"]) * -(-info["n"] // cfg["tile_n"])
-    per_sm = 2 if large else 3
-    resident = max(1, prof.units) * per_sm * max(1, cfg["items_per_block"])
+    resident = max(1, prof.units) * cfg["blocks_per_sm"] * max(1, cfg["items_per_block"])
     rounds = -(-items // resident)
     panels = -(-max(1, info["k"]) // max(1, cfg["tile_k"])) + (3 if large else 1)
     return TILE_LAUNCH_S + rounds * panels * TILE_STEP_S["large" if large else "small"]
@@ -376,7 +364,10 @@ def predict_kami(dims):
         except ValueError:
             cyc = None
         order = info["order"]
-        tiny = _tiny_variant(info, dt, problem.options) if dims == 1 else None
+        # the tiny-product kernel (the configuration says which; the plan's option dense says
+        # whether the stack's layout is the one it takes)
+        tiny = (cfg.get("tiny") if problem.options.get("dense") and not info.get("variable")
+                else None)
         if tiny == "fixed":  # the tiny-product kernel: its own measured fractions, no tile tail
             frac = _fraction(TINY_MEASURED[dt], order)
             block = 0.0
