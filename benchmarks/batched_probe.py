@@ -29,11 +29,8 @@ import numpy as np
 import torch
 
 import kronlinalg
+from batched_gpu import COPY_BW, DT, SE, timed  # (this folder: the script's path)
 
-DT = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-      "bfloat16": torch.bfloat16}
-SE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
-COPY_BW = 2.96e12
 TINY_AB = False
 
 
@@ -58,27 +55,8 @@ def device_time(fn, reps=15):
 
 
 def loop_time(fn, reps=9, inner=200):
-    """µs a call, median over `reps` CUDA-event-timed loops of `inner` back-to-back calls
-    (inner=None: as many as take about 1 ms, at most 100)."""
-    fn()
-    torch.cuda.synchronize()
-    if inner is None:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        inner = max(1, min(100, int(1.0 / max(s.elapsed_time(e), 1e-3))))
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3 / inner)
-    return statistics.median(ts)
+    """µs a call: batched_gpu.timed's median of CUDA-event-timed loops of back-to-back calls."""
+    return timed(fn, reps=reps, inner=inner) * 1e6
 
 
 def host_time(fn, reps=9, inner=200):
