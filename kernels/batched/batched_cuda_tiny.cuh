@@ -498,7 +498,6 @@ inline bool tiny_layout(const kl_batched_problem &p, int64_t count, int elem, in
   return true;
 }
 
-// Launches the tiny kernel for a problem tiny_layout accepted.
 // Shared memory of a launch: `stages` stages of `stage_bytes` for each of the block's warps, as
 // many stages (2..4) as leave the most blocks an SM room (blocks of small stages: 4 an SM, the
 // registers' limit; float64 order 32: one block of 3).
@@ -511,7 +510,7 @@ inline int tiny_stages(int stage_bytes) {
   return 2;
 }
 
-template <class T, class Kernel>
+template <class Kernel>
 cudaError_t launch_tiny_kernel(Kernel kernel, const TinyArgs &a, int smem, cudaStream_t stream) {
   const int64_t blocks = (a.count + kTinyWarps - 1) / kTinyWarps;
 #ifdef KL_BATCHED_EMULATE
@@ -524,30 +523,17 @@ cudaError_t launch_tiny_kernel(Kernel kernel, const TinyArgs &a, int smem, cudaS
     const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
     if (e != cudaSuccess) return e;
   }
-  // resident blocks an SM for this shared-memory size (asked once per size: a few sizes occur)
-  static int cached_smem[8] = {-1, -1, -1, -1, -1, -1, -1, -1}, cached_cap[8];
   int cap = 0;
-  for (int i = 0; i < 8 && !cap; ++i)
-    if (cached_smem[i] == smem) cap = cached_cap[i];
-  if (!cap) {
-    int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                  kTinyWarps * 32, smem);
-    DeviceInfo dev;
-    if (e == cudaSuccess) e = query_device(&dev);
-    if (e != cudaSuccess) return e;
-    cap = (per_sm > 0 ? per_sm : 1) * dev.sms;
-    static int next = 0;
-    cached_cap[next % 8] = cap;  // (the size last: a reader that matches it finds the cap)
-    cached_smem[next % 8] = smem;
-    ++next;
-  }
+  const cudaError_t e =
+      resident_blocks(reinterpret_cast<const void *>(kernel), kTinyWarps * 32, smem, &cap);
+  if (e != cudaSuccess) return e;
   const int64_t grid = blocks < cap ? blocks : cap;
   kernel<<<unsigned(grid), kTinyWarps * 32, smem, stream>>>(a);
   return cudaGetLastError();
 #endif
 }
 
+// Launches the tiny kernel for a problem tiny_layout accepted.
 template <class T>
 cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_t *strides,
                         cudaStream_t stream) {
@@ -562,12 +548,12 @@ cudaError_t launch_tiny(const kl_batched_problem &p, int64_t count, const int64_
     a.stage_bytes = variant == 16 ? TinyFixed<T, 16>::STAGE : TinyFixed<T, 32>::STAGE;
     a.stages = tiny_stages(a.stage_bytes);
     const int smem = kTinyWarps * a.stages * a.stage_bytes;
-    return variant == 16 ? launch_tiny_kernel<T>(tiny_fixed_kernel<T, 16>, a, smem, stream)
-                         : launch_tiny_kernel<T>(tiny_fixed_kernel<T, 32>, a, smem, stream);
+    return variant == 16 ? launch_tiny_kernel(tiny_fixed_kernel<T, 16>, a, smem, stream)
+                         : launch_tiny_kernel(tiny_fixed_kernel<T, 32>, a, smem, stream);
   }
   a.stage_bytes = tiny_stage_bytes<T>(a.m, a.n, a.k);
   a.stages = tiny_stages(a.stage_bytes);
-  return launch_tiny_kernel<T>(tiny_kernel<T>, a, kTinyWarps * a.stages * a.stage_bytes, stream);
+  return launch_tiny_kernel(tiny_kernel<T>, a, kTinyWarps * a.stages * a.stage_bytes, stream);
 }
 
 }  // namespace batched

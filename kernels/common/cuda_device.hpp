@@ -68,6 +68,28 @@ inline cudaError_t opt_in_smem(const void *func, int smem) {
   return e;
 }
 
+// The blocks of `func` (threads, smem bytes of dynamic shared memory) an SM holds at once, times
+// the SMs: a persistent grid's size.  Asked once per (kernel, device, threads, size); the
+// occupancy query costs a launch's worth of host time otherwise.
+inline cudaError_t resident_blocks(const void *func, int threads, int smem, int *out) {
+  DeviceInfo d;
+  cudaError_t e = query_device(&d);
+  if (e != cudaSuccess) return e;
+  static std::mutex mu;
+  static std::map<std::tuple<const void *, int, int, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(func, d.id, threads, smem);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    int per_sm = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, func, threads, size_t(smem));
+    if (e != cudaSuccess) return e;
+    it = cache.emplace(key, (per_sm > 0 ? per_sm : 1) * d.sms).first;
+  }
+  *out = it->second;
+  return cudaSuccess;
+}
+
 }  // namespace kl
 
 #endif
