@@ -38,12 +38,13 @@ inline int mma_kind(int dtype, int fp32_mode) {
 // run on 128 x 128 tiles;
 // KRONLINALG_BATCHED_LARGE (0: never).
 inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96); }
-// Whether the large-tile kernel stages unaligned rows of 2- and 4-byte variable batches
-// (KRONLINALG_BATCHED_STAGING=1) or loads them synchronously (0, the default).
-// H100 (2026-11-27, 10⁴ packed products of orders 8..256): staged float16 4.10 ms, synchronous
-// 3.52; 3xTF32 6.89 / 6.71; aligned orders (step 8, where both run the same loads) 2.64 / 2.07:
-// the staging variant's fewer stages (3, not 4) cost more than its asynchronous loads gained.
-inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 0) != 0; }
+// Whether the large-tile kernel stages unaligned rows of 2- and 4-byte variable batches in
+// place (KRONLINALG_BATCHED_STAGING=1, the default: the aligned 16-byte chunks by cp.async into
+// the stage, shifted into a compute buffer before use) or loads them synchronously (0).
+// H100 (2026-11-27, 10⁴ packed products of orders 8..256): staged float16 / bfloat16 3.24 /
+// 3.20 ms, synchronous 3.37 / 3.41; 3xTF32 6.50 / 6.49 (an earlier staging variant with 3 stages
+// and two staging areas took 4.10 ms where synchronous loads took 3.52).
+inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 1) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 // Whether uniform stacks of dense products of orders <= 32 take the tiny-product kernel

@@ -50,22 +50,23 @@ struct LargeCfgT {
   static constexpr int MI = WM / 16, NI = WN / 8;
   static_assert(NI == 4, "the epilogue's quad transpose takes 4 column fragments");
   // RAW: operands whose rows sit at any offset (packed odd orders) land by 16-byte cp.async as
-  // the aligned chunks that hold them, in one of two staging areas, and are shifted into the
-  // stage just before it is computed (one block barrier more); three stages then keep two
-  // blocks an SM (5 x 18.5 KB), four without staging.  (float64 rows at any 8-byte offset
-  // stream by 8-byte cp.async: no staging.)
+  // the aligned chunks that hold them, in the stage itself (its pitches hold a row's chunks:
+  // one 16-byte chunk past the row), and are shifted into one compute buffer just before the
+  // stage is computed (one block barrier more): four stages and the buffer keep two blocks an
+  // SM (5 x 18.5 KB).  (float64 rows at any 8-byte offset stream by 8-byte cp.async: no
+  // staging.)
   static constexpr int E = int(sizeof(T)), VEC = 16 / E;
-  static constexpr int BK = F64 ? 16 : 64 / E, STAGES = RAW ? 3 : 4;
+  static constexpr int BK = F64 ? 16 : 64 / E, STAGES = 4;
   static constexpr int KS = E == 2 ? 16 : 8;  // k of one MMA (m16n8k16 HMMA, m16n8k8 TF32/DMMA)
   // pitches: 80-byte A rows put the 8 rows an ldmatrix phase reads in distinct 16-byte bank
   // groups; B rows of BN + 8 elements do the same for ldmatrix.trans (halves, 272 bytes) and
   // for the TF32 B fragment's scalar loads (floats: rows t, t+4 at 8-bank offsets); float64
   // (scalar 8-byte fragment loads, 16 lanes a phase): both pitches = 4 mod 16 doubles.  All
-  // 16-byte aligned, and at least one 16-byte chunk past a row (the staging areas' pitches).
+  // 16-byte aligned, and at least one 16-byte chunk past a row (the staged rows' chunks).
   static constexpr int PA = F64 ? BK + 4 : BK + VEC, PB = F64 ? BN + 4 : BN + 8;
+  static_assert(F64 || (PA >= BK + VEC && PB >= BN + VEC), "a staged row's chunks fit its pitch");
   static constexpr int A_ELEMS = BM * PA, STAGE = (BM * PA + BK * PB) * E;
-  static constexpr int RAWS = RAW ? 2 : 0;
-  static constexpr int SMEM = (STAGES + RAWS) * STAGE;
+  static constexpr int SMEM = (STAGES + (RAW ? 1 : 0)) * STAGE;
   static_assert(!(RAW && F64), "float64 needs no staging");
 };
 
@@ -314,6 +315,110 @@ __device__ __forceinline__ void large_epilogue(
 
 // ---- the kernel ----------------------------------------------------------------------------
 
+// An R x C panel of contiguous rows that start 16-byte aligned (src aligned, rs a multiple of
+// 16 bytes) into dst (pitch DP) by 16-byte cp.async, zero past rv rows and cv columns (a chunk
+// that crosses cv reads only its valid bytes).  A thread's chunks sit at fixed places in the
+// panel, so the loop unrolls and the bounds are byte counts, not branches: load_tile's general
+// loop spent ~30 instructions a chunk (ncu, float16 256^3).
+template <class T, int R, int C, int GT, int DP>
+__device__ __forceinline__ void load_panel16(T *__restrict dst, const T *__restrict src, int64_t rs,
+                                             int rv, int cv, int tid) {
+  constexpr int VEC = 16 / int(sizeof(T)), CV = C / VEC, N = R * CV;
+  static_assert(N % GT == 0, "whole chunks a thread");
+#pragma unroll
+  for (int j = 0; j < N / GT; ++j) {
+    const int i = tid + j * GT, r = i / CV, c = (i - r * CV) * VEC;
+    const int left = (cv - c) * int(sizeof(T));
+    const int bytes = r < rv ? (left < 0 ? 0 : left > 16 ? 16 : left) : 0;
+    kl::cu::cp_async_16_part(dst + r * DP + c, bytes ? src + r * rs + c : src, bytes);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ bool panel16(const T *src, int64_t rs, int64_t cs) {
+  constexpr int VEC = 16 / int(sizeof(T));
+  return cs == 1 && rs % VEC == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0;
+}
+
+// One k-panel's MMAs for a warp's WM x WN part of the tile.  FULL: the part lies inside the
+// tile's valid rows and columns, every MMA runs unconditionally; otherwise the mi_n x ni_n
+// fragments that hold valid ones (per-MMA predicates: a predicate word rebuilt every panel and
+// a WARPSYNC before each MMA, a fifth of the instructions where every tile was full).
+template <class T, class K, bool FULL>
+__device__ __forceinline__ void large_panel(typename K::Acc (&acc)[K::MI][K::NI][4],
+                                            const T *As, const T *Bs, int wr0, int wc0, int lane,
+                                            int mi_n, int ni_n) {
+  constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool TF32 = std::is_same_v<T, float>;  // float as 3xTF32
+#pragma unroll
+  for (int kk = 0; kk < K::BK; kk += K::KS) {
+    if constexpr (K::F64) {
+      // m16n8k8 DMMA: B's fragments for every ni, then A's per mi, scalar 8-byte loads
+      const int g = lane >> 2, t = lane & 3;
+      double b[K::NI][2];
+#pragma unroll
+      for (int ni = 0; ni < K::NI; ++ni) {
+        const double *c0 = reinterpret_cast<const double *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
+        b[ni][0] = c0[0];
+        b[ni][1] = c0[4 * K::PB];
+      }
+#pragma unroll
+      for (int mi = 0; mi < K::MI; ++mi) {
+        if (!FULL && mi >= mi_n) continue;
+        const double *r0 = reinterpret_cast<const double *>(As) + (wr0 + mi * 16 + g) * K::PA + kk + t;
+        const double *r1 = r0 + 8 * K::PA;
+        const double a[4] = {r0[0], r1[0], r0[4], r1[4]};
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni)
+          if (FULL || ni < ni_n) dmma_1688(acc[mi][ni], a, b[ni][0], b[ni][1]);
+      }
+    } else if constexpr (!TF32) {
+      uint32_t a[K::MI][4], b[K::NI][2];
+#pragma unroll
+      for (int mi = 0; mi < K::MI; ++mi)
+        kl::cu::ldsm_x4(a[mi], As + (wr0 + mi * 16 + (lane & 15)) * K::PA + kk + (lane >> 4) * 8);
+#pragma unroll
+      for (int nj = 0; nj < K::NI / 2; ++nj) {
+        uint32_t r[4];
+        kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * K::PB + wc0 + nj * 16 + (lane >> 4) * 8);
+        b[2 * nj][0] = r[0];
+        b[2 * nj][1] = r[1];
+        b[2 * nj + 1][0] = r[2];
+        b[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < K::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni)
+          if (FULL || (mi < mi_n && ni < ni_n))
+            kl::cu::mma_16816<BF16>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+    } else {
+      // 3xTF32: B's fragments (split once, used by every mi), then per mi A's by ldmatrix
+      // (an 8 x 8 matrix of 16-bit pairs is 8 rows of 4 floats: lane (g, t) gets A[g][t])
+      const int g = lane >> 2, t = lane & 3;
+      uint32_t bh[K::NI][2], bl[K::NI][2];
+#pragma unroll
+      for (int ni = 0; ni < K::NI; ++ni) {
+        const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
+        kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
+        kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < K::MI; ++mi) {
+        if (!FULL && mi >= mi_n) continue;
+        uint32_t x[4], ah[4], al[4];
+        kl::cu::ldsm_x4(x, As + (wr0 + mi * 16 + (lane & 15)) * K::PA + kk + (lane >> 4) * 4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
+#pragma unroll
+        for (int ni = 0; ni < K::NI; ++ni)
+          if (FULL || ni < ni_n)
+            mma_3xtf32(acc[mi][ni], ah, al, bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
+      }
+    }
+  }
+}
+
 template <class T, class Src, bool RAW>
 __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
                                   LargeCfgT<T, RAW, Src::TILE>::MIN_BLOCKS)
@@ -321,16 +426,18 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
   using K = LargeCfgT<T, RAW, Src::TILE>;
   using Acc = typename K::Acc;
   KL_DYNAMIC_SMEM(smem);
+  // per stage: its tile's tag, flags (1 first panel, 2 last, 4 / 8 A / B staged), valid rows
+  // and columns, and for a last panel the tile itself (the epilogue's C and D): written by
+  // thread 0 as it issues the stage, so no thread decodes a tag (the variable form's table
+  // reads, the uniform form's divisions) where the MMAs wait
   __shared__ long long meta_tag[K::STAGES];
-  __shared__ int meta_flags[K::STAGES];  // 1 first panel, 2 last, 4 / 8 A / B staged
-  __shared__ ProdState<T> prod[2];       // step s reads prod[s & 1], thread 0 writes the other
-  __shared__ LargeRawInfo<T> raw_info[RAW ? 2 : 1];
+  __shared__ int meta_flags[K::STAGES], meta_mv[K::STAGES], meta_nv[K::STAGES];
+  __shared__ Tile<T> meta_tile[K::STAGES];
+  __shared__ ProdState<T> prod[2];  // step s reads prod[s & 1], thread 0 writes the other
+  __shared__ LargeRawInfo<T> raw_info[RAW ? K::STAGES : 1];
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wr0 = (warp / K::WGN) * K::WM, wc0 = (warp % K::WGN) * K::WN;
   const Acc alpha = Acc(args.p.alpha), beta = Acc(args.p.beta);
-  constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr bool TF32 = std::is_same_v<T, float>;  // float as 3xTF32
-  constexpr bool F64 = K::F64;                     // m16n8k8 DMMA
 
   Src src(args);
   if (tid == 0) {
@@ -354,26 +461,32 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
       const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
       const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
       int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
+      // rows at any offset (K::RAW): their aligned chunks into the stage, shifted at use
       bool raw_a = false, raw_b = false;
-      if constexpr (RAW) {
-        raw_a = unaligned_rows(a, lt.a_rs, lt.a_cs, kv);
-        raw_b = unaligned_rows(b, lt.b_rs, lt.b_cs, lt.nv);
-      }
-      T *rawA = reinterpret_cast<T *>(smem + (K::STAGES + (stage & 1)) * K::STAGE);
-      if (raw_a)
-        stage_rows<T, K::BM, K::BK, K::THREADS, K::PA>(rawA, a, lt.a_rs, lt.mv, kv, tid);
-      else
+      if (panel16(a, lt.a_rs, lt.a_cs)) {
+        load_panel16<T, K::BM, K::BK, K::THREADS, K::PA>(As, a, lt.a_rs, lt.mv, kv, tid);
+      } else if (RAW && lt.a_cs == 1) {
+        raw_a = true;
+        if constexpr (RAW) stage_rows<T, K::BM, K::BK, K::THREADS, K::PA>(As, a, lt.a_rs, lt.mv, kv, tid);
+      } else {
         load_tile<T, K::BM, K::BK, K::THREADS, K::PA>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, tid);
-      if (raw_b)
-        stage_rows<T, K::BK, K::BN, K::THREADS, K::PB>(rawA + K::A_ELEMS, b, lt.b_rs, kv, lt.nv,
-                                                       tid);
-      else
+      }
+      if (panel16(b, lt.b_rs, lt.b_cs)) {
+        load_panel16<T, K::BK, K::BN, K::THREADS, K::PB>(Bs, b, lt.b_rs, kv, lt.nv, tid);
+      } else if (RAW && lt.b_cs == 1) {
+        raw_b = true;
+        if constexpr (RAW) stage_rows<T, K::BK, K::BN, K::THREADS, K::PB>(Bs, b, lt.b_rs, kv, lt.nv, tid);
+      } else {
         load_tile<T, K::BK, K::BN, K::THREADS, K::PB>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, tid);
+      }
       if (tid == 0) {
         meta_tag[slot] = P.tag;
         meta_flags[slot] = flags | (raw_a ? 4 : 0) | (raw_b ? 8 : 0);
+        meta_mv[slot] = lt.mv;
+        meta_nv[slot] = lt.nv;
+        if (flags & 2) src.tile_of(P.tag, meta_tile[slot]);
         if (raw_a || raw_b)
-          raw_info[(stage & 1) % (RAW ? 2 : 1)] = {a, b, lt.a_rs, lt.b_rs, lt.mv, kv, kv, lt.nv};
+          raw_info[slot % (RAW ? K::STAGES : 1)] = {a, b, lt.a_rs, lt.b_rs, lt.mv, kv, kv, lt.nv};
         ProdState<T> nx = P;
         nx.k0 = lk0 + K::BK;
         if (nx.k0 >= lt.k) {
@@ -395,8 +508,6 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
     __syncthreads();
     issue(s);
   }
-  // (RAW: a stage's staging area (stage & 1) is reused by the stage two on, issued after this
-  // stage's realignment and the barrier that follows it)
 
   Acc acc[K::MI][K::NI][4];
 #pragma unroll
@@ -414,105 +525,41 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
     __syncthreads();  // ... for every thread; and the stage consumed last step is free
     const long long tag = meta_tag[slot];
     const int flags = tag < 0 ? 0 : meta_flags[slot];
+    const T *As = reinterpret_cast<const T *>(smem + slot * K::STAGE);
+    const T *Bs = As + K::A_ELEMS;
     if constexpr (RAW) {
-      if (flags & 12) {  // staged rows into place (every thread reads the block-wide flags)
-        const LargeRawInfo<T> ri = raw_info[it & 1];
-        T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
-        const T *rawA = reinterpret_cast<const T *>(smem + (K::STAGES + (it & 1)) * K::STAGE);
-        if (flags & 4)
-          realign_rows<T, K::BM, K::BK, K::THREADS, K::PA, K::PA>(As, rawA, ri.a, ri.a_rs,
-                                                                  ri.a_rv, ri.a_cv, tid);
-        if (flags & 8)
-          realign_rows<T, K::BK, K::BN, K::THREADS, K::PB, K::PB>(As + K::A_ELEMS,
-                                                                  rawA + K::A_ELEMS, ri.b,
+      if (flags & 12) {  // staged rows shifted into the compute buffer (every thread reads the
+                         // block-wide flags; the buffer's last readers passed the barrier above)
+        const LargeRawInfo<T> ri = raw_info[slot];
+        T *cb = reinterpret_cast<T *>(smem + K::STAGES * K::STAGE);
+        if (flags & 4) {
+          realign_rows<T, K::BM, K::BK, K::THREADS, K::PA, K::PA>(cb, As, ri.a, ri.a_rs, ri.a_rv,
+                                                                  ri.a_cv, tid);
+          As = cb;
+        }
+        if (flags & 8) {
+          realign_rows<T, K::BK, K::BN, K::THREADS, K::PB, K::PB>(cb + K::A_ELEMS, Bs, ri.b,
                                                                   ri.b_rs, ri.b_rv, ri.b_cv, tid);
+          Bs = cb + K::A_ELEMS;
+        }
         __syncthreads();
       }
     }
     issue(it + K::STAGES - 1);
     if (tag < 0) break;
     if (flags & 1) {  // a tile starts: its valid rows and columns (the MMAs skip the rest)
-      Tile<T> ct;
-      src.tile_of(tag, ct);
-      mv = ct.mv;
-      nv = ct.nv;
+      mv = meta_mv[slot];
+      nv = meta_nv[slot];
     }
-    const T *As = reinterpret_cast<const T *>(smem + slot * K::STAGE);
-    const T *Bs = As + K::A_ELEMS;
     if (wr0 < mv && wc0 < nv) {
       const int mi_n = min(K::MI, (mv - wr0 + 15) / 16), ni_n = min(K::NI, (nv - wc0 + 7) / 8);
-#pragma unroll
-      for (int kk = 0; kk < K::BK; kk += K::KS) {
-        if constexpr (F64) {
-          // m16n8k8 DMMA: B's fragments for every ni, then A's per mi, scalar 8-byte loads
-          const int g = lane >> 2, t = lane & 3;
-          double b[K::NI][2];
-#pragma unroll
-          for (int ni = 0; ni < K::NI; ++ni) {
-            const double *c0 = reinterpret_cast<const double *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
-            b[ni][0] = c0[0];
-            b[ni][1] = c0[4 * K::PB];
-          }
-#pragma unroll
-          for (int mi = 0; mi < K::MI; ++mi) {
-            if (mi >= mi_n) continue;
-            const double *r0 = reinterpret_cast<const double *>(As) + (wr0 + mi * 16 + g) * K::PA + kk + t;
-            const double *r1 = r0 + 8 * K::PA;
-            const double a[4] = {r0[0], r1[0], r0[4], r1[4]};
-#pragma unroll
-            for (int ni = 0; ni < K::NI; ++ni)
-              if (ni < ni_n) dmma_1688(acc[mi][ni], a, b[ni][0], b[ni][1]);
-          }
-        } else if constexpr (!TF32) {
-          uint32_t a[K::MI][4], b[K::NI][2];
-#pragma unroll
-          for (int mi = 0; mi < K::MI; ++mi)
-            kl::cu::ldsm_x4(a[mi], As + (wr0 + mi * 16 + (lane & 15)) * K::PA + kk + (lane >> 4) * 8);
-#pragma unroll
-          for (int nj = 0; nj < K::NI / 2; ++nj) {
-            uint32_t r[4];
-            kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * K::PB + wc0 + nj * 16 + (lane >> 4) * 8);
-            b[2 * nj][0] = r[0];
-            b[2 * nj][1] = r[1];
-            b[2 * nj + 1][0] = r[2];
-            b[2 * nj + 1][1] = r[3];
-          }
-#pragma unroll
-          for (int mi = 0; mi < K::MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < K::NI; ++ni)
-              if (mi < mi_n && ni < ni_n)
-                kl::cu::mma_16816<BF16>(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
-        } else {
-          // 3xTF32: B's fragments (split once, used by every mi), then per mi A's by ldmatrix
-          // (an 8 x 8 matrix of 16-bit pairs is 8 rows of 4 floats: lane (g, t) gets A[g][t])
-          const int g = lane >> 2, t = lane & 3;
-          uint32_t bh[K::NI][2], bl[K::NI][2];
-#pragma unroll
-          for (int ni = 0; ni < K::NI; ++ni) {
-            const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
-            kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
-            kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
-          }
-#pragma unroll
-          for (int mi = 0; mi < K::MI; ++mi) {
-            if (mi >= mi_n) continue;
-            uint32_t x[4], ah[4], al[4];
-            kl::cu::ldsm_x4(x, As + (wr0 + mi * 16 + (lane & 15)) * K::PA + kk + (lane >> 4) * 4);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
-#pragma unroll
-            for (int ni = 0; ni < K::NI; ++ni)
-              if (ni < ni_n)
-                mma_3xtf32(acc[mi][ni], ah, al, bh[ni][0], bh[ni][1], bl[ni][0], bl[ni][1]);
-          }
-        }
-      }
+      if (mi_n == K::MI && ni_n == K::NI)
+        large_panel<T, K, true>(acc, As, Bs, wr0, wc0, lane, mi_n, ni_n);
+      else
+        large_panel<T, K, false>(acc, As, Bs, wr0, wc0, lane, mi_n, ni_n);
     }
     if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
-      Tile<T> ct;
-      src.tile_of(tag, ct);
-      large_epilogue<T, K>(acc, ct, wr0, wc0, lane, alpha, beta);
+      large_epilogue<T, K>(acc, meta_tile[slot], wr0, wc0, lane, alpha, beta);
 #pragma unroll
       for (int i = 0; i < K::MI; ++i)
 #pragma unroll

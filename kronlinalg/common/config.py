@@ -60,9 +60,9 @@ KNOBS: dict = {k.name: k for k in (
          "batched_matmul float16/bfloat16/3xTF32 (float64: variable sizes only): order from "
          "which 128 x 128 tiles run (0: off)",
          "c++"),
-    Knob("KRONLINALG_BATCHED_STAGING", int, 0,
-         "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows (3 stages and "
-         "two staging areas) instead of loading them synchronously", "c++"),
+    Knob("KRONLINALG_BATCHED_STAGING", int, 1,
+         "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows in place (their "
+         "aligned chunks by cp.async, shifted before use), 0 loads them synchronously", "c++"),
     Knob("KRONLINALG_BATCHED_TINY", int, 1,
          "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
          "operands a fixed stride apart)", "c++"),

@@ -117,14 +117,15 @@ KAMI_MEASURED = {
 # The large-tile kernel (float16 / bfloat16 and 3xTF32 from order 96 on 128 x 128 tiles, orders
 # 48-95 of uniform stacks on its 64 x 64 tiles; 1D and auto): its fraction of the copy bandwidth
 # by order and its flop rate at order 256, batch 10⁴; the variable case (10⁴ packed products of
-# orders 8..256, unaligned rows loaded synchronously) against that rate.  H100, 2026-11-27,
-# benchmarks/data/batched_h100_2026-11-27_large.json.  (float64 stacks stay on the small tiles,
-# which ran faster; its variable batches split between the two kernels, 6.57 ms: the factor
-# of ("float64", 1) above, refit from 2.44 in the same run.)
-KAMI_MEASURED[("float16", "large")] = {"rate": 1.04e14, "bw": {64: 0.677, 128: 0.639, 256: 0.412},
-                                       "variable": 4.25}
-KAMI_MEASURED[("float32", "large")] = {"rate": 3.15e13, "bw": {64: 0.619, 128: 0.432, 256: 0.25},
-                                       "variable": 2.46}
+# orders 8..256, unaligned rows staged in place) against that rate.  H100, 2026-11-27 (session
+# 11: unrolled panel loads, unpredicated MMAs on full warps, stage metadata in shared memory),
+# benchmarks/data/batched_h100_2026-11-27_large_s11{,_staging}.json.  (float64 stacks stay on
+# the small tiles, which ran faster; its variable batches split between the two kernels,
+# 6.54 ms: the factor of ("float64", 1) above.)
+KAMI_MEASURED[("float16", "large")] = {"rate": 1.26e14, "bw": {64: 0.764, 128: 0.70, 256: 0.50},
+                                       "variable": 4.68}
+KAMI_MEASURED[("float32", "large")] = {"rate": 3.61e13, "bw": {64: 0.70, 128: 0.49, 256: 0.29},
+                                       "variable": 2.7}
 # The tiny-product kernel (kernels/batched/batched_cuda_tiny.cuh): stacks whose products are
 # each one row-major block (the plan's option dense=True), square orders 16 and 32 (and, outside
 # float64, every order up to 16): the fraction of the copy bandwidth it reached, batch 10⁴, CUDA
@@ -163,8 +164,12 @@ def _least_launch_s(info, cfg, large, prof):
     items = info["batch"] * -(-info["m"] // cfg["tile_m"]) * -(-info["n"] // cfg["tile_n"])
     resident = max(1, prof.units) * cfg["blocks_per_sm"] * max(1, cfg["items_per_block"])
     rounds = -(-items // resident)
-    panels = -(-max(1, info["k"]) // max(1, cfg["tile_k"])) + (3 if large else 1)
-    return TILE_LAUNCH_S + rounds * panels * TILE_STEP_S["large" if large else "small"]
+    panels = -(-max(1, info["k"]) // max(1, cfg["tile_k"]))
+    # the pipeline fills once a launch: a persistent block streams its next item's first panels
+    # while it computes this one's last (charged a round, the floor over-predicted low-rank
+    # float64 stacks 1.5x: 921 µs where 616 ran, batch 10⁴, m = n = 128, k = 16)
+    fill = 3 if large else 1
+    return TILE_LAUNCH_S + (rounds * panels + fill) * TILE_STEP_S["large" if large else "small"]
 
 
 _H100 = {"fp64": 256 * 132 * 1.98e9, "tf32": 2048 * 132 * 1.98e9, "fp16": 4096 * 132 * 1.98e9}
