@@ -80,7 +80,7 @@ def small_tiles_only(fn, value="0"):
 def brief(row):
     """One short line per case (the full rows go to the JSON file)."""
     keys = ("torch_bmm_us", "pad_bmm_us", "bucket_bmm_us", "auto_us", "kami1d_us", "kami2d_us",
-            "small_tiles_us", "staging_us", "auto_err", "kami1d_err", "small_tiles_err")
+            "small_tiles_us", "synchronous_us", "auto_err", "kami1d_err", "small_tiles_err")
     keys = keys + tuple(k for k in row if k.startswith("large_from_"))
     parts = [f"{k}={row[k]:.3g}" for k in keys if isinstance(row.get(k), float)]
     errs = [f"{k}={row[k][:80]}" for k in row if k.endswith("_error")]
@@ -175,9 +175,9 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             return kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na, algorithm="kami1d")
         try:
             row["small_tiles_us"] = small_tiles_only(lambda: timed(small)) * 1e6
-            os.environ["KRONLINALG_BATCHED_STAGING"] = "1"  # unaligned rows staged
+            os.environ["KRONLINALG_BATCHED_STAGING"] = "0"  # unaligned rows loaded synchronously
             try:
-                row["staging_us"] = timed(small) * 1e6
+                row["synchronous_us"] = timed(small) * 1e6
             finally:
                 del os.environ["KRONLINALG_BATCHED_STAGING"]
             for v in AB["from"]:

@@ -291,18 +291,18 @@ def test_variable_packed_many(xp, rng):
             ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
 
 
-@pytest.mark.parametrize("large", ["96", "0", "40", "96-staged"])
+@pytest.mark.parametrize("large", ["96", "0", "40", "96-synchronous"])
 def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     """Packed products of orders 1..300 (odd ones: rows at every alignment), every dtype split
     on the GPU between the 128 x 128 kernel and the small-tile one by KRONLINALG_BATCHED_LARGE
     (96: the default; 0: the small-tile kernel alone; 40: 128 x 128 tiles from order 40, the
     32 x 32 kernel below); empty and k = 0 products, products past the packed form's max order
     256 (the last row item takes the rest), alpha and beta, outputs poisoned; and uniform
-    stacks of orders around the switch.  96-staged: unaligned rows staged
-    (KRONLINALG_BATCHED_STAGING=1), not loaded synchronously."""
+    stacks of orders around the switch.  96-synchronous: unaligned rows loaded synchronously
+    (KRONLINALG_BATCHED_STAGING=0), not staged in place (the default)."""
     monkeypatch.setenv("KRONLINALG_BATCHED_LARGE", large.split("-")[0])
-    if large.endswith("-staged"):
-        monkeypatch.setenv("KRONLINALG_BATCHED_STAGING", "1")
+    if large.endswith("-synchronous"):
+        monkeypatch.setenv("KRONLINALG_BATCHED_STAGING", "0")
     count = 48 if xp.is_cuda else 16
     sizes = [tuple(int(v) for v in rng.integers(1, 301, 3)) for _ in range(count)]
     sizes[0], sizes[1], sizes[2] = (97, 0, 40), (130, 140, 0), (257, 300, 129)
