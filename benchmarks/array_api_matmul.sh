@@ -7,12 +7,16 @@
 # PATH_TO_ARRAY_API_TESTS: a checkout of github.com/data-apis/array-api-tests with its array-api
 # submodule (`git clone --recursive`); needs hypothesis >= 6.151, ndindex, pytest-json-report.
 # torch skips uint16/32/64, as array-api-compat's own CI does: torch's matmul has none.
+# AAM_BACKENDS: the backends to run (default: all of numpy array-api-strict torch cupy torch-cuda
+# that are present), e.g. AAM_BACKENDS="cupy torch-cuda" on a GPU machine.
 set -o pipefail
 AAT=${1:?path to an array-api-tests checkout}
 N=${2:-2000}
 cd "$AAT" || exit 1
 status=0
+BACKENDS=" ${AAM_BACKENDS:-numpy array-api-strict torch cupy torch-cuda} "
 run() {  # name, setup statement defining a, extra env
+  [[ "$BACKENDS" == *" $1 "* ]] || return 0
   echo "== $1"
   env ARRAY_API_TESTS_MODULE="exec('import kronlinalg; $2; xp = kronlinalg.namespace(a)')" $3 \
     python -m pytest -q -p no:cacheprovider array_api_tests/test_linalg.py -k matmul \
