@@ -1,19 +1,25 @@
 #!/bin/bash
 # One device call: the 128 x 128 kernel after a change — batched_matmul's GPU tests (and the
-# large / variable ones again with the in-place staging variant on), compute-sanitizer memcheck
-# of the large-tile cases (staging on: every loader path), then batched_gpu.py's large groups
-# (orders 64-256, low rank, variable sizes) and the variable groups with staging on.
+# large / variable ones again with unaligned rows loaded synchronously), compute-sanitizer
+# memcheck of the large-tile cases (staging on: every loader path), then batched_gpu.py's large groups
+# (orders 64-256, low rank, variable sizes), the variable groups with unaligned rows loaded
+# synchronously, and the experimental 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1).
 #   OUT=/tmp/out bash .wheelhouse/gpu-run.sh bash benchmarks/batched_large_session.sh
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 { timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py 2>&1 | tail -4
-  KRONLINALG_BATCHED_STAGING=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+  KRONLINALG_BATCHED_STAGING=0 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
     tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -3
   KRONLINALG_BATCHED_STAGING=1 timeout ${BL_SAN_S:-90} compute-sanitizer --tool memcheck \
     --error-exitcode 9 python benchmarks/batched_sanitize.py --quick --large-only 2>&1 | tail -3
   echo "memcheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee $OUT/checks.txt
 timeout ${BL_BENCH_S:-150} python benchmarks/batched_gpu.py --only ${BL_ONLY:-lowrank,large64,variable,variable8,large} \
   --out $OUT/large.json 2>&1 | tail -40
-KRONLINALG_BATCHED_STAGING=1 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
-  --out $OUT/staging.json 2>&1 | tail -12
+KRONLINALG_BATCHED_STAGING=0 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
+  --out $OUT/synchronous.json 2>&1 | tail -12
+# the experimental 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1): tests, then the large groups
+KRONLINALG_BATCHED_WIDE_PANELS=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+  tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -2 | tee $OUT/wide_tests.txt
+KRONLINALG_BATCHED_WIDE_PANELS=1 timeout ${BL_WIDE_S:-120} python benchmarks/batched_gpu.py \
+  --only lowrank,large64,variable8,large --out $OUT/wide.json 2>&1 | tail -24
 echo done

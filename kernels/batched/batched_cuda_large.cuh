@@ -37,7 +37,7 @@ struct LargeCfg {
 // 2 blocks an SM; float64 16 warps in a 4 x 4 grid (32 x 32 a warp: its 32 double accumulators
 // take 64 registers), one block; TILE 64 (uniform orders below the 128 x 128 switch): 4 warps
 // in a 2 x 2 grid of 32 x 32, 4 blocks an SM.
-template <class T, bool RAW_ = false, int TILE = 128>
+template <class T, bool RAW_ = false, int TILE = 128, bool WIDE = false>
 struct LargeCfgT {
   static constexpr int BM = TILE, BN = TILE;
   static constexpr bool RAW = RAW_;
@@ -55,8 +55,12 @@ struct LargeCfgT {
   // stage is computed (one block barrier more): four stages and the buffer keep two blocks an
   // SM (5 x 18.5 KB).  (float64 rows at any 8-byte offset stream by 8-byte cp.async: no
   // staging.)
+  // WIDE (KRONLINALG_BATCHED_WIDE_PANELS, an experiment): 128-byte k-panel rows in three
+  // stages (2 x 35 KB an SM for 128 x 128 tiles), half the block barriers and panel turns a flop
+  // (the barrier is the 256^3 kernel's largest stall); aligned rows only (no compute buffer)
   static constexpr int E = int(sizeof(T)), VEC = 16 / E;
-  static constexpr int BK = F64 ? 16 : 64 / E, STAGES = 4;
+  static constexpr int BK = F64 ? 16 : (WIDE ? 128 : 64) / E, STAGES = WIDE ? 3 : 4;
+  static_assert(!(WIDE && (RAW || F64)), "wide panels: aligned 2- and 4-byte rows");
   static constexpr int KS = E == 2 ? 16 : 8;  // k of one MMA (m16n8k16 HMMA, m16n8k8 TF32/DMMA)
   // pitches: 80-byte A rows put the 8 rows an ldmatrix phase reads in distinct 16-byte bank
   // groups; B rows of BN + 8 elements do the same for ldmatrix.trans (halves, 272 bytes) and
@@ -419,11 +423,11 @@ __device__ __forceinline__ void large_panel(typename K::Acc (&acc)[K::MI][K::NI]
   }
 }
 
-template <class T, class Src, bool RAW>
-__global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
-                                  LargeCfgT<T, RAW, Src::TILE>::MIN_BLOCKS)
+template <class T, class Src, bool RAW, bool WIDE = false>
+__global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE, WIDE>::THREADS,
+                                  LargeCfgT<T, RAW, Src::TILE, WIDE>::MIN_BLOCKS)
     large_kernel(const Args args) {
-  using K = LargeCfgT<T, RAW, Src::TILE>;
+  using K = LargeCfgT<T, RAW, Src::TILE, WIDE>;
   using Acc = typename K::Acc;
   KL_DYNAMIC_SMEM(smem);
   // per stage: its tile's tag, flags (1 first panel, 2 last, 4 / 8 A / B staged), valid rows
@@ -613,23 +617,23 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
   }
 }
 
-template <class T, class Src, bool RAW>
+template <class T, class Src, bool RAW, bool WIDE = false>
 cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
-  using K = LargeCfgT<T, RAW, Src::TILE>;
+  using K = LargeCfgT<T, RAW, Src::TILE, WIDE>;
   if (items <= 0) return cudaSuccess;
   int64_t grid = items;
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   if (grid > 3) grid = 3;  // persistent: the blocks share the items
-  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { large_kernel<T, Src, RAW>(args); });
+  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { large_kernel<T, Src, RAW, WIDE>(args); });
   return cudaSuccess;
 #else
   static int cap = -1;
-  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(large_kernel<T, Src, RAW>), K::SMEM);
+  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(large_kernel<T, Src, RAW, WIDE>), K::SMEM);
   if (e0 != cudaSuccess) return e0;
   if (cap < 0) {
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, large_kernel<T, Src, RAW>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, large_kernel<T, Src, RAW, WIDE>,
                                                                   K::THREADS, K::SMEM);
     DeviceInfo d;
     if (e == cudaSuccess) e = query_device(&d);
@@ -637,7 +641,7 @@ cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
     cap = (per_sm > 0 ? per_sm : 1) * d.sms;
   }
   if (grid > cap) grid = cap;
-  large_kernel<T, Src, RAW><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
+  large_kernel<T, Src, RAW, WIDE><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
   return cudaGetLastError();
 #endif
 }

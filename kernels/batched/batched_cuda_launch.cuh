@@ -37,6 +37,8 @@ cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
     if constexpr (sizeof(T) < 8) {
       if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
         return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
+      if (wide_panels())  // 128-byte k-panel rows (an experiment)
+        return launch_large<T, LargeUniformSrc<T, TILE>, false, true>(args, items, stream);
     }
     return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items, stream);
   } else {
@@ -134,7 +136,9 @@ cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_or
   // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
   cudaError_t e2;
   if constexpr (sizeof(T) < 8) {
-    if (staging())
+    if (wide_panels())  // 128-byte k-panel rows, unaligned rows loaded synchronously
+      e2 = launch_large<T, LargeVariableSrc<T>, false, true>(la, args.count * large_rows, stream);
+    else if (staging())
       e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
     else
       e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
