@@ -3,7 +3,8 @@
 # large / variable ones again with unaligned rows loaded synchronously), compute-sanitizer
 # memcheck of the large-tile cases (staging on: every loader path), then batched_gpu.py's large groups
 # (orders 64-256, low rank, variable sizes), the variable groups with unaligned rows loaded
-# synchronously, and the experimental 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1).
+# synchronously, and two experiments: 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1) and
+# 64 x 64 tiles for variable orders 129-192 (KRONLINALG_BATCHED_VAR64=1).
 #   OUT=/tmp/out bash .wheelhouse/gpu-run.sh bash benchmarks/batched_large_session.sh
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -22,4 +23,10 @@ KRONLINALG_BATCHED_WIDE_PANELS=1 timeout 90 python -m pytest -q -m gpu -p no:cac
   tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -2 | tee $OUT/wide_tests.txt
 KRONLINALG_BATCHED_WIDE_PANELS=1 timeout ${BL_WIDE_S:-120} python benchmarks/batched_gpu.py \
   --only lowrank,large64,variable8,large --out $OUT/wide.json 2>&1 | tail -24
+# the experimental mid list of variable batches (KRONLINALG_BATCHED_VAR64=1: 64 x 64 tiles for
+# orders 129-192): tests, then the variable groups
+KRONLINALG_BATCHED_VAR64=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+  tests/test_batched.py -k "variable" 2>&1 | tail -2 | tee $OUT/var64_tests.txt
+KRONLINALG_BATCHED_VAR64=1 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
+  --out $OUT/var64.json 2>&1 | tail -12
 echo done

@@ -49,6 +49,10 @@ inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 1) != 
 // 4-byte rows are aligned (uniform stacks; variable batches, unaligned rows then loaded
 // synchronously): KRONLINALG_BATCHED_WIDE_PANELS=1, an experiment (not yet timed on a GPU).
 inline bool wide_panels() { return kl::knob_int("KRONLINALG_BATCHED_WIDE_PANELS", 0) != 0; }
+// Whether variable batches put the products whose 128 x 128 tiles would be mostly padding
+// (prefer_mid in batched_cuda_large.cuh: orders 129-192 of square products) on the same kernel's
+// 64 x 64 tiles: KRONLINALG_BATCHED_VAR64=1, an experiment (not yet timed on a GPU).
+inline bool var64() { return kl::knob_int("KRONLINALG_BATCHED_VAR64", 0) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 // Whether uniform stacks of dense products of orders <= 32 take the tiny-product kernel

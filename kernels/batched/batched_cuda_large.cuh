@@ -170,12 +170,12 @@ struct LargeUniformSrc {
   }
 };
 
-template <class T>
+template <class T, int TILE = LargeCfg::BM>
 __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, Tile<T> &t) {
   const int64_t pi = tag >> (2 * kTagBits);
   const int64_t tr = (tag >> kTagBits) & ((1 << kTagBits) - 1), tn = tag & ((1 << kTagBits) - 1);
   const kl_batched_entry *e = args.table + pi;
-  const int64_t r0 = tr * LargeCfg::BM, c0 = tn * LargeCfg::BN;
+  const int64_t r0 = tr * TILE, c0 = tn * TILE;
   t.a_rs = e->a_rs, t.a_cs = e->a_cs;
   t.A = reinterpret_cast<const T *>(e->a) + r0 * t.a_rs;
   t.b_rs = e->b_rs, t.b_cs = e->b_cs;
@@ -184,24 +184,24 @@ __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, 
   t.C = e->c ? reinterpret_cast<const T *>(e->c) + r0 * t.c_rs + c0 * t.c_cs : nullptr;
   t.d_rs = e->d_rs, t.d_cs = e->d_cs;
   t.D = reinterpret_cast<T *>(e->d) + r0 * t.d_rs + c0 * t.d_cs;
-  t.mv = int(min64(LargeCfg::BM, e->m - r0));
-  t.nv = int(min64(LargeCfg::BN, e->n - c0));
+  t.mv = int(min64(TILE, e->m - r0));
+  t.nv = int(min64(TILE, e->n - c0));
   t.k = e->k;
 }
 
 // Variable batches: rows of tiles from args.list (count at *args.list_count), claimed through
 // args.counter; a row item with tm == tm_max - 1 also takes the rows past it.  Thread 0 claims
 // the next item as soon as it starts one, so the atomic's answer is long in when it is used.
-template <class T>
+template <class T, int TILE_ = LargeCfg::BM>
 struct LargeVariableSrc {
-  static constexpr int TILE = LargeCfg::BM;
+  static constexpr int TILE = TILE_;
   const Args &args;
   int64_t items = 0;
   long long pending = 0;
   __device__ explicit LargeVariableSrc(const Args &a) : args(a) {}
   __device__ bool emit(long long tag, LoadTile<T> &lt, long long &out) {
     Tile<T> t;
-    large_var_tile<T>(args, tag, t);
+    large_var_tile<T, TILE>(args, tag, t);
     lt.set(t);
     out = tag;
     return true;
@@ -224,12 +224,12 @@ struct LargeVariableSrc {
     const int tr = int((prev >> kTagBits) & ((1 << kTagBits) - 1));
     const int tn = int(prev & ((1 << kTagBits) - 1));
     const kl_batched_entry *e = args.table + pi;
-    if (int64_t(tn + 1) * LargeCfg::BN < e->n) return emit(prev + 1, lt, tag);
+    if (int64_t(tn + 1) * TILE < e->n) return emit(prev + 1, lt, tag);
     const long long row0 = (pi << (2 * kTagBits)) | (int64_t(tr + 1) << kTagBits);
-    if (tr >= args.tm_max - 1 && int64_t(tr + 1) * LargeCfg::BM < e->m) return emit(row0, lt, tag);
+    if (tr >= args.tm_max - 1 && int64_t(tr + 1) * TILE < e->m) return emit(row0, lt, tag);
     return take(lt, tag);
   }
-  __device__ void tile_of(long long tag, Tile<T> &t) const { large_var_tile<T>(args, tag, t); }
+  __device__ void tile_of(long long tag, Tile<T> &t) const { large_var_tile<T, TILE>(args, tag, t); }
 };
 
 // ---- the epilogue --------------------------------------------------------------------------
@@ -575,19 +575,28 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE, WIDE>::THREADS,
   kl::cu::cp_async_wait<0>();
 }
 
-// Sorts the products of a variable batch into the two kernels' lists of tile rows: max(m, n) >=
+// Sorts the products of a variable batch into the kernels' lists of tile rows: max(m, n) >=
 // from (and both < kLargeMaxSide) to the 128 x 128 kernel (rows of 128, the last of at most
-// large_rows also taking the rest), the others to the small-tile kernel (rows of small_bm, at
-// most small_rows likewise); empty products to none.  counts[0], counts[1]: the two lists'
-// lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
+// large_rows also taking the rest) — or, where mid_rows > 0 and 64 x 64 tiles cover the product
+// with less padding (prefer_mid), to the same kernel on 64 x 64 tiles (rows of 64, at most
+// mid_rows) — and the others to the small-tile kernel (rows of small_bm, at most small_rows
+// likewise); empty products to none.  counts[0], counts[1], counts[2]: the large, small and mid
+// lists' lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
+__host__ __device__ inline bool prefer_mid(int64_t m, int64_t n) {
+  // a 64 x 64 tile costs ~1.3 / 4 of a 128 x 128 one (fewer warps, more fragment traffic a flop)
+  const int64_t t128 = ((m + 127) / 128) * ((n + 127) / 128), t64 = ((m + 63) / 64) * ((n + 63) / 64);
+  return 13 * t64 < 40 * t128 && m < kLargeMaxSide / 2 && n < kLargeMaxSide / 2;
+}
+
 static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table, int64_t count,
                                                   int64_t from, int64_t large_rows, int small_bm,
-                                                  int64_t small_rows, unsigned long long *counts,
-                                                  int64_t *large_list, int64_t *small_list) {
-  __shared__ unsigned s_count[2];
-  __shared__ unsigned long long s_base[2];
+                                                  int64_t small_rows, int64_t mid_rows,
+                                                  unsigned long long *counts, int64_t *large_list,
+                                                  int64_t *small_list, int64_t *mid_list) {
+  __shared__ unsigned s_count[3];
+  __shared__ unsigned long long s_base[3];
   const int tid = int(threadIdx.x);
-  if (tid < 2) s_count[tid] = 0;
+  if (tid < 3) s_count[tid] = 0;
   __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * 256 + tid;
   int cls = -1;
@@ -597,8 +606,13 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
     if (m > 0 && n > 0) {
       const int64_t order = m > n ? m : n;
       if (order >= from && m < kLargeMaxSide && n < kLargeMaxSide) {
-        cls = 0;
-        rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, large_rows);
+        if (mid_rows > 0 && prefer_mid(m, n)) {
+          cls = 2;
+          rows = min64((m + 63) / 64, mid_rows);
+        } else {
+          cls = 0;
+          rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, large_rows);
+        }
       } else {
         cls = 1;
         rows = min64((m + small_bm - 1) / small_bm, small_rows);
@@ -608,10 +622,10 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
   unsigned local = 0;
   if (cls >= 0) local = atomicAdd(&s_count[cls], unsigned(rows));
   __syncthreads();
-  if (tid < 2 && s_count[tid]) s_base[tid] = atomicAdd(&counts[tid], (unsigned long long)s_count[tid]);
+  if (tid < 3 && s_count[tid]) s_base[tid] = atomicAdd(&counts[tid], (unsigned long long)s_count[tid]);
   __syncthreads();
   if (cls >= 0) {
-    int64_t *list = cls == 0 ? large_list : small_list;
+    int64_t *list = cls == 0 ? large_list : cls == 1 ? small_list : mid_list;
     const int64_t base = int64_t(s_base[cls]) + local;
     for (int64_t r = 0; r < rows; ++r) list[base + r] = (i << kRowBits) | r;
   }
