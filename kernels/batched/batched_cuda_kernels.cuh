@@ -293,6 +293,20 @@ __device__ __forceinline__ void realign_rows(T *__restrict dst, const T *__restr
   }
 }
 
+// The 3xTF32 B fragments of one m16n8k8 k-step for a warp's K::NI column fragments (B in
+// shared memory at pitch K::PB, the warp's columns from wc0; lane (g, t)): each float split
+// once into its TF32 high and low parts, used by every row fragment.  (Both tile kernels.)
+template <class K>
+__device__ __forceinline__ void tf32_b_fragments(const void *Bs, int kk, int wc0, int g, int t,
+                                                 uint32_t (&bh)[K::NI][2], uint32_t (&bl)[K::NI][2]) {
+#pragma unroll
+  for (int ni = 0; ni < K::NI; ++ni) {
+    const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
+    kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
+    kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
+  }
+}
+
 // One tile of one product as a group's loop sees it: A and B at the tile's first row / column,
 // C and D at its first element, the valid rows (mv) and columns (nv), the product's k.
 template <class T>
@@ -485,12 +499,7 @@ __device__ __forceinline__ void run_tile(unsigned char *smem, int grp, int gtid,
 #pragma unroll
           for (int e = 0; e < 4; ++e) kl::cu::split_tf32(__float_as_uint(x[e]), ah[mi][e], al[mi][e]);
         }
-#pragma unroll
-        for (int ni = 0; ni < K::NI; ++ni) {
-          const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
-          kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
-          kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
-        }
+        tf32_b_fragments<K>(Bs, kk, wc0, g, t, bh, bl);
 #pragma unroll
         for (int mi = 0; mi < K::MI; ++mi)
 #pragma unroll

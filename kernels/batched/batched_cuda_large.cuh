@@ -401,12 +401,7 @@ __device__ __forceinline__ void large_panel(typename K::Acc (&acc)[K::MI][K::NI]
       // (an 8 x 8 matrix of 16-bit pairs is 8 rows of 4 floats: lane (g, t) gets A[g][t])
       const int g = lane >> 2, t = lane & 3;
       uint32_t bh[K::NI][2], bl[K::NI][2];
-#pragma unroll
-      for (int ni = 0; ni < K::NI; ++ni) {
-        const float *c0 = reinterpret_cast<const float *>(Bs) + (kk + t) * K::PB + wc0 + ni * 8 + g;
-        kl::cu::split_tf32(__float_as_uint(c0[0]), bh[ni][0], bl[ni][0]);
-        kl::cu::split_tf32(__float_as_uint(c0[4 * K::PB]), bh[ni][1], bl[ni][1]);
-      }
+      tf32_b_fragments<K>(Bs, kk, wc0, g, t, bh, bl);
 #pragma unroll
       for (int mi = 0; mi < K::MI; ++mi) {
         if (!FULL && mi >= mi_n) continue;
