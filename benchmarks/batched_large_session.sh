@@ -1,32 +1,47 @@
 #!/bin/bash
-# One device call: the 128 x 128 kernel after a change — batched_matmul's GPU tests (and the
-# large / variable ones again with unaligned rows loaded synchronously), compute-sanitizer
-# memcheck of the large-tile cases (staging on: every loader path), then batched_gpu.py's large groups
-# (orders 64-256, low rank, variable sizes), the variable groups with unaligned rows loaded
-# synchronously, and two experiments: 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1) and
-# 64 x 64 tiles for variable orders 129-192 (KRONLINALG_BATCHED_VAR64=1).
-#   OUT=/tmp/out bash .wheelhouse/gpu-run.sh bash benchmarks/batched_large_session.sh
+# One device call: the 128 x 128 kernel after a change.  BL_PARTS picks the parts, in this order
+# (default: all of them, ~400 s after the build — close to a call's 600 s with it):
+#   checks   batched_matmul's GPU tests, the large / variable ones again with unaligned rows
+#            loaded synchronously, compute-sanitizer memcheck of the large-tile cases (staging
+#            on: every loader path)
+#   default  batched_gpu.py's large groups (orders 64-256, low rank, variable sizes)
+#   sync     the variable groups with unaligned rows loaded synchronously (STAGING=0)
+#   wide     the experiment KRONLINALG_BATCHED_WIDE_PANELS=1 (128-byte k-panels): its tests,
+#            then the large groups
+#   var64    the experiment KRONLINALG_BATCHED_VAR64=1 (64 x 64 tiles for variable orders
+#            129-192): its tests, then the variable groups
+#   OUT=/tmp/out [BL_PARTS="checks default wide var64"] \
+#     bash .wheelhouse/gpu-run.sh bash benchmarks/batched_large_session.sh
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-{ timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py 2>&1 | tail -4
-  KRONLINALG_BATCHED_STAGING=0 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
-    tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -3
-  KRONLINALG_BATCHED_STAGING=1 timeout ${BL_SAN_S:-90} compute-sanitizer --tool memcheck \
-    --error-exitcode 9 python benchmarks/batched_sanitize.py --quick --large-only 2>&1 | tail -3
-  echo "memcheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee $OUT/checks.txt
-timeout ${BL_BENCH_S:-150} python benchmarks/batched_gpu.py --only ${BL_ONLY:-lowrank,large64,variable,variable8,large} \
-  --out $OUT/large.json 2>&1 | tail -40
-KRONLINALG_BATCHED_STAGING=0 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
-  --out $OUT/synchronous.json 2>&1 | tail -12
-# the experimental 128-byte k-panels (KRONLINALG_BATCHED_WIDE_PANELS=1): tests, then the large groups
-KRONLINALG_BATCHED_WIDE_PANELS=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
-  tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -2 | tee $OUT/wide_tests.txt
-KRONLINALG_BATCHED_WIDE_PANELS=1 timeout ${BL_WIDE_S:-120} python benchmarks/batched_gpu.py \
-  --only lowrank,large64,variable8,large --out $OUT/wide.json 2>&1 | tail -24
-# the experimental mid list of variable batches (KRONLINALG_BATCHED_VAR64=1: 64 x 64 tiles for
-# orders 129-192): tests, then the variable groups
-KRONLINALG_BATCHED_VAR64=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
-  tests/test_batched.py -k "variable" 2>&1 | tail -2 | tee $OUT/var64_tests.txt
-KRONLINALG_BATCHED_VAR64=1 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
-  --out $OUT/var64.json 2>&1 | tail -12
+PARTS=" ${BL_PARTS:-checks default sync wide var64} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+if part checks; then
+  { timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py 2>&1 | tail -4
+    KRONLINALG_BATCHED_STAGING=0 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+      tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -3
+    KRONLINALG_BATCHED_STAGING=1 timeout ${BL_SAN_S:-90} compute-sanitizer --tool memcheck \
+      --error-exitcode 9 python benchmarks/batched_sanitize.py --quick --large-only 2>&1 | tail -3
+    echo "memcheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee $OUT/checks.txt
+fi
+if part default; then
+  timeout ${BL_BENCH_S:-150} python benchmarks/batched_gpu.py \
+    --only ${BL_ONLY:-lowrank,large64,variable,variable8,large} --out $OUT/large.json 2>&1 | tail -40
+fi
+if part sync; then
+  KRONLINALG_BATCHED_STAGING=0 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
+    --out $OUT/synchronous.json 2>&1 | tail -12
+fi
+if part wide; then
+  KRONLINALG_BATCHED_WIDE_PANELS=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+    tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -2 | tee $OUT/wide_tests.txt
+  KRONLINALG_BATCHED_WIDE_PANELS=1 timeout ${BL_WIDE_S:-120} python benchmarks/batched_gpu.py \
+    --only lowrank,large64,variable8,large --out $OUT/wide.json 2>&1 | tail -24
+fi
+if part var64; then
+  KRONLINALG_BATCHED_VAR64=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
+    tests/test_batched.py -k "variable" 2>&1 | tail -2 | tee $OUT/var64_tests.txt
+  KRONLINALG_BATCHED_VAR64=1 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
+    --out $OUT/var64.json 2>&1 | tail -12
+fi
 echo done
