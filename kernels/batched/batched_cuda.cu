@@ -118,17 +118,16 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
     args.p.beta = beta;
     args.count = count;
     args.table = static_cast<const kl_batched_entry *>(table);
-    const int small_bm = describe(small_shape, mma).tile_m;
-    const size_t bytes = size_t(split_scratch_words(count, max_order, from, small_bm)) * 8;
+    const SplitPlan plan = split_plan(from, max_order, small_shape, mma);
+    const size_t bytes = size_t(plan.words(count)) * 8;
     void *scratch = nullptr;
     if (cudaMallocAsync(&scratch, bytes, s) == cudaSuccess) {
       cudaError_t e = cudaMemsetAsync(scratch, 0, kSplitHeader * 8, s);
       unsigned long long *words = static_cast<unsigned long long *>(scratch);
       if (e == cudaSuccess)
-        e = mma == kTf32x3 ? launch_f32_split(args, from, max_order, small_shape, words, s)
-            : mma == kDmma ? launch_f64_split(args, from, max_order, small_shape, words, s)
-                           : launch_f16_split(dtype == KL_BATCHED_BF16, args, from, max_order,
-                                              small_shape, words, s);
+        e = mma == kTf32x3 ? launch_f32_split(args, plan, words, s)
+            : mma == kDmma ? launch_f64_split(args, plan, words, s)
+                           : launch_f16_split(dtype == KL_BATCHED_BF16, args, plan, words, s);
       (void)cudaFreeAsync(scratch, s);
       return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
     }

@@ -518,9 +518,9 @@ static void check_split(const char *name, double tol) {
   setenv("KRONLINALG_BATCHED_STAGING", variant & 1 ? "1" : "0", 1);
   setenv("KRONLINALG_BATCHED_VAR64", variant & 2 ? "1" : "0", 1);
   std::fill(D.begin(), D.end() - 1, from_d<T>(777.0));
-  std::vector<unsigned long long> scratch(
-      size_t(split_scratch_words(count, max_order, from, describe(small_shape, MMA).tile_m)), 0);
-  launch_variable_split<T, MMA>(args, from, max_order, small_shape, scratch.data(), nullptr);
+  const SplitPlan plan = split_plan(from, max_order, small_shape, MMA);
+  std::vector<unsigned long long> scratch(size_t(plan.words(count)), 0);
+  launch_variable_split<T, MMA>(args, plan, scratch.data(), nullptr);
   oa = ob = od = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t m = sizes[i][0], n = sizes[i][1], k = sizes[i][2];

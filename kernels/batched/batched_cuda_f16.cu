@@ -7,11 +7,10 @@ cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stre
   if (bf16) return launch_shape<__nv_bfloat16, kHmma>(shape, args, stream);
   return launch_shape<__half, kHmma>(shape, args, stream);
 }
-cudaError_t launch_f16_split(bool bf16, const Args &args, int64_t from, int64_t max_order,
-                             int small_shape, unsigned long long *scratch, cudaStream_t stream) {
-  if (bf16)
-    return launch_variable_split<__nv_bfloat16, kHmma>(args, from, max_order, small_shape, scratch, stream);
-  return launch_variable_split<__half, kHmma>(args, from, max_order, small_shape, scratch, stream);
+cudaError_t launch_f16_split(bool bf16, const Args &args, const SplitPlan &plan,
+                             unsigned long long *scratch, cudaStream_t stream) {
+  if (bf16) return launch_variable_split<__nv_bfloat16, kHmma>(args, plan, scratch, stream);
+  return launch_variable_split<__half, kHmma>(args, plan, scratch, stream);
 }
 }  // namespace batched
 }  // namespace kl

@@ -8,10 +8,9 @@ cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream
   if (mma == kDmma16) return launch_shape<double, kDmma16>(shape, args, stream);
   return launch_shape<double, kDmma>(shape, args, stream);
 }
-cudaError_t launch_f64_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
-                             unsigned long long *scratch, cudaStream_t stream) {
-  return launch_variable_split<double, kDmma16>(args, from, max_order, small_shape, scratch,
-                                                stream);
+cudaError_t launch_f64_split(const Args &args, const SplitPlan &plan, unsigned long long *scratch,
+                             cudaStream_t stream) {
+  return launch_variable_split<double, kDmma16>(args, plan, scratch, stream);
 }
 }  // namespace batched
 }  // namespace kl

@@ -98,13 +98,20 @@ template <class X>
 struct SrcTag {  // a work source's type as a value (the launch lambda's argument)
   using type = X;
 };
-inline int64_t split_large_rows(int64_t max_order) { return (max_order + 127) / 128; }
-inline int64_t split_small_rows(int64_t from, int small_bm) { return (from - 1 + small_bm - 1) / small_bm; }
-// rows of 64 of the mid list (KRONLINALG_BATCHED_VAR64; 0: no mid list)
-inline int64_t split_mid_rows(int64_t max_order) { return var64() ? (max_order + 63) / 64 : 0; }
-inline int64_t split_scratch_words(int64_t count, int64_t max_order, int64_t from, int small_bm) {
-  return kSplitHeader + count * (split_large_rows(max_order) + split_small_rows(from, small_bm) +
-                                 split_mid_rows(max_order));
+// The sizes of a split variable launch, fixed once a call: the scratch the caller allocates and
+// the lists the kernels fill must agree whatever the knobs (KRONLINALG_BATCHED_VAR64) read later.
+struct SplitPlan {
+  int64_t from, large_rows, small_rows, mid_rows;  // rows of 128 / small_bm / 64 a product, at most
+  int small_shape, small_bm;
+  int64_t words(int64_t count) const {
+    return kSplitHeader + count * (large_rows + small_rows + mid_rows);
+  }
+};
+inline SplitPlan split_plan(int64_t from, int64_t max_order, int small_shape, int mma) {
+  const int small_bm = describe(small_shape, mma).tile_m;
+  return {from, (max_order + 127) / 128, (from - 1 + small_bm - 1) / small_bm,
+          var64() ? (max_order + 63) / 64 : 0,  // the mid list (0: none)
+          small_shape, small_bm};
 }
 
 // A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
@@ -112,15 +119,13 @@ inline int64_t split_scratch_words(int64_t count, int64_t max_order, int64_t fro
 // the table's rows of tiles into lists, the 128 x 128 kernel takes products of order >= from
 // (on 64 x 64 tiles those that prefer_mid picks, with KRONLINALG_BATCHED_VAR64=1), the
 // small-tile kernel (shape small_shape, chosen for orders < from) the rest.  `args` as
-// kl_batched_matmul_cuda_var fills it (counter unused).
+// kl_batched_matmul_cuda_var fills it (counter unused); `scratch`: plan.words(count) words.
 template <class T, int MMA>
-cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_order,
-                                  int small_shape, unsigned long long *scratch,
-                                  cudaStream_t stream) {
-  const int small_bm = describe(small_shape, MMA).tile_m;
-  const int64_t large_rows = split_large_rows(max_order);
-  const int64_t small_rows = split_small_rows(from, small_bm);
-  const int64_t mid_rows = split_mid_rows(max_order);
+cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
+                                  unsigned long long *scratch, cudaStream_t stream) {
+  const int64_t from = plan.from, large_rows = plan.large_rows, small_rows = plan.small_rows,
+                mid_rows = plan.mid_rows;
+  const int small_bm = plan.small_bm, small_shape = plan.small_shape;
   int64_t *large_list = reinterpret_cast<int64_t *>(scratch + kSplitHeader);
   int64_t *small_list = large_list + args.count * large_rows;
   int64_t *mid_list = small_list + args.count * small_rows;
@@ -182,15 +187,15 @@ cudaError_t launch_variable_split(const Args &args, int64_t from, int64_t max_or
 cudaError_t launch_f64(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f32(int shape, int mma, const Args &args, cudaStream_t stream);
 cudaError_t launch_f16(int shape, bool bf16, const Args &args, cudaStream_t stream);
-cudaError_t launch_f16_split(bool bf16, const Args &args, int64_t from, int64_t max_order,
-                             int small_shape, unsigned long long *scratch, cudaStream_t stream);
-cudaError_t launch_f32_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
+cudaError_t launch_f16_split(bool bf16, const Args &args, const SplitPlan &plan,
                              unsigned long long *scratch, cudaStream_t stream);
+cudaError_t launch_f32_split(const Args &args, const SplitPlan &plan, unsigned long long *scratch,
+                             cudaStream_t stream);
 // batched_cuda_tiny.cu: the tiny-product kernel in the problem's element type
 cudaError_t launch_tiny_dtype(int dtype, const kl_batched_problem &p, int64_t count,
                               const int64_t *strides, cudaStream_t stream);
-cudaError_t launch_f64_split(const Args &args, int64_t from, int64_t max_order, int small_shape,
-                             unsigned long long *scratch, cudaStream_t stream);
+cudaError_t launch_f64_split(const Args &args, const SplitPlan &plan, unsigned long long *scratch,
+                             cudaStream_t stream);
 
 }  // namespace batched
 }  // namespace kl
