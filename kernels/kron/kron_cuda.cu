@@ -1072,53 +1072,6 @@ int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratc
 }  // namespace cu
 }  // namespace kl
 
-namespace kl {
-namespace cu {
-namespace {
-int64_t elem_bytes(int dtype) {
-  return dtype == KL_FLOAT64 ? 8 : dtype == KL_FLOAT32 ? 4 : 2;
-}
-
-// L2-resident passes (KRONLINALG_KRON_CHUNK_MB = c, an experiment, 0 off): a plan of two or more
-// passes over many rows runs as chunks of R rows, each chunk through all its passes before the
-// next, with R rows' intermediate about c MiB.  The chunks reuse the same scratch, which stays in
-// the 50 MB L2 between one pass's writes and the next one's reads, so that only x's reads and
-// y's writes reach DRAM where every pass now moves both.  Rows per chunk, or 0 (one launch a pass).
-int64_t chunk_rows(const kl_kron_problem *p, int dtype, const Plan &full) {
-  const int mb = knob_int("KRONLINALG_KRON_CHUNK_MB", 0);
-  if (mb <= 0 || full.passes.size() < 2 || full.nscratch < 1 || (p->m1 > 1 && p->m2 > 1))
-    return 0;
-  const int64_t M = p->m1 * p->m2;
-  const int64_t row_bytes = std::max<int64_t>(1, full.scratch_elems / M * elem_bytes(dtype));
-  const int64_t R = (int64_t(mb) << 20) / row_bytes;  // (0: one row's is already larger)
-  return R < M ? R : 0;
-}
-
-// The problem in chunks of R rows along its one row level of more than one row, each planned
-// (the plan cache holds R's and the remainder's) and run through all its passes in turn.
-int run_chunked(const kl_kron_problem *p, int dtype, int64_t R, void *scratch0, void *scratch1,
-                int64_t scratch_elems, void *stream) {
-  const int64_t es = elem_bytes(dtype);
-  const bool outer = p->m2 == 1;
-  const int64_t M = outer ? p->m1 : p->m2;
-  const int64_t xs = outer ? p->x_rs1 : p->x_rs2, ys = outer ? p->y_rs1 : p->y_rs2;
-  for (int64_t r0 = 0; r0 < M; r0 += R) {
-    kl_kron_problem q = *p;
-    (outer ? q.m1 : q.m2) = std::min(R, M - r0);
-    q.x = static_cast<const char *>(p->x) + r0 * xs * es;
-    q.y = static_cast<char *>(p->y) + r0 * ys * es;
-    Plan plan;
-    DeviceInfo dev;
-    int st = plan_and_prepare(&q, dtype, &plan, &dev);
-    if (st == KL_OK) st = run_plan(&q, dtype, plan, scratch0, scratch1, scratch_elems, stream);
-    if (st != KL_OK) return st;
-  }
-  return KL_OK;
-}
-}  // namespace
-}  // namespace cu
-}  // namespace kl
-
 extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *scratch0,
                                    void *scratch1, int64_t scratch_elems, void *stream) {
   using namespace kl::cu;
@@ -1129,8 +1082,6 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   Plan plan;
   DeviceInfo dev;
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
-  if (const int64_t R = chunk_rows(p, dtype, plan))
-    return run_chunked(p, dtype, R, scratch0, scratch1, scratch_elems, stream);
   return run_plan(p, dtype, plan, scratch0, scratch1, scratch_elems, stream);
 }
 
@@ -1144,8 +1095,7 @@ extern "C" void *kl_kron_cuda_bind(const kl_kron_problem *p, int dtype) {
     return nullptr;
   Plan plan;
   DeviceInfo dev;
-  if (plan_and_prepare(p, dtype, &plan, &dev) != KL_OK || chunk_rows(p, dtype, plan))
-    return nullptr;
+  if (plan_and_prepare(p, dtype, &plan, &dev) != KL_OK) return nullptr;
   return new Plan(plan);
 }
 
