@@ -149,6 +149,11 @@ TINY_GENERIC_MEASURED = {"float32": 0.59, "float16": 0.33}
 # at half that again (float16 order 20: 0.13 of copy against order 24's 0.25)
 TILE_ORDER_EXPONENT = 1.0
 UNALIGNED_ROWS = 0.5
+# The large-tile kernel's 64 x 64 tiles at orders just above 64 run every tile of the padded
+# product, at the time of a full one: the fraction by the padded area (H100, held-out grids of
+# 2026-11-27: float16 order 72 at batch 10⁴ 491 µs, order 80 562, where bytes at the order-64
+# fraction said 140 and 175; (72 / 128)² puts it at 441)
+LARGE_PAD_EXPONENT = 2.0
 
 # The least device time of one launch of our tile kernels, where the batch is too small to fill
 # the GPU: rounds of resident work items, each a chain of k-panels (plus the pipeline's fill) at
@@ -167,8 +172,10 @@ def _least_launch_s(info, cfg, large, prof):
     panels = -(-max(1, info["k"]) // max(1, cfg["tile_k"]))
     # the pipeline fills once a launch: a persistent block streams its next item's first panels
     # while it computes this one's last (charged a round, the floor over-predicted low-rank
-    # float64 stacks 1.5x: 921 µs where 616 ran, batch 10⁴, m = n = 128, k = 16)
-    fill = 3 if large else 1
+    # float64 stacks 1.5x: 921 µs where 616 ran, batch 10⁴, m = n = 128, k = 16); one panel's
+    # time (three over-predicted batch 100 of float16 orders 96 and 112 on the 128 x 128 tiles
+    # since session 11's faster panels: 17.4 and 19.8 µs where 12.6 and 12.7 ran, 2026-11-27)
+    fill = 1
     return TILE_LAUNCH_S + (rounds * panels + fill) * TILE_STEP_S["large" if large else "small"]
 
 
@@ -378,6 +385,10 @@ def predict_kami(dims):
             block = 0.0
         elif tiny == "generic":
             frac = TINY_GENERIC_MEASURED.get(dt, 0.59) * min(1.0, max(order, 1) / 16.0)
+            # (2-byte rows not a multiple of 8 bytes: H100, held-out grid of 2026-11-27, float16
+            # order 10 at batch 10⁵ 219 µs, 0.09 of copy, where order 12 ran at 0.25)
+            if s_e == 2 and (info["k"] % 4 or info["n"] % 4):
+                frac *= UNALIGNED_ROWS
             block = 0.0
         else:
             frac = _fraction(meas["bw"], order if large else min(order, 64))
@@ -387,6 +398,8 @@ def predict_kami(dims):
                 tile = cfg["tile_m"]
                 if min(meas["bw"]) < order < tile:
                     frac *= (order / tile) ** TILE_ORDER_EXPONENT
+                elif large and tile < order < 2 * tile and order < max(meas["bw"]):
+                    frac *= (order / (2 * tile)) ** LARGE_PAD_EXPONENT
                 if s_e == 2 and (info["k"] % 8 or info["n"] % 8):
                     frac *= UNALIGNED_ROWS
         nbytes = _bytes(info, problem.dtype, problem.options)
@@ -399,7 +412,10 @@ def predict_kami(dims):
         # (the floor: 128 x 128 tiles and the small-tile kernel's 64 x 64, where it was measured)
         if not tiny and not info.get("variable") and (
                 cfg["tile_m"] >= 128 or (not large and cfg["tile_m"] >= 64)):
-            gpu = max(gpu, _least_launch_s(info, cfg, large, prof))
+            floor = _least_launch_s(info, cfg, large, prof)
+            if large and s_e == 2 and (info["k"] % 8 or info["n"] % 8):
+                floor /= UNALIGNED_ROWS  # (realigned panels: float16 order 100, batch 100, 22.5 µs)
+            gpu = max(gpu, floor)
         seconds = max(gpu, COEF["cuda_call_s"]) 
         details = {"bytes": nbytes, "tile": f"tiny ({tiny})" if tiny else f"{bm}x{bn}", "warps": p,
                    "per_block": cfg["items_per_block"], "mma": cfg["mma"],
