@@ -52,6 +52,9 @@ TWOD = {"2d_old": 0, "2d_c": 1 | STRIP, "2d_new": 1 | 2 | STRIP,
         "2d_f64w": 1 | 2 | STRIP | (1 << 9)}
 
 
+SEED, VARIANTS = 0, ()  # (--seed, --variants)
+
+
 def with_opts(panel, twod, fn):
     p, t = bs_cuda.spmm_panel_opts(panel), bs_cuda.spmm2d_opts(twod)
     try:
@@ -158,7 +161,7 @@ def patterns_section(budget):
             if time.time() - START > budget:
                 return rows
             dt = DT[dname]
-            g = torch.Generator(device="cuda").manual_seed(int(d * 1000) + len(kind))
+            g = torch.Generator(device="cuda").manual_seed(int(d * 1000) + len(kind) + SEED)
             A = bsm(mask_of(kind, N // 16, d, g), dt, g)
             Am = A.with_order("morton")
             dense = A.to_dense()
@@ -181,6 +184,8 @@ def patterns_section(budget):
                 k2 = kernel_2d(Am, X, out)
                 outs = {}
                 for name, opts in TWOD.items():
+                    if VARIANTS and name not in VARIANTS:
+                        continue
                     if (name == "2d_deep" and dname == "fp64") or (
                             name in ("2d_c", "2d_nw4") and dname != "fp16") or (
                             name == "2d_f64w" and (dname != "fp64" or n <= 64)):
@@ -192,7 +197,8 @@ def patterns_section(budget):
                     out.fill_(float("nan"))
                     kern[name] = with_opts(PANEL_DEFAULT, opts, lambda: cuda_time(k2))
                     err[name + "_kernel"] = rel(out, ref)
-                row["same_bits_2d"] = all(torch.equal(outs["2d_old"], o) for o in outs.values())
+                first = next(iter(outs.values()))
+                row["same_bits_2d"] = all(torch.equal(first, o) for o in outs.values())
                 ms["2d_row_order"] = cuda_time(lambda: spmm(A, X, algorithm="morton"))
                 ms["dense"] = cuda_time(lambda: dense @ X)
                 ms["auto"] = cuda_time(lambda: spmm(A, X))
@@ -290,7 +296,13 @@ def main():
     p.add_argument("--out", default="morton.json")
     p.add_argument("--budget", type=float, default=150.0)
     p.add_argument("--sections", default="patterns,wide,batched")
+    p.add_argument("--seed", type=int, default=0,
+                   help="added to each pattern's seed: other matrices of the same classes")
+    p.add_argument("--variants", default="",
+                   help="the 2D option sets to time (comma-separated names of TWOD; all)")
     args = p.parse_args()
+    global SEED, VARIANTS
+    SEED, VARIANTS = args.seed, tuple(v for v in args.variants.split(",") if v)
     chosen = args.sections.split(",")
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                         time.gmtime())}
