@@ -254,7 +254,7 @@ def batched_section(budget):
     rows = []
     batch, b = 10_000, 16
     for order, n in ((256, 16), (256, 32), (128, 8), (128, 16), (128, 32), (64, 8), (64, 16),
-                     (256, 256)):
+                     (256, 256), (64, 4), (128, 4), (256, 8)):
         if time.time() - START > budget:
             return rows
         q = order // b
