@@ -493,6 +493,21 @@ def test_matmul_routing_margin():
     assert [ch.name for ch in plan] == ["library"]
 
 
+def test_plan_held_out_grid_picks():
+    """Three picks of the H100 held-out grid of session 12 (device time measured in warm loops,
+    µs): float16 order 72 at batch 10³ (ours 54, torch.bmm 18: the 64 x 64 tiles run the padded
+    product), float16 order 10 at batch 10⁵ (ours 219, torch.bmm 86: 20-byte rows), and float16
+    order 96 at batch 100 (ours 12.6, torch.bmm 17.7: one panel's pipeline fill)."""
+    def pick(n, batch):
+        s = (batch, n, n)
+        return kronlinalg.plan("batched_matmul", s, s, dtype="float16", device="h100-sxm",
+                               dense=True)[0].name
+
+    assert pick(72, 1000) == "library"
+    assert pick(10, 100_000) == "library"
+    assert pick(96, 100) == "kami1d"
+
+
 def test_plan_and_explain():
     plan = kronlinalg.plan("batched_matmul", (10000, 16, 16), (10000, 16, 16),
                            dtype="float64", device="h100-sxm")
