@@ -149,10 +149,11 @@ TINY_GENERIC_MEASURED = {"float32": 0.59, "float16": 0.33}
 # at half that again (float16 order 20: 0.13 of copy against order 24's 0.25)
 TILE_ORDER_EXPONENT = 1.0
 UNALIGNED_ROWS = 0.5
-# The large-tile kernel's 64 x 64 tiles at orders just above 64 run every tile of the padded
-# product, at the time of a full one: the fraction by the padded area (H100, held-out grids of
-# 2026-11-27: float16 order 72 at batch 10⁴ 491 µs, order 80 562, where bytes at the order-64
-# fraction said 140 and 175; (72 / 128)² puts it at 441)
+# The large-tile kernel at orders between one tile and two (65-95 on its 64 x 64 tiles,
+# 129-255 on 128 x 128) runs every tile of the padded product at the time of a full one: the
+# fraction by the padded area (H100, held-out grids of 2026-11-27: float16 order 72 at batch 10⁴
+# 491 µs, order 80 562, where bytes at the order-64 fraction said 140 and 175, (72 / 128)² puts
+# it at 441; order 144, 2,030 µs, (144 / 256)² at 1,980)
 LARGE_PAD_EXPONENT = 2.0
 
 # The least device time of one launch of our tile kernels, where the batch is too small to fill
