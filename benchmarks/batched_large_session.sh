@@ -1,20 +1,16 @@
 #!/bin/bash
 # One device call: the 128 x 128 kernel after a change.  BL_PARTS picks the parts, in this order
-# (default: all of them, ~400 s after the build — close to a call's 600 s with it):
+# (default: all three):
 #   checks   batched_matmul's GPU tests, the large / variable ones again with unaligned rows
 #            loaded synchronously, compute-sanitizer memcheck of the large-tile cases (staging
 #            on: every loader path)
 #   default  batched_gpu.py's large groups (orders 64-256, low rank, variable sizes)
 #   sync     the variable groups with unaligned rows loaded synchronously (STAGING=0)
-#   wide     the experiment KRONLINALG_BATCHED_WIDE_PANELS=1 (128-byte k-panels): its tests,
-#            then the large groups
-#   var64    the experiment KRONLINALG_BATCHED_VAR64=1 (64 x 64 tiles for variable orders
-#            129-192): its tests, then the variable groups
-#   OUT=/tmp/out [BL_PARTS="checks default wide var64"] \
+#   OUT=/tmp/out [BL_PARTS="checks default"] \
 #     bash .wheelhouse/gpu-run.sh bash benchmarks/batched_large_session.sh
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-PARTS=" ${BL_PARTS:-checks default sync wide var64} "
+PARTS=" ${BL_PARTS:-checks default sync} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 if part checks; then
   { timeout 150 python -m pytest -q -m gpu -p no:cacheprovider -x tests/test_batched.py 2>&1 | tail -4
@@ -31,17 +27,5 @@ fi
 if part sync; then
   KRONLINALG_BATCHED_STAGING=0 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
     --out $OUT/synchronous.json 2>&1 | tail -12
-fi
-if part wide; then
-  KRONLINALG_BATCHED_WIDE_PANELS=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
-    tests/test_batched.py -k "large or variable or orders" 2>&1 | tail -2 | tee $OUT/wide_tests.txt
-  KRONLINALG_BATCHED_WIDE_PANELS=1 timeout ${BL_WIDE_S:-120} python benchmarks/batched_gpu.py \
-    --only lowrank,large64,variable8,large --out $OUT/wide.json 2>&1 | tail -24
-fi
-if part var64; then
-  KRONLINALG_BATCHED_VAR64=1 timeout 90 python -m pytest -q -m gpu -p no:cacheprovider -x \
-    tests/test_batched.py -k "variable" 2>&1 | tail -2 | tee $OUT/var64_tests.txt
-  KRONLINALG_BATCHED_VAR64=1 timeout 90 python benchmarks/batched_gpu.py --only variable,variable8 \
-    --out $OUT/var64.json 2>&1 | tail -12
 fi
 echo done

@@ -45,14 +45,6 @@ inline int64_t large_from() { return kl::knob_int("KRONLINALG_BATCHED_LARGE", 96
 // 3.20 ms, synchronous 3.37 / 3.41; 3xTF32 6.50 / 6.49 (an earlier staging variant with 3 stages
 // and two staging areas took 4.10 ms where synchronous loads took 3.52).
 inline bool staging() { return kl::knob_int("KRONLINALG_BATCHED_STAGING", 1) != 0; }
-// Whether the large-tile kernel takes 128-byte k-panel rows in three stages where its 2- and
-// 4-byte rows are aligned (uniform stacks; variable batches, unaligned rows then loaded
-// synchronously): KRONLINALG_BATCHED_WIDE_PANELS=1, an experiment (not yet timed on a GPU).
-inline bool wide_panels() { return kl::knob_int("KRONLINALG_BATCHED_WIDE_PANELS", 0) != 0; }
-// Whether variable batches put the products whose 128 x 128 tiles would be mostly padding
-// (prefer_mid in batched_cuda_large.cuh: orders 129-192 of square products) on the same kernel's
-// 64 x 64 tiles: KRONLINALG_BATCHED_VAR64=1, an experiment (not yet timed on a GPU).
-inline bool var64() { return kl::knob_int("KRONLINALG_BATCHED_VAR64", 0) != 0; }
 // ... and on its 64 x 64 tiles (uniform stacks), from KRONLINALG_BATCHED_MID (0: never).
 inline int64_t mid_from() { return kl::knob_int("KRONLINALG_BATCHED_MID", 48); }
 // Whether uniform stacks of dense products of orders <= 32 take the tiny-product kernel
@@ -104,7 +96,7 @@ inline kl_batched_config describe(int shape, int mma) {
   }
   if (shape == kL128 || shape == kL64) {  // (float64: compute capability 9.0, the launcher)
     const bool f64 = mma == kDmma || mma == kDmma16;
-    c.tile_k = (mma == kHmma ? 32 : 16) * (!f64 && wide_panels() ? 2 : 1);
+    c.tile_k = mma == kHmma ? 32 : 16;
     if (shape == kL128) c.warps = f64 ? 16 : 8;
     c.blocks_per_sm = shape == kL64 ? 4 : f64 ? 1 : 2;
     return c;

@@ -37,7 +37,7 @@ struct LargeCfg {
 // 2 blocks an SM; float64 16 warps in a 4 x 4 grid (32 x 32 a warp: its 32 double accumulators
 // take 64 registers), one block; TILE 64 (uniform orders below the 128 x 128 switch): 4 warps
 // in a 2 x 2 grid of 32 x 32, 4 blocks an SM.
-template <class T, bool RAW_ = false, int TILE = 128, bool WIDE = false>
+template <class T, bool RAW_ = false, int TILE = 128>
 struct LargeCfgT {
   static constexpr int BM = TILE, BN = TILE;
   static constexpr bool RAW = RAW_;
@@ -55,12 +55,11 @@ struct LargeCfgT {
   // stage is computed (one block barrier more): four stages and the buffer keep two blocks an
   // SM (5 x 18.5 KB).  (float64 rows at any 8-byte offset stream by 8-byte cp.async: no
   // staging.)
-  // WIDE (KRONLINALG_BATCHED_WIDE_PANELS, an experiment): 128-byte k-panel rows in three
-  // stages (2 x 35 KB an SM for 128 x 128 tiles), half the block barriers and panel turns a flop
-  // (the barrier is the 256^3 kernel's largest stall); aligned rows only (no compute buffer)
+  // (128-byte k-panel rows in three stages, half the barriers a flop, were measured and did not
+  // pay: H100 2026-11-27, float16 128^3 485 -> 538 us, 256^3 2,845 -> 2,687, low rank float32
+  // slower; commit 99b371b holds them)
   static constexpr int E = int(sizeof(T)), VEC = 16 / E;
-  static constexpr int BK = F64 ? 16 : (WIDE ? 128 : 64) / E, STAGES = WIDE ? 3 : 4;
-  static_assert(!(WIDE && (RAW || F64)), "wide panels: aligned 2- and 4-byte rows");
+  static constexpr int BK = F64 ? 16 : 64 / E, STAGES = 4;
   static constexpr int KS = E == 2 ? 16 : 8;  // k of one MMA (m16n8k16 HMMA, m16n8k8 TF32/DMMA)
   // pitches: 80-byte A rows put the 8 rows an ldmatrix phase reads in distinct 16-byte bank
   // groups; B rows of BN + 8 elements do the same for ldmatrix.trans (halves, 272 bytes) and
@@ -170,12 +169,12 @@ struct LargeUniformSrc {
   }
 };
 
-template <class T, int TILE = LargeCfg::BM>
+template <class T>
 __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, Tile<T> &t) {
   const int64_t pi = tag >> (2 * kTagBits);
   const int64_t tr = (tag >> kTagBits) & ((1 << kTagBits) - 1), tn = tag & ((1 << kTagBits) - 1);
   const kl_batched_entry *e = args.table + pi;
-  const int64_t r0 = tr * TILE, c0 = tn * TILE;
+  const int64_t r0 = tr * LargeCfg::BM, c0 = tn * LargeCfg::BN;
   t.a_rs = e->a_rs, t.a_cs = e->a_cs;
   t.A = reinterpret_cast<const T *>(e->a) + r0 * t.a_rs;
   t.b_rs = e->b_rs, t.b_cs = e->b_cs;
@@ -184,24 +183,24 @@ __device__ __forceinline__ void large_var_tile(const Args &args, long long tag, 
   t.C = e->c ? reinterpret_cast<const T *>(e->c) + r0 * t.c_rs + c0 * t.c_cs : nullptr;
   t.d_rs = e->d_rs, t.d_cs = e->d_cs;
   t.D = reinterpret_cast<T *>(e->d) + r0 * t.d_rs + c0 * t.d_cs;
-  t.mv = int(min64(TILE, e->m - r0));
-  t.nv = int(min64(TILE, e->n - c0));
+  t.mv = int(min64(LargeCfg::BM, e->m - r0));
+  t.nv = int(min64(LargeCfg::BN, e->n - c0));
   t.k = e->k;
 }
 
 // Variable batches: rows of tiles from args.list (count at *args.list_count), claimed through
 // args.counter; a row item with tm == tm_max - 1 also takes the rows past it.  Thread 0 claims
 // the next item as soon as it starts one, so the atomic's answer is long in when it is used.
-template <class T, int TILE_ = LargeCfg::BM>
+template <class T>
 struct LargeVariableSrc {
-  static constexpr int TILE = TILE_;
+  static constexpr int TILE = LargeCfg::BM;
   const Args &args;
   int64_t items = 0;
   long long pending = 0;
   __device__ explicit LargeVariableSrc(const Args &a) : args(a) {}
   __device__ bool emit(long long tag, LoadTile<T> &lt, long long &out) {
     Tile<T> t;
-    large_var_tile<T, TILE>(args, tag, t);
+    large_var_tile<T>(args, tag, t);
     lt.set(t);
     out = tag;
     return true;
@@ -224,12 +223,12 @@ struct LargeVariableSrc {
     const int tr = int((prev >> kTagBits) & ((1 << kTagBits) - 1));
     const int tn = int(prev & ((1 << kTagBits) - 1));
     const kl_batched_entry *e = args.table + pi;
-    if (int64_t(tn + 1) * TILE < e->n) return emit(prev + 1, lt, tag);
+    if (int64_t(tn + 1) * LargeCfg::BN < e->n) return emit(prev + 1, lt, tag);
     const long long row0 = (pi << (2 * kTagBits)) | (int64_t(tr + 1) << kTagBits);
-    if (tr >= args.tm_max - 1 && int64_t(tr + 1) * TILE < e->m) return emit(row0, lt, tag);
+    if (tr >= args.tm_max - 1 && int64_t(tr + 1) * LargeCfg::BM < e->m) return emit(row0, lt, tag);
     return take(lt, tag);
   }
-  __device__ void tile_of(long long tag, Tile<T> &t) const { large_var_tile<T, TILE>(args, tag, t); }
+  __device__ void tile_of(long long tag, Tile<T> &t) const { large_var_tile<T>(args, tag, t); }
 };
 
 // ---- the epilogue --------------------------------------------------------------------------
@@ -418,11 +417,11 @@ __device__ __forceinline__ void large_panel(typename K::Acc (&acc)[K::MI][K::NI]
   }
 }
 
-template <class T, class Src, bool RAW, bool WIDE = false>
-__global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE, WIDE>::THREADS,
-                                  LargeCfgT<T, RAW, Src::TILE, WIDE>::MIN_BLOCKS)
+template <class T, class Src, bool RAW>
+__global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
+                                  LargeCfgT<T, RAW, Src::TILE>::MIN_BLOCKS)
     large_kernel(const Args args) {
-  using K = LargeCfgT<T, RAW, Src::TILE, WIDE>;
+  using K = LargeCfgT<T, RAW, Src::TILE>;
   using Acc = typename K::Acc;
   KL_DYNAMIC_SMEM(smem);
   // per stage: its tile's tag, flags (1 first panel, 2 last, 4 / 8 A / B staged), valid rows
@@ -570,28 +569,19 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE, WIDE>::THREADS,
   kl::cu::cp_async_wait<0>();
 }
 
-// Sorts the products of a variable batch into the kernels' lists of tile rows: max(m, n) >=
+// Sorts the products of a variable batch into the two kernels' lists of tile rows: max(m, n) >=
 // from (and both < kLargeMaxSide) to the 128 x 128 kernel (rows of 128, the last of at most
-// large_rows also taking the rest) — or, where mid_rows > 0 and 64 x 64 tiles cover the product
-// with less padding (prefer_mid), to the same kernel on 64 x 64 tiles (rows of 64, at most
-// mid_rows) — and the others to the small-tile kernel (rows of small_bm, at most small_rows
-// likewise); empty products to none.  counts[0], counts[1], counts[2]: the large, small and mid
-// lists' lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
-__host__ __device__ inline bool prefer_mid(int64_t m, int64_t n) {
-  // a 64 x 64 tile costs ~1.3 / 4 of a 128 x 128 one (fewer warps, more fragment traffic a flop)
-  const int64_t t128 = ((m + 127) / 128) * ((n + 127) / 128), t64 = ((m + 63) / 64) * ((n + 63) / 64);
-  return 13 * t64 < 40 * t128 && m < kLargeMaxSide / 2 && n < kLargeMaxSide / 2;
-}
-
+// large_rows also taking the rest), the others to the small-tile kernel (rows of small_bm, at
+// most small_rows likewise); empty products to none.  counts[0], counts[1]: the two lists'
+// lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
 static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table, int64_t count,
                                                   int64_t from, int64_t large_rows, int small_bm,
-                                                  int64_t small_rows, int64_t mid_rows,
-                                                  unsigned long long *counts, int64_t *large_list,
-                                                  int64_t *small_list, int64_t *mid_list) {
-  __shared__ unsigned s_count[3];
-  __shared__ unsigned long long s_base[3];
+                                                  int64_t small_rows, unsigned long long *counts,
+                                                  int64_t *large_list, int64_t *small_list) {
+  __shared__ unsigned s_count[2];
+  __shared__ unsigned long long s_base[2];
   const int tid = int(threadIdx.x);
-  if (tid < 3) s_count[tid] = 0;
+  if (tid < 2) s_count[tid] = 0;
   __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * 256 + tid;
   int cls = -1;
@@ -601,13 +591,8 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
     if (m > 0 && n > 0) {
       const int64_t order = m > n ? m : n;
       if (order >= from && m < kLargeMaxSide && n < kLargeMaxSide) {
-        if (mid_rows > 0 && prefer_mid(m, n)) {
-          cls = 2;
-          rows = min64((m + 63) / 64, mid_rows);
-        } else {
-          cls = 0;
-          rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, large_rows);
-        }
+        cls = 0;
+        rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, large_rows);
       } else {
         cls = 1;
         rows = min64((m + small_bm - 1) / small_bm, small_rows);
@@ -617,32 +602,32 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
   unsigned local = 0;
   if (cls >= 0) local = atomicAdd(&s_count[cls], unsigned(rows));
   __syncthreads();
-  if (tid < 3 && s_count[tid]) s_base[tid] = atomicAdd(&counts[tid], (unsigned long long)s_count[tid]);
+  if (tid < 2 && s_count[tid]) s_base[tid] = atomicAdd(&counts[tid], (unsigned long long)s_count[tid]);
   __syncthreads();
   if (cls >= 0) {
-    int64_t *list = cls == 0 ? large_list : cls == 1 ? small_list : mid_list;
+    int64_t *list = cls == 0 ? large_list : small_list;
     const int64_t base = int64_t(s_base[cls]) + local;
     for (int64_t r = 0; r < rows; ++r) list[base + r] = (i << kRowBits) | r;
   }
 }
 
-template <class T, class Src, bool RAW, bool WIDE = false>
+template <class T, class Src, bool RAW>
 cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
-  using K = LargeCfgT<T, RAW, Src::TILE, WIDE>;
+  using K = LargeCfgT<T, RAW, Src::TILE>;
   if (items <= 0) return cudaSuccess;
   int64_t grid = items;
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   if (grid > 3) grid = 3;  // persistent: the blocks share the items
-  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { large_kernel<T, Src, RAW, WIDE>(args); });
+  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { large_kernel<T, Src, RAW>(args); });
   return cudaSuccess;
 #else
   static int cap = -1;
-  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(large_kernel<T, Src, RAW, WIDE>), K::SMEM);
+  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(large_kernel<T, Src, RAW>), K::SMEM);
   if (e0 != cudaSuccess) return e0;
   if (cap < 0) {
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, large_kernel<T, Src, RAW, WIDE>,
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, large_kernel<T, Src, RAW>,
                                                                   K::THREADS, K::SMEM);
     DeviceInfo d;
     if (e == cudaSuccess) e = query_device(&d);
@@ -650,7 +635,7 @@ cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
     cap = (per_sm > 0 ? per_sm : 1) * d.sms;
   }
   if (grid > cap) grid = cap;
-  large_kernel<T, Src, RAW, WIDE><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
+  large_kernel<T, Src, RAW><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
   return cudaGetLastError();
 #endif
 }

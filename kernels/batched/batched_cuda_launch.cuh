@@ -37,8 +37,6 @@ cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
     if constexpr (sizeof(T) < 8) {
       if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
         return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
-      if (wide_panels())  // 128-byte k-panel rows (an experiment)
-        return launch_large<T, LargeUniformSrc<T, TILE>, false, true>(args, items, stream);
     }
     return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items, stream);
   } else {
@@ -91,86 +89,64 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
 }
 
 
-// Scratch words of a split variable launch: the large and small lists' work counters, their
-// lengths, then the mid list's length and counter (zeroed by the caller), then the three lists.
-constexpr int kSplitHeader = 6;
-template <class X>
-struct SrcTag {  // a work source's type as a value (the launch lambda's argument)
-  using type = X;
-};
+// Scratch words of a split variable launch: two work counters and the two lists' lengths
+// (zeroed by the caller), then the two lists.
+constexpr int kSplitHeader = 4;
 // The sizes of a split variable launch, fixed once a call: the scratch the caller allocates and
-// the lists the kernels fill must agree whatever the knobs (KRONLINALG_BATCHED_VAR64) read later.
+// the lists the kernels fill agree by construction.
 struct SplitPlan {
-  int64_t from, large_rows, small_rows, mid_rows;  // rows of 128 / small_bm / 64 a product, at most
+  int64_t from, large_rows, small_rows;  // rows of 128 / small_bm a product, at most
   int small_shape, small_bm;
-  int64_t words(int64_t count) const {
-    return kSplitHeader + count * (large_rows + small_rows + mid_rows);
-  }
+  int64_t words(int64_t count) const { return kSplitHeader + count * (large_rows + small_rows); }
 };
 inline SplitPlan split_plan(int64_t from, int64_t max_order, int small_shape, int mma) {
   const int small_bm = describe(small_shape, mma).tile_m;
-  return {from, (max_order + 127) / 128, (from - 1 + small_bm - 1) / small_bm,
-          var64() ? (max_order + 63) / 64 : 0,  // the mid list (0: none)
-          small_shape, small_bm};
+  return {from, (max_order + 127) / 128, (from - 1 + small_bm - 1) / small_bm, small_shape,
+          small_bm};
 }
 
 // A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
-// float64) in three or four launches on one stream, no host synchronisation: bin_kernel sorts
-// the table's rows of tiles into lists, the 128 x 128 kernel takes products of order >= from
-// (on 64 x 64 tiles those that prefer_mid picks, with KRONLINALG_BATCHED_VAR64=1), the
-// small-tile kernel (shape small_shape, chosen for orders < from) the rest.  `args` as
+// float64) in three launches on one stream, no host synchronisation: bin_kernel sorts the
+// table's rows of tiles into two lists, the 128 x 128 kernel takes products of order >= from,
+// the small-tile kernel (shape small_shape, chosen for orders < from) the rest.  `args` as
 // kl_batched_matmul_cuda_var fills it (counter unused); `scratch`: plan.words(count) words.
 template <class T, int MMA>
 cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
                                   unsigned long long *scratch, cudaStream_t stream) {
-  const int64_t from = plan.from, large_rows = plan.large_rows, small_rows = plan.small_rows,
-                mid_rows = plan.mid_rows;
+  const int64_t from = plan.from, large_rows = plan.large_rows, small_rows = plan.small_rows;
   const int small_bm = plan.small_bm, small_shape = plan.small_shape;
   int64_t *large_list = reinterpret_cast<int64_t *>(scratch + kSplitHeader);
   int64_t *small_list = large_list + args.count * large_rows;
-  int64_t *mid_list = small_list + args.count * small_rows;
   const int64_t blocks = (args.count + 255) / 256;
 #ifdef KL_BATCHED_EMULATE
   emu_launch(unsigned(blocks), 256, 0, [=] {
-    bin_kernel(args.table, args.count, from, large_rows, small_bm, small_rows, mid_rows,
-               scratch + 2, large_list, small_list, mid_list);
+    bin_kernel(args.table, args.count, from, large_rows, small_bm, small_rows, scratch + 2,
+               large_list, small_list);
   });
 #else
   bin_kernel<<<unsigned(blocks), 256, 0, stream>>>(args.table, args.count, from, large_rows,
-                                                  small_bm, small_rows, mid_rows, scratch + 2,
-                                                  large_list, small_list, mid_list);
+                                                  small_bm, small_rows, scratch + 2, large_list,
+                                                  small_list);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 #endif
-  // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
-  // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
-  auto run = [&](auto src_tag, const Args &la, int64_t items) -> cudaError_t {
-    using Src = typename decltype(src_tag)::type;
-    if constexpr (sizeof(T) < 8) {
-      if constexpr (Src::TILE == 128) {
-        if (wide_panels())  // 128-byte k-panel rows, unaligned rows loaded synchronously
-          return launch_large<T, Src, false, true>(la, items, stream);
-      }
-      if (staging()) return launch_large<T, Src, true>(la, items, stream);
-    }
-    return launch_large<T, Src, false>(la, items, stream);
-  };
   Args la = args;
   la.counter = scratch;
   la.list = large_list;
   la.list_count = scratch + 2;
   la.tm_max = large_rows;
-  cudaError_t e2 = run(SrcTag<LargeVariableSrc<T>>{}, la, args.count * large_rows);
-  if (e2 != cudaSuccess) return e2;
-  if (mid_rows > 0) {
-    Args ma = args;
-    ma.counter = scratch + 5;
-    ma.list = mid_list;
-    ma.list_count = scratch + 4;
-    ma.tm_max = mid_rows;
-    e2 = run(SrcTag<LargeVariableSrc<T, 64>>{}, ma, args.count * mid_rows);
-    if (e2 != cudaSuccess) return e2;
+  // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
+  // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
+  cudaError_t e2;
+  if constexpr (sizeof(T) < 8) {
+    if (staging())
+      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+    else
+      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  } else {
+    e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
   }
+  if (e2 != cudaSuccess) return e2;
   Args sa = args;
   sa.counter = scratch + 1;
   sa.list = small_list;

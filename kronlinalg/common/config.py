@@ -63,14 +63,6 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_BATCHED_STAGING", int, 1,
          "batched_matmul's large tiles, variable sizes: 1 stages unaligned rows in place (their "
          "aligned chunks by cp.async, shifted before use), 0 loads them synchronously", "c++"),
-    Knob("KRONLINALG_BATCHED_WIDE_PANELS", int, 0,
-         "batched_matmul's large tiles: 1 takes 128-byte k-panel rows in three stages on aligned "
-         "2- and 4-byte rows (an experiment; variable batches then load unaligned rows "
-         "synchronously)", "c++"),
-    Knob("KRONLINALG_BATCHED_VAR64", int, 0,
-         "batched_matmul, variable batches: 1 puts products whose 128 x 128 tiles would be "
-         "mostly padding (orders 129-192) on the large-tile kernel's 64 x 64 tiles (an "
-         "experiment)", "c++"),
     Knob("KRONLINALG_BATCHED_TINY", int, 1,
          "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
          "operands a fixed stride apart)", "c++"),
