@@ -92,7 +92,7 @@ for dtype in () if large_only else dtypes:
 for dtype in () if tiny_only else (torch.float16, torch.float32, torch.float64) if quick else (
         torch.float16, torch.bfloat16, torch.float32, torch.float64):
     key = str(dtype) + " 128x128"
-    for (m, k, n) in ((128, 128, 128), (130, 97, 129), (64, 50, 63)):  # (64: its 64 x 64 tiles)
+    for (m, k, n) in ((128, 128, 128), (130, 97, 129), (64, 50, 63), (136, 200, 96)):  # (64: 64 x 64 tiles)
         a = torch.randn(2, m, k, device=dev).to(dtype)
         b = torch.randn(2, k, n, device=dev).to(dtype)
         c = torch.randn(1, n, device=dev).to(dtype)

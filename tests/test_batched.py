@@ -291,7 +291,7 @@ def test_variable_packed_many(xp, rng):
             ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
 
 
-@pytest.mark.parametrize("large", ["96", "0", "40", "96-synchronous"])
+@pytest.mark.parametrize("large", ["96", "0", "40", "96-synchronous", "96-wgmma", "40-wgmma"])
 def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     """Packed products of orders 1..300 (odd ones: rows at every alignment), every dtype split
     on the GPU between the 128 x 128 kernel and the small-tile one by KRONLINALG_BATCHED_LARGE
@@ -299,10 +299,14 @@ def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     32 x 32 kernel below); empty and k = 0 products, products past the packed form's max order
     256 (the last row item takes the rest), alpha and beta, outputs poisoned; and uniform
     stacks of orders around the switch.  96-synchronous: unaligned rows loaded synchronously
-    (KRONLINALG_BATCHED_STAGING=0), not staged in place (the default)."""
+    (KRONLINALG_BATCHED_STAGING=0), not staged in place (the default).  -wgmma: the half types'
+    128 x 128 tiles on the warpgroup-MMA kernel (KRONLINALG_BATCHED_WGMMA=2: variable batches
+    too, rows at any offset loaded element by element; an H100 build with sm_90a)."""
     monkeypatch.setenv("KRONLINALG_BATCHED_LARGE", large.split("-")[0])
     if large.endswith("-synchronous"):
         monkeypatch.setenv("KRONLINALG_BATCHED_STAGING", "0")
+    if large.endswith("-wgmma"):
+        monkeypatch.setenv("KRONLINALG_BATCHED_WGMMA", "2")
     count = 48 if xp.is_cuda else 16
     sizes = [tuple(int(v) for v in rng.integers(1, 301, 3)) for _ in range(count)]
     sizes[0], sizes[1], sizes[2] = (97, 0, 40), (130, 140, 0), (257, 300, 129)
@@ -328,6 +332,27 @@ def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
             _poison(xp)
             _check(batched_matmul(sa, sb), _ref(san, sbn), xp, dtype, san, sbn,
                    msg=f"{dtype} stack of order {order}: ")
+
+
+@pytest.mark.parametrize("level", ["0", "1", "3"])
+def test_half_stacks_on_each_kernel(xp, rng, monkeypatch, level):
+    """Uniform half-type stacks whose rows are 16-byte aligned, on the 128 x 128 mma.sync kernel
+    (KRONLINALG_BATCHED_WGMMA=0), the warpgroup-MMA kernel where the build and GPU have it (1,
+    the default; 3: for the 64 x 64 tiles' orders too): orders around the tile edges, low rank,
+    k not a multiple of the 64-wide k-panel, alpha, beta with a row-broadcast C, a batch
+    dimension broadcast, outputs poisoned."""
+    monkeypatch.setenv("KRONLINALG_BATCHED_WGMMA", level)
+    for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
+        for m, k, n in ((128, 128, 128), (96, 200, 136), (256, 16, 128), (8, 40, 256),
+                        (200, 72, 64), (64, 64, 64), (48, 8, 56), (264, 24, 136)):
+            a, an = random(xp, rng, (2, 3, m, k), dtype)
+            b, bn = random(xp, rng, (1, 3, k, n), dtype)
+            c, cn = random(xp, rng, (n,), dtype)
+            _poison(xp)
+            out = batched_matmul(a, b, c=c, alpha=-1.5, beta=0.5,
+                                 algorithm="kami1d" if xp.is_cuda else "auto")
+            _check(out, _ref(an, bn, -1.5, 0.5, cn), xp, dtype, an, bn, -1.5,
+                   msg=f"{dtype} {m}x{k}x{n}, level {level}: ")
 
 
 def test_variable_packed_offsets(xp, rng):
@@ -547,6 +572,12 @@ def test_cuda_kernels_emulated(tmp_path):
                     f"-I{cuda_inc}", f"-I{src}", f"-I{root}/include", f"-I{root}/common",
                     os.path.join(src, "batched_cuda_emulate.cpp"), "-o", str(exe)], check=True)
     res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "0 failures" in res.stdout
+    # the large-tile checks again with the half types on the warpgroup-MMA kernel (wgmma from
+    # its PTX definition: descriptors, the 128-byte swizzle, the transposed B operand)
+    env = dict(os.environ, KL_EMULATE_HALF_LARGE_ONLY="1", KRONLINALG_BATCHED_WGMMA="3")
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 failures" in res.stdout
 

@@ -247,6 +247,29 @@ inline void cp_async_elem(void *dst, const void *src, bool valid) {
   else
     std::memset(dst, 0, BYTES);
 }
+// mbarriers: pending arrivals in bits 0-31, the count in 32-62, the phase's parity in bit 63
+// (cp.async lands at once here, so its arrival is an arrival)
+inline void mbar_init(uint64_t *bar, uint32_t count) {
+  __atomic_store_n(bar, uint64_t(count) | (uint64_t(count) << 32), __ATOMIC_SEQ_CST);
+}
+inline void mbar_arrive(uint64_t *bar) {
+  uint64_t old = __atomic_load_n(bar, __ATOMIC_SEQ_CST), next;
+  do {
+    const uint64_t pending = old & 0xffffffffu, count = (old >> 32) & 0x7fffffffu;
+    if (pending == 0) {
+      std::fprintf(stderr, "mbarrier: more arrivals than its count\n");
+      std::abort();
+    }
+    next = pending == 1 ? (count | (count << 32) | ((~old) & (uint64_t(1) << 63)))
+                        : ((pending - 1) | (old & ~uint64_t(0xffffffffu)));
+  } while (!__atomic_compare_exchange_n(bar, &old, next, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST));
+}
+inline void cp_async_mbar_arrive(uint64_t *bar) { mbar_arrive(bar); }
+inline void mbar_wait_parity(uint64_t *bar, uint32_t parity) {
+  while (uint32_t(__atomic_load_n(bar, __ATOMIC_SEQ_CST) >> 63) == parity)
+    std::this_thread::yield();
+}
 inline void cp_async_commit() {}
 template <int N>
 inline void cp_async_wait() {}
@@ -283,6 +306,68 @@ inline void ldsm_x4_impl(uint32_t (&r)[4], const void *p) {
 }
 inline void ldsm_x4(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<false>(r, p); }
 inline void ldsm_x4_trans(uint32_t (&r)[4], const void *p) { ldsm_x4_impl<true>(r, p); }
+
+// ---- warpgroup MMA (sm_90a), as the PTX ISA defines it --------------------------------------
+// Shared-memory addresses are offsets into g_smem (whose swizzle phase is then that of address
+// 0).  Descriptor: start address bits 0-13, leading byte offset 16-29, stride byte offset 32-45
+// (16-byte units), swizzle mode 62-63 (1: 128 bytes: address bits 4-6 XOR bits 7-9).
+inline uint32_t smem_u32(const void *p) {
+  return uint32_t(static_cast<const unsigned char *>(p) - g_smem);
+}
+inline uint64_t wgmma_desc_swizzled_128(const void *tile) {
+  return (uint64_t(smem_u32(tile)) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+template <int ROW>
+inline uint64_t wgmma_desc_swizzled(const void *tile) {
+  static_assert(ROW == 128, "the batched kernel's 128-byte rows");
+  return wgmma_desc_swizzled_128(tile);
+}
+inline uint64_t wgmma_desc_mn128(const void *tile, uint32_t mn_bytes) {
+  return (uint64_t(smem_u32(tile)) >> 4) | (uint64_t((mn_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+template <int N>
+inline void wgmma_wait() {}
+inline void fence_proxy_async_shared() {}
+template <int R>
+inline void wgmma_fence_operands(float (&)[R]) {}
+inline uint32_t swz128(uint32_t addr) { return addr ^ (((addr >> 7) & 7) << 4); }
+// D(64 x N) += A(64 x 16) B(16 x N): A K-major (row r, k: r / 8 groups SBO apart, rows of 128
+// bytes), B K-major likewise or MN-major (TRANS_B: k / 8 groups SBO apart, rows of 128 bytes of
+// 64 columns, the next 64 columns LBO on); thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8),
+// columns 8 i + 2 (t % 4) (+ 1) in d[4 i ..].  Each thread computes its own values.
+template <int N, bool BF16, bool TRANS_B = false>
+inline void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db) {
+  using H = std::conditional_t<BF16, __nv_bfloat16, __half>;
+  auto field = [](uint64_t desc, int lo) { return uint32_t((desc >> lo) & 0x3FFF) << 4; };
+  if ((da >> 62) != 1 || (db >> 62) != 1) {
+    std::fprintf(stderr, "wgmma emulation: 128-byte swizzle only\n");
+    std::abort();
+  }
+  auto at = [](uint32_t addr) {
+    H h;
+    std::memcpy(&h, g_smem + swz128(addr), 2);
+    if constexpr (BF16) return __bfloat162float(h);
+    else return __half2float(h);
+  };
+  const uint32_t a0 = field(da, 0), a_sbo = field(da, 32);
+  const uint32_t b0 = field(db, 0), b_lbo = field(db, 16), b_sbo = field(db, 32);
+  auto A = [&](int r, int k) { return at(a0 + (r / 8) * a_sbo + (r % 8) * 128 + 2 * k); };
+  auto B = [&](int k, int n) {
+    if (TRANS_B) return at(b0 + (n / 64) * b_lbo + (k / 8) * b_sbo + (k % 8) * 128 + 2 * (n % 64));
+    return at(b0 + (n / 8) * b_sbo + (n % 8) * 128 + 2 * k);
+  };
+  const int t = int(threadIdx.x) % 128, w = t / 32, g = (t % 32) / 4, q = t % 4;
+  for (int e = 0; e < N / 2; ++e) {
+    const int r = 16 * w + g + 8 * ((e >> 1) & 1), c = 8 * (e >> 2) + 2 * q + (e & 1);
+    float s = d[e];
+    for (int k = 0; k < 16; ++k) s += A(r, k) * B(k, c);
+    d[e] = s;
+  }
+}
 }  // namespace cu
 }  // namespace kl
 
@@ -642,13 +727,20 @@ static void suite(const char *name, double tol) {
     check_uniform<T, MMA>(name, kL128, 3, 129, 131, 9, false, false, 0.0, false, tol);
     check_uniform<T, MMA>(name, kL128, 2, 100, 100, 0, false, false, 0.5, false, tol);
     check_uniform<T, MMA>(name, kL128, 7, 96, 96, 96, false, false, 0.0, false, tol);
+    if constexpr (sizeof(T) == 2) {  // KRONLINALG_BATCHED_WGMMA set: these run the wgmma kernel
+      check_uniform<T, MMA>(name, kL128, 2, 64, 136, 200, false, false, 0.5, false, tol);
+      check_uniform<T, MMA>(name, kL128, 3, 256, 24, 40, false, false, 0.0, false, tol);
+      check_uniform<T, MMA>(name, kL128, 2, 8, 256, 16, false, false, 1.0, true, tol);
+      check_uniform<T, MMA>(name, kL128, 2, 128, 128, 520, false, false, 0.0, false, tol);
+    }
     check_split<T, MMA>(name, tol);
     check_uniform<T, MMA>(name, kL64, 3, 64, 64, 64, false, false, 0.0, false, tol);
     check_uniform<T, MMA>(name, kL64, 3, 61, 67, 131, true, false, 0.5, true, tol);
     check_uniform<T, MMA>(name, kL64, 2, 129, 63, 7, false, true, 1.0, false, tol);
     check_uniform<T, MMA>(name, kL64, 3, 65, 65, 9, false, false, 0.0, false, tol);
     check_uniform<T, MMA>(name, kL64, 2, 48, 50, 0, false, false, 0.5, false, tol);
-    if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) return;
+    if (kl::knob_set("KL_EMULATE_LARGE_ONLY") || kl::knob_set("KL_EMULATE_HALF_LARGE_ONLY"))
+      return;
   }
   for (int shape : {kT16, kS32, kS32G, kM64, kM64G}) {
     const kl_batched_config cfg = describe(shape, 0);
@@ -666,6 +758,12 @@ static void suite(const char *name, double tol) {
 }
 
 int main() {
+  if (kl::knob_set("KL_EMULATE_HALF_LARGE_ONLY")) {  // the half types' 128 x 128 checks only
+    suite<__half, kHmma>("f16  hmma", 4e-3);
+    suite<__nv_bfloat16, kHmma>("bf16 hmma", 2e-2);
+    std::printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+  }
   if (kl::knob_set("KL_EMULATE_LARGE_ONLY")) {  // the 128 x 128 kernel's checks only
     suite<double, kDmma16>("f64  dmma16", 1e-13);
     suite<float, kTf32x3>("f32  3xtf32", 2e-6);

@@ -141,6 +141,13 @@ struct ProdState {
   int live;
 };
 
+// A decoded tile into what the producer keeps: the loader's part (LoadTile) or all of it (the
+// warpgroup-MMA kernel keeps C and D too, so no thread decodes the tile a second time).
+template <class T>
+__device__ __forceinline__ void put_tile(LoadTile<T> &out, const Tile<T> &t) { out.set(t); }
+template <class T>
+__device__ __forceinline__ void put_tile(Tile<T> &out, const Tile<T> &t) { out = t; }
+
 // The work sources, run by thread 0 alone: the first tile, and the tile after a tag.
 // Uniform stacks: tiles blockIdx.x, + gridDim.x (every tile costs the same).
 template <class T, int TILE_ = 128>
@@ -149,18 +156,21 @@ struct LargeUniformSrc {
   using K = LargeCfgT<T, false, TILE>;
   const Args &args;
   __device__ explicit LargeUniformSrc(const Args &a) : args(a) {}
-  __device__ bool at(long long it, LoadTile<T> &lt, long long &tag) {
+  template <class Out>
+  __device__ bool at(long long it, Out &out, long long &tag) {
     UniformCursor<T, K> cur(args, it, int64_t(gridDim.x));
     if (!cur.valid()) return false;
     Tile<T> t;
     cur.tile(t);
-    lt.set(t);
+    put_tile(out, t);
     tag = it;
     return true;
   }
-  __device__ bool first(LoadTile<T> &lt, long long &tag) { return at(blockIdx.x, lt, tag); }
-  __device__ bool next(long long prev, LoadTile<T> &lt, long long &tag) {
-    return at(prev + gridDim.x, lt, tag);
+  template <class Out>
+  __device__ bool first(Out &out, long long &tag) { return at(blockIdx.x, out, tag); }
+  template <class Out>
+  __device__ bool next(long long prev, Out &out, long long &tag) {
+    return at(prev + gridDim.x, out, tag);
   }
   // the tile of a tag, for the epilogue (every thread)
   __device__ void tile_of(long long tag, Tile<T> &t) const {
@@ -198,14 +208,16 @@ struct LargeVariableSrc {
   int64_t items = 0;
   long long pending = 0;
   __device__ explicit LargeVariableSrc(const Args &a) : args(a) {}
-  __device__ bool emit(long long tag, LoadTile<T> &lt, long long &out) {
+  template <class Out>
+  __device__ bool emit(long long tag, Out &lt, long long &out) {
     Tile<T> t;
     large_var_tile<T>(args, tag, t);
-    lt.set(t);
+    put_tile(lt, t);
     out = tag;
     return true;
   }
-  __device__ bool take(LoadTile<T> &lt, long long &tag) {
+  template <class Out>
+  __device__ bool take(Out &lt, long long &tag) {
     const long long item = pending;
     if (item >= items) return false;
     pending = (long long)atomicAdd(args.counter, 1ull);
@@ -213,12 +225,14 @@ struct LargeVariableSrc {
     const int64_t pi = v >> kRowBits, tm = v & ((1 << kRowBits) - 1);
     return emit((pi << (2 * kTagBits)) | (tm << kTagBits), lt, tag);
   }
-  __device__ bool first(LoadTile<T> &lt, long long &tag) {
+  template <class Out>
+  __device__ bool first(Out &lt, long long &tag) {
     items = int64_t(*args.list_count);
     pending = (long long)atomicAdd(args.counter, 1ull);
     return take(lt, tag);
   }
-  __device__ bool next(long long prev, LoadTile<T> &lt, long long &tag) {
+  template <class Out>
+  __device__ bool next(long long prev, Out &lt, long long &tag) {
     const int64_t pi = prev >> (2 * kTagBits);
     const int tr = int((prev >> kTagBits) & ((1 << kTagBits) - 1));
     const int tn = int(prev & ((1 << kTagBits) - 1));

@@ -7,6 +7,7 @@
 #include "batched_cuda_kernels.cuh"
 #include "batched_cuda_large.cuh"
 #include "batched_cuda_tiny.cuh"
+#include "batched_cuda_wgmma.cuh"
 
 namespace kl {
 namespace batched {
@@ -34,6 +35,15 @@ cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
     if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable_split
     const int64_t items =
         args.count * ((args.p.m + TILE - 1) / TILE) * ((args.p.n + TILE - 1) / TILE);
+    if constexpr (sizeof(T) == 2) {  // the warpgroup-MMA kernel where it runs and is the faster
+                                     // (128 x 128 tiles, k >= 64; level 3: everywhere)
+      const int level = wgmma_level();
+      const bool fits = TILE == 128 && args.p.k >= 64;
+      if ((fits ? level >= 1 : level >= 3) && args.p.a_cs == 1 && args.p.b_cs == 1 &&
+          !rows_unaligned(args.p, 2))
+        return launch_wg<T, LargeUniformSrc<T, 128>>(
+            args, args.count * ((args.p.m + 127) / 128) * ((args.p.n + 127) / 128), stream);
+    }
     if constexpr (sizeof(T) < 8) {
       if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
         return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
@@ -138,7 +148,14 @@ cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
   // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
   // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
   cudaError_t e2;
-  if constexpr (sizeof(T) < 8) {
+  if constexpr (sizeof(T) == 2) {
+    if (wgmma_level() >= 2)  // (KRONLINALG_BATCHED_WGMMA=2: the warpgroup-MMA kernel)
+      e2 = launch_wg<T, LargeVariableSrc<T>>(la, args.count * large_rows, stream);
+    else if (staging())
+      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+    else
+      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+  } else if constexpr (sizeof(T) < 8) {
     if (staging())
       e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
     else

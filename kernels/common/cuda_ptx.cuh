@@ -61,6 +61,12 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// One arrival on `bar` (release: this thread's earlier shared-memory writes are seen by the
+// threads that wait for the phase).
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar))
+               : "memory");
+}
 // Waits until the phase of parity `parity` has completed (the data its arrivals announced is
 // then visible to this thread).
 __device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity) {

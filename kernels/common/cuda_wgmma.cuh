@@ -31,6 +31,20 @@ __device__ __forceinline__ uint64_t wgmma_desc_swizzled(const void *tile) {
          | (uint64_t(ROW == 128 ? 1 : 2) << 62);  // swizzle mode
 }
 
+// Descriptor of an MN-major tile of 16-bit values with the 128-byte swizzle (the transposed
+// operand of wgmma: imm-trans 1): rows of the contraction index, each 64 values of M or N (128
+// bytes, the 16-byte chunks of row r XORed with r % 8), 8-row groups 1024 bytes apart (stride
+// byte offset), the next 64 values of M or N `mn_bytes` further on (leading byte offset; CUTLASS's
+// canonical MN-major SW128 layout ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units).  The tile
+// starts on a 1024-byte boundary; one k16 step further is +2048 bytes (desc + 128).
+__device__ __forceinline__ uint64_t wgmma_desc_mn128(const void *tile, uint32_t mn_bytes) {
+  const uint64_t addr = smem_u32(tile);
+  return ((addr & 0x3FFFF) >> 4)                      // start address, 16-byte units
+         | (uint64_t((mn_bytes >> 4) & 0x3FFF) << 16)  // leading byte offset: the next 64 of M/N
+         | (uint64_t(1024 >> 4) << 32)                 // stride byte offset: 8 rows of k
+         | (uint64_t(1) << 62);                        // 128-byte swizzle
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #if KL_HAS_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -61,7 +75,8 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D(64 x N) += A(64 x 16) · B(16 x N) for the warpgroup, A and B K-major in shared memory; BF16:
+// D(64 x N) += A(64 x 16) · B(16 x N) for the warpgroup, A K-major in shared memory, B K-major
+// (or MN-major: TRANS_B); BF16:
 // bfloat16 inputs, else float16.  Thread t of the warpgroup holds rows 16·(t / 32) + (t % 32) / 4
 // (+ 8) and columns 8·i + 2·(t % 4) (+ 1) of D in d[4·i ..].
 // The accumulator operands and their placeholders, 32 or 64 of them.
@@ -85,21 +100,26 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
   "{" KL_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, \
   %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
 // One wgmma of shape m64n<N>k16 on inputs TY (f16, bf16) into R accumulators: descriptors
-// %A and %B, scale-d from the predicate set from %S (1: accumulate).
-#define KL_WGMMA_SS(N, TY, R, A, B, S)                                                    \
+// %A and %B, scale-d from the predicate set from %S (1: accumulate), B K-major (TB 0) or
+// MN-major (TB 1: wgmma_desc_mn128).
+#define KL_WGMMA_SS(N, TY, R, A, B, S, TB)                                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                          \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " "           \
-               KL_WGMMA_REGS##R "%" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"                   \
+               KL_WGMMA_REGS##R "%" #A ", %" #B ", p, 1, 1, 0, " #TB ";\n}\n"             \
                : KL_WGMMA_ACC##R                                                            \
                : "l"(da), "l"(db), "r"(1))
-template <int N, bool BF16>
+template <int N, bool BF16, bool TRANS_B = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db) {
   static_assert(N == 64 || N == 128, "m64n64k16 or m64n128k16");
 #if KL_HAS_WGMMA
-  if constexpr (N == 64 && !BF16) KL_WGMMA_SS(64, f16, 32, 32, 33, 34);
-  else if constexpr (N == 64) KL_WGMMA_SS(64, bf16, 32, 32, 33, 34);
-  else if constexpr (!BF16) KL_WGMMA_SS(128, f16, 64, 64, 65, 66);
-  else KL_WGMMA_SS(128, bf16, 64, 64, 65, 66);
+  if constexpr (N == 64 && !BF16 && !TRANS_B) KL_WGMMA_SS(64, f16, 32, 32, 33, 34, 0);
+  else if constexpr (N == 64 && !TRANS_B) KL_WGMMA_SS(64, bf16, 32, 32, 33, 34, 0);
+  else if constexpr (!BF16 && !TRANS_B) KL_WGMMA_SS(128, f16, 64, 64, 65, 66, 0);
+  else if constexpr (!TRANS_B) KL_WGMMA_SS(128, bf16, 64, 64, 65, 66, 0);
+  else if constexpr (N == 64 && !BF16) KL_WGMMA_SS(64, f16, 32, 32, 33, 34, 1);
+  else if constexpr (N == 64) KL_WGMMA_SS(64, bf16, 32, 32, 33, 34, 1);
+  else if constexpr (!BF16) KL_WGMMA_SS(128, f16, 64, 64, 65, 66, 1);
+  else KL_WGMMA_SS(128, bf16, 64, 64, 65, 66, 1);
 #else
   __trap();
 #endif

@@ -1,0 +1,312 @@
+// The warpgroup-MMA kernel of the half types (wgmma m64n128k16, float32 accumulators; sm_90a):
+// 128 x 128 tiles of one product, two warpgroups of 64 rows each, both operands read by the
+// tensor cores straight from shared memory.
+//
+// Why: the 128 x 128 mma.sync kernel (batched_cuda_large.cuh) is issue-bound, not memory-bound
+// (ncu, float16 256^3: one HMMA in twenty instructions, DRAM at 38 % of peak; 0.50 of copy
+// bandwidth where torch.bmm reaches 0.96).  Each of its warps reads its fragments by ldmatrix
+// and issues 16 MMAs a k16 step; here a warpgroup issues one wgmma a k16 step and no fragment
+// loads, so the instruction stream that paced that kernel is gone.
+//
+// Layout: A's k-panel (128 rows x 64 halves) K-major with the 128-byte swizzle; B's (64 rows of
+// k x 128 columns) MN-major (wgmma's transposed operand), two 64-column halves each 64 rows of
+// 128 bytes with the same swizzle: the row-major operands land by 16-byte cp.async without any
+// transposition.  Six 32 KB stages (one block an SM) filled by a producer warpgroup (wg_kernel says
+// how the ring's mbarriers work); the work sources (uniform stacks, variable batches) are the
+// 128 x 128 kernel's; panels that are not 16-byte aligned rows (strided operands, packed odd
+// orders) load element by element.  The epilogue is the 128 x 128 kernel's, on a warp's 16 x 128
+// accumulators as four 16 x 32 parts.
+//
+// Where it runs (wgmma_level, the launcher): uniform half-type stacks of 16-byte aligned rows
+// with orders from 96 and k >= 64.  H100, 2026-11-27, loops of calls, batch 10^4, µs (fraction
+// of copy bandwidth), this kernel / the mma.sync kernel / torch.bmm: float16 128^3 362 (0.92) /
+// 486 / 344; 256^3 1,886 (0.70) / 2,680 / 1,375; below it stays on the mma.sync kernel: order 64
+// 185 / 112, low rank k = 16 and 32 323-353 / 292-302 (benchmarks/batched_wgmma_ab.py,
+// benchmarks/data/batched_wgmma_ab_h100_2026-11-27_s13g.*).  What the versions before taught
+// (same data, runs s13a-f): a block barrier a panel instead of the producer warpgroup, 0.46 at
+// order 256; one producer warp, 0.34 (2,048 cp.async a stage from 32 lanes); skipping the copies
+// past the valid k, a test a chunk, 0.47 against 0.64 without; every wgmma under a branch
+// (warpgroup rows past the tile's, k-steps past the valid k) serialised by ptxas (C7520), 0.64
+// against 0.70 without.
+#ifndef KRONLINALG_BATCHED_CUDA_WGMMA_CUH
+#define KRONLINALG_BATCHED_CUDA_WGMMA_CUH
+
+#include "batched_cuda_large.cuh"
+#ifndef KL_BATCHED_EMULATE  // (batched_cuda_emulate.cpp supplies the wgmma wrappers on the CPU)
+#include "cuda_wgmma.cuh"
+#endif
+
+namespace kl {
+namespace batched {
+
+struct WgCfg {
+  static constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6;
+  // two consumer warpgroups and a producer warpgroup (one producer warp issued a 32 KB stage's
+  // 2,048 cp.async in ~3.2 µs, slower than the DRAM's share of an SM: float16 order 256 ran at
+  // 0.34 of copy bandwidth, H100, 2026-11-27, session 13)
+  static constexpr int CONSUMERS = 256, PRODUCERS = 128, THREADS = CONSUMERS + PRODUCERS;
+  static constexpr int A_ELEMS = BM * BK, B_ELEMS = BK * BN;
+  static constexpr int B_HALF = BK * 64;               // elements between B's 64-column halves
+  static constexpr int STAGE = (A_ELEMS + B_ELEMS) * 2;  // bytes (32 KB)
+  static constexpr int SMEM = STAGES * STAGE + 1024;   // + the rounding to a swizzle atom
+};
+
+// The 128 x 128 kernel's epilogue on one 16 x 32 part of a warp's accumulators.
+struct WgEpilogue {
+  using Acc = float;
+  static constexpr int MI = 1, NI = 4;
+};
+
+// Element offsets in a stage: A (row r, k c) and B (k row k, column n), the 16-byte chunks of a
+// 128-byte row XORed with the row's index mod 8 (the swizzle the descriptors name).
+__device__ __forceinline__ int wg_a_off(int r, int c) {
+  return r * 64 + ((((c >> 3) ^ r) & 7) << 3) + (c & 7);
+}
+__device__ __forceinline__ int wg_b_off(int k, int n) {
+  return (n >> 6) * WgCfg::B_HALF + k * 64 + ((((n >> 3) ^ k) & 7) << 3) + (n & 7);
+}
+
+// 16-byte aligned rows (panel16) by the producer warpgroup: 1024 chunks a panel, 8 a thread,
+// zero past rv rows and cv columns (a chunk crossing cv reads only its valid bytes), the whole
+// panel also past the valid k (skipping those chunks, a test a chunk, ran float16 order 256 at
+// 2,806 µs where whole panels took 2,092: H100, 2026-11-27).
+template <class T, bool B_SIDE>
+__device__ __forceinline__ void wg_load16(T *dst, const T *src, int64_t rs, int rv, int cv,
+                                          int ptid) {
+  constexpr int CPR = B_SIDE ? 16 : 8;  // chunks a row: B 128 columns, A 64 k
+#pragma unroll
+  for (int j = 0; j < 1024 / WgCfg::PRODUCERS; ++j) {
+    const int i = ptid + j * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
+    const int left = (cv - c) * 2;
+    const int bytes = r < rv ? (left < 0 ? 0 : left > 16 ? 16 : left) : 0;
+    kl::cu::cp_async_16_part(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c)),
+                             bytes ? src + r * rs + c : src, bytes);
+  }
+}
+
+// Any strides and alignment: element by element (synchronous loads, plain shared stores; the
+// fallback of variable batches with packed odd orders, not fast).
+template <class T, bool B_SIDE>
+__device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, int64_t cs, int rv,
+                                            int cv, int ptid) {
+  constexpr int COLS = B_SIDE ? 128 : 64;
+  for (int i = ptid; i < 8192; i += WgCfg::PRODUCERS) {
+    const int r = i / COLS, c = i % COLS;
+    const T v = (r < rv && c < cv) ? src[r * rs + c * cs] : T(0.0f);
+    dst[B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c)] = v;
+  }
+}
+
+// Columns 32 CG .. 32 CG + 31 of a warp's 16 x 128 accumulators (compile-time indices: the
+// accumulators stay in registers).
+template <class T, int CG>
+__device__ __forceinline__ void wg_store(const float (&acc)[64], const Tile<T> &tl, int wr0,
+                                         int lane, float alpha, float beta) {
+  if (CG * 32 >= tl.nv) return;
+  float part[1][4][4];
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) part[0][ni][v] = acc[(CG * 4 + ni) * 4 + v];
+  large_epilogue<T, WgEpilogue>(part, tl, wr0, CG * 32, lane, alpha, beta);
+}
+
+// The producer's state: the tile whose panels it requests (all of it: the stage of its last
+// panel carries C and D to the epilogue, decoded once), its tag, the next panel's k.
+template <class T>
+struct WgState {
+  Tile<T> t;
+  long long tag;
+  int64_t k0;
+  int live;
+};
+
+// The producer warpgroup's own barrier (named barrier 1: its 128 threads only).
+__device__ __forceinline__ void wg_producer_sync() {
+#ifdef KL_BATCHED_EMULATE
+  emu_named_barrier(1, WgCfg::PRODUCERS);
+#else
+  asm volatile("bar.sync 1, %0;\n" ::"n"(WgCfg::PRODUCERS) : "memory");
+#endif
+}
+
+// Warp-specialised: warps 8-11 are the producer (they walk the tiles and their k-panels, fill
+// the six-stage ring by cp.async and label each stage), warps 0-7 the consumers (two
+// warpgroups, rows 0-63 and 64-127 of every tile).  No block barrier after the start: a stage's
+// `full` mbarrier completes when the 128 producer threads have each seen their copies land
+// (cp.async arrivals) and arrived once more after the stage's labels and any plain stores (256
+// arrivals); its `empty` mbarrier when the 256 consumer threads are done with it.  The producer
+// runs up to six panels ahead, through the consumers' epilogues.
+template <class T, class Src>
+__global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) {
+  using K = WgCfg;
+  constexpr int S = K::STAGES;
+  constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
+  KL_DYNAMIC_SMEM(smem_raw);
+  // the swizzle is a function of the shared-memory address: stages start on 1024-byte boundaries
+  unsigned char *smem = smem_raw + ((1024 - (kl::cu::smem_u32(smem_raw) & 1023)) & 1023);
+  __shared__ uint64_t full[S], empty[S];
+  __shared__ long long meta_tag[S];
+  __shared__ int meta_flags[S];
+  __shared__ Tile<T> meta_tile[S];
+  __shared__ WgState<T> prod;  // the producer's state (its thread 0 writes, all read)
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) {
+      kl::cu::mbar_init(&full[i], 2 * K::PRODUCERS);
+      kl::cu::mbar_init(&empty[i], K::CONSUMERS);
+    }
+  }
+  __syncthreads();
+
+  if (tid >= K::CONSUMERS) {  // ---- the producer warpgroup
+    const int ptid = tid - K::CONSUMERS;
+    Src src(args);
+    if (ptid == 0) {
+      WgState<T> p0;
+      p0.k0 = 0;
+      p0.tag = 0;
+      p0.live = src.first(p0.t, p0.tag);
+      prod = p0;
+    }
+#pragma unroll 1
+    for (int q = 0;; ++q) {
+      const int slot = q % S;
+      if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
+      wg_producer_sync();  // the state thread 0 wrote last step is seen ...
+      const WgState<T> P = prod;
+      wg_producer_sync();  // ... and read by all before it advances it
+      T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
+      T *Bs = As + K::A_ELEMS;
+      if (P.live) {
+        const Tile<T> &lt = P.t;
+        const int64_t lk0 = P.k0;
+        const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
+        const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
+        const int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
+        if (panel16(a, lt.a_rs, lt.a_cs)) wg_load16<T, false>(As, a, lt.a_rs, lt.mv, kv, ptid);
+        else wg_load_any<T, false>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, ptid);
+        if (panel16(b, lt.b_rs, lt.b_cs)) wg_load16<T, true>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
+        else wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
+        if (ptid == 0) {
+          meta_tag[slot] = P.tag;
+          meta_flags[slot] = flags;
+          if (flags & 2) meta_tile[slot] = lt;
+          WgState<T> nx = P;
+          nx.k0 = lk0 + K::BK;
+          if (nx.k0 >= lt.k) {
+            nx.k0 = 0;
+            nx.live = src.next(P.tag, nx.t, nx.tag);
+          }
+          prod = nx;
+        }
+      } else if (ptid == 0) {
+        meta_tag[slot] = -1;  // the consumers' stop
+      }
+      kl::cu::cp_async_mbar_arrive(&full[slot]);  // when this thread's copies have landed
+      kl::cu::mbar_arrive(&full[slot]);           // and its labels / plain stores
+      if (!P.live) break;
+    }
+    kl::cu::cp_async_wait<0>();
+    return;
+  }
+
+  // ---- the consumers: warpgroup wg computes rows 64 wg .. 64 wg + 63 of every tile
+  const int wg = warp >> 2;
+  const int wr0 = wg * 64 + (warp & 3) * 16;  // the warp's first accumulator row
+  const float alpha = float(args.p.alpha), beta = float(args.p.beta);
+  float acc[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+#pragma unroll 1
+  for (int q = 0;; ++q) {
+    const int slot = q % S;
+    kl::cu::mbar_wait_parity(&full[slot], uint32_t((q / S) & 1));
+    __syncwarp();  // (wgmma is warp-aligned: the lanes leave the wait together)
+    kl::cu::fence_proxy_async_shared();  // the stage's bytes, seen here, to the tensor cores
+    const long long tag = meta_tag[slot];
+    if (tag < 0) break;
+    const int flags = meta_flags[slot];
+    {  // (every warpgroup, also on rows past the tile's: a wgmma under a branch is serialised
+       // by ptxas, C7520; the rows past mv were filled with zeros)
+      const T *As = reinterpret_cast<const T *>(smem + slot * K::STAGE);
+      const T *Bs = As + K::A_ELEMS;
+      const uint64_t da = kl::cu::wgmma_desc_swizzled<128>(As + wg * 64 * K::BK);
+      const uint64_t db = kl::cu::wgmma_desc_mn128(Bs, K::B_HALF * 2);
+      kl::cu::wgmma_fence_operands(acc);
+      kl::cu::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < K::BK / 16; ++kk)
+        kl::cu::wgmma_ss<128, BF16, true>(acc, da + 2 * kk, db + 128 * kk);
+      kl::cu::wgmma_commit();
+      kl::cu::wgmma_wait<0>();
+      kl::cu::wgmma_fence_operands(acc);
+    }
+    if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
+      const Tile<T> &tl = meta_tile[slot];
+      if (wr0 < tl.mv) {
+        wg_store<T, 0>(acc, tl, wr0, lane, alpha, beta);
+        wg_store<T, 1>(acc, tl, wr0, lane, alpha, beta);
+        wg_store<T, 2>(acc, tl, wr0, lane, alpha, beta);
+        wg_store<T, 3>(acc, tl, wr0, lane, alpha, beta);
+      }
+#pragma unroll
+      for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+    }
+    kl::cu::mbar_arrive(&empty[slot]);  // the stage (and its labels) may be refilled
+  }
+}
+
+// Whether this build and device run the kernel, and the caller wants it
+// (KRONLINALG_BATCHED_WGMMA: 0 never, 1 uniform stacks of 16-byte aligned rows on 128 x 128
+// tiles with k >= 64 (the default), 2 variable batches of the half types too (rows at any
+// offset load element by element there: 5x slower on packed odd orders), 3 any uniform stack
+// of aligned rows, the 64 x 64 tiles' orders and low rank too).  The emulator runs it only when
+// the knob is set.
+inline int wgmma_level() {
+#ifdef KL_BATCHED_EMULATE
+  return kl::knob_int("KRONLINALG_BATCHED_WGMMA", 0);
+#elif defined(KL_WGMMA_BUILT)
+  const int level = kl::knob_int("KRONLINALG_BATCHED_WGMMA", 1);
+  if (level <= 0) return 0;
+  DeviceInfo d;
+  return query_device(&d) == cudaSuccess && d.cc_major == 9 && d.cc_minor == 0 ? level : 0;
+#else
+  return 0;
+#endif
+}
+
+template <class T, class Src>
+cudaError_t launch_wg(const Args &args, int64_t items, cudaStream_t stream) {
+  using K = WgCfg;
+  if (items <= 0) return cudaSuccess;
+  int64_t grid = items;
+#ifdef KL_BATCHED_EMULATE
+  (void)stream;
+  if (grid > 3) grid = 3;  // persistent: the blocks share the items
+  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { wg_kernel<T, Src>(args); });
+  return cudaSuccess;
+#else
+  static int cap = -1;
+  const auto kernel = wg_kernel<T, Src>;
+  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(kernel), K::SMEM);
+  if (e0 != cudaSuccess) return e0;
+  if (cap < 0) {
+    int per_sm = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, K::THREADS,
+                                                                  K::SMEM);
+    DeviceInfo d;
+    if (e == cudaSuccess) e = query_device(&d);
+    if (e != cudaSuccess) return e;
+    cap = (per_sm > 0 ? per_sm : 1) * d.sms;
+  }
+  if (grid > cap) grid = cap;
+  kernel<<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
+  return cudaGetLastError();
+#endif
+}
+
+}  // namespace batched
+}  // namespace kl
+
+#endif
