@@ -140,6 +140,17 @@ def uniform_case(dtype, batch, m, n, k, rows, label):
     torch.cuda.empty_cache()
 
 
+def packed_error(out, a, b, orders, count=4):
+    """The worst relative error of the first `count` square products of a packed result."""
+    errs, off = [], 0
+    for o in (int(v) for v in orders[:count]):
+        ai = a[off:off + o * o].view(o, o).double()
+        bi = b[off:off + o * o].view(o, o).double()
+        errs.append(rel_err(out[off:off + o * o].view(o, o), ai @ bi))
+        off += o * o
+    return max(errs)
+
+
 def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
     rng = np.random.default_rng(1)
     orders = rng.integers(lo, hi + 1, count) // step * step  # step 8: every operand aligned
@@ -159,15 +170,7 @@ def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
             t = timed(lambda: kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na,
                                                         algorithm=algo))
             row[f"{algo}_us"] = t * 1e6
-            off = 0
-            errs = []
-            for i in range(4):
-                o = int(orders[i])
-                ai = a[off:off + o * o].view(o, o).double()
-                bi = b[off:off + o * o].view(o, o).double()
-                errs.append(rel_err(out[off:off + o * o].view(o, o), ai @ bi))
-                off += o * o
-            row[f"{algo}_err"] = max(errs)
+            row[f"{algo}_err"] = packed_error(out, a, b, orders)
         except Exception as exc:  # noqa: BLE001
             row[f"{algo}_error"] = f"{type(exc).__name__}: {exc}"[:300]
     if AB["on"]:

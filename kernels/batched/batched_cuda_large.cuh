@@ -133,13 +133,24 @@ struct LoadTile {
 // panel's k.  Block-uniform, so it lives in shared memory (two copies: the one a step reads and
 // the one thread 0 writes for the next step), not in every thread's registers, which the 64
 // accumulators a thread leave scarce.
-template <class T>
+// (Kept: what of the tile it keeps, LoadTile or, for the warpgroup-MMA kernel, all of it.)
+template <class T, class Kept = LoadTile<T>>
 struct ProdState {
-  LoadTile<T> lt;
+  Kept lt;
   long long tag;
   int64_t k0;
   int live;
 };
+
+// The state at a block's first tile.
+template <class T, class Kept, class Src>
+__device__ __forceinline__ ProdState<T, Kept> first_state(Src &src) {
+  ProdState<T, Kept> p0;
+  p0.k0 = 0;
+  p0.tag = 0;
+  p0.live = src.first(p0.lt, p0.tag);
+  return p0;
+}
 
 // A decoded tile into what the producer keeps: the loader's part (LoadTile) or all of it (the
 // warpgroup-MMA kernel keeps C and D too, so no thread decodes the tile a second time).
@@ -452,13 +463,7 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
   const Acc alpha = Acc(args.p.alpha), beta = Acc(args.p.beta);
 
   Src src(args);
-  if (tid == 0) {
-    ProdState<T> p0;
-    p0.k0 = 0;
-    p0.tag = 0;
-    p0.live = src.first(p0.lt, p0.tag);
-    prod[0] = p0;
-  }
+  if (tid == 0) prod[0] = first_state<T, LoadTile<T>>(src);
 
   // every thread requests its share of the next panel into stage `slot` (one commit group a
   // call, empty once the work is out); thread 0 labels the stage and advances the state

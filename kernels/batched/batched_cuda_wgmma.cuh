@@ -114,12 +114,7 @@ __device__ __forceinline__ void wg_store(const float (&acc)[64], const Tile<T> &
 // The producer's state: the tile whose panels it requests (all of it: the stage of its last
 // panel carries C and D to the epilogue, decoded once), its tag, the next panel's k.
 template <class T>
-struct WgState {
-  Tile<T> t;
-  long long tag;
-  int64_t k0;
-  int live;
-};
+using WgState = ProdState<T, Tile<T>>;
 
 // The producer warpgroup's own barrier (named barrier 1: its 128 threads only).
 __device__ __forceinline__ void wg_producer_sync() {
@@ -162,13 +157,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   if (tid >= K::CONSUMERS) {  // ---- the producer warpgroup
     const int ptid = tid - K::CONSUMERS;
     Src src(args);
-    if (ptid == 0) {
-      WgState<T> p0;
-      p0.k0 = 0;
-      p0.tag = 0;
-      p0.live = src.first(p0.t, p0.tag);
-      prod = p0;
-    }
+    if (ptid == 0) prod = first_state<T, Tile<T>>(src);
 #pragma unroll 1
     for (int q = 0;; ++q) {
       const int slot = q % S;
@@ -179,7 +168,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
       T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
       T *Bs = As + K::A_ELEMS;
       if (P.live) {
-        const Tile<T> &lt = P.t;
+        const Tile<T> &lt = P.lt;
         const int64_t lk0 = P.k0;
         const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
         const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
@@ -196,7 +185,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
           nx.k0 = lk0 + K::BK;
           if (nx.k0 >= lt.k) {
             nx.k0 = 0;
-            nx.live = src.next(P.tag, nx.t, nx.tag);
+            nx.live = src.next(P.tag, nx.lt, nx.tag);
           }
           prod = nx;
         }
