@@ -151,15 +151,22 @@ def packed_error(out, a, b, orders, count=4):
     return max(errs)
 
 
-def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
+def packed_inputs(dtype, count, lo=8, hi=256, step=1):
+    """`count` square products of orders uniform in lo..hi (multiples of step: step 8 aligns
+    every operand), packed: (orders, a, b, the size table on the GPU, elements a buffer)."""
     rng = np.random.default_rng(1)
-    orders = rng.integers(lo, hi + 1, count) // step * step  # step 8: every operand aligned
+    orders = rng.integers(lo, hi + 1, count) // step * step
     dt = DT[dtype]
     sizes = np.stack([orders, orders, orders], axis=1).astype(np.int64)
     na = int((orders ** 2).sum())
     a = torch.randn(na, device="cuda").to(dt)
     b = torch.randn(na, device="cuda").to(dt)
-    dsizes = torch.from_numpy(sizes).cuda()
+    return orders, a, b, torch.from_numpy(sizes).cuda(), na
+
+
+def variable_case(dtype, count, rows, lo=8, hi=256, step=1):
+    orders, a, b, dsizes, na = packed_inputs(dtype, count, lo, hi, step)
+    dt = DT[dtype]
     nbytes = 3 * na * SE[dtype]
     row = {"case": "variable", "dtype": dtype, "count": count,
            "orders": f"{lo}..{hi}" + (f" step {step}" if step > 1 else ""), "bytes": nbytes}

@@ -20,13 +20,13 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 import kronlinalg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batched_gpu import COPY_BW, DT, SE, packed_error, rel_err, timed  # noqa: E402
+from batched_gpu import (COPY_BW, DT, SE, packed_error, packed_inputs, rel_err,  # noqa: E402
+                         timed)
 
 VARIANTS = {"mma_sync": "0", "wgmma": "3"}  # name: KRONLINALG_BATCHED_WGMMA
 
@@ -63,14 +63,7 @@ def uniform(dtype, batch, m, n, k):
 
 
 def variable(dtype, count, step):
-    rng = np.random.default_rng(1)
-    orders = rng.integers(8, 257, count) // step * step
-    dt = DT[dtype]
-    sizes = np.stack([orders, orders, orders], axis=1).astype(np.int64)
-    na = int((orders ** 2).sum())
-    a = torch.randn(na, device="cuda").to(dt)
-    b = torch.randn(na, device="cuda").to(dt)
-    dsizes = torch.from_numpy(sizes).cuda()
+    orders, a, b, dsizes, na = packed_inputs(dtype, count, step=step)
     row = {"case": f"variable 8..256 step {step}", "dtype": dtype, "batch": count,
            "bytes": 3 * na * SE[dtype]}
     for name, level in VARIANTS.items():
