@@ -11,11 +11,11 @@
 // Layout: A's k-panel (128 rows x 64 halves) K-major with the 128-byte swizzle; B's (64 rows of
 // k x 128 columns) MN-major (wgmma's transposed operand), two 64-column halves each 64 rows of
 // 128 bytes with the same swizzle: the row-major operands land by 16-byte cp.async without any
-// transposition.  Six 32 KB stages (one block an SM) filled by a producer warpgroup (wg_kernel says
-// how the ring's mbarriers work); the work sources (uniform stacks, variable batches) are the
-// 128 x 128 kernel's; panels that are not 16-byte aligned rows (strided operands, packed odd
-// orders) load element by element.  The epilogue is the 128 x 128 kernel's, on a warp's 16 x 128
-// accumulators as four 16 x 32 parts.
+// transposition.  Six 32 KB stages (one block an SM) filled by a producer warpgroup (wg_kernel
+// says how the ring's mbarriers work); the work sources (uniform stacks, variable batches) are
+// the 128 x 128 kernel's; rows at any offset (packed odd orders) load synchronously, realigned,
+// and strided operands element by element.  The epilogue is the 128 x 128 kernel's, on a warp's
+// 16 x 128 accumulators as four 16 x 32 parts.
 //
 // Where it runs (wgmma_level, the launcher): uniform half-type stacks of 16-byte aligned rows
 // with orders from 96 and k >= 64.  H100, 2026-11-27, loops of calls, batch 10^4, µs (fraction
@@ -84,8 +84,24 @@ __device__ __forceinline__ void wg_load16(T *dst, const T *src, int64_t rs, int 
   }
 }
 
-// Any strides and alignment: element by element (synchronous loads, plain shared stores; the
-// fallback of variable batches with packed odd orders, not fast).
+// Contiguous rows at any element offset (packed odd orders): each 16-byte piece of a row from
+// the one or two aligned chunks that hold it (load_realigned: synchronous loads, shifted), then
+// one 16-byte shared store, 8 a thread.  Variable float16 batches of orders 8..256 (H100,
+// 2026-11-27): 5,175 µs, where element loads took 18,934 and the mma.sync kernel, which stages
+// such rows by cp.async, 3,632 -- so variable batches take this kernel only at level 2.
+template <class T, bool B_SIDE>
+__device__ __forceinline__ void wg_load_rows(T *dst, const T *src, int64_t rs, int rv, int cv,
+                                             int ptid) {
+  constexpr int CPR = B_SIDE ? 16 : 8;
+#pragma unroll
+  for (int j = 0; j < 1024 / WgCfg::PRODUCERS; ++j) {
+    const int i = ptid + j * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
+    const uint4 v = r < rv && c < cv ? load_realigned(src + r * rs, c, cv) : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4 *>(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c))) = v;
+  }
+}
+
+// Any strides: element by element (synchronous loads, plain shared stores).
 template <class T, bool B_SIDE>
 __device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, int64_t cs, int rv,
                                             int cv, int ptid) {
@@ -174,8 +190,10 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
         const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
         const int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
         if (panel16(a, lt.a_rs, lt.a_cs)) wg_load16<T, false>(As, a, lt.a_rs, lt.mv, kv, ptid);
+        else if (lt.a_cs == 1) wg_load_rows<T, false>(As, a, lt.a_rs, lt.mv, kv, ptid);
         else wg_load_any<T, false>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, ptid);
         if (panel16(b, lt.b_rs, lt.b_cs)) wg_load16<T, true>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
+        else if (lt.b_cs == 1) wg_load_rows<T, true>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
         else wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
         if (ptid == 0) {
           meta_tag[slot] = P.tag;
@@ -249,9 +267,9 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
 // Whether this build and device run the kernel, and the caller wants it
 // (KRONLINALG_BATCHED_WGMMA: 0 never, 1 uniform stacks of 16-byte aligned rows on 128 x 128
 // tiles with k >= 64 (the default), 2 variable batches of the half types too (rows at any
-// offset load element by element there: 5x slower on packed odd orders), 3 any uniform stack
-// of aligned rows, the 64 x 64 tiles' orders and low rank too).  The emulator runs it only when
-// the knob is set.
+// offset load synchronously there, realigned: 1.4x the mma.sync kernel's time on packed odd
+// orders, so opt-in), 3 any uniform stack of aligned rows, the 64 x 64 tiles' orders and low
+// rank too).  The emulator runs it only when the knob is set.
 inline int wgmma_level() {
 #ifdef KL_BATCHED_EMULATE
   return kl::knob_int("KRONLINALG_BATCHED_WGMMA", 0);
