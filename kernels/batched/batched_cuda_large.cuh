@@ -630,33 +630,40 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
   }
 }
 
-template <class T, class Src, bool RAW>
-cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
-  using K = LargeCfgT<T, RAW, Src::TILE>;
+// A persistent kernel of THREADS threads and SMEM bytes of shared memory over `items` work
+// items: as many blocks as the items, at most as many as the GPU holds at once (the occupancy,
+// asked once a kernel).  The large-tile kernels of this file and batched_cuda_wgmma.cuh.
+template <auto KERNEL, int THREADS, int SMEM>
+cudaError_t launch_persistent(const Args &args, int64_t items, cudaStream_t stream) {
   if (items <= 0) return cudaSuccess;
   int64_t grid = items;
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   if (grid > 3) grid = 3;  // persistent: the blocks share the items
-  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { large_kernel<T, Src, RAW>(args); });
+  emu_launch(unsigned(grid), THREADS, SMEM, [args] { KERNEL(args); });
   return cudaSuccess;
 #else
   static int cap = -1;
-  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(large_kernel<T, Src, RAW>), K::SMEM);
+  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(KERNEL), SMEM);
   if (e0 != cudaSuccess) return e0;
   if (cap < 0) {
     int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, large_kernel<T, Src, RAW>,
-                                                                  K::THREADS, K::SMEM);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, THREADS, SMEM);
     DeviceInfo d;
     if (e == cudaSuccess) e = query_device(&d);
     if (e != cudaSuccess) return e;
     cap = (per_sm > 0 ? per_sm : 1) * d.sms;
   }
   if (grid > cap) grid = cap;
-  large_kernel<T, Src, RAW><<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
+  KERNEL<<<unsigned(grid), THREADS, SMEM, stream>>>(args);
   return cudaGetLastError();
 #endif
+}
+
+template <class T, class Src, bool RAW>
+cudaError_t launch_large(const Args &args, int64_t items, cudaStream_t stream) {
+  using K = LargeCfgT<T, RAW, Src::TILE>;
+  return launch_persistent<large_kernel<T, Src, RAW>, K::THREADS, K::SMEM>(args, items, stream);
 }
 
 }  // namespace batched

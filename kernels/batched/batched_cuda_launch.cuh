@@ -33,22 +33,23 @@ template <class T, int MMA, int TILE>
 cudaError_t launch_large_uniform(const Args &args, cudaStream_t stream) {
   if constexpr (MMA == kHmma || MMA == kTf32x3 || MMA == kDmma16) {
     if (args.table) return cudaErrorInvalidValue;  // variable batches: launch_variable_split
-    const int64_t items =
-        args.count * ((args.p.m + TILE - 1) / TILE) * ((args.p.n + TILE - 1) / TILE);
-    if constexpr (sizeof(T) == 2) {  // the warpgroup-MMA kernel where it runs and is the faster
-                                     // (128 x 128 tiles, k >= 64; level 3: everywhere)
-      const int level = wgmma_level();
-      const bool fits = TILE == 128 && args.p.k >= 64;
-      if ((fits ? level >= 1 : level >= 3) && args.p.a_cs == 1 && args.p.b_cs == 1 &&
-          !rows_unaligned(args.p, 2))
-        return launch_wg<T, LargeUniformSrc<T, 128>>(
-            args, args.count * ((args.p.m + 127) / 128) * ((args.p.n + 127) / 128), stream);
-    }
+    auto items = [&](int64_t tile) {
+      return args.count * ((args.p.m + tile - 1) / tile) * ((args.p.n + tile - 1) / tile);
+    };
     if constexpr (sizeof(T) < 8) {
-      if (rows_unaligned(args.p, int(sizeof(T))))  // (odd orders): the staging variant
-        return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items, stream);
+      const bool unaligned = rows_unaligned(args.p, int(sizeof(T)));
+      if constexpr (sizeof(T) == 2) {  // the warpgroup-MMA kernel where it runs and is the
+                                       // faster (128 x 128 tiles, k >= 64; level 3: everywhere)
+        const int level = wgmma_level();
+        const bool fits = TILE == 128 && args.p.k >= 64;
+        if ((fits ? level >= 1 : level >= 3) && args.p.a_cs == 1 && args.p.b_cs == 1 &&
+            !unaligned)
+          return launch_wg<T, LargeUniformSrc<T, 128>>(args, items(128), stream);
+      }
+      if (unaligned)  // (odd orders): the staging variant
+        return launch_large<T, LargeUniformSrc<T, TILE>, true>(args, items(TILE), stream);
     }
-    return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items, stream);
+    return launch_large<T, LargeUniformSrc<T, TILE>, false>(args, items(TILE), stream);
   } else {
     return cudaErrorInvalidValue;
   }

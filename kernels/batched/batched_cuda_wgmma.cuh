@@ -285,32 +285,7 @@ inline int wgmma_level() {
 
 template <class T, class Src>
 cudaError_t launch_wg(const Args &args, int64_t items, cudaStream_t stream) {
-  using K = WgCfg;
-  if (items <= 0) return cudaSuccess;
-  int64_t grid = items;
-#ifdef KL_BATCHED_EMULATE
-  (void)stream;
-  if (grid > 3) grid = 3;  // persistent: the blocks share the items
-  emu_launch(unsigned(grid), K::THREADS, K::SMEM, [args] { wg_kernel<T, Src>(args); });
-  return cudaSuccess;
-#else
-  static int cap = -1;
-  const auto kernel = wg_kernel<T, Src>;
-  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(kernel), K::SMEM);
-  if (e0 != cudaSuccess) return e0;
-  if (cap < 0) {
-    int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, K::THREADS,
-                                                                  K::SMEM);
-    DeviceInfo d;
-    if (e == cudaSuccess) e = query_device(&d);
-    if (e != cudaSuccess) return e;
-    cap = (per_sm > 0 ? per_sm : 1) * d.sms;
-  }
-  if (grid > cap) grid = cap;
-  kernel<<<unsigned(grid), K::THREADS, K::SMEM, stream>>>(args);
-  return cudaGetLastError();
-#endif
+  return launch_persistent<wg_kernel<T, Src>, WgCfg::THREADS, WgCfg::SMEM>(args, items, stream);
 }
 
 }  // namespace batched
