@@ -107,9 +107,9 @@ def uniform(dtype, batch, n, rows):
           + (f" | tiles off-tiny {row['tiles_device_us']:7.1f}" if TINY_AB else ""), flush=True)
 
 
-def variable_inputs(dtype, count=10_000, lo=8, hi=256):
+def variable_inputs(dtype, count=10_000, lo=8, hi=256, step=1):
     rng = np.random.default_rng(1)
-    orders = rng.integers(lo, hi + 1, count)
+    orders = rng.integers(lo, hi + 1, count) // step * step  # (step 8: every operand aligned)
     sizes = np.stack([orders, orders, orders], axis=1).astype(np.int64)
     na = int((orders ** 2).sum())
     dt = DT[dtype]
@@ -140,8 +140,8 @@ def variable(dtype, rows):
 
 def ncu_case(spec):
     kind, dtype = spec.split(":")
-    if kind == "variable":
-        _, a, b, dsizes, na = variable_inputs(dtype)
+    if kind in ("variable", "variable8"):
+        _, a, b, dsizes, na = variable_inputs(dtype, step=8 if kind == "variable8" else 1)
         fn = lambda: kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na)  # noqa: E731
     else:  # uniform:<dtype>:<n> as "u<n>"
         n = int(kind[1:])
