@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections import defaultdict
 
 import torch
@@ -24,8 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batched_gpu import packed_inputs  # noqa: E402
 
 
-def one(dtype, step, level, calls=3):
+def one(dtype, step, level, calls=3, extra=""):
+    """extra: NAME=VALUE environment settings for this case (space-separated)."""
     os.environ["KRONLINALG_BATCHED_WGMMA"] = level
+    saved = {}
+    for kv in extra.split():
+        name, value = kv.split("=", 1)
+        saved[name] = os.environ.get(name)
+        os.environ[name] = value
     _, a, b, dsizes, na = packed_inputs(dtype, 10_000, step=step)
 
     def call():
@@ -34,6 +41,14 @@ def one(dtype, step, level, calls=3):
     for _ in range(3):
         call()
     torch.cuda.synchronize()
+    # host time a call (issued back to back, not waited for) and the loop's time a call
+    t0 = time.perf_counter()
+    for _ in range(5):
+        call()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    host_us, loop_us = (t1 - t0) / 5 * 1e6, (t2 - t0) / 5 * 1e6
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
@@ -45,10 +60,16 @@ def one(dtype, step, level, calls=3):
             per[it.key[:60]][0] += us
             per[it.key[:60]][1] += it.count
     total = sum(v[0] for v in per.values()) / calls
-    print(f"{dtype} step {step} level {level}: {total:8.1f} us of kernels a call, "
-          f"{sum(v[1] for v in per.values()) // calls} kernels")
+    print(f"{dtype} step {step} level {level} {extra}: {total:8.1f} us of kernels a call, "
+          f"{sum(v[1] for v in per.values()) // calls} kernels; host {host_us:7.1f} us a call, "
+          f"loop {loop_us:7.1f} us a call")
     for name, (us, cnt) in sorted(per.items(), key=lambda kv: -kv[1][0])[:8]:
         print(f"   {us / calls:8.1f} us  x{cnt // calls:<3d} {name}")
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 if __name__ == "__main__":
@@ -56,9 +77,12 @@ if __name__ == "__main__":
     ap.add_argument("--levels", default="0,2")
     ap.add_argument("--steps", default="8,1")
     ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--extra", action="append", default=[""],
+                    help="also run each case with these NAME=VALUE settings (repeatable)")
     args = ap.parse_args()
     print(torch.cuda.get_device_name())
     for dtype in args.dtypes.split(","):
         for step in map(int, args.steps.split(",")):
             for level in args.levels.split(","):
-                one(dtype, step, level)
+                for extra in args.extra:
+                    one(dtype, step, level, extra=extra)

@@ -112,6 +112,8 @@ def _run_packed(call, cdt, cuda, algo):
     s = call.sizes if on_device else np.asarray(backend.to_numpy(call.sizes), dtype=np.int64)
     sx = xp if on_device else np
     s = sx.astype(s, sx.int64) if on_device else s
+    if on_device and cuda and call.out_size is not None:
+        return _run_packed_on_gpu(call, cdt, algo, a, b, c, s)
     m, n, k = s[:, 0], s[:, 1], s[:, 2]
     if s.shape[1] == 6:
         ao, bo, do = s[:, 3], s[:, 4], s[:, 5]
@@ -157,4 +159,25 @@ def _run_packed(call, cdt, cuda, algo):
             _launch_table(call, table, int(s.shape[0]), False, algo, cdt, None)
     if not cuda:
         return _cast(xp, backend.from_host(call.lead, xp, out), call.result)
+    return out
+
+
+def _run_packed_on_gpu(call, cdt, algo, a, b, c, s):
+    """The packed form with its size table on the GPU and the output's length given: the
+    kl_batched_entry table built there by one kernel (batched_cuda_table.cu; the array-library
+    construction above took ~48 small kernels and as many host calls), then the products."""
+    with backend.cuda_device_scope(a):
+        out = backend.empty_like_lib(a, (call.out_size,), cdt)
+        if s.shape[1] == 6:  # explicit offsets may leave gaps: they read as zero
+            out[...] = 0
+        count = int(s.shape[0])
+        s = backend.contiguous(s)
+        table = backend.empty_like_lib(a, (count, _ENTRY_WORDS), "int64")
+        view = backend.device_view
+        c_ptr, c_len = (view(c).ptr, int(c.shape[0])) if c is not None else (0, 0)
+        batched_cuda.var_table(view(s).ptr, int(s.shape[1]), count, view(a).ptr, int(a.shape[0]),
+                               view(b).ptr, int(b.shape[0]), c_ptr, c_len, view(out).ptr,
+                               int(out.shape[0]), ITEMSIZE[cdt], view(table).ptr,
+                               backend.cuda_stream(a))
+    _launch_table(call, None, count, True, algo, cdt, a, device_table=table)
     return out

@@ -291,6 +291,51 @@ def test_variable_packed_many(xp, rng):
             ao, bo, do = ao + mm * kk, bo + kk * nn, do + mm * nn
 
 
+def test_variable_device_table_bounds(xp, rng):
+    """A size table on the GPU is never read on the host (no synchronisation), so its rows are
+    checked where the kernels' table is built (batched_cuda_table.cu): a row whose A or B leaves
+    its buffer is an empty product (beta C here), one whose output or C leaves its buffer is not
+    computed, and every other row computes as usual.  The packed form (offsets by running sums,
+    over more rows than one block of the table kernel takes: 2,500) and explicit offsets (a
+    negative one among them)."""
+    if not xp.is_cuda:
+        pytest.skip("a size table on the GPU")
+    count = 2500
+    sizes = rng.integers(1, 7, (count, 3)).astype(np.int64)
+    m, n, k = sizes[:, 0], sizes[:, 1], sizes[:, 2]
+    ao, bo, do = (np.concatenate(([0], np.cumsum(x)[:-1])) for x in (m * k, k * n, m * n))
+    a_len = int(ao[-40] + m[-40] * k[-40]) - 1  # the last 40 rows' A leave a
+    out_len = int(do[-10])                      # the last 10 rows' outputs leave the output
+    for dtype in xp.dtypes:
+        a, an = random(xp, rng, (a_len,), dtype)
+        b, bn = random(xp, rng, (int((k * n).sum()),), dtype)
+        c, cn = random(xp, rng, (out_len,), dtype)
+        out = to_numpy(batched_matmul(a, b, c=c, alpha=2.0, beta=0.5, sizes=to_xp(xp, sizes),
+                                      out_size=out_len)).astype(np.float64)
+        tol = 1e-10 if dtype == "float64" else 3e-2 if dtype in ("float16", "bfloat16") else 1e-4
+        for i in range(count - 10):
+            mm, nn, kk = (int(v) for v in sizes[i])
+            pc = cn[do[i]:do[i] + mm * nn].reshape(mm, nn)
+            if ao[i] + mm * kk > a_len:
+                ref = 0.5 * pc
+            else:
+                ref = 2.0 * (an[ao[i]:ao[i] + mm * kk].reshape(mm, kk)
+                             @ bn[bo[i]:bo[i] + kk * nn].reshape(kk, nn)) + 0.5 * pc
+            np.testing.assert_allclose(out[do[i]:do[i] + mm * nn].reshape(mm, nn), ref,
+                                       rtol=tol, atol=tol * 4, err_msg=f"{dtype} row {i}")
+    a, an = random(xp, rng, (200,), "float32")
+    b, bn = random(xp, rng, (200,), "float32")
+    table = np.array([[3, 4, 5, 10, 0, 2], [2, 2, 2, -1, 100, 14], [2, 2, 2, 0, 100, 39],
+                      [2, 2, 2, 0, 199, 20], [2, 2, 2, 4, 8, 30]], dtype=np.int64)
+    out = to_numpy(batched_matmul(a, b, sizes=to_xp(xp, table), out_size=40))
+    np.testing.assert_allclose(out[2:14].reshape(3, 4),
+                               an[10:25].reshape(3, 5) @ bn[0:20].reshape(5, 4), rtol=1e-5)
+    assert np.all(out[14:18] == 0) and np.all(out[20:24] == 0)  # A, then B outside: zeros
+    np.testing.assert_allclose(out[30:34].reshape(2, 2),
+                               an[4:8].reshape(2, 2) @ bn[8:12].reshape(2, 2), rtol=1e-5)
+    assert np.all(out[:2] == 0) and np.all(out[34:] == 0)  # gaps (and row 3's output: outside)
+
+
 @pytest.mark.parametrize("large", ["96", "0", "40", "96-synchronous", "96-wgmma", "40-wgmma"])
 def test_variable_packed_large_orders(xp, rng, monkeypatch, large):
     """Packed products of orders 1..300 (odd ones: rows at every alignment), every dtype split

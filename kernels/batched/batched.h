@@ -93,6 +93,16 @@ int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype, int algo,
 int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, int algo, void *stream);
 int kl_batched_matmul_cuda_var(const void *table, int64_t count, int64_t max_order, double alpha,
                                double beta, int dtype, int algo, void *stream);
+/* The variable form's table built on the GPU (count x 15 int64 at `table`, device memory) from
+ * a size table there: `sizes` count x ncols int64, row-major; ncols 3 (m, n, k: the products
+ * packed one after another, offsets by exclusive sums) or 6 (m, n, k and the offsets of A, B,
+ * D in elements).  a, b, c, d: the buffers' device addresses and lengths in elements (c may be
+ * NULL); elem: bytes an element.  Rows whose output or C leaves its buffer get m = 0, rows whose
+ * A or B leaves its buffer k = 0.  Enqueued on `stream`; no host synchronisation. */
+int kl_batched_var_table_cuda(const int64_t *sizes, int ncols, int64_t count, const void *a,
+                              int64_t a_len, const void *b, int64_t b_len, const void *c,
+                              int64_t c_len, void *d, int64_t d_len, int elem, int64_t *table,
+                              void *stream);
 /* float32 on the GPU: 3xTF32 tensor cores (KL_BATCHED_FP32_TF32X3, the default) or IEEE FMAs
  * (KL_BATCHED_FP32_IEEE; the default when KRONLINALG_BATCHED_FP32=ffma).  Sets the mode when it
  * is one of these (-1 only queries); returns the previous one.  In CPU builds: query only. */

@@ -144,17 +144,27 @@ __device__ __forceinline__ void group_sync(int grp) {
 // leaves the 16-byte granules of the operand's own elements (allocations are 16-byte aligned).
 // From global memory these are synchronous loads (cp.async cannot shift), 16 bytes each where
 // element loads moved 2; from a staging area (stage_rows) they are shared-memory reads.
+// load_realigned is in two halves, so that a caller can issue several chunks' loads before it
+// waits on the first (fetch_realign: the loads; realign: the shift).
+struct RealignChunk {
+  uint4 lo, hi;
+  int shift, nb;  // bytes: the elements' offset in lo, and how many are wanted (2..16)
+};
 template <class T>
-__device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
+__device__ __forceinline__ RealignChunk fetch_realign(const T *row, int c, int cv) {
   constexpr int VEC = 16 / int(sizeof(T));
   const uintptr_t at = reinterpret_cast<uintptr_t>(row + c);
-  const int shift = int(at & 15);  // bytes, even
-  const uint4 *q = reinterpret_cast<const uint4 *>(at - uintptr_t(shift));
-  const int nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));  // wanted bytes, 2..16
-  const uint4 lo = *q;
-  const uint4 hi = shift + nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
-  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const int ws = shift >> 2, bits = (shift & 2) * 8;  // whole words, then 0 or 16 bits
+  RealignChunk k;
+  k.shift = int(at & 15);  // even
+  const uint4 *q = reinterpret_cast<const uint4 *>(at - uintptr_t(k.shift));
+  k.nb = (cv - c < VEC ? cv - c : VEC) * int(sizeof(T));
+  k.lo = *q;
+  k.hi = k.shift + k.nb > 16 ? q[1] : make_uint4(0, 0, 0, 0);
+  return k;
+}
+__device__ __forceinline__ uint4 realign(const RealignChunk &k) {
+  const uint32_t w[8] = {k.lo.x, k.lo.y, k.lo.z, k.lo.w, k.hi.x, k.hi.y, k.hi.z, k.hi.w};
+  const int ws = k.shift >> 2, bits = (k.shift & 2) * 8;  // whole words, then 0 or 16 bits
   // v[i] = w[i + ws] by two levels of selects (by 2 words, then by 1: 11 selects where a
   // select chain per output word took 24), not a dynamically indexed (local-memory) array
   uint32_t u[6], v[5], o[4];
@@ -164,14 +174,18 @@ __device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
   for (int i = 0; i < 5; ++i) v[i] = (ws & 1) ? u[i + 1] : u[i];
 #pragma unroll
   for (int j = 0; j < 4; ++j) o[j] = uint32_t(((uint64_t(v[j + 1]) << 32) | v[j]) >> bits);
-  if (nb < 16) {  // zero the bytes past cv
+  if (k.nb < 16) {  // zero the bytes past cv
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (4 * j >= nb) o[j] = 0;
-      else if (4 * j + 2 >= nb) o[j] &= 0xffffu;
+      if (4 * j >= k.nb) o[j] = 0;
+      else if (4 * j + 2 >= k.nb) o[j] &= 0xffffu;
     }
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
+}
+template <class T>
+__device__ __forceinline__ uint4 load_realigned(const T *row, int c, int cv) {
+  return realign(fetch_realign(row, c, cv));
 }
 
 // dst[r][c] (pitch DP) = src[r*rs + c*cs] for r < rv, c < cv, zero elsewhere in R x C, all by

@@ -66,17 +66,29 @@ __device__ __forceinline__ int wg_b_off(int k, int n) {
   return (n >> 6) * WgCfg::B_HALF + k * 64 + ((((n >> 3) ^ k) & 7) << 3) + (n & 7);
 }
 
+// Which chunks a partial tile's panel may leave unwritten (DEAD, variable batches): A's rows
+// past the tile's rows (they make only rows of D that are not stored) and B's chunks wholly past
+// its columns (only columns not stored) -- whatever an earlier panel left there, NaN included,
+// stays in those rows and columns.  The k tail is zero-filled in both: a product past the valid
+// k must be 0, not 0 times a stale value.  Uniform stacks fill every chunk (their tiles are
+// whole but at the edges, and the test a chunk cost them: see wg_load16).
+template <bool B_SIDE>
+__device__ __forceinline__ bool wg_dead(int r, int c, int rv, int cv) {
+  return B_SIDE ? c >= cv : r >= rv;
+}
+
 // 16-byte aligned rows (panel16) by the producer warpgroup: 1024 chunks a panel, 8 a thread,
 // zero past rv rows and cv columns (a chunk crossing cv reads only its valid bytes), the whole
 // panel also past the valid k (skipping those chunks, a test a chunk, ran float16 order 256 at
-// 2,806 µs where whole panels took 2,092: H100, 2026-11-27).
-template <class T, bool B_SIDE>
+// 2,806 µs where whole panels took 2,092: H100, 2026-11-27); DEAD: wg_dead's chunks skipped.
+template <class T, bool B_SIDE, bool DEAD>
 __device__ __forceinline__ void wg_load16(T *dst, const T *src, int64_t rs, int rv, int cv,
                                           int ptid) {
   constexpr int CPR = B_SIDE ? 16 : 8;  // chunks a row: B 128 columns, A 64 k
 #pragma unroll
   for (int j = 0; j < 1024 / WgCfg::PRODUCERS; ++j) {
     const int i = ptid + j * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
+    if (DEAD && wg_dead<B_SIDE>(r, c, rv, cv)) continue;
     const int left = (cv - c) * 2;
     const int bytes = r < rv ? (left < 0 ? 0 : left > 16 ? 16 : left) : 0;
     kl::cu::cp_async_16_part(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c)),
@@ -85,19 +97,30 @@ __device__ __forceinline__ void wg_load16(T *dst, const T *src, int64_t rs, int 
 }
 
 // Contiguous rows at any element offset (packed odd orders): each 16-byte piece of a row from
-// the one or two aligned chunks that hold it (load_realigned: synchronous loads, shifted), then
-// one 16-byte shared store, 8 a thread.  Variable float16 batches of orders 8..256 (H100,
-// 2026-11-27): 5,175 µs, where element loads took 18,934 and the mma.sync kernel, which stages
-// such rows by cp.async, 3,632 -- so variable batches take this kernel only at level 2.
-template <class T, bool B_SIDE>
+// the one or two aligned chunks that hold it (synchronous loads: a thread's eight in two rounds
+// of four, each round's loads issued before its first piece is shifted -- all eight at once
+// spilled), then one 16-byte shared store each.  Variable float16 batches of orders 8..256
+// (H100, 2026-11-27): 5,175 µs with one piece loaded and stored at a time, where element loads
+// took 18,934 and the mma.sync kernel, which stages such rows by cp.async, 3,632.
+template <class T, bool B_SIDE, bool DEAD>
 __device__ __forceinline__ void wg_load_rows(T *dst, const T *src, int64_t rs, int rv, int cv,
                                              int ptid) {
-  constexpr int CPR = B_SIDE ? 16 : 8;
+  constexpr int CPR = B_SIDE ? 16 : 8, N = 1024 / WgCfg::PRODUCERS, ROUND = 4;
 #pragma unroll
-  for (int j = 0; j < 1024 / WgCfg::PRODUCERS; ++j) {
-    const int i = ptid + j * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
-    const uint4 v = r < rv && c < cv ? load_realigned(src + r * rs, c, cv) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4 *>(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c))) = v;
+  for (int j0 = 0; j0 < N; j0 += ROUND) {
+    RealignChunk got[ROUND];
+#pragma unroll
+    for (int j = 0; j < ROUND; ++j) {
+      const int i = ptid + (j0 + j) * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
+      if (r < rv && c < cv) got[j] = fetch_realign(src + r * rs, c, cv);
+    }
+#pragma unroll
+    for (int j = 0; j < ROUND; ++j) {
+      const int i = ptid + (j0 + j) * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
+      if (DEAD && wg_dead<B_SIDE>(r, c, rv, cv)) continue;
+      *reinterpret_cast<uint4 *>(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c))) =
+          r < rv && c < cv ? realign(got[j]) : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
@@ -153,6 +176,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   using K = WgCfg;
   constexpr int S = K::STAGES;
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool DEAD = std::is_same_v<Src, LargeVariableSrc<T>>;  // (wg_dead)
   KL_DYNAMIC_SMEM(smem_raw);
   // the swizzle is a function of the shared-memory address: stages start on 1024-byte boundaries
   unsigned char *smem = smem_raw + ((1024 - (kl::cu::smem_u32(smem_raw) & 1023)) & 1023);
@@ -189,11 +213,11 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
         const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
         const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
         const int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
-        if (panel16(a, lt.a_rs, lt.a_cs)) wg_load16<T, false>(As, a, lt.a_rs, lt.mv, kv, ptid);
-        else if (lt.a_cs == 1) wg_load_rows<T, false>(As, a, lt.a_rs, lt.mv, kv, ptid);
+        if (panel16(a, lt.a_rs, lt.a_cs)) wg_load16<T, false, DEAD>(As, a, lt.a_rs, lt.mv, kv, ptid);
+        else if (lt.a_cs == 1) wg_load_rows<T, false, DEAD>(As, a, lt.a_rs, lt.mv, kv, ptid);
         else wg_load_any<T, false>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, ptid);
-        if (panel16(b, lt.b_rs, lt.b_cs)) wg_load16<T, true>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
-        else if (lt.b_cs == 1) wg_load_rows<T, true>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
+        if (panel16(b, lt.b_rs, lt.b_cs)) wg_load16<T, true, DEAD>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
+        else if (lt.b_cs == 1) wg_load_rows<T, true, DEAD>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
         else wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
         if (ptid == 0) {
           meta_tag[slot] = P.tag;
@@ -225,6 +249,9 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   float acc[64];
 #pragma unroll
   for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+  // a panel's wgmmas run while the next panel is waited for: a stage is released one panel
+  // later, once wgmma.wait_group 1 says its group is done (held: that stage, or -1)
+  int held = -1;
 #pragma unroll 1
   for (int q = 0;; ++q) {
     const int slot = q % S;
@@ -235,7 +262,8 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
     if (tag < 0) break;
     const int flags = meta_flags[slot];
     {  // (every warpgroup, also on rows past the tile's: a wgmma under a branch is serialised
-       // by ptxas, C7520; the rows past mv were filled with zeros)
+       // by ptxas, C7520; the rows past mv were filled with zeros or hold values only rows of
+       // D past mv see)
       const T *As = reinterpret_cast<const T *>(smem + slot * K::STAGE);
       const T *Bs = As + K::A_ELEMS;
       const uint64_t da = kl::cu::wgmma_desc_swizzled<128>(As + wg * 64 * K::BK);
@@ -246,10 +274,14 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
       for (int kk = 0; kk < K::BK / 16; ++kk)
         kl::cu::wgmma_ss<128, BF16, true>(acc, da + 2 * kk, db + 128 * kk);
       kl::cu::wgmma_commit();
-      kl::cu::wgmma_wait<0>();
+      kl::cu::wgmma_wait<1>();  // the previous panel's group
       kl::cu::wgmma_fence_operands(acc);
     }
+    if (held >= 0) kl::cu::mbar_arrive(&empty[held]);  // its stage may be refilled
+    held = slot;
     if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
+      kl::cu::wgmma_wait<0>();
+      kl::cu::wgmma_fence_operands(acc);
       const Tile<T> &tl = meta_tile[slot];
       if (wr0 < tl.mv) {
         wg_store<T, 0>(acc, tl, wr0, lane, alpha, beta);
@@ -259,9 +291,11 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
       }
 #pragma unroll
       for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+      kl::cu::mbar_arrive(&empty[slot]);  // the stage (and its labels) may be refilled
+      held = -1;
     }
-    kl::cu::mbar_arrive(&empty[slot]);  // the stage (and its labels) may be refilled
   }
+  kl::cu::wgmma_wait<0>();
 }
 
 // Whether this build and device run the kernel, and the caller wants it

@@ -7,6 +7,7 @@ from libc.stdint cimport int64_t, uintptr_t
 from .batched_abi cimport (fill_problem, kl_batched_cuda_current_device,
                            kl_batched_cuda_device_check, kl_batched_float32_mode,
                            kl_batched_matmul_cuda, kl_batched_matmul_cuda_var,
+                           kl_batched_var_table_cuda,
                            kl_batched_problem, kl_last_error)
 
 
@@ -28,6 +29,20 @@ def matmul_var(uintptr_t table, int64_t count, int64_t max_order, double alpha, 
     with nogil:
         status = kl_batched_matmul_cuda_var(<const void *> table, count, max_order, alpha, beta,
                                             dtype, algo, <void *> stream)
+    check_status(status)
+
+
+def var_table(uintptr_t sizes, int ncols, int64_t count, uintptr_t a, int64_t a_len,
+              uintptr_t b, int64_t b_len, uintptr_t c, int64_t c_len, uintptr_t d,
+              int64_t d_len, int elem, uintptr_t table, uintptr_t stream):
+    """Enqueue the building of the variable form's table (count x 15 int64 at `table`) from a
+    size table on the GPU (count x ncols int64 at `sizes`; see batched.h)."""
+    cdef int status
+    with nogil:
+        status = kl_batched_var_table_cuda(<const int64_t *> sizes, ncols, count,
+                                           <const void *> a, a_len, <const void *> b, b_len,
+                                           <const void *> c, c_len, <void *> d, d_len, elem,
+                                           <int64_t *> table, <void *> stream)
     check_status(status)
 
 

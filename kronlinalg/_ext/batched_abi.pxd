@@ -38,6 +38,10 @@ cdef extern from "batched.h" nogil:
     int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, int algo, void *stream)
     int kl_batched_matmul_cuda_var(const void *table, int64_t count, int64_t max_order,
                                    double alpha, double beta, int dtype, int algo, void *stream)
+    int kl_batched_var_table_cuda(const int64_t *sizes, int ncols, int64_t count, const void *a,
+                                  int64_t a_len, const void *b, int64_t b_len, const void *c,
+                                  int64_t c_len, void *d, int64_t d_len, int elem,
+                                  int64_t *table, void *stream)
     int kl_batched_float32_mode(int mode)
     int kl_batched_cuda_device_check()
     int kl_batched_cuda_current_device()
