@@ -21,4 +21,9 @@ timeout ${VS_AB_S:-150} python benchmarks/batched_wgmma_ab.py --only ${VS_AB:-un
       --error-exitcode 9 python benchmarks/batched_sanitize.py --quick --large-only 2>&1 | tail -3
     echo "$1 (KRONLINALG_BATCHED_LARGE=$2) rc=${PIPESTATUS[0]}"
   done; } 2>&1 | tee $OUT/checks.txt
+
+# optional: Nsight Compute on the wgmma kernel (VS_NCU="variable8:float16 u256:float16")
+if [ -n "$VS_NCU" ]; then
+  KRONLINALG_BATCHED_WGMMA=2 NCU_KERNEL=wg_kernel NCU_CASES="$VS_NCU" NCU_S=120 bash benchmarks/batched_ncu.sh
+fi
 echo done

@@ -66,60 +66,85 @@ __device__ __forceinline__ int wg_b_off(int k, int n) {
   return (n >> 6) * WgCfg::B_HALF + k * 64 + ((((n >> 3) ^ k) & 7) << 3) + (n & 7);
 }
 
-// Which chunks a partial tile's panel may leave unwritten (DEAD, variable batches): A's rows
-// past the tile's rows (they make only rows of D that are not stored) and B's chunks wholly past
-// its columns (only columns not stored) -- whatever an earlier panel left there, NaN included,
-// stays in those rows and columns.  The k tail is zero-filled in both: a product past the valid
-// k must be 0, not 0 times a stale value.  Uniform stacks fill every chunk (their tiles are
-// whole but at the edges, and the test a chunk cost them: see wg_load16).
+// A producer thread's chunks of a panel: chunk j is row r0 + j RSTEP at column c (the same c,
+// and the same swizzle term -- RSTEP is a multiple of the swizzle's 8 rows -- for every j), so
+// its shared-memory offset is dst0 + j DSTEP and its source src0 + j RSTEP rs.  Written out
+// because the compiler did not reduce it: the producer warps' instruction stream, ~770
+// instructions a panel a warp (48 a 16-byte copy), set the kernel's pace (ncu, float16 variable
+// batches, H100, 2026-11-27: the consumers waited on full stages).
 template <bool B_SIDE>
-__device__ __forceinline__ bool wg_dead(int r, int c, int rv, int cv) {
-  return B_SIDE ? c >= cv : r >= rv;
-}
+struct WgChunks {
+  static constexpr int CPR = B_SIDE ? 16 : 8;              // chunks a row: B 128 columns, A 64 k
+  static constexpr int N = 1024 / WgCfg::PRODUCERS;        // chunks a thread
+  static constexpr int RSTEP = WgCfg::PRODUCERS / CPR;     // rows between them: 16 (A), 8 (B)
+  static constexpr int DSTEP = RSTEP * 64;                 // elements between them in the stage
+  static_assert(RSTEP % 8 == 0, "the swizzle term must not change between a thread's chunks");
+  int r0, c;
+  __device__ __forceinline__ explicit WgChunks(int ptid) : r0(ptid / CPR), c((ptid % CPR) * 8) {}
+  __device__ __forceinline__ int dst0() const { return B_SIDE ? wg_b_off(r0, c) : wg_a_off(r0, c); }
+};
 
 // 16-byte aligned rows (panel16) by the producer warpgroup: 1024 chunks a panel, 8 a thread,
 // zero past rv rows and cv columns (a chunk crossing cv reads only its valid bytes), the whole
 // panel also past the valid k (skipping those chunks, a test a chunk, ran float16 order 256 at
-// 2,806 µs where whole panels took 2,092: H100, 2026-11-27); DEAD: wg_dead's chunks skipped.
+// 2,806 µs where whole panels took 2,092: H100, 2026-11-27).  DEAD (variable batches): a
+// partial tile's rows of A past rv and columns of B past cv are left unwritten -- they make only
+// rows and columns of D that are not stored, whatever an earlier panel left there, NaN included
+// (the k tail is zero-filled on both sides: a product past the valid k must be 0, not 0 times a
+// stale value).  Both tests are a thread's, not a chunk's: B's column is the thread's, A's rows
+// end the loop.
 template <class T, bool B_SIDE, bool DEAD>
 __device__ __forceinline__ void wg_load16(T *dst, const T *src, int64_t rs, int rv, int cv,
                                           int ptid) {
-  constexpr int CPR = B_SIDE ? 16 : 8;  // chunks a row: B 128 columns, A 64 k
+  using W = WgChunks<B_SIDE>;
+  const W w(ptid);
+  if (DEAD && B_SIDE && w.c >= cv) return;
+  const int left = (cv - w.c) * 2;
+  const int cbytes = left < 0 ? 0 : left > 16 ? 16 : left;
+  T *d = dst + w.dst0();
+  const T *s = src + w.r0 * rs + w.c;
+  const int64_t sstep = W::RSTEP * rs;
 #pragma unroll
-  for (int j = 0; j < 1024 / WgCfg::PRODUCERS; ++j) {
-    const int i = ptid + j * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
-    if (DEAD && wg_dead<B_SIDE>(r, c, rv, cv)) continue;
-    const int left = (cv - c) * 2;
-    const int bytes = r < rv ? (left < 0 ? 0 : left > 16 ? 16 : left) : 0;
-    kl::cu::cp_async_16_part(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c)),
-                             bytes ? src + r * rs + c : src, bytes);
+  for (int j = 0; j < W::N; ++j) {
+    const int r = w.r0 + j * W::RSTEP;
+    if (DEAD && !B_SIDE && r >= rv) break;
+    const int bytes = r < rv ? cbytes : 0;
+    kl::cu::cp_async_16_part(d + j * W::DSTEP, bytes ? s : src, bytes);
+    s += sstep;
   }
 }
 
 // Contiguous rows at any element offset (packed odd orders): each 16-byte piece of a row from
 // the one or two aligned chunks that hold it (synchronous loads: a thread's eight in two rounds
 // of four, each round's loads issued before its first piece is shifted -- all eight at once
-// spilled), then one 16-byte shared store each.  Variable float16 batches of orders 8..256
-// (H100, 2026-11-27): 5,175 µs with one piece loaded and stored at a time, where element loads
-// took 18,934 and the mma.sync kernel, which stages such rows by cp.async, 3,632.
+// spilled), then one 16-byte shared store each; DEAD as wg_load16's.  Variable float16 batches
+// of orders 8..256 (H100, 2026-11-27): 5,175 µs with one piece loaded and stored at a time, where
+// element loads took 18,934 and the mma.sync kernel, which stages such rows by cp.async, 3,632.
 template <class T, bool B_SIDE, bool DEAD>
 __device__ __forceinline__ void wg_load_rows(T *dst, const T *src, int64_t rs, int rv, int cv,
                                              int ptid) {
-  constexpr int CPR = B_SIDE ? 16 : 8, N = 1024 / WgCfg::PRODUCERS, ROUND = 4;
+  using W = WgChunks<B_SIDE>;
+  constexpr int ROUND = 4;
+  const W w(ptid);
+  if (DEAD && B_SIDE && w.c >= cv) return;
+  const bool col_ok = w.c < cv;
+  T *d = dst + w.dst0();
+  const T *s = src + w.r0 * rs;
+  const int64_t sstep = W::RSTEP * rs;
 #pragma unroll
-  for (int j0 = 0; j0 < N; j0 += ROUND) {
+  for (int j0 = 0; j0 < W::N; j0 += ROUND) {
     RealignChunk got[ROUND];
 #pragma unroll
     for (int j = 0; j < ROUND; ++j) {
-      const int i = ptid + (j0 + j) * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
-      if (r < rv && c < cv) got[j] = fetch_realign(src + r * rs, c, cv);
+      const int r = w.r0 + (j0 + j) * W::RSTEP;
+      if (r < rv && col_ok) got[j] = fetch_realign(s + (j0 + j) * sstep, w.c, cv);
     }
 #pragma unroll
     for (int j = 0; j < ROUND; ++j) {
-      const int i = ptid + (j0 + j) * WgCfg::PRODUCERS, r = i / CPR, c = (i % CPR) * 8;
-      if (DEAD && wg_dead<B_SIDE>(r, c, rv, cv)) continue;
-      *reinterpret_cast<uint4 *>(dst + (B_SIDE ? wg_b_off(r, c) : wg_a_off(r, c))) =
-          r < rv && c < cv ? realign(got[j]) : make_uint4(0, 0, 0, 0);
+      const int r = w.r0 + (j0 + j) * W::RSTEP;
+      if (DEAD && !B_SIDE && r >= rv) break;
+      *reinterpret_cast<uint4 *>(d + (j0 + j) * W::DSTEP) =
+          r < rv && col_ok ? realign(got[j]) : make_uint4(0, 0, 0, 0);
     }
   }
 }
@@ -249,9 +274,6 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   float acc[64];
 #pragma unroll
   for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
-  // a panel's wgmmas run while the next panel is waited for: a stage is released one panel
-  // later, once wgmma.wait_group 1 says its group is done (held: that stage, or -1)
-  int held = -1;
 #pragma unroll 1
   for (int q = 0;; ++q) {
     const int slot = q % S;
@@ -274,14 +296,13 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
       for (int kk = 0; kk < K::BK / 16; ++kk)
         kl::cu::wgmma_ss<128, BF16, true>(acc, da + 2 * kk, db + 128 * kk);
       kl::cu::wgmma_commit();
-      kl::cu::wgmma_wait<1>();  // the previous panel's group
-      kl::cu::wgmma_fence_operands(acc);
-    }
-    if (held >= 0) kl::cu::mbar_arrive(&empty[held]);  // its stage may be refilled
-    held = slot;
-    if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
+      // (waiting for the previous panel's group instead, wait_group 1, and releasing its stage
+      // one panel later: float16 128^3 370 -> 351 µs but 256^3 2,029 -> 2,298 and variable
+      // batches slower: the ring a stage shorter, H100, 2026-11-27)
       kl::cu::wgmma_wait<0>();
       kl::cu::wgmma_fence_operands(acc);
+    }
+    if (flags & 2) {  // the tile's last panel: store it, start the next one from zero
       const Tile<T> &tl = meta_tile[slot];
       if (wr0 < tl.mv) {
         wg_store<T, 0>(acc, tl, wr0, lane, alpha, beta);
@@ -291,11 +312,9 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
       }
 #pragma unroll
       for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
-      kl::cu::mbar_arrive(&empty[slot]);  // the stage (and its labels) may be refilled
-      held = -1;
     }
+    kl::cu::mbar_arrive(&empty[slot]);  // the stage (and its labels) may be refilled
   }
-  kl::cu::wgmma_wait<0>();
 }
 
 // Whether this build and device run the kernel, and the caller wants it
