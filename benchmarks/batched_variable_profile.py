@@ -77,6 +77,8 @@ if __name__ == "__main__":
     ap.add_argument("--levels", default="0,2")
     ap.add_argument("--steps", default="8,1")
     ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="then cProfile 20 calls (float16, step 8): where the host time goes")
     ap.add_argument("--extra", action="append", default=[""],
                     help="also run each case with these NAME=VALUE settings (repeatable)")
     args = ap.parse_args()
@@ -86,3 +88,18 @@ if __name__ == "__main__":
             for level in args.levels.split(","):
                 for extra in args.extra:
                     one(dtype, step, level, extra=extra)
+    if args.host_profile:
+        import cProfile
+        import pstats
+
+        _, a, b, dsizes, na = packed_inputs("float16", 10_000, step=8)
+        for _ in range(3):
+            kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(20):
+            kronlinalg.batched_matmul(a, b, sizes=dsizes, out_size=na)
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)

@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 { timeout 150 python -m pytest -q -m gpu -p no:cacheprovider tests/test_batched.py 2>&1 | tail -5
   KRONLINALG_BATCHED_WGMMA=2 KRONLINALG_BATCHED_LARGE=1 timeout 100 python -m pytest -q -m gpu \
     -p no:cacheprovider tests/test_batched.py -k "variable" 2>&1 | tail -3; } | tee $OUT/tests.txt
-timeout ${VS_PROFILE_S:-150} python benchmarks/batched_variable_profile.py --levels 0,2 --steps 8,1 \
+timeout ${VS_PROFILE_S:-150} python benchmarks/batched_variable_profile.py --levels ${VS_LEVELS:-0,1,2} --steps 8,1 --host-profile \
   --extra KRONLINALG_BATCHED_LARGE=1 2>&1 | grep -v Warn | tee $OUT/var_profile.txt
 timeout ${VS_AB_S:-150} python benchmarks/batched_wgmma_ab.py --only ${VS_AB:-uniform,variable} \
   --out $OUT/wgmma_ab.json 2>&1 | tee $OUT/wgmma_ab.txt

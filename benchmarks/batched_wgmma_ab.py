@@ -4,9 +4,10 @@ beside them.
 
     python benchmarks/batched_wgmma_ab.py --out wgmma_ab.json
 
-The variants are KRONLINALG_BATCHED_WGMMA (0: the mma.sync kernel; 3: the wgmma kernel for every
-uniform stack of aligned rows and for variable batches), which the C++ launcher reads at every
-launch.  Every time is the median of 12 CUDA-event loops of warm calls (batched_gpu.timed);
+The variants are KRONLINALG_BATCHED_WGMMA (0: the mma.sync kernel; 1, the default: the wgmma kernel
+for uniform stacks of aligned rows at orders >= 96 and k >= 64 and for variable products of aligned
+rows; 3: for every uniform stack of aligned rows and every variable product of order >= 96), which
+the C++ launcher reads at every launch.  Every time is the median of 12 CUDA-event loops of warm calls (batched_gpu.timed);
 `algorithm="kami1d"` (our kernels, never torch's).  Each variant's result is checked against a
 float64 reference on a few products.  Cases: batch 10^4 of orders 64, 128, 256 and low rank (m =
 n = 128, k = 16, 32), float16 and bfloat16; variable sizes (10^4 packed square products, orders
@@ -28,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batched_gpu import (COPY_BW, DT, SE, packed_error, packed_inputs, rel_err,  # noqa: E402
                          timed)
 
-VARIANTS = {"mma_sync": "0", "wgmma": "3"}  # name: KRONLINALG_BATCHED_WGMMA
+# name: KRONLINALG_BATCHED_WGMMA (1, the default: the wgmma kernel where rows are aligned)
+VARIANTS = {"mma_sync": "0", "default": "1", "wgmma": "3"}
 
 
 def with_env(level, fn):

@@ -118,7 +118,8 @@ extern "C" int kl_batched_matmul_cuda_var(const void *table, int64_t count, int6
     args.p.beta = beta;
     args.count = count;
     args.table = static_cast<const kl_batched_entry *>(table);
-    const SplitPlan plan = split_plan(from, max_order, small_shape, mma);
+    const SplitPlan plan =
+        split_plan(from, max_order, small_shape, mma, mma == kHmma ? variable_wg_mode() : 0);
     const size_t bytes = size_t(plan.words(count)) * 8;
     void *scratch = nullptr;
     if (cudaMallocAsync(&scratch, bytes, s) == cudaSuccess) {

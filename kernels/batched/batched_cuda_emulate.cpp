@@ -570,12 +570,19 @@ static void check_packed(const char *name, int shape, double tol) {
 // A float16 / bfloat16 variable batch split by size (launch_variable_split): packed operands
 // (odd orders: unaligned rows), empty and k = 0 products, orders on both sides of `from`, one
 // product past max_order (its last row item takes the rest), alpha and beta.
+// aligned: sizes that are all multiples of 8 instead (every row 16-byte aligned: with the
+// warpgroup-MMA kernel on, KRONLINALG_BATCHED_WGMMA=1 sends them all to it, whatever the order).
 template <class T, int MMA>
-static void check_split(const char *name, double tol, int64_t from = 96) {
-  const int64_t sizes[][3] = {{9, 9, 9},     {0, 5, 5},     {17, 17, 17},  {130, 130, 130},
-                              {33, 33, 33},  {5, 5, 5},     {200, 200, 200}, {1, 1, 1},
-                              {96, 96, 96},  {300, 140, 97}, {95, 95, 95},  {128, 128, 128},
-                              {100, 120, 0}, {64, 64, 64},  {7, 130, 40},  {131, 3, 129}};
+static void check_split(const char *name, double tol, int64_t from = 96, bool aligned = false) {
+  const int64_t odd[][3] = {{9, 9, 9},     {0, 5, 5},     {17, 17, 17},  {130, 130, 130},
+                            {33, 33, 33},  {5, 5, 5},     {200, 200, 200}, {1, 1, 1},
+                            {96, 96, 96},  {300, 140, 97}, {95, 95, 95},  {128, 128, 128},
+                            {100, 120, 0}, {64, 64, 64},  {7, 130, 40},  {131, 3, 129}};
+  const int64_t even[][3] = {{8, 8, 8},     {0, 8, 8},     {16, 24, 40},  {136, 128, 64},
+                             {96, 96, 96},  {200, 200, 200}, {8, 256, 16}, {64, 64, 64},
+                             {128, 128, 128}, {256, 8, 8},  {40, 40, 0},   {24, 16, 8},
+                             {264, 136, 96}, {48, 48, 48},  {8, 8, 264},  {160, 96, 200}};
+  const auto &sizes = aligned ? even : odd;
   const int count = 16;
   const int64_t max_order = 256;
   std::mt19937 rng(13);
@@ -605,7 +612,8 @@ static void check_split(const char *name, double tol, int64_t from = 96) {
   for (const char *staged : {"0", "1"}) {  // synchronous loads, then the staging variant
   setenv("KRONLINALG_BATCHED_STAGING", staged, 1);
   std::fill(D.begin(), D.end() - 1, from_d<T>(777.0));
-  const SplitPlan plan = split_plan(from, max_order, small_shape, MMA);
+  const SplitPlan plan =
+      split_plan(from, max_order, small_shape, MMA, sizeof(T) == 2 ? variable_wg_mode() : 0);
   std::vector<unsigned long long> scratch(size_t(plan.words(count)), 0);
   launch_variable_split<T, MMA>(args, plan, scratch.data(), nullptr);
   oa = ob = od = 0;
@@ -628,8 +636,9 @@ static void check_split(const char *name, double tol, int64_t from = 96) {
   const bool untouched = to_d(D[nd_]) == to_d(from_d<T>(777.0));
   const bool ok = worst <= tol && untouched;
   failures += !ok;
-  std::printf("%-5s %s split variable (16 products, packed, from %ld)  rel err %.2e%s\n",
-              ok ? "ok" : "FAIL", name, long(from), worst, untouched ? "" : "  WROTE PAST THE END");
+  std::printf("%-5s %s split variable (16 products, packed, %s, from %ld)  rel err %.2e%s\n",
+              ok ? "ok" : "FAIL", name, aligned ? "aligned" : "odd", long(from), worst,
+              untouched ? "" : "  WROTE PAST THE END");
 }
 
 // The tiny-product kernel (batched_cuda_tiny.cuh): a stack of dense products a padded stride
@@ -738,6 +747,7 @@ static void suite(const char *name, double tol) {
       check_uniform<T, MMA>(name, kL128, 2, 128, 128, 520, false, false, 0.0, false, tol);
     }
     check_split<T, MMA>(name, tol);
+    check_split<T, MMA>(name, tol, 96, true);
     if (sizeof(T) == 2 && wgmma_level() >= 2)  // every product on the wgmma kernel's tiles
       check_split<T, MMA>(name, tol, 1);
     check_uniform<T, MMA>(name, kL64, 3, 64, 64, 64, false, false, 0.0, false, tol);

@@ -588,43 +588,64 @@ __global__ void __launch_bounds__(LargeCfgT<T, RAW, Src::TILE>::THREADS,
   kl::cu::cp_async_wait<0>();
 }
 
-// Sorts the products of a variable batch into the two kernels' lists of tile rows: max(m, n) >=
-// from (and both < kLargeMaxSide) to the 128 x 128 kernel (rows of 128, the last of at most
-// large_rows also taking the rest), the others to the small-tile kernel (rows of small_bm, at
-// most small_rows likewise); empty products to none.  counts[0], counts[1]: the two lists'
-// lengths (zeroed by the caller).  A block adds its rows to each count with one atomic.
-static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table, int64_t count,
-                                                  int64_t from, int64_t large_rows, int small_bm,
-                                                  int64_t small_rows, unsigned long long *counts,
-                                                  int64_t *large_list, int64_t *small_list) {
-  __shared__ unsigned s_count[2];
-  __shared__ unsigned long long s_base[2];
+// What bin_kernel sorts into: products of order >= from (both sides < kLargeMaxSide) to the
+// 128 x 128 kernel's list (rows of 128, the last of at most large_rows taking the rest), the
+// others to the small-tile kernel's (rows of small_bm, at most small_rows likewise); with wg, to
+// the warpgroup-MMA kernel's list (rows of 128) those whose rows are all 16-byte aligned (wg 1:
+// where its loads are 16-byte cp.async; any order) or every product of order >= from as well
+// (wg 2).  counts[0..2]: the three lists' lengths (zeroed by the caller).
+struct BinLists {
+  int64_t from, large_rows;
+  int small_bm;
+  int64_t small_rows;
+  int wg, elem;
+  unsigned long long *counts;
+  int64_t *large, *small, *wgl;
+};
+
+// Whether a product's A and B rows are all 16-byte aligned and contiguous (wg_kernel's panel16).
+__device__ __forceinline__ bool rows_aligned16(const kl_batched_entry &e, int elem) {
+  return e.a_cs == 1 && e.b_cs == 1 && (e.a | (e.a_rs * elem) | e.b | (e.b_rs * elem)) % 16 == 0;
+}
+
+// Sorts the products of a variable batch into the kernels' lists of tile rows (BinLists); empty
+// products to none.  A block adds its rows to each count with one atomic.
+static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry *table,
+                                                         int64_t count, BinLists L) {
+  __shared__ unsigned s_count[3];
+  __shared__ unsigned long long s_base[3];
   const int tid = int(threadIdx.x);
-  if (tid < 2) s_count[tid] = 0;
+  if (tid < 3) s_count[tid] = 0;
   __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * 256 + tid;
   int cls = -1;
   int64_t rows = 0;
   if (i < count) {
-    const int64_t m = table[i].m, n = table[i].n;
+    const kl_batched_entry &e = table[i];
+    const int64_t m = e.m, n = e.n;
     if (m > 0 && n > 0) {
       const int64_t order = m > n ? m : n;
-      if (order >= from && m < kLargeMaxSide && n < kLargeMaxSide) {
+      const bool fits = m < kLargeMaxSide && n < kLargeMaxSide;
+      const bool big = order >= L.from && fits;
+      if (L.wg && fits && ((L.wg >= 2 && big) || rows_aligned16(e, L.elem))) {
+        cls = 2;
+        rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, L.large_rows);
+      } else if (big) {
         cls = 0;
-        rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, large_rows);
+        rows = min64((m + LargeCfg::BM - 1) / LargeCfg::BM, L.large_rows);
       } else {
         cls = 1;
-        rows = min64((m + small_bm - 1) / small_bm, small_rows);
+        rows = min64((m + L.small_bm - 1) / L.small_bm, L.small_rows);
       }
     }
   }
   unsigned local = 0;
   if (cls >= 0) local = atomicAdd(&s_count[cls], unsigned(rows));
   __syncthreads();
-  if (tid < 2 && s_count[tid]) s_base[tid] = atomicAdd(&counts[tid], (unsigned long long)s_count[tid]);
+  if (tid < 3 && s_count[tid]) s_base[tid] = atomicAdd(&L.counts[tid], (unsigned long long)s_count[tid]);
   __syncthreads();
   if (cls >= 0) {
-    int64_t *list = cls == 0 ? large_list : small_list;
+    int64_t *list = cls == 0 ? L.large : cls == 1 ? L.small : L.wgl;
     const int64_t base = int64_t(s_base[cls]) + local;
     for (int64_t r = 0; r < rows; ++r) list[base + r] = (i << kRowBits) | r;
   }

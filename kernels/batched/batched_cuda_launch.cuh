@@ -100,20 +100,26 @@ cudaError_t launch_shape(int shape, const Args &args, cudaStream_t stream) {
 }
 
 
-// Scratch words of a split variable launch: two work counters and the two lists' lengths
-// (zeroed by the caller), then the two lists.
-constexpr int kSplitHeader = 4;
+// Scratch words of a split variable launch (zeroed by the caller): the large and small lists'
+// work counters, the three lists' lengths (large, small, wgmma), the wgmma list's counter; then
+// the lists.
+constexpr int kSplitHeader = 6;
 // The sizes of a split variable launch, fixed once a call: the scratch the caller allocates and
-// the lists the kernels fill agree by construction.
+// the lists the kernels fill agree by construction.  wg: the half types' warpgroup-MMA kernel
+// takes products too (variable_wg_mode: 1 those whose rows are all 16-byte aligned, 2 every
+// product of order >= from as well), a third list of rows of 128.
 struct SplitPlan {
   int64_t from, large_rows, small_rows;  // rows of 128 / small_bm a product, at most
-  int small_shape, small_bm;
-  int64_t words(int64_t count) const { return kSplitHeader + count * (large_rows + small_rows); }
+  int small_shape, small_bm, wg;
+  int64_t words(int64_t count) const {
+    return kSplitHeader + count * (large_rows * (wg ? 2 : 1) + small_rows);
+  }
 };
-inline SplitPlan split_plan(int64_t from, int64_t max_order, int small_shape, int mma) {
+inline SplitPlan split_plan(int64_t from, int64_t max_order, int small_shape, int mma,
+                            int wg = 0) {
   const int small_bm = describe(small_shape, mma).tile_m;
   return {from, (max_order + 127) / 128, (from - 1 + small_bm - 1) / small_bm, small_shape,
-          small_bm};
+          small_bm, wg};
 }
 
 // A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
@@ -126,18 +132,17 @@ cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
                                   unsigned long long *scratch, cudaStream_t stream) {
   const int64_t from = plan.from, large_rows = plan.large_rows, small_rows = plan.small_rows;
   const int small_bm = plan.small_bm, small_shape = plan.small_shape;
+  const int wg = sizeof(T) == 2 ? plan.wg : 0;
   int64_t *large_list = reinterpret_cast<int64_t *>(scratch + kSplitHeader);
   int64_t *small_list = large_list + args.count * large_rows;
+  int64_t *wg_list = small_list + args.count * small_rows;
   const int64_t blocks = (args.count + 255) / 256;
+  const BinLists lists{from, large_rows, small_bm, small_rows, wg, int(sizeof(T)), scratch + 2,
+                       large_list, small_list, wg_list};
 #ifdef KL_BATCHED_EMULATE
-  emu_launch(unsigned(blocks), 256, 0, [=] {
-    bin_kernel(args.table, args.count, from, large_rows, small_bm, small_rows, scratch + 2,
-               large_list, small_list);
-  });
+  emu_launch(unsigned(blocks), 256, 0, [=] { bin_kernel(args.table, args.count, lists); });
 #else
-  bin_kernel<<<unsigned(blocks), 256, 0, stream>>>(args.table, args.count, from, large_rows,
-                                                  small_bm, small_rows, scratch + 2, large_list,
-                                                  small_list);
+  bin_kernel<<<unsigned(blocks), 256, 0, stream>>>(args.table, args.count, lists);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 #endif
@@ -146,25 +151,30 @@ cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
   la.list = large_list;
   la.list_count = scratch + 2;
   la.tm_max = large_rows;
-  // the staging variant for unaligned rows (float64: 8-byte cp.async, none needed);
-  // KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead (a comparison)
-  cudaError_t e2;
+  cudaError_t e2 = cudaSuccess;
   if constexpr (sizeof(T) == 2) {
-    if (wgmma_level() >= 2)  // (KRONLINALG_BATCHED_WGMMA=2: the warpgroup-MMA kernel)
-      e2 = launch_wg<T, LargeVariableSrc<T>>(la, args.count * large_rows, stream);
-    else if (staging())
-      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
-    else
-      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
-  } else if constexpr (sizeof(T) < 8) {
-    if (staging())
-      e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
-    else
-      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
-  } else {
-    e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+    if (wg) {  // the warpgroup-MMA kernel's list first (KRONLINALG_BATCHED_WGMMA)
+      Args wa = la;
+      wa.counter = scratch + 5;
+      wa.list = wg_list;
+      wa.list_count = scratch + 4;
+      e2 = launch_wg<T, LargeVariableSrc<T>>(wa, args.count * large_rows, stream);
+      if (e2 != cudaSuccess) return e2;
+    }
   }
-  if (e2 != cudaSuccess) return e2;
+  // the 128 x 128 mma.sync kernel: the staging variant for unaligned rows (float64: 8-byte
+  // cp.async, none needed); KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead
+  if (wg < 2) {  // (at wg 2 the wgmma list took every product of order >= from)
+    if constexpr (sizeof(T) < 8) {
+      if (staging())
+        e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+      else
+        e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+    } else {
+      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+    }
+    if (e2 != cudaSuccess) return e2;
+  }
   Args sa = args;
   sa.counter = scratch + 1;
   sa.list = small_list;

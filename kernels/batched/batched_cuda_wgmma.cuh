@@ -318,11 +318,12 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
 }
 
 // Whether this build and device run the kernel, and the caller wants it
-// (KRONLINALG_BATCHED_WGMMA: 0 never, 1 uniform stacks of 16-byte aligned rows on 128 x 128
-// tiles with k >= 64 (the default), 2 variable batches of the half types too (rows at any
-// offset load synchronously there, realigned: 1.4x the mma.sync kernel's time on packed odd
-// orders, so opt-in), 3 any uniform stack of aligned rows, the 64 x 64 tiles' orders and low
-// rank too).  The emulator runs it only when the knob is set.
+// (KRONLINALG_BATCHED_WGMMA: 0 never; 1, the default, uniform stacks of 16-byte aligned rows on
+// 128 x 128 tiles with k >= 64, and the products of variable batches whose rows are all 16-byte
+// aligned, any order; 2 every product of order >= 96 of variable batches too (rows at other
+// offsets load synchronously, realigned: 1.4x the mma.sync kernel's time on packed odd orders);
+// 3 as 2, and any uniform stack of aligned rows, the 64 x 64 tiles' orders and low rank too).
+// The emulator runs it only when the knob is set.
 inline int wgmma_level() {
 #ifdef KL_BATCHED_EMULATE
   return kl::knob_int("KRONLINALG_BATCHED_WGMMA", 0);
@@ -334,6 +335,13 @@ inline int wgmma_level() {
 #else
   return 0;
 #endif
+}
+
+// SplitPlan::wg for variable batches of the half types: 1 the aligned products, 2 every product
+// of order >= from as well (wgmma_level above).
+inline int variable_wg_mode() {
+  const int level = wgmma_level();
+  return level <= 0 ? 0 : level == 1 ? 1 : 2;
 }
 
 template <class T, class Src>

@@ -65,8 +65,9 @@ KNOBS: dict = {k.name: k for k in (
          "aligned chunks by cp.async, shifted before use), 0 loads them synchronously", "c++"),
     Knob("KRONLINALG_BATCHED_WGMMA", int, 1,
          "batched_matmul's half types on the warpgroup-MMA kernel (sm_90a builds on an H100): "
-         "0 never, 1 uniform stacks of 16-byte aligned rows from order 96 with k >= 64, 2 "
-         "variable batches too, 3 every uniform stack of aligned rows", "c++"),
+         "0 never, 1 uniform stacks of 16-byte aligned rows from order 96 with k >= 64 and "
+         "the products of variable batches whose rows are 16-byte aligned, 2 every variable "
+         "product of order >= 96 too, 3 and every uniform stack of aligned rows", "c++"),
     Knob("KRONLINALG_BATCHED_TINY", int, 1,
          "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
          "operands a fixed stride apart)", "c++"),
