@@ -29,13 +29,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batched_gpu import (COPY_BW, DT, SE, packed_error, packed_inputs, rel_err,  # noqa: E402
                          timed)
 
-# name: KRONLINALG_BATCHED_WGMMA (1, the default: the wgmma kernel where rows are aligned)
-VARIANTS = {"mma_sync": "0", "default": "1", "wgmma": "3"}
+# name: KRONLINALG_BATCHED_WGMMA (1, the default: the wgmma kernel where rows are aligned), and
+# "staged": 1 with the staged form for variable products of rows at other offsets
+VARIANTS = {"mma_sync": "0", "default": "1", "staged": "1 staged", "wgmma": "3"}
 
 
 def with_env(level, fn):
-    old = {"KRONLINALG_BATCHED_WGMMA": os.environ.get("KRONLINALG_BATCHED_WGMMA")}
-    os.environ["KRONLINALG_BATCHED_WGMMA"] = level
+    level, *rest = level.split()
+    env = {"KRONLINALG_BATCHED_WGMMA": level,
+           "KRONLINALG_BATCHED_WG_STAGED": "1" if "staged" in rest else "0"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         return fn()
     finally:
@@ -56,6 +60,9 @@ def uniform(dtype, batch, m, n, k):
     row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
            "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6}
     for name, level in VARIANTS.items():
+        if "staged" in level:  # (variable batches only)
+            continue
+
         def call():
             return kronlinalg.batched_matmul(a, b, algorithm="kami1d")
         out = with_env(level, call)

@@ -622,9 +622,12 @@ def test_cuda_kernels_emulated(tmp_path):
     # the large-tile checks again with the half types on the warpgroup-MMA kernel (wgmma from
     # its PTX definition: descriptors, the 128-byte swizzle, the transposed B operand): level 3
     # takes every uniform stack of aligned rows and every variable product of order >= 96;
-    # level 1, the GPU's default, the 128-tile stacks and the variable products of aligned rows
-    for level in ("3", "1"):
-        env = dict(os.environ, KL_EMULATE_HALF_LARGE_ONLY="1", KRONLINALG_BATCHED_WGMMA=level)
+    # level 1, the GPU's default, the 128-tile stacks and the variable products of aligned rows,
+    # and with KRONLINALG_BATCHED_WG_STAGED the other variable products of order >= 96 on the
+    # staged form (rows at 2-byte offsets shifted in shared memory)
+    for level, staged in (("3", "0"), ("1", "0"), ("1", "1")):
+        env = dict(os.environ, KL_EMULATE_HALF_LARGE_ONLY="1", KRONLINALG_BATCHED_WGMMA=level,
+                   KRONLINALG_BATCHED_WG_STAGED=staged)
         res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, env=env)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
         assert "0 failures" in res.stdout

@@ -165,13 +165,22 @@ cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
   // the 128 x 128 mma.sync kernel: the staging variant for unaligned rows (float64: 8-byte
   // cp.async, none needed); KRONLINALG_BATCHED_STAGING=0: synchronous realigned loads instead
   if (wg < 2) {  // (at wg 2 the wgmma list took every product of order >= from)
-    if constexpr (sizeof(T) < 8) {
-      if (staging())
-        e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
-      else
+    bool done = false;
+    if constexpr (sizeof(T) == 2) {
+      if (wg && wg_staged()) {  // the staged warpgroup-MMA kernel takes them instead
+        e2 = launch_wg<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+        done = true;
+      }
+    }
+    if (!done) {
+      if constexpr (sizeof(T) < 8) {
+        if (staging())
+          e2 = launch_large<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
+        else
+          e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+      } else {
         e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
-    } else {
-      e2 = launch_large<T, LargeVariableSrc<T>, false>(la, args.count * large_rows, stream);
+      }
     }
     if (e2 != cudaSuccess) return e2;
   }

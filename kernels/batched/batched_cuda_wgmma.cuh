@@ -161,6 +161,56 @@ __device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, in
   }
 }
 
+// The staged producer (wg_kernel's STAGED form, for variable products whose rows sit at 2-byte
+// offsets): a panel's rows land as the aligned 16-byte chunks that hold them, by cp.async, in one
+// of two raw areas, and are shifted into the swizzled stage one panel later -- where the direct
+// producer loads them synchronously (wg_load_rows: 3,558 µs for variable float16 batches of
+// every order, against the mma.sync kernel's 2,334, H100, 2026-11-27).  Each producer thread
+// owns whole rows (A row ptid; half ptid % 2 of B row ptid / 2, its nine chunks overlapping the
+// other half's by one), so it waits only for its own copies (cp.async.wait_group) and needs no
+// barrier.  Four ring stages and the two raw areas fill the 227 KB.
+struct WgStaged {
+  static constexpr int STAGES = 4;
+  static constexpr int ROW = 9 * 16;  // bytes: 64 halves at any 2-byte offset lie in 9 chunks
+  static constexpr int RAW_A = 128 * ROW, RAW = RAW_A + 64 * 2 * ROW;
+  static constexpr int SMEM = STAGES * WgCfg::STAGE + 2 * RAW + 1024;
+};
+
+// One staged row piece of 64 halves (A's row, or half a row of B) into the stage: piece p (8
+// halves) from raw chunks p and p + 1, shifted; `bytes` valid from the row's start (zeros past
+// it), pieces from `live_pieces` on left unwritten (dead: past the tile's columns).  zero: the
+// row is past the valid k (all zeros).
+template <class T, bool B_SIDE>
+__device__ __forceinline__ void wg_shift_row(T *stage, const unsigned char *raw, int row, int col0,
+                                             int shift, int bytes, int live_pieces, bool zero) {
+  uint4 ch[9];
+#pragma unroll
+  for (int j = 0; j < 9; ++j)
+    ch[j] = !zero && 16 * j < shift + bytes ? *reinterpret_cast<const uint4 *>(raw + 16 * j)
+                                            : make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    if (p >= live_pieces) break;
+    const int nb = bytes - 16 * p;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (!zero && nb > 0) v = realign(RealignChunk{ch[p], ch[p + 1], shift, nb < 16 ? nb : 16});
+    const int c = col0 + 8 * p;
+    *reinterpret_cast<uint4 *>(stage + (B_SIDE ? wg_b_off(row, c) : wg_a_off(row, c))) = v;
+  }
+}
+
+// Issues the cp.async of one staged row piece: the chunks that hold its `bytes` valid bytes
+// from `src` (none past them: no read leaves the operand's 16-byte granules).  Returns the shift.
+__device__ __forceinline__ int wg_stage_row(unsigned char *raw, const void *src, int bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(src);
+  const int shift = int(at & 15);
+  const unsigned char *base = reinterpret_cast<const unsigned char *>(at - uintptr_t(shift));
+#pragma unroll
+  for (int j = 0; j < 9; ++j)
+    if (16 * j < shift + bytes) kl::cu::cp_async_16(raw + 16 * j, base + 16 * j, true);
+  return shift;
+}
+
 // Columns 32 CG .. 32 CG + 31 of a warp's 16 x 128 accumulators (compile-time indices: the
 // accumulators stay in registers).
 template <class T, int CG>
@@ -196,10 +246,10 @@ __device__ __forceinline__ void wg_producer_sync() {
 // (cp.async arrivals) and arrived once more after the stage's labels and any plain stores (256
 // arrivals); its `empty` mbarrier when the 256 consumer threads are done with it.  The producer
 // runs up to six panels ahead, through the consumers' epilogues.
-template <class T, class Src>
+template <class T, class Src, bool STAGED = false>
 __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) {
   using K = WgCfg;
-  constexpr int S = K::STAGES;
+  constexpr int S = STAGED ? WgStaged::STAGES : K::STAGES;
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool DEAD = std::is_same_v<Src, LargeVariableSrc<T>>;  // (wg_dead)
   KL_DYNAMIC_SMEM(smem_raw);
@@ -213,13 +263,96 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
-      kl::cu::mbar_init(&full[i], 2 * K::PRODUCERS);
+      kl::cu::mbar_init(&full[i], (STAGED ? 1 : 2) * K::PRODUCERS);
       kl::cu::mbar_init(&empty[i], K::CONSUMERS);
     }
   }
   __syncthreads();
 
-  if (tid >= K::CONSUMERS) {  // ---- the producer warpgroup
+  if (STAGED && tid >= K::CONSUMERS) {  // ---- the staged producer (WgStaged)
+    const int ptid = tid - K::CONSUMERS;
+    Src src(args);
+    if (ptid == 0) prod = first_state<T, Tile<T>>(src);
+    unsigned char *raw0 = smem + S * K::STAGE;
+    const int bk = ptid >> 1, bh = ptid & 1;  // this thread's B row and half (A: row ptid)
+    // the previous panel's stage (-1: none) and what this thread shifts into it: A's valid bytes
+    // (-1: dead row or loaded directly), B's valid columns in the half (-1: loaded directly)
+    int prev = -1, a_shift = 0, a_bytes = -1, b_shift = 0, b_cols = -1, b_bytes = 0;
+    bool b_zero = true;
+#pragma unroll 1
+    for (int q = 0;; ++q) {
+      const int slot = q % S;
+      if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
+      wg_producer_sync();  // the state thread 0 wrote last step is seen ...
+      const WgState<T> P = prod;
+      wg_producer_sync();  // ... and read by all before it advances it
+      unsigned char *raw = raw0 + (q & 1) * WgStaged::RAW;
+      int na_shift = 0, na_bytes = -1, nb_shift = 0, nb_cols = -1, nb_bytes = 0;
+      bool nb_zero = true;
+      if (P.live) {
+        T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
+        T *Bs = As + K::A_ELEMS;
+        const Tile<T> &lt = P.lt;
+        const int64_t lk0 = P.k0;
+        const int kv = int(lt.k - lk0 < K::BK ? lt.k - lk0 : K::BK);
+        const T *a = lt.A + lk0 * lt.a_cs, *b = lt.B + lk0 * lt.b_rs;
+        const int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
+        if (lt.a_cs != 1) {
+          wg_load_any<T, false>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, ptid);
+        } else if (ptid < lt.mv) {  // (rows past the tile's: dead)
+          na_bytes = 2 * kv;
+          na_shift = wg_stage_row(raw + ptid * WgStaged::ROW, a + ptid * lt.a_rs, na_bytes);
+        }
+        if (lt.b_cs != 1) {
+          wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
+        } else {
+          const int cols = lt.nv - 64 * bh;
+          nb_cols = cols < 0 ? 0 : cols > 64 ? 64 : cols;
+          nb_zero = bk >= kv;  // past the valid k: zeros
+          nb_bytes = 2 * nb_cols;
+          if (!nb_zero && nb_cols > 0)
+            nb_shift = wg_stage_row(raw + WgStaged::RAW_A + ptid * WgStaged::ROW,
+                                    b + bk * lt.b_rs + 64 * bh, nb_bytes);
+        }
+        if (ptid == 0) {
+          meta_tag[slot] = P.tag;
+          meta_flags[slot] = flags;
+          if (flags & 2) meta_tile[slot] = lt;
+          WgState<T> nx = P;
+          nx.k0 = lk0 + K::BK;
+          if (nx.k0 >= lt.k) {
+            nx.k0 = 0;
+            nx.live = src.next(P.tag, nx.lt, nx.tag);
+          }
+          prod = nx;
+        }
+      }
+      kl::cu::cp_async_commit();
+      if (prev >= 0) {  // the previous panel: this thread's chunks landed, shifted into place
+        kl::cu::cp_async_wait<1>();
+        const unsigned char *praw = raw0 + ((q - 1) & 1) * WgStaged::RAW;
+        T *As = reinterpret_cast<T *>(smem + prev * K::STAGE);
+        if (a_bytes >= 0)
+          wg_shift_row<T, false>(As, praw + ptid * WgStaged::ROW, ptid, 0, a_shift, a_bytes, 8,
+                                 false);
+        if (b_cols >= 0)
+          wg_shift_row<T, true>(As + K::A_ELEMS, praw + WgStaged::RAW_A + ptid * WgStaged::ROW,
+                                bk, 64 * bh, b_shift, b_bytes, (b_cols + 7) / 8, b_zero);
+        kl::cu::mbar_arrive(&full[prev]);  // its shifted rows, plain stores and labels
+      }
+      if (!P.live) {
+        if (ptid == 0) meta_tag[slot] = -1;  // the consumers' stop
+        kl::cu::mbar_arrive(&full[slot]);
+        break;
+      }
+      prev = slot, a_shift = na_shift, a_bytes = na_bytes, b_shift = nb_shift, b_cols = nb_cols;
+      b_bytes = nb_bytes, b_zero = nb_zero;
+    }
+    kl::cu::cp_async_wait<0>();
+    return;
+  }
+
+  if (!STAGED && tid >= K::CONSUMERS) {  // ---- the producer warpgroup
     const int ptid = tid - K::CONSUMERS;
     Src src(args);
     if (ptid == 0) prod = first_state<T, Tile<T>>(src);
@@ -344,10 +477,15 @@ inline int variable_wg_mode() {
   return level <= 0 ? 0 : level == 1 ? 1 : 2;
 }
 
-template <class T, class Src>
+template <class T, class Src, bool STAGED = false>
 cudaError_t launch_wg(const Args &args, int64_t items, cudaStream_t stream) {
-  return launch_persistent<wg_kernel<T, Src>, WgCfg::THREADS, WgCfg::SMEM>(args, items, stream);
+  return launch_persistent<wg_kernel<T, Src, STAGED>, WgCfg::THREADS,
+                           STAGED ? WgStaged::SMEM : WgCfg::SMEM>(args, items, stream);
 }
+
+// Whether variable batches' products of rows at other offsets (the mma.sync kernel's list) take
+// the staged form of the kernel (KRONLINALG_BATCHED_WG_STAGED; with the kernel on).
+inline bool wg_staged() { return kl::knob_int("KRONLINALG_BATCHED_WG_STAGED", 0) != 0; }
 
 }  // namespace batched
 }  // namespace kl
