@@ -14,15 +14,18 @@
 // transposition.  Six 32 KB stages (one block an SM) filled by a producer warpgroup (wg_kernel
 // says how the ring's mbarriers work); the work sources (uniform stacks, variable batches) are
 // the 128 x 128 kernel's; rows at any offset (packed odd orders) load synchronously, realigned,
-// and strided operands element by element.  The epilogue is the 128 x 128 kernel's, on a warp's
+// or in the staged form (WgStaged) as aligned chunks shifted in shared memory; strided operands
+// element by element.  The epilogue is the 128 x 128 kernel's, on a warp's
 // 16 x 128 accumulators as four 16 x 32 parts.
 //
 // Where it runs (wgmma_level, the launcher): uniform half-type stacks of 16-byte aligned rows
-// with orders from 96 and k >= 64.  H100, 2026-11-27, loops of calls, batch 10^4, µs (fraction
-// of copy bandwidth), this kernel / the mma.sync kernel / torch.bmm: float16 128^3 362 (0.92) /
-// 486 / 344; 256^3 1,886 (0.70) / 2,680 / 1,375; below it stays on the mma.sync kernel: order 64
-// 185 / 112, low rank k = 16 and 32 323-353 / 292-302 (benchmarks/batched_wgmma_ab.py,
-// benchmarks/data/batched_wgmma_ab_h100_2026-11-27_s13g.*).  What the versions before taught
+// with orders from 96 and k >= 64, and the products of variable batches whose rows are all
+// aligned.  H100, 2026-11-27, loops of calls, batch 10^4, µs (fraction of copy bandwidth), this
+// kernel / the mma.sync kernel / torch.bmm: float16 128^3 367 (0.90) / 495 / 342; 256^3 1,704
+// (0.78) / 2,661 / 1,376; variable, orders 8..256 a multiple of 8, 1,027 / 1,414 (padding to 256
+// and torch.bmm: 1,369); below it stays on the mma.sync kernel: order 64 169 / 112, low rank
+// k = 16 and 32 (benchmarks/batched_wgmma_ab.py, benchmarks/data/batched_wgmma_ab_h100_
+// 2026-11-27_s14d.*; the low-rank rows _s13g).  What the versions before taught
 // (same data, runs s13a-f): a block barrier a panel instead of the producer warpgroup, 0.46 at
 // order 256; one producer warp, 0.34 (2,048 cp.async a stage from 32 lanes); skipping the copies
 // past the valid k, a test a chunk, 0.47 against 0.64 without; every wgmma under a branch
