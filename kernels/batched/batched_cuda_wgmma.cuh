@@ -271,6 +271,20 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
     }
   }
   __syncthreads();
+  // (the producer's thread 0) a stage's labels -- its tile's tag, first / last flags and, for
+  // the tile's last panel, the tile for the epilogue -- and the state moved to the next panel
+  auto label_and_advance = [&](const WgState<T> &P, int slot, int flags, Src &src) {
+    meta_tag[slot] = P.tag;
+    meta_flags[slot] = flags;
+    if (flags & 2) meta_tile[slot] = P.lt;
+    WgState<T> nx = P;
+    nx.k0 = P.k0 + K::BK;
+    if (nx.k0 >= P.lt.k) {
+      nx.k0 = 0;
+      nx.live = src.next(P.tag, nx.lt, nx.tag);
+    }
+    prod = nx;
+  };
 
   if (STAGED && tid >= K::CONSUMERS) {  // ---- the staged producer (WgStaged)
     const int ptid = tid - K::CONSUMERS;
@@ -317,18 +331,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
             nb_shift = wg_stage_row(raw + WgStaged::RAW_A + ptid * WgStaged::ROW,
                                     b + bk * lt.b_rs + 64 * bh, nb_bytes);
         }
-        if (ptid == 0) {
-          meta_tag[slot] = P.tag;
-          meta_flags[slot] = flags;
-          if (flags & 2) meta_tile[slot] = lt;
-          WgState<T> nx = P;
-          nx.k0 = lk0 + K::BK;
-          if (nx.k0 >= lt.k) {
-            nx.k0 = 0;
-            nx.live = src.next(P.tag, nx.lt, nx.tag);
-          }
-          prod = nx;
-        }
+        if (ptid == 0) label_and_advance(P, slot, flags, src);
       }
       kl::cu::cp_async_commit();
       if (prev >= 0) {  // the previous panel: this thread's chunks landed, shifted into place
@@ -380,18 +383,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
         if (panel16(b, lt.b_rs, lt.b_cs)) wg_load16<T, true, DEAD>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
         else if (lt.b_cs == 1) wg_load_rows<T, true, DEAD>(Bs, b, lt.b_rs, kv, lt.nv, ptid);
         else wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
-        if (ptid == 0) {
-          meta_tag[slot] = P.tag;
-          meta_flags[slot] = flags;
-          if (flags & 2) meta_tile[slot] = lt;
-          WgState<T> nx = P;
-          nx.k0 = lk0 + K::BK;
-          if (nx.k0 >= lt.k) {
-            nx.k0 = 0;
-            nx.live = src.next(P.tag, nx.lt, nx.tag);
-          }
-          prod = nx;
-        }
+        if (ptid == 0) label_and_advance(P, slot, flags, src);
       } else if (ptid == 0) {
         meta_tag[slot] = -1;  // the consumers' stop
       }
