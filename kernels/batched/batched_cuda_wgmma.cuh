@@ -273,6 +273,14 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   __syncthreads();
   // (the producer's thread 0) a stage's labels -- its tile's tag, first / last flags and, for
   // the tile's last panel, the tile for the epilogue -- and the state moved to the next panel
+  // (every producer thread) panel q's state, once its stage is free
+  auto panel_state = [&](int q, int slot) {
+    if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
+    wg_producer_sync();  // the state thread 0 wrote last step is seen ...
+    const WgState<T> P = prod;
+    wg_producer_sync();  // ... and read by all before it advances it
+    return P;
+  };
   auto label_and_advance = [&](const WgState<T> &P, int slot, int flags, Src &src) {
     meta_tag[slot] = P.tag;
     meta_flags[slot] = flags;
@@ -299,10 +307,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
 #pragma unroll 1
     for (int q = 0;; ++q) {
       const int slot = q % S;
-      if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
-      wg_producer_sync();  // the state thread 0 wrote last step is seen ...
-      const WgState<T> P = prod;
-      wg_producer_sync();  // ... and read by all before it advances it
+      const WgState<T> P = panel_state(q, slot);
       unsigned char *raw = raw0 + (q & 1) * WgStaged::RAW;
       int na_shift = 0, na_bytes = -1, nb_shift = 0, nb_cols = -1, nb_bytes = 0;
       bool nb_zero = true;
@@ -365,10 +370,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
 #pragma unroll 1
     for (int q = 0;; ++q) {
       const int slot = q % S;
-      if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
-      wg_producer_sync();  // the state thread 0 wrote last step is seen ...
-      const WgState<T> P = prod;
-      wg_producer_sync();  // ... and read by all before it advances it
+      const WgState<T> P = panel_state(q, slot);
       T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
       T *Bs = As + K::A_ELEMS;
       if (P.live) {
