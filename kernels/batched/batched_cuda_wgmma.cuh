@@ -168,9 +168,9 @@ __device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, in
 // offsets): a panel's rows land as the aligned 16-byte chunks that hold them, by cp.async, in one
 // of two raw areas, and are shifted into the swizzled stage one panel later -- where the direct
 // producer loads them synchronously (wg_load_rows: 3,558 µs for variable float16 batches of
-// every order, against the mma.sync kernel's 2,334, H100, 2026-11-27).  Each producer thread
-// owns whole rows (A row ptid; half ptid % 2 of B row ptid / 2, its nine chunks overlapping the
-// other half's by one), so it waits only for its own copies (cp.async.wait_group) and needs no
+// every order, against the mma.sync kernel's 2,334, H100, 2026-11-27).  The copies go chunk-major
+// (wg_stage_chunks); each producer thread then shifts whole rows (A row ptid; half ptid % 2 of B
+// row ptid / 2, its nine chunks overlapping the other half's by one), after the producers'
 // barrier.  Four ring stages and the two raw areas fill the 227 KB.
 struct WgStaged {
   static constexpr int STAGES = 4;
@@ -202,16 +202,25 @@ __device__ __forceinline__ void wg_shift_row(T *stage, const unsigned char *raw,
   }
 }
 
-// Issues the cp.async of one staged row piece: the chunks that hold its `bytes` valid bytes
-// from `src` (none past them: no read leaves the operand's 16-byte granules).  Returns the shift.
-__device__ __forceinline__ int wg_stage_row(unsigned char *raw, const void *src, int bytes) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(src);
-  const int shift = int(at & 15);
-  const unsigned char *base = reinterpret_cast<const unsigned char *>(at - uintptr_t(shift));
+// Issues the cp.async of a panel's 128 staged row pieces (A's rows, or B's half rows), chunk-
+// major: thread t takes chunks t, t + 128, ... of the 128 x 9, so a warp's copy covers a few
+// rows' contiguous runs (a row a thread put 32 rows in each warp instruction: the staged form
+// ran variable float16 batches of every order only 8 % faster than the mma.sync kernel, H100,
+// 2026-11-27).  piece(r, at, bytes): piece r's first element's address and its valid bytes (0:
+// none); only the chunks that hold valid bytes are read (none leaves the operand's granules).
+template <class Piece>
+__device__ __forceinline__ void wg_stage_chunks(unsigned char *raw, int ptid, Piece piece) {
 #pragma unroll
-  for (int j = 0; j < 9; ++j)
-    if (16 * j < shift + bytes) kl::cu::cp_async_16(raw + 16 * j, base + 16 * j, true);
-  return shift;
+  for (int u = 0; u < 9; ++u) {
+    const int i = ptid + u * WgCfg::PRODUCERS, r = i / 9, j = i - 9 * r;
+    uintptr_t at;
+    int bytes;
+    piece(r, at, bytes);
+    const int shift = int(at & 15);
+    if (bytes > 0 && 16 * j < shift + bytes)
+      kl::cu::cp_async_16(raw + r * WgStaged::ROW + 16 * j,
+                          reinterpret_cast<const void *>(at - uintptr_t(shift) + 16 * j), true);
+  }
 }
 
 // Columns 32 CG .. 32 CG + 31 of a warp's 16 x 128 accumulators (compile-time indices: the
@@ -321,26 +330,39 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
         const int flags = (lk0 == 0 ? 1 : 0) | (lk0 + K::BK >= lt.k ? 2 : 0);
         if (lt.a_cs != 1) {
           wg_load_any<T, false>(As, a, lt.a_rs, lt.a_cs, lt.mv, kv, ptid);
-        } else if (ptid < lt.mv) {  // (rows past the tile's: dead)
-          na_bytes = 2 * kv;
-          na_shift = wg_stage_row(raw + ptid * WgStaged::ROW, a + ptid * lt.a_rs, na_bytes);
+        } else {
+          wg_stage_chunks(raw, ptid, [&](int r, uintptr_t &at, int &bytes) {
+            at = reinterpret_cast<uintptr_t>(a + r * lt.a_rs);
+            bytes = r < lt.mv ? 2 * kv : 0;  // (rows past the tile's: dead)
+          });
+          if (ptid < lt.mv) {
+            na_bytes = 2 * kv;
+            na_shift = int(reinterpret_cast<uintptr_t>(a + ptid * lt.a_rs) & 15);
+          }
         }
         if (lt.b_cs != 1) {
           wg_load_any<T, true>(Bs, b, lt.b_rs, lt.b_cs, kv, lt.nv, ptid);
         } else {
-          const int cols = lt.nv - 64 * bh;
-          nb_cols = cols < 0 ? 0 : cols > 64 ? 64 : cols;
-          nb_zero = bk >= kv;  // past the valid k: zeros
+          auto half_cols = [&](int h) {
+            const int cols = lt.nv - 64 * h;
+            return cols < 0 ? 0 : cols > 64 ? 64 : cols;
+          };
+          wg_stage_chunks(raw + WgStaged::RAW_A, ptid, [&](int r, uintptr_t &at, int &bytes) {
+            const int k = r >> 1, h = r & 1;  // (rows past the valid k: zeros, none loaded)
+            at = reinterpret_cast<uintptr_t>(b + k * lt.b_rs + 64 * h);
+            bytes = k < kv ? 2 * half_cols(h) : 0;
+          });
+          nb_cols = half_cols(bh);
+          nb_zero = bk >= kv;
           nb_bytes = 2 * nb_cols;
-          if (!nb_zero && nb_cols > 0)
-            nb_shift = wg_stage_row(raw + WgStaged::RAW_A + ptid * WgStaged::ROW,
-                                    b + bk * lt.b_rs + 64 * bh, nb_bytes);
+          nb_shift = int(reinterpret_cast<uintptr_t>(b + bk * lt.b_rs + 64 * bh) & 15);
         }
         if (ptid == 0) label_and_advance(P, slot, flags, src);
       }
       kl::cu::cp_async_commit();
-      if (prev >= 0) {  // the previous panel: this thread's chunks landed, shifted into place
+      if (prev >= 0) {  // the previous panel: its chunks landed (every thread's), shifted
         kl::cu::cp_async_wait<1>();
+        wg_producer_sync();
         const unsigned char *praw = raw0 + ((q - 1) & 1) * WgStaged::RAW;
         T *As = reinterpret_cast<T *>(smem + prev * K::STAGE);
         if (a_bytes >= 0)
