@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batched_gpu import (COPY_BW, DT, SE, packed_error, packed_inputs, rel_err,  # noqa: E402
                          timed)
 
-# name: KRONLINALG_BATCHED_WGMMA (1, the default: the wgmma kernel where rows are aligned), and
-# "staged": 1 with the staged form for variable products of rows at other offsets
-VARIANTS = {"mma_sync": "0", "default": "1", "staged": "1 staged", "wgmma": "3"}
+# name: KRONLINALG_BATCHED_WGMMA (1: the wgmma kernel where rows are aligned; "staged", the
+# default since 2026-11-27: and its staged form for variable products of rows at other offsets)
+VARIANTS = {"mma_sync": "0", "level1": "1", "default": "1 staged", "wgmma": "3"}
 
 
 def with_env(level, fn):

@@ -68,11 +68,11 @@ KNOBS: dict = {k.name: k for k in (
          "0 never, 1 uniform stacks of 16-byte aligned rows from order 96 with k >= 64 and "
          "the products of variable batches whose rows are 16-byte aligned, 2 every variable "
          "product of order >= 96 too, 3 and every uniform stack of aligned rows", "c++"),
-    Knob("KRONLINALG_BATCHED_WG_STAGED", int, 0,
-         "batched_matmul: 1 sends the half types' variable products of rows at 2-byte offsets "
-         "(those of order >= 96) to the staged form of the warpgroup-MMA kernel (their chunks "
-         "land by cp.async and are shifted in shared memory) instead of the mma.sync kernel",
-         "c++"),
+    Knob("KRONLINALG_BATCHED_WG_STAGED", int, 1,
+         "batched_matmul: the half types' variable products of order >= 96 whose rows sit at "
+         "other offsets on the staged form of the warpgroup-MMA kernel (their chunks land by "
+         "cp.async and are shifted in shared memory; the default with the kernel on), 0 on the "
+         "mma.sync kernel", "c++"),
     Knob("KRONLINALG_BATCHED_TINY", int, 1,
          "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
          "operands a fixed stride apart)", "c++"),
