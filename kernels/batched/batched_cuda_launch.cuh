@@ -167,10 +167,8 @@ cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
   if (wg < 2) {  // (at wg 2 the wgmma list took every product of order >= from)
     bool done = false;
     if constexpr (sizeof(T) == 2) {
-      const int lag = wg ? wg_staged() : 0;  // the staged warpgroup-MMA kernel takes them
-      if (lag) {
-        e2 = lag == 1 ? launch_wg<T, LargeVariableSrc<T>, 1>(la, args.count * large_rows, stream)
-                      : launch_wg<T, LargeVariableSrc<T>, 2>(la, args.count * large_rows, stream);
+      if (wg && wg_staged()) {  // the staged warpgroup-MMA kernel takes them instead
+        e2 = launch_wg<T, LargeVariableSrc<T>, true>(la, args.count * large_rows, stream);
         done = true;
       }
     }

@@ -172,15 +172,11 @@ __device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, in
 // (wg_stage_chunks); each producer thread then shifts whole rows (A row ptid; half ptid % 2 of B
 // row ptid / 2, its nine chunks overlapping the other half's by one), after the producers'
 // barrier.  Four ring stages and the two raw areas fill the 227 KB.
-// LAG: panels of copies in flight while a panel is shifted (LAG + 1 raw areas; LAG 2 leaves room
-// for three ring stages, LAG 1 for four).
-template <int LAG = 1>
 struct WgStaged {
-  static constexpr int STAGES = LAG == 1 ? 4 : 3, NRAW = LAG + 1;
+  static constexpr int STAGES = 4;
   static constexpr int ROW = 9 * 16;  // bytes: 64 halves at any 2-byte offset lie in 9 chunks
   static constexpr int RAW_A = 128 * ROW, RAW = RAW_A + 64 * 2 * ROW;
-  static constexpr int SMEM = STAGES * WgCfg::STAGE + NRAW * RAW + 1024;
-  static_assert(SMEM <= 227 * 1024, "the H100's shared memory a block");
+  static constexpr int SMEM = STAGES * WgCfg::STAGE + 2 * RAW + 1024;
 };
 
 // One staged row piece of 64 halves (A's row, or half a row of B) into the stage: piece p (8
@@ -222,7 +218,7 @@ __device__ __forceinline__ void wg_stage_chunks(unsigned char *raw, int ptid, Pi
     piece(r, at, bytes);
     const int shift = int(at & 15);
     if (bytes > 0 && 16 * j < shift + bytes)
-      kl::cu::cp_async_16(raw + r * WgStaged<>::ROW + 16 * j,
+      kl::cu::cp_async_16(raw + r * WgStaged::ROW + 16 * j,
                           reinterpret_cast<const void *>(at - uintptr_t(shift) + 16 * j), true);
   }
 }
@@ -262,11 +258,10 @@ __device__ __forceinline__ void wg_producer_sync() {
 // (cp.async arrivals) and arrived once more after the stage's labels and any plain stores (256
 // arrivals); its `empty` mbarrier when the 256 consumer threads are done with it.  The producer
 // runs up to six panels ahead, through the consumers' epilogues.
-template <class T, class Src, int STAGED = 0>  // STAGED: 0 the direct producer, else WgStaged's LAG
+template <class T, class Src, bool STAGED = false>
 __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) {
   using K = WgCfg;
-  using W = WgStaged<STAGED ? STAGED : 1>;
-  constexpr int S = STAGED ? W::STAGES : K::STAGES;
+  constexpr int S = STAGED ? WgStaged::STAGES : K::STAGES;
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr bool DEAD = std::is_same_v<Src, LargeVariableSrc<T>>;  // (wg_dead)
   KL_DYNAMIC_SMEM(smem_raw);
@@ -314,44 +309,18 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
     if (ptid == 0) prod = first_state<T, Tile<T>>(src);
     unsigned char *raw0 = smem + S * K::STAGE;
     const int bk = ptid >> 1, bh = ptid & 1;  // this thread's B row and half (A: row ptid)
-    // what this thread shifts into a panel's stage once its copies land: A's valid bytes (-1:
-    // dead row or loaded directly), B's valid columns in the half (-1: loaded directly); the
-    // LAG panels in flight, oldest first (slot -1: none)
-    struct Pend {
-      int slot = -1, raw = 0, a_shift = 0, a_bytes = -1, b_shift = 0, b_cols = -1, b_bytes = 0;
-      bool b_zero = true;
-    };
-    Pend pend[W::NRAW - 1];
-    // the oldest panel in flight: this thread's copies landed (at most `left` newer groups
-    // pending), every thread's (the barrier), shifted into place, published
-    auto shift_oldest = [&](auto left) {
-      const Pend &o = pend[0];
-      if (o.slot >= 0) {
-        kl::cu::cp_async_wait<decltype(left)::value>();
-        wg_producer_sync();
-        const unsigned char *praw = raw0 + o.raw * W::RAW;
-        T *As = reinterpret_cast<T *>(smem + o.slot * K::STAGE);
-        if (o.a_bytes >= 0)
-          wg_shift_row<T, false>(As, praw + ptid * W::ROW, ptid, 0, o.a_shift, o.a_bytes, 8,
-                                 false);
-        if (o.b_cols >= 0)
-          wg_shift_row<T, true>(As + K::A_ELEMS, praw + W::RAW_A + ptid * W::ROW, bk, 64 * bh,
-                                o.b_shift, o.b_bytes, (o.b_cols + 7) / 8, o.b_zero);
-        kl::cu::mbar_arrive(&full[o.slot]);  // its shifted rows, plain stores and labels
-      }
-#pragma unroll
-      for (int i = 0; i + 1 < W::NRAW - 1; ++i) pend[i] = pend[i + 1];
-      pend[W::NRAW - 2] = Pend{};
-    };
+    // the previous panel's stage (-1: none) and what this thread shifts into it: A's valid bytes
+    // (-1: dead row or loaded directly), B's valid columns in the half (-1: loaded directly)
+    int prev = -1, a_shift = 0, a_bytes = -1, b_shift = 0, b_cols = -1, b_bytes = 0;
+    bool b_zero = true;
 #pragma unroll 1
     for (int q = 0;; ++q) {
       const int slot = q % S;
       const WgState<T> P = panel_state(q, slot);
-      Pend np;
-      np.raw = q % W::NRAW;
-      unsigned char *raw = raw0 + np.raw * W::RAW;
+      unsigned char *raw = raw0 + (q & 1) * WgStaged::RAW;
+      int na_shift = 0, na_bytes = -1, nb_shift = 0, nb_cols = -1, nb_bytes = 0;
+      bool nb_zero = true;
       if (P.live) {
-        np.slot = slot;
         T *As = reinterpret_cast<T *>(smem + slot * K::STAGE);
         T *Bs = As + K::A_ELEMS;
         const Tile<T> &lt = P.lt;
@@ -367,8 +336,8 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
             bytes = r < lt.mv ? 2 * kv : 0;  // (rows past the tile's: dead)
           });
           if (ptid < lt.mv) {
-            np.a_bytes = 2 * kv;
-            np.a_shift = int(reinterpret_cast<uintptr_t>(a + ptid * lt.a_rs) & 15);
+            na_bytes = 2 * kv;
+            na_shift = int(reinterpret_cast<uintptr_t>(a + ptid * lt.a_rs) & 15);
           }
         }
         if (lt.b_cs != 1) {
@@ -378,28 +347,39 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
             const int cols = lt.nv - 64 * h;
             return cols < 0 ? 0 : cols > 64 ? 64 : cols;
           };
-          wg_stage_chunks(raw + W::RAW_A, ptid, [&](int r, uintptr_t &at, int &bytes) {
+          wg_stage_chunks(raw + WgStaged::RAW_A, ptid, [&](int r, uintptr_t &at, int &bytes) {
             const int k = r >> 1, h = r & 1;  // (rows past the valid k: zeros, none loaded)
             at = reinterpret_cast<uintptr_t>(b + k * lt.b_rs + 64 * h);
             bytes = k < kv ? 2 * half_cols(h) : 0;
           });
-          np.b_cols = half_cols(bh);
-          np.b_zero = bk >= kv;
-          np.b_bytes = 2 * np.b_cols;
-          np.b_shift = int(reinterpret_cast<uintptr_t>(b + bk * lt.b_rs + 64 * bh) & 15);
+          nb_cols = half_cols(bh);
+          nb_zero = bk >= kv;
+          nb_bytes = 2 * nb_cols;
+          nb_shift = int(reinterpret_cast<uintptr_t>(b + bk * lt.b_rs + 64 * bh) & 15);
         }
         if (ptid == 0) label_and_advance(P, slot, flags, src);
       }
       kl::cu::cp_async_commit();
-      if (!P.live) {  // the panels in flight, then the consumers' stop
-#pragma unroll
-        for (int i = 0; i < W::NRAW - 1; ++i) shift_oldest(std::integral_constant<int, 0>{});
-        if (ptid == 0) meta_tag[slot] = -1;
+      if (prev >= 0) {  // the previous panel: its chunks landed (every thread's), shifted
+        kl::cu::cp_async_wait<1>();
+        wg_producer_sync();
+        const unsigned char *praw = raw0 + ((q - 1) & 1) * WgStaged::RAW;
+        T *As = reinterpret_cast<T *>(smem + prev * K::STAGE);
+        if (a_bytes >= 0)
+          wg_shift_row<T, false>(As, praw + ptid * WgStaged::ROW, ptid, 0, a_shift, a_bytes, 8,
+                                 false);
+        if (b_cols >= 0)
+          wg_shift_row<T, true>(As + K::A_ELEMS, praw + WgStaged::RAW_A + ptid * WgStaged::ROW,
+                                bk, 64 * bh, b_shift, b_bytes, (b_cols + 7) / 8, b_zero);
+        kl::cu::mbar_arrive(&full[prev]);  // its shifted rows, plain stores and labels
+      }
+      if (!P.live) {
+        if (ptid == 0) meta_tag[slot] = -1;  // the consumers' stop
         kl::cu::mbar_arrive(&full[slot]);
         break;
       }
-      shift_oldest(std::integral_constant<int, W::NRAW - 1>{});  // (none in the first LAG)
-      pend[W::NRAW - 2] = np;
+      prev = slot, a_shift = na_shift, a_bytes = na_bytes, b_shift = nb_shift, b_cols = nb_cols;
+      b_bytes = nb_bytes, b_zero = nb_zero;
     }
     kl::cu::cp_async_wait<0>();
     return;
@@ -516,22 +496,17 @@ inline int variable_wg_mode() {
   return level <= 0 ? 0 : level == 1 ? 1 : 2;
 }
 
-template <class T, class Src, int STAGED = 0>
+template <class T, class Src, bool STAGED = false>
 cudaError_t launch_wg(const Args &args, int64_t items, cudaStream_t stream) {
   return launch_persistent<wg_kernel<T, Src, STAGED>, WgCfg::THREADS,
-                           STAGED ? WgStaged<STAGED ? STAGED : 1>::SMEM : WgCfg::SMEM>(
-      args, items, stream);
+                           STAGED ? WgStaged::SMEM : WgCfg::SMEM>(args, items, stream);
 }
 
 // Whether variable batches' products of order >= 96 whose rows sit at other offsets take the
 // staged form of the kernel (KRONLINALG_BATCHED_WG_STAGED, on by default with the kernel), not
 // the mma.sync kernel: float16 / bfloat16 orders 8..256, 2,456 / 2,680 µs against 2,784 / 3,001
 // (H100, 2026-11-27, run s14f).
-// The value: the staged form's lag (1: four ring stages, two raw areas; 2: three and three).
-inline int wg_staged() {
-  const int v = kl::knob_int("KRONLINALG_BATCHED_WG_STAGED", 1);
-  return v <= 0 ? 0 : v >= 2 ? 2 : 1;
-}
+inline bool wg_staged() { return kl::knob_int("KRONLINALG_BATCHED_WG_STAGED", 1) != 0; }
 
 }  // namespace batched
 }  // namespace kl
