@@ -123,10 +123,12 @@ inline SplitPlan split_plan(int64_t from, int64_t max_order, int small_shape, in
 }
 
 // A variable batch of tensor-core products (float16 / bfloat16, 3xTF32 float32, m16n8k8
-// float64) in three launches on one stream, no host synchronisation: bin_kernel sorts the
-// table's rows of tiles into two lists, the 128 x 128 kernel takes products of order >= from,
-// the small-tile kernel (shape small_shape, chosen for orders < from) the rest.  `args` as
-// kl_batched_matmul_cuda_var fills it (counter unused); `scratch`: plan.words(count) words.
+// float64) in three or four launches on one stream, no host synchronisation: bin_kernel sorts
+// the table's rows of tiles into lists (BinLists), the warpgroup-MMA kernel takes its list
+// (plan.wg, the half types), the 128 x 128 kernel -- or, for the half types, the staged form of
+// the warpgroup-MMA kernel (wg_staged) -- products of order >= from, the small-tile kernel
+// (shape small_shape, chosen for orders < from) the rest.  `args` as kl_batched_matmul_cuda_var
+// fills it (counter unused); `scratch`: plan.words(count) words.
 template <class T, int MMA>
 cudaError_t launch_variable_split(const Args &args, const SplitPlan &plan,
                                   unsigned long long *scratch, cudaStream_t stream) {
