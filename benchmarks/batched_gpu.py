@@ -15,6 +15,7 @@ case also checks our result against a float64 reference on a few products.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -30,6 +31,22 @@ COPY_BW = 2.96e12
 DT = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
       "bfloat16": torch.bfloat16}
 SE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@contextlib.contextmanager
+def env_scope(settings):
+    """The environment with `settings` (name: value) inside the block, restored after it (the
+    C++ launchers read their KRONLINALG_* knobs at every launch)."""
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def timed(fn, reps=12, inner=None):

@@ -22,17 +22,18 @@ from torch.profiler import ProfilerActivity, profile
 import kronlinalg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batched_gpu import packed_inputs  # noqa: E402
+from batched_gpu import env_scope, packed_inputs  # noqa: E402
 
 
 def one(dtype, step, level, calls=3, extra=""):
     """extra: NAME=VALUE environment settings for this case (space-separated)."""
-    os.environ["KRONLINALG_BATCHED_WGMMA"] = level
-    saved = {}
-    for kv in extra.split():
-        name, value = kv.split("=", 1)
-        saved[name] = os.environ.get(name)
-        os.environ[name] = value
+    settings = {"KRONLINALG_BATCHED_WGMMA": level}
+    settings.update(kv.split("=", 1) for kv in extra.split())
+    with env_scope(settings):
+        _one(dtype, step, f"{level} {extra}".strip(), calls)
+
+
+def _one(dtype, step, label, calls):
     _, a, b, dsizes, na = packed_inputs(dtype, 10_000, step=step)
 
     def call():
@@ -60,16 +61,11 @@ def one(dtype, step, level, calls=3, extra=""):
             per[it.key[:60]][0] += us
             per[it.key[:60]][1] += it.count
     total = sum(v[0] for v in per.values()) / calls
-    print(f"{dtype} step {step} level {level} {extra}: {total:8.1f} us of kernels a call, "
+    print(f"{dtype} step {step} level {label}: {total:8.1f} us of kernels a call, "
           f"{sum(v[1] for v in per.values()) // calls} kernels; host {host_us:7.1f} us a call, "
           f"loop {loop_us:7.1f} us a call")
     for name, (us, cnt) in sorted(per.items(), key=lambda kv: -kv[1][0])[:8]:
         print(f"   {us / calls:8.1f} us  x{cnt // calls:<3d} {name}")
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 if __name__ == "__main__":

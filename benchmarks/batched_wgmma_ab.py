@@ -26,8 +26,8 @@ import torch
 import kronlinalg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batched_gpu import (COPY_BW, DT, SE, packed_error, packed_inputs, rel_err,  # noqa: E402
-                         timed)
+from batched_gpu import (COPY_BW, DT, SE, env_scope, packed_error, packed_inputs,  # noqa: E402
+                         rel_err, timed)
 
 # name: KRONLINALG_BATCHED_WGMMA (1: the wgmma kernel where rows are aligned; "staged", the
 # default since 2026-11-27: and its staged form for variable products of rows at other offsets)
@@ -36,18 +36,9 @@ VARIANTS = {"mma_sync": "0", "level1": "1", "default": "1 staged", "wgmma": "3"}
 
 def with_env(level, fn):
     level, *rest = level.split()
-    env = {"KRONLINALG_BATCHED_WGMMA": level,
-           "KRONLINALG_BATCHED_WG_STAGED": "1" if "staged" in rest else "0"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with env_scope({"KRONLINALG_BATCHED_WGMMA": level,
+                    "KRONLINALG_BATCHED_WG_STAGED": "1" if "staged" in rest else "0"}):
         return fn()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def uniform(dtype, batch, m, n, k):
