@@ -168,10 +168,11 @@ __device__ __forceinline__ void wg_load_any(T *dst, const T *src, int64_t rs, in
 // offsets): a panel's rows land as the aligned 16-byte chunks that hold them, by cp.async, in one
 // of two raw areas, and are shifted into the swizzled stage one panel later -- where the direct
 // producer loads them synchronously (wg_load_rows: 3,558 µs for variable float16 batches of
-// every order, against the mma.sync kernel's 2,334, H100, 2026-11-27).  The copies go chunk-major
-// (wg_stage_chunks); each producer thread then shifts whole rows (A row ptid; half ptid % 2 of B
-// row ptid / 2, its nine chunks overlapping the other half's by one), after the producers'
-// barrier.  Four ring stages and the two raw areas fill the 227 KB.
+// every order, against the mma.sync kernel's 2,334, H100, 2026-11-27; the staged form 2,025).
+// The copies go chunk-major (wg_stage_chunks); each producer thread then shifts whole rows (A
+// row ptid; half ptid % 2 of B row ptid / 2, its nine chunks overlapping the other half's by
+// one), after the producers' barrier.  Four ring stages and the two raw areas fill the 227 KB
+// (a second panel of copies in flight, three raw areas and three stages, ran 2,596).
 struct WgStaged {
   static constexpr int STAGES = 4;
   static constexpr int ROW = 9 * 16;  // bytes: 64 halves at any 2-byte offset lie in 9 chunks
@@ -263,7 +264,7 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
   using K = WgCfg;
   constexpr int S = STAGED ? WgStaged::STAGES : K::STAGES;
   constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr bool DEAD = std::is_same_v<Src, LargeVariableSrc<T>>;  // (wg_dead)
+  constexpr bool DEAD = std::is_same_v<Src, LargeVariableSrc<T>>;  // (wg_load16)
   KL_DYNAMIC_SMEM(smem_raw);
   // the swizzle is a function of the shared-memory address: stages start on 1024-byte boundaries
   unsigned char *smem = smem_raw + ((1024 - (kl::cu::smem_u32(smem_raw) & 1023)) & 1023);
@@ -280,8 +281,6 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
     }
   }
   __syncthreads();
-  // (the producer's thread 0) a stage's labels -- its tile's tag, first / last flags and, for
-  // the tile's last panel, the tile for the epilogue -- and the state moved to the next panel
   // (every producer thread) panel q's state, once its stage is free
   auto panel_state = [&](int q, int slot) {
     if (q >= S) kl::cu::mbar_wait_parity(&empty[slot], uint32_t((q / S - 1) & 1));
@@ -290,6 +289,8 @@ __global__ void __launch_bounds__(WgCfg::THREADS, 1) wg_kernel(const Args args) 
     wg_producer_sync();  // ... and read by all before it advances it
     return P;
   };
+  // (the producer's thread 0) a stage's labels -- its tile's tag, first / last flags and, for
+  // the tile's last panel, the tile for the epilogue -- and the state moved to the next panel
   auto label_and_advance = [&](const WgState<T> &P, int slot, int flags, Src &src) {
     meta_tag[slot] = P.tag;
     meta_flags[slot] = flags;
