@@ -5,8 +5,9 @@ with a device table whose rows leave the buffers).
     compute-sanitizer --tool memcheck python benchmarks/batched_sanitize.py [--quick] [--large-only]
     compute-sanitizer --tool racecheck python benchmarks/batched_sanitize.py --tiny-only
 
---tiny-only: the tiny-product kernel's cases alone (dense stacks of orders <= 32, every dtype:
-odd sizes, products a padded stride apart, a shared B, beta).
+--tiny-only: the tiny-product and thin-product kernels' cases alone (dense stacks of orders <= 32,
+every dtype, and of a short k, the half types and float32: odd sizes, partial tiles, products a
+padded stride apart, a shared B, beta).
 """
 
 import sys
@@ -28,6 +29,17 @@ for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
         b = torch.randn(2, 37, k, n, device=dev).to(dtype)
         c = torch.randn(2, 37, m, n, device=dev).to(dtype)
         for x, y, cc in ((a, b, c), (a[:, ::2], b[:, ::2], c[:, ::2]), (a, b[0, 0], c)):
+            out = kronlinalg.batched_matmul(x, y, c=cc, beta=0.5, alpha=2.0, algorithm="kami1d")
+            ref = 2.0 * (x.double() @ y.double()) + 0.5 * cc.double()
+            err = float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+            worst[key] = max(worst.get(key, 0.0), err)
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    key = str(dtype) + " thin"
+    for (m, k, n) in ((128, 16, 128), (71, 24, 264), (33, 16, 72)):
+        a = torch.randn(5, m, k, device=dev).to(dtype)
+        b = torch.randn(5, k, n, device=dev).to(dtype)
+        c = torch.randn(5, m, n, device=dev).to(dtype)
+        for x, y, cc in ((a, b, c), (a[::2], b[::2], c[::2]), (a, b[0], c)):
             out = kronlinalg.batched_matmul(x, y, c=cc, beta=0.5, alpha=2.0, algorithm="kami1d")
             ref = 2.0 * (x.double() @ y.double()) + 0.5 * cc.double()
             err = float((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))

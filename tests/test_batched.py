@@ -155,6 +155,31 @@ def test_dense_small_products(xp, rng, monkeypatch, tiny):
                        msg=f"{algo} shared b {dtype} {m}x{k}x{n}: ")
 
 
+@pytest.mark.parametrize("thin", ["1", "0"])
+def test_low_rank_products(xp, rng, monkeypatch, thin):
+    """Stacks of products with a short k (low rank: on CUDA the thin-product kernel for the half
+    types and float32, or with KRONLINALG_BATCHED_THIN=0 the tile kernels): k of whole and
+    partial MMA steps, orders that leave partial 64 x 128 tiles, alpha and beta with c, every
+    other matrix of a stack, a shared b, and sizes just outside the kernel (k = 33, odd n)."""
+    monkeypatch.setenv("KRONLINALG_BATCHED_THIN", thin)
+    for dtype in xp.dtypes:
+        for (m, k, n) in ((128, 16, 128), (128, 32, 128), (200, 8, 136), (71, 24, 264),
+                          (33, 16, 72), (64, 12, 64), (96, 33, 96), (96, 16, 97)):
+            a, an = random(xp, rng, (3, m, k), dtype)
+            b, bn = random(xp, rng, (3, k, n), dtype)
+            c, cn = random(xp, rng, (3, m, n), dtype)
+            out = batched_matmul(a, b, c=c, alpha=-0.5, beta=2.0, algorithm="auto")
+            _check(out, _ref(an, bn, -0.5, 2.0, cn), xp, dtype, an, bn, -0.5,
+                   msg=f"{dtype} {m}x{k}x{n}: ", library=xp.is_cuda, c_term=2.0 * cn)
+            for algo in (("kami1d",) if xp.is_cuda else ("auto",)):
+                out = batched_matmul(a[::2, ...], b[::2, ...], algorithm=algo)
+                _check(out, _ref(an[::2], bn[::2]), xp, dtype, an[::2], bn[::2],
+                       msg=f"{algo} strided {dtype} {m}x{k}x{n}: ")
+                out = batched_matmul(a, b[1, ...], alpha=3.0, algorithm=algo)
+                _check(out, _ref(an, bn[1], 3.0), xp, dtype, an, bn[1], 3.0,
+                       msg=f"{algo} shared b {dtype} {m}x{k}x{n}: ")
+
+
 def test_layouts_from_strategies(xp, rng):
     strategies = pytest.importorskip("strategies")
     vals_a = strategies.random_values(rng, (3, 12, 10))
@@ -580,6 +605,24 @@ def test_plan_held_out_grid_picks():
     assert pick(72, 1000) == "library"
     assert pick(10, 100_000) == "library"
     assert pick(96, 100) == "kami1d"
+
+
+def test_plan_thin_kernel():
+    """Dense low-rank stacks of the half types and float32 are priced as the thin-product
+    kernel (its measured bandwidth fraction, no tile tail); float64, k beyond 32 and strided
+    stacks (dense not claimed) are not."""
+    def kami1d(dtype, k, **opts):
+        plan = kronlinalg.plan("batched_matmul", (10000, 128, k), (10000, k, 128), dtype=dtype,
+                               device="h100-sxm", **opts)
+        return next(ch for ch in plan if ch.name == "kami1d").details
+
+    for dtype in ("float16", "bfloat16", "float32"):
+        for k in (16, 32):
+            d = kami1d(dtype, k, dense=True)
+            assert d["tile"] == "tiny (thin)" and d["block_cycles"] == 0.0
+    assert kami1d("float64", 16, dense=True)["tile"] != "tiny (thin)"
+    assert kami1d("float16", 40, dense=True)["tile"] != "tiny (thin)"
+    assert kami1d("float16", 16)["tile"] != "tiny (thin)"
 
 
 def test_plan_and_explain():

@@ -82,6 +82,9 @@ typedef struct kl_batched_config {
    * its products are each one row-major block a fixed stride apart, 16-byte aligned: 0 none, 1
    * the generic variant, 2 the square orders' fixed one (float64: compute capability 9.0) */
   int32_t tiny;
+  /* ... and whether it takes the thin-product kernel (a short k: low-rank products; same layout,
+   * every row a whole number of 16-byte pieces, float16 / bfloat16 / 3xTF32 float32): 0 or 1 */
+  int32_t thin;
 } kl_batched_config;
 int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype, int algo, int fp32_mode,
                            kl_batched_config *out);

@@ -62,6 +62,18 @@ inline int tiny_variant(int64_t m, int64_t n, int64_t k, int elem) {
   return -1;
 }
 
+// Whether a dense stack of (m, n, k) takes the thin-product kernel (batched_cuda_thin.cuh): a
+// short inner dimension (k <= 32, at most half the smaller order, which is 32 or more) from order
+// 64, elements of 2 or 4 bytes (its MMA kinds: half types, 3xTF32), rows of A, B and D that are
+// whole 16-byte pieces.  KRONLINALG_BATCHED_THIN=0 sends these stacks to the tile kernels.
+inline bool thin_on() { return kl::knob_int("KRONLINALG_BATCHED_THIN", 1) != 0; }
+inline bool thin_variant(int64_t m, int64_t n, int64_t k, int elem) {
+  if ((elem != 2 && elem != 4) || k < 1 || k > 32 || (k * elem) % 16 || (n * elem) % 16)
+    return false;
+  const int64_t lo = m < n ? m : n, hi = m > n ? m : n;
+  return lo >= 32 && hi >= 64 && 2 * k <= lo;
+}
+
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;
   if (algo == KL_BATCHED_2D) return order <= 32 ? kS32G : kM64G;

@@ -53,5 +53,8 @@ extern "C" int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype
   out->tiny = algo == KL_BATCHED_2D || mma == batched::kFfma || variant < 0 ? 0
               : variant == 0                                               ? 1
                                                                            : 2;
+  out->thin = algo != KL_BATCHED_2D &&
+              (mma == batched::kHmma || mma == batched::kTf32x3) &&
+              batched::thin_variant(m, n, k, elem);
   return KL_OK;
 }

@@ -74,17 +74,23 @@ extern "C" int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, in
   if (count == 0 || p->m == 0 || p->n == 0) return KL_OK;
   if (const int s = check_device()) return s;
   const int mma = mma_kind(dtype, g_fp32.get());
-  if (algo != KL_BATCHED_2D && tiny_on()) {
+  const int elem = dtype == KL_BATCHED_F64 ? 8 : dtype == KL_BATCHED_F32 ? 4 : 2;
+  int64_t strides[4];
+  if (algo != KL_BATCHED_2D) {
     // dense products of orders <= 32 on tensor cores: the tiny-product kernel
     DeviceInfo d;
     const bool tc = mma == kHmma || mma == kTf32x3 ||
                     (mma == kDmma && query_device(&d) == cudaSuccess && d.cc_major >= 9);
-    const int elem = dtype == KL_BATCHED_F64 ? 8 : dtype == KL_BATCHED_F32 ? 4 : 2;
-    int64_t strides[4];
-    if (tc && tiny_variant(p->m, p->n, p->k, elem) >= 0 &&
+    if (tc && tiny_on() && tiny_variant(p->m, p->n, p->k, elem) >= 0 &&
         tiny_layout(*p, count, elem, strides)) {
       const cudaError_t e =
           launch_tiny_dtype(dtype, *p, count, strides, static_cast<cudaStream_t>(stream));
+      return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
+    }
+    // low-rank products (k <= 32 from order 64): the thin-product kernel
+    if ((mma == kHmma || mma == kTf32x3) && thin_on() && thin_layout(*p, count, elem, strides)) {
+      const cudaError_t e =
+          launch_thin_dtype(dtype, *p, count, strides, static_cast<cudaStream_t>(stream));
       return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
     }
   }

@@ -643,12 +643,16 @@ static void check_split(const char *name, double tol, int64_t from = 96, bool al
               untouched ? "" : "  WROTE PAST THE END");
 }
 
-// The tiny-product kernel (batched_cuda_tiny.cuh): a stack of dense products a padded stride
-// apart (the padding poisoned: nothing may be written there), B broadcast or not, alpha and
-// beta; first that tiny_layout takes the layout and refuses what it must.
-template <class T>
+// The tiny-product kernel (batched_cuda_tiny.cuh) or, THIN, the thin-product kernel
+// (batched_cuda_thin.cuh): a stack of dense products a padded stride apart (the padding
+// poisoned: nothing may be written there), B broadcast or not, alpha and beta; first that the
+// kernel's layout check takes the layout and refuses what it must.
+template <class T, bool THIN = false>
 static void check_tiny(const char *name, int64_t count, int m, int n, int k, bool b_shared,
                        double beta, double tol) {
+  auto layout = [](const kl_batched_problem &q, int64_t cnt, int64_t *st) {
+    return THIN ? thin_layout(q, cnt, int(sizeof(T)), st) : tiny_layout(q, cnt, int(sizeof(T)), st);
+  };
   const int vec = 16 / int(sizeof(T));
   auto padded = [&](int64_t elems) { return (elems + vec - 1) / vec * vec + vec; };
   const int64_t sa = padded(int64_t(m) * k), sb = b_shared ? 0 : padded(int64_t(k) * n),
@@ -676,24 +680,25 @@ static void check_tiny(const char *name, int64_t count, int m, int n, int k, boo
   p.d = d, p.d_bs[0] = sd, p.d_rs = n, p.d_cs = 1;
   p.alpha = -1.5, p.beta = beta;
   int64_t strides[4];
-  bool layout_ok = tiny_layout(p, count, int(sizeof(T)), strides) &&
+  bool layout_ok = layout(p, count, strides) &&
                    (count < 2 || (strides[0] == sa && strides[1] == sb && strides[3] == sd));
   {  // what it must refuse: a transposed A, an unaligned stride, order 33, a split batch
     kl_batched_problem q = p;
     q.a_rs = 1, q.a_cs = m;
-    layout_ok &= m == 1 || k == 1 || !tiny_layout(q, count, int(sizeof(T)), strides);
+    layout_ok &= m == 1 || k == 1 || !layout(q, count, strides);
     q = p;
     q.a_bs[0] = sa + 1;
-    layout_ok &= count < 2 || !tiny_layout(q, count, int(sizeof(T)), strides);
+    layout_ok &= count < 2 || !layout(q, count, strides);
     q = p;
     q.k = 33, q.a_rs = 33;
-    layout_ok &= !tiny_layout(q, count, int(sizeof(T)), strides);
+    layout_ok &= !layout(q, count, strides);
     q = p;
     q.ndim = 2, q.shape[0] = 2, q.shape[1] = count, q.a_bs[0] = sa, q.a_bs[1] = 0;
-    layout_ok &= count < 2 || !tiny_layout(q, 2 * count, int(sizeof(T)), strides);
+    layout_ok &= count < 2 || !layout(q, 2 * count, strides);
   }
-  tiny_layout(p, count, int(sizeof(T)), strides);
-  launch_tiny<T>(p, count, strides, nullptr);
+  layout(p, count, strides);
+  if constexpr (THIN) launch_thin<T>(p, count, strides, nullptr);
+  else launch_tiny<T>(p, count, strides, nullptr);
   double worst = 0, scale = 1e-30;
   bool untouched = true;
   for (int64_t q = 0; q < count; ++q) {
@@ -712,8 +717,8 @@ static void check_tiny(const char *name, int64_t count, int m, int n, int k, boo
   const double rel = worst / scale;
   const bool ok = rel <= tol && untouched && layout_ok;
   failures += !ok;
-  std::printf("%-5s %s tiny  %ldx %dx%dx%d%s beta=%g  rel err %.2e%s%s\n", ok ? "ok" : "FAIL",
-              name, long(count), m, k, n, b_shared ? " (B shared)" : "", beta, rel,
+  std::printf("%-5s %s %s  %ldx %dx%dx%d%s beta=%g  rel err %.2e%s%s\n", ok ? "ok" : "FAIL",
+              name, THIN ? "thin" : "tiny", long(count), m, k, n, b_shared ? " (B shared)" : "", beta, rel,
               untouched ? "" : "  WROTE INTO THE PADDING", layout_ok ? "" : "  LAYOUT CHECK");
 }
 
@@ -730,6 +735,20 @@ static void tiny_suite(const char *name, double tol) {
   check_tiny<T>(name, 21, 16, 16, 16, true, 1.0, tol);  // the fixed kernels: shared B, beta
   check_tiny<T>(name, 1, 32, 32, 32, true, 0.0, tol);
   check_tiny<T>(name, 14, 32, 32, 32, false, -2.0, tol);
+}
+
+// The thin kernel: low-rank stacks (k <= 32), partial tiles in both directions, k not a multiple
+// of the MMA's k, every stage of the ring turning (three blocks walk the tiles).
+template <class T>
+static void thin_suite(const char *name, double tol) {
+  constexpr int v = 16 / int(sizeof(T));  // k and n: whole 16-byte pieces
+  check_tiny<T, true>(name, 5, 128, 128, 16, false, 0.0, tol);
+  check_tiny<T, true>(name, 3, 128, 128, 32, false, 0.5, tol);
+  check_tiny<T, true>(name, 4, 200, 136, 2 * v, true, 1.0, tol);
+  check_tiny<T, true>(name, 2, 71, 264, v, false, -2.0, tol);
+  check_tiny<T, true>(name, 7, 64, 64, 3 * v, false, 0.0, tol);
+  check_tiny<T, true>(name, 1, 256, 256, 32, true, 0.0, tol);
+  check_tiny<T, true>(name, 6, 33, 72, 16, false, 0.5, tol);
 }
 
 template <class T, int MMA>
@@ -794,6 +813,9 @@ int main() {
   tiny_suite<float>("f32 ", 2e-6);
   tiny_suite<__half>("f16 ", 4e-3);
   tiny_suite<__nv_bfloat16>("bf16", 2e-2);
+  thin_suite<float>("f32 ", 2e-6);
+  thin_suite<__half>("f16 ", 4e-3);
+  thin_suite<__nv_bfloat16>("bf16", 2e-2);
   if (kl::knob_set("KL_EMULATE_TINY_ONLY")) {
     std::printf("%d failures\n", failures);
     return failures ? 1 : 0;

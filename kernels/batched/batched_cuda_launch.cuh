@@ -6,6 +6,7 @@
 
 #include "batched_cuda_kernels.cuh"
 #include "batched_cuda_large.cuh"
+#include "batched_cuda_thin.cuh"
 #include "batched_cuda_tiny.cuh"
 #include "batched_cuda_wgmma.cuh"
 
@@ -208,6 +209,9 @@ cudaError_t launch_f32_split(const Args &args, const SplitPlan &plan, unsigned l
                              cudaStream_t stream);
 // batched_cuda_tiny.cu: the tiny-product kernel in the problem's element type
 cudaError_t launch_tiny_dtype(int dtype, const kl_batched_problem &p, int64_t count,
+                              const int64_t *strides, cudaStream_t stream);
+// batched_cuda_thin.cu: the thin-product kernel (float16, bfloat16, 3xTF32 float32)
+cudaError_t launch_thin_dtype(int dtype, const kl_batched_problem &p, int64_t count,
                               const int64_t *strides, cudaStream_t stream);
 cudaError_t launch_f64_split(const Args &args, const SplitPlan &plan, unsigned long long *scratch,
                              cudaStream_t stream);

@@ -463,13 +463,11 @@ __global__ void __launch_bounds__(kTinyWarps * 32) tiny_fixed_kernel(const TinyA
   kl::cu::cp_async_wait<0>();
 }
 
-// Whether a uniform problem fits this kernel, and its per-product strides: every operand one
-// dense row-major block, the batch dimensions one fixed stride each (broadcast: stride 0 over
-// all of them), every address and stride a multiple of 16 bytes.  (The kernel's MMA kinds are
-// the launcher's check.)
-inline bool tiny_layout(const kl_batched_problem &p, int64_t count, int elem, int64_t *strides) {
-  if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > kTinyMax || p.n > kTinyMax || p.k > kTinyMax)
-    return false;
+// Whether every operand of a uniform problem is one dense row-major block, the batch dimensions
+// one fixed stride each (broadcast: stride 0 over all of them), every address and stride a
+// multiple of 16 bytes -- the tiny and thin kernels' layout --, and its per-product strides.
+inline bool dense_layout(const kl_batched_problem &p, int64_t count, int elem, int64_t *strides) {
+  if (p.m < 1 || p.n < 1 || p.k < 1) return false;
   const bool with_c = p.beta != 0.0;
   if (p.a_cs != 1 || p.a_rs != p.k || p.b_cs != 1 || p.b_rs != p.n || p.d_cs != 1 ||
       p.d_rs != p.n || (with_c && (p.c_cs != 1 || p.c_rs != p.n)))
@@ -496,6 +494,13 @@ inline bool tiny_layout(const kl_batched_problem &p, int64_t count, int elem, in
     if (count > 1 && (strides[i] * elem) % 16) return false;
   }
   return true;
+}
+
+// Whether a uniform problem fits this kernel (orders up to kTinyMax, dense_layout), and its
+// per-product strides.  (The kernel's MMA kinds are the launcher's check.)
+inline bool tiny_layout(const kl_batched_problem &p, int64_t count, int elem, int64_t *strides) {
+  return p.m <= kTinyMax && p.n <= kTinyMax && p.k <= kTinyMax &&
+         dense_layout(p, count, elem, strides);
 }
 
 // Shared memory of a launch: `stages` stages of `stage_bytes` for each of the block's warps, as

@@ -28,7 +28,7 @@ cdef extern from "batched.h" nogil:
 
     ctypedef struct kl_batched_config:
         int32_t tile_m, tile_n, tile_k, warps, items_per_block, mma, dims
-        int32_t blocks_per_sm, tiny
+        int32_t blocks_per_sm, tiny, thin
 
     int kl_batched_matmul_cpu(const kl_batched_problem *p, int dtype, int num_threads)
     int kl_batched_matmul_cpu_var(const kl_batched_entry *table, int64_t count, double alpha,
@@ -83,4 +83,4 @@ cdef inline dict config_dict(kl_batched_config *cfg):
             "warps": cfg.warps, "items_per_block": cfg.items_per_block,
             "mma": ("cuda-cores", "dmma-m8n8k4", "hmma-m16n8k16", "3xtf32-m16n8k8")[cfg.mma],
             "dims": cfg.dims, "blocks_per_sm": cfg.blocks_per_sm,
-            "tiny": (None, "generic", "fixed")[cfg.tiny]}
+            "tiny": (None, "generic", "fixed")[cfg.tiny], "thin": bool(cfg.thin)}

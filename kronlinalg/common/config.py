@@ -76,6 +76,10 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_BATCHED_TINY", int, 1,
          "batched_matmul: 0 turns off the tiny-product kernel (orders <= 32, dense row-major "
          "operands a fixed stride apart)", "c++"),
+    Knob("KRONLINALG_BATCHED_THIN", int, 1,
+         "batched_matmul: 0 turns off the thin-product kernel (float16 / bfloat16 / 3xTF32 "
+         "low-rank stacks: k <= 32 from order 64, dense row-major operands a fixed stride apart)",
+         "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),

@@ -137,6 +137,12 @@ TINY_MEASURED = {
 }
 
 
+# The thin-product kernel (kernels/batched/batched_cuda_thin.cuh): dense stacks of a short k (low
+# rank: k <= 32 from order 64, float16 / bfloat16 / 3xTF32 float32): the fraction of the copy
+# bandwidth it reached on the A + B + D bytes, batch 10⁴, loops of calls (H100, 2026-11-27).
+THIN_MEASURED = {"float32": 0.85, "float16": 0.85}
+
+
 # ... and its generic variant (orders up to 16 but the square 16, outside float64: sizes read at
 # run time, scalar fragment reads), order 16 (the first tiny run, 2026-11-27: float16 15.6 µs,
 # float32 17.5 µs for 10⁴ products; at order 12, float16, 10⁵ products: 0.25)
@@ -379,9 +385,13 @@ def predict_kami(dims):
         order = info["order"]
         # the tiny-product kernel (the configuration says which; the plan's option dense says
         # whether the stack's layout is the one it takes)
-        tiny = (cfg.get("tiny") if problem.options.get("dense") and not info.get("variable")
-                else None)
-        if tiny == "fixed":  # the tiny-product kernel: its own measured fractions, no tile tail
+        dense = problem.options.get("dense") and not info.get("variable")
+        tiny = cfg.get("tiny") if dense else None
+        if not tiny and dense and cfg.get("thin"):  # the thin-product kernel (same layout)
+            tiny = "thin"
+            frac = THIN_MEASURED[dt]
+            block = 0.0
+        elif tiny == "fixed":  # the tiny-product kernel: its own measured fractions, no tile tail
             frac = _fraction(TINY_MEASURED[dt], order)
             block = 0.0
         elif tiny == "generic":

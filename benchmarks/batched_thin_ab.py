@@ -1,0 +1,80 @@
+"""batched_matmul's low-rank stacks on the GPU, A/B in one process: the thin-product kernel
+(kernels/batched/batched_cuda_thin.cuh) against the tile kernels it replaced there
+(KRONLINALG_BATCHED_THIN=0), with torch.bmm and `algorithm="auto"` beside them.
+
+    python benchmarks/batched_thin_ab.py --out thin_ab.json [--batch 10000]
+
+Every time is the median of 12 CUDA-event loops of warm calls (batched_gpu.timed: host time
+shows where a call is host-bound).  TB/s counts A + B + D once; the fraction is of the 2.96 TB/s
+copy bandwidth.  Each variant's result is checked against a float64 reference on a few products
+(relative Frobenius error; torch.bmm's beside it: 3xTF32 float32 should be within 2x IEEE's).
+Cases: batch 10⁴, m = n in {64, 128, 256}, k in {8, 16, 32}, float16, bfloat16, float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import kronlinalg
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batched_gpu import COPY_BW, DT, SE, env_scope, rel_err, timed  # noqa: E402
+
+SHAPES = ((128, 16, 128), (128, 32, 128), (128, 8, 128), (256, 16, 256), (256, 32, 256),
+          (64, 16, 64), (64, 32, 64))
+
+
+def case(dtype, batch, m, k, n):
+    torch.manual_seed(0)
+    dt = DT[dtype]
+    a = torch.randn(batch, m, k, device="cuda").to(dt)
+    b = torch.randn(batch, k, n, device="cuda").to(dt)
+    nbytes = batch * (m * k + k * n + m * n) * SE[dtype]
+    ref = torch.bmm(a[:8].double(), b[:8].double())
+    row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
+           "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6,
+           "torch_bmm_err": rel_err(torch.bmm(a[:8], b[:8]), ref)}
+    for name, env, algo in (("thin", "1", "kami1d"), ("tiles", "0", "kami1d"),
+                            ("auto", "1", "auto")):
+        with env_scope({"KRONLINALG_BATCHED_THIN": env}):
+            def call():
+                return kronlinalg.batched_matmul(a, b, algorithm=algo)
+            row[f"{name}_err"] = rel_err(call()[:8], ref)
+            row[f"{name}_us"] = timed(call) * 1e6
+    return row
+
+
+def line(row):
+    frac = {k[:-3]: row["bytes"] / (row[k] * 1e-6) / COPY_BW for k in row if k.endswith("_us")}
+    parts = [f"{row['case']:>12} {row['dtype']:>8}"]
+    for name in ("torch_bmm", "thin", "tiles", "auto"):
+        parts.append(f"{name} {row[name + '_us']:8.1f} ({frac[name]:.2f})")
+    parts.append(f"err thin {row['thin_err']:.1e} bmm {row['torch_bmm_err']:.1e}")
+    return "  ".join(parts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--dtypes", default="float16,bfloat16,float32")
+    args = ap.parse_args()
+    print(f"{torch.cuda.get_device_name()}, kronlinalg {kronlinalg.__version__}, "
+          f"batch {args.batch}; µs a call (fraction of {COPY_BW / 1e12:.2f} TB/s copy)")
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for (m, k, n) in SHAPES:
+            rows.append(case(dtype, args.batch, m, k, n))
+            print(line(rows[-1]), flush=True)
+            if args.out:
+                with open(args.out, "w") as f:
+                    json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

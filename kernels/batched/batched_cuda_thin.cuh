@@ -1,0 +1,260 @@
+// The thin-product kernel: uniform stacks of products with a short inner dimension (k <= 32, the
+// low-rank updates U·Vᵀ of order 64-256) whose operands are each one dense row-major block, the
+// products a fixed stride apart (tiny_layout's layout without its size limit).
+//
+// Why a kernel of its own: a product of 128 x 16 by 16 x 128 reads 8 KB and writes 32 KB (float16),
+// so its time is the store stream, and the tile kernels spend theirs on what a long k needs (a
+// k-panel pipeline per tile, a barrier a panel): 0.40-0.55 of the copy bandwidth on the H100
+// where torch.bmm reaches 0.88.  Here a block of 4 warps walks output tiles of 64 x 128 of the
+// stack (persistent, a ring of 2-4 stages: the next tiles' A rows and B columns land by 16-byte
+// cp.async while this one computes and stores), each warp multiplies its 16 rows by the whole k
+// straight from the stage (ldmatrix fragments from padded rows, as the tiny kernel's fixed
+// orders), rounds alpha·AB + beta·C once into its own staging rows and writes them out in 16-byte
+// pieces, a warp's store covering whole 128-byte lines.  One block barrier a tile.
+//
+// MMAs: float16 / bfloat16 m16n8k16 (float32 accumulators), float32 as 3xTF32 m16n8k8; the
+// launcher takes this kernel only for those (float64's low-rank stacks reach 0.89-0.94 of copy
+// bandwidth on the small tiles already).
+#ifndef KRONLINALG_BATCHED_CUDA_THIN_CUH
+#define KRONLINALG_BATCHED_CUDA_THIN_CUH
+
+#include "batched_cuda_tiny.cuh"
+
+namespace kl {
+namespace batched {
+
+constexpr int kThinWarps = 4;                // a warp per 16 rows
+constexpr int kThinBM = 16 * kThinWarps;     // tile rows
+constexpr int kThinBN = 128;                 // tile columns
+constexpr int kThinPad = 8;                  // elements added to a B or staging row
+
+struct ThinArgs {
+  const void *a, *b, *c;
+  void *d;
+  int64_t a_bs, b_bs, c_bs, d_bs;  // elements between products (0: shared)
+  int64_t count;
+  int m, n, k;
+  int kp;                 // k rounded up to the MMA's k (the rows [k, kp) of B and columns of A
+                          // are zero)
+  int tiles_m, tiles_n;   // output tiles a product
+  int pa;                 // A's staged row pitch, elements: kp + one 16-byte piece (ldmatrix rows
+                          // of a quad's 8 in distinct bank groups)
+  int b_off, stage_bytes, stages;
+  double alpha, beta;
+};
+
+template <class T>
+struct ThinTraits {
+  static constexpr int E = int(sizeof(T));
+  static constexpr int VEC = 16 / E;                    // elements a 16-byte piece
+  static constexpr int PB = kThinBN + kThinPad;         // B's and the staging rows' pitch
+  static constexpr int BPR = kThinBN / VEC;             // 16-byte pieces a tile row
+  static constexpr int OUT_BYTES = 16 * PB * E;         // a warp's staging rows
+  static constexpr int KS = sizeof(T) == 2 ? 16 : 8;    // k of one MMA
+  static constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs args) {
+  using Tr = ThinTraits<T>;
+  KL_DYNAMIC_SMEM(smem);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int m = args.m, n = args.n, k = args.k, kp = args.kp, pa = args.pa;
+  const int S = args.stages, SB = args.stage_bytes;
+  const int per_product = args.tiles_m * args.tiles_n;
+  const int64_t items = args.count * per_product;
+  const int apr = k * Tr::E / 16;  // 16-byte pieces an A row (k * E is a multiple of 16)
+  unsigned char *out_stage = smem + size_t(S) * SB + size_t(warp) * Tr::OUT_BYTES;
+  const float alpha = float(args.alpha), beta = float(args.beta);
+
+  // the zeros past k (A's columns, B's rows up to kp) no copy ever writes
+  for (int s = 0; s < S; ++s) {
+    T *As = reinterpret_cast<T *>(smem + size_t(s) * SB);
+    T *Bs = reinterpret_cast<T *>(smem + size_t(s) * SB + args.b_off);
+    for (int i = tid; i < kThinBM * (kp - k); i += kThinWarps * 32)
+      As[(i / (kp - k)) * pa + k + i % (kp - k)] = T(0.0f);
+    for (int i = tid; i < (kp - k) * Tr::PB; i += kThinWarps * 32) Bs[k * Tr::PB + i] = T(0.0f);
+  }
+
+  struct Tile {
+    int64_t p;
+    int row0, col0;
+  };
+  auto tile_of = [&](int64_t it) {
+    const int64_t p = it / per_product;
+    const int r = int(it - p * per_product);
+    return Tile{p, (r / args.tiles_n) * kThinBM, (r % args.tiles_n) * kThinBN};
+  };
+
+  // one commit group a tile (empty past the end), into stage s
+  auto issue = [&](int64_t it, int s) {
+    if (it < items) {
+      const Tile tl = tile_of(it);
+      unsigned char *st = smem + size_t(s) * SB;
+      const T *a = static_cast<const T *>(args.a) + tl.p * args.a_bs + int64_t(tl.row0) * k;
+      for (int j = tid; j < kThinBM * apr; j += kThinWarps * 32) {
+        const int r = j / apr, c = j - r * apr;
+        const bool ok = tl.row0 + r < m;
+        kl::cu::cp_async_16(st + (r * pa) * Tr::E + c * 16, ok ? a + r * k + c * Tr::VEC : a, ok);
+      }
+      const T *b = static_cast<const T *>(args.b) + tl.p * args.b_bs + tl.col0;
+      for (int j = tid; j < k * Tr::BPR; j += kThinWarps * 32) {
+        const int r = j / Tr::BPR, c = j % Tr::BPR;
+        const bool ok = tl.col0 + c * Tr::VEC < n;
+        kl::cu::cp_async_16(st + args.b_off + (r * Tr::PB) * Tr::E + c * 16,
+                            ok ? b + int64_t(r) * n + c * Tr::VEC : b, ok);
+      }
+    }
+    kl::cu::cp_async_commit();
+  };
+
+  const int64_t first = blockIdx.x, step = gridDim.x;
+#pragma unroll 1
+  for (int j = 0; j < S - 1; ++j) issue(first + j * step, j);
+
+#pragma unroll 1
+  for (int64_t j = 0;; ++j) {
+    const int64_t it = first + j * step;
+    if (it >= items) break;
+    // this tile's group is in once at most S - 2 newer ones are pending
+    switch (S) {
+      case 2: kl::cu::cp_async_wait<0>(); break;
+      case 3: kl::cu::cp_async_wait<1>(); break;
+      default: kl::cu::cp_async_wait<2>(); break;
+    }
+    // every thread's copies of this tile are visible, and every warp is done with the stage
+    // the last tile used: the copies issued next go there
+    __syncthreads();
+    issue(it + (S - 1) * step, int((j + S - 1) % S));
+
+    const unsigned char *st = smem + size_t(j % S) * SB;
+    const T *As = reinterpret_cast<const T *>(st);
+    const T *Bs = reinterpret_cast<const T *>(st + args.b_off);
+    const Tile tl = tile_of(it);
+    const int nv = n - tl.col0 < kThinBN ? n - tl.col0 : kThinBN;  // valid columns
+    float acc[kThinBN / 8][4];
+#pragma unroll
+    for (int ni = 0; ni < kThinBN / 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+#pragma unroll 1
+    for (int kk = 0; kk < kp; kk += Tr::KS) {
+      if constexpr (sizeof(T) == 2) {
+        uint32_t a[4];
+        kl::cu::ldsm_x4(a, As + (warp * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 8);
+#pragma unroll
+        for (int nj = 0; nj < kThinBN / 16; ++nj) {
+          if (nj * 16 < nv) {  // (warp-uniform: not the tile's columns past n)
+            uint32_t r[4];
+            kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * Tr::PB + nj * 16 + (lane >> 4) * 8);
+            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj], a, r[0], r[1]);
+            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
+          }
+        }
+      } else {  // 3xTF32
+        uint32_t x[4], ah[4], al[4];
+        kl::cu::ldsm_x4(x, As + (warp * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
+#pragma unroll
+        for (int ni = 0; ni < kThinBN / 8; ++ni) {
+          if (ni * 8 < nv) {
+            uint32_t bh0, bl0, bh1, bl1;
+            kl::cu::split_tf32(__float_as_uint(Bs[(kk + t) * Tr::PB + ni * 8 + g]), bh0, bl0);
+            kl::cu::split_tf32(__float_as_uint(Bs[(kk + t + 4) * Tr::PB + ni * 8 + g]), bh1, bl1);
+            mma_3xtf32(acc[ni], ah, al, bh0, bh1, bl0, bl1);
+          }
+        }
+      }
+    }
+
+    // alpha·AB + beta·C, rounded once, into the warp's staging rows (pairs: a quad's in
+    // distinct banks), then out in 16-byte pieces
+    const int r0 = tl.row0 + warp * 16;  // the warp's first output row
+    T *os = reinterpret_cast<T *>(out_stage);
+    T *d = static_cast<T *>(args.d) + tl.p * args.d_bs;
+    const T *c = beta != 0.0f ? static_cast<const T *>(args.c) + tl.p * args.c_bs : nullptr;
+#pragma unroll
+    for (int ni = 0; ni < kThinBN / 8; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h, col = ni * 8 + 2 * t;
+        const bool in = r0 + r < m && col < nv;  // (C is read only there)
+        tiny_store_pair<T>(os + r * Tr::PB + col,
+                           c && in ? c + int64_t(r0 + r) * n + tl.col0 + col : nullptr, alpha,
+                           beta, acc[ni][2 * h], acc[ni][2 * h + 1]);
+      }
+    __syncwarp();
+    const int mv = m - r0;  // the warp's valid rows (<= 0: none)
+#pragma unroll
+    for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
+      const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
+      if (r < mv && cpiece * Tr::VEC < nv)
+        *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
+            *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+    }
+    __syncwarp();  // the staging rows are free for the next tile
+  }
+  kl::cu::cp_async_wait<0>();
+}
+
+// Whether a uniform problem fits this kernel (thin_variant's sizes, tiny_layout's dense layout
+// with every row a whole number of 16-byte pieces), and its per-product strides.
+inline bool thin_layout(const kl_batched_problem &p, int64_t count, int elem, int64_t *strides) {
+  return thin_variant(p.m, p.n, p.k, elem) && dense_layout(p, count, elem, strides);
+}
+
+// Shared memory of a launch with `stages` stages of stage_bytes and the warps' staging rows.
+template <class T>
+inline int thin_smem(int stages, int stage_bytes) {
+  return stages * stage_bytes + kThinWarps * ThinTraits<T>::OUT_BYTES;
+}
+
+// Launches the thin kernel for a problem thin_layout accepted.
+template <class T>
+cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_t *strides,
+                        cudaStream_t stream) {
+  using Tr = ThinTraits<T>;
+  ThinArgs a{};
+  a.a = p.a, a.b = p.b, a.c = p.c, a.d = p.d;
+  a.a_bs = strides[0], a.b_bs = strides[1], a.c_bs = strides[2], a.d_bs = strides[3];
+  a.count = count;
+  a.m = int(p.m), a.n = int(p.n), a.k = int(p.k);
+  a.kp = (a.k + Tr::KS - 1) / Tr::KS * Tr::KS;
+  a.tiles_m = (a.m + kThinBM - 1) / kThinBM;
+  a.tiles_n = (a.n + kThinBN - 1) / kThinBN;
+  a.pa = a.kp + Tr::VEC;
+  a.b_off = round16(int64_t(kThinBM) * a.pa * Tr::E);
+  a.stage_bytes = a.b_off + round16(int64_t(a.kp) * Tr::PB * Tr::E);
+  a.alpha = p.alpha, a.beta = p.beta;
+  // as many stages (2..4) as leave two blocks an SM room
+  constexpr int kSmemSM = 220 * 1024;
+  a.stages = 4;
+  while (a.stages > 2 && 2 * thin_smem<T>(a.stages, a.stage_bytes) > kSmemSM) --a.stages;
+  const int smem = thin_smem<T>(a.stages, a.stage_bytes);
+  const int64_t items = count * a.tiles_m * a.tiles_n;
+#ifdef KL_BATCHED_EMULATE
+  (void)stream;
+  const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
+  emu_launch(unsigned(grid), kThinWarps * 32, smem, [a] { thin_kernel<T>(a); });
+  return cudaSuccess;
+#else
+  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T>);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = opt_in_smem(kernel, smem);
+    if (e != cudaSuccess) return e;
+  }
+  int cap = 0;
+  const cudaError_t e = resident_blocks(kernel, kThinWarps * 32, smem, &cap);
+  if (e != cudaSuccess) return e;
+  const int64_t grid = items < cap ? items : cap;
+  thin_kernel<T><<<unsigned(grid), kThinWarps * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+#endif
+}
+
+}  // namespace batched
+}  // namespace kl
+
+#endif
