@@ -1,6 +1,7 @@
 """batched_matmul's low-rank stacks on the GPU, A/B in one process: the thin-product kernel
-(kernels/batched/batched_cuda_thin.cuh) against the tile kernels it replaced there
-(KRONLINALG_BATCHED_THIN=0), with torch.bmm and `algorithm="auto"` beside them.
+(kernels/batched/batched_cuda_thin.cuh), in its forms (KRONLINALG_BATCHED_THIN_OPTS), against the
+tile kernels it replaced there (KRONLINALG_BATCHED_THIN=0), with torch.bmm and
+`algorithm="auto"` beside them.
 
     python benchmarks/batched_thin_ab.py --out thin_ab.json [--batch 10000]
 
@@ -29,6 +30,13 @@ SHAPES = ((128, 16, 128), (128, 32, 128), (128, 8, 128), (256, 16, 256), (256, 3
           (64, 16, 64), (64, 32, 64))
 
 
+# name, KRONLINALG_BATCHED_THIN, KRONLINALG_BATCHED_THIN_OPTS (bit 0: 8-warp blocks, bit 1:
+# evict-first stores), algorithm
+VARIANTS = (("thin", "1", "0", "kami1d"), ("thin8", "1", "1", "kami1d"),
+            ("thin_cs", "1", "2", "kami1d"), ("thin8_cs", "1", "3", "kami1d"),
+            ("tiles", "0", "0", "kami1d"), ("auto", "1", "0", "auto"))
+
+
 def case(dtype, batch, m, k, n):
     torch.manual_seed(0)
     dt = DT[dtype]
@@ -39,9 +47,8 @@ def case(dtype, batch, m, k, n):
     row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
            "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6,
            "torch_bmm_err": rel_err(torch.bmm(a[:8], b[:8]), ref)}
-    for name, env, algo in (("thin", "1", "kami1d"), ("tiles", "0", "kami1d"),
-                            ("auto", "1", "auto")):
-        with env_scope({"KRONLINALG_BATCHED_THIN": env}):
+    for name, env, opts, algo in VARIANTS:
+        with env_scope({"KRONLINALG_BATCHED_THIN": env, "KRONLINALG_BATCHED_THIN_OPTS": opts}):
             def call():
                 return kronlinalg.batched_matmul(a, b, algorithm=algo)
             row[f"{name}_err"] = rel_err(call()[:8], ref)
@@ -52,7 +59,7 @@ def case(dtype, batch, m, k, n):
 def line(row):
     frac = {k[:-3]: row["bytes"] / (row[k] * 1e-6) / COPY_BW for k in row if k.endswith("_us")}
     parts = [f"{row['case']:>12} {row['dtype']:>8}"]
-    for name in ("torch_bmm", "thin", "tiles", "auto"):
+    for name in ("torch_bmm",) + tuple(v[0] for v in VARIANTS):
         parts.append(f"{name} {row[name + '_us']:8.1f} ({frac[name]:.2f})")
     parts.append(f"err thin {row['thin_err']:.1e} bmm {row['torch_bmm_err']:.1e}")
     return "  ".join(parts)

@@ -82,6 +82,10 @@ inline T __ldg(const T *p) {
   return *p;
 }
 inline int min(int a, int b) { return a < b ? a : b; }
+template <class V>
+inline void __stcs(V *p, V v) {  // (a store; the cache hint is the GPU's business)
+  *p = v;
+}
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -749,6 +753,12 @@ static void thin_suite(const char *name, double tol) {
   check_tiny<T, true>(name, 7, 64, 64, 3 * v, false, 0.0, tol);
   check_tiny<T, true>(name, 1, 256, 256, 32, true, 0.0, tol);
   check_tiny<T, true>(name, 6, 33, 72, 16, false, 0.5, tol);
+  if (!kl::knob_set("KRONLINALG_BATCHED_THIN_OPTS")) {  // 8-warp blocks, evict-first stores
+    setenv("KRONLINALG_BATCHED_THIN_OPTS", "3", 1);
+    check_tiny<T, true>(name, 3, 200, 136, v, false, 0.5, tol);
+    check_tiny<T, true>(name, 2, 100, 72, 2 * v, true, 0.0, tol);
+    unsetenv("KRONLINALG_BATCHED_THIN_OPTS");
+  }
 }
 
 template <class T, int MMA>

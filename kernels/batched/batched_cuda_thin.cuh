@@ -23,10 +23,8 @@
 namespace kl {
 namespace batched {
 
-constexpr int kThinWarps = 4;                // a warp per 16 rows
-constexpr int kThinBM = 16 * kThinWarps;     // tile rows
-constexpr int kThinBN = 128;                 // tile columns
-constexpr int kThinPad = 8;                  // elements added to a B or staging row
+constexpr int kThinBN = 128;  // tile columns (tile rows: 16 a warp)
+constexpr int kThinPad = 8;   // elements added to a B or staging row
 
 struct ThinArgs {
   const void *a, *b, *c;
@@ -40,6 +38,7 @@ struct ThinArgs {
   int pa;                 // A's staged row pitch, elements: kp + one 16-byte piece (ldmatrix rows
                           // of a quad's 8 in distinct bank groups)
   int b_off, stage_bytes, stages;
+  bool streaming;         // results stored with the evict-first hint (st.global.cs)
   double alpha, beta;
 };
 
@@ -54,9 +53,10 @@ struct ThinTraits {
   static constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
 };
 
-template <class T>
-__global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs args) {
+template <class T, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   using Tr = ThinTraits<T>;
+  constexpr int BM = 16 * WARPS, THREADS = WARPS * 32;
   KL_DYNAMIC_SMEM(smem);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
   for (int s = 0; s < S; ++s) {
     T *As = reinterpret_cast<T *>(smem + size_t(s) * SB);
     T *Bs = reinterpret_cast<T *>(smem + size_t(s) * SB + args.b_off);
-    for (int i = tid; i < kThinBM * (kp - k); i += kThinWarps * 32)
+    for (int i = tid; i < BM * (kp - k); i += THREADS)
       As[(i / (kp - k)) * pa + k + i % (kp - k)] = T(0.0f);
-    for (int i = tid; i < (kp - k) * Tr::PB; i += kThinWarps * 32) Bs[k * Tr::PB + i] = T(0.0f);
+    for (int i = tid; i < (kp - k) * Tr::PB; i += THREADS) Bs[k * Tr::PB + i] = T(0.0f);
   }
 
   struct Tile {
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
   auto tile_of = [&](int64_t it) {
     const int64_t p = it / per_product;
     const int r = int(it - p * per_product);
-    return Tile{p, (r / args.tiles_n) * kThinBM, (r % args.tiles_n) * kThinBN};
+    return Tile{p, (r / args.tiles_n) * BM, (r % args.tiles_n) * kThinBN};
   };
 
   // one commit group a tile (empty past the end), into stage s
@@ -93,13 +93,13 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
       const Tile tl = tile_of(it);
       unsigned char *st = smem + size_t(s) * SB;
       const T *a = static_cast<const T *>(args.a) + tl.p * args.a_bs + int64_t(tl.row0) * k;
-      for (int j = tid; j < kThinBM * apr; j += kThinWarps * 32) {
+      for (int j = tid; j < BM * apr; j += THREADS) {
         const int r = j / apr, c = j - r * apr;
         const bool ok = tl.row0 + r < m;
         kl::cu::cp_async_16(st + (r * pa) * Tr::E + c * 16, ok ? a + r * k + c * Tr::VEC : a, ok);
       }
       const T *b = static_cast<const T *>(args.b) + tl.p * args.b_bs + tl.col0;
-      for (int j = tid; j < k * Tr::BPR; j += kThinWarps * 32) {
+      for (int j = tid; j < k * Tr::BPR; j += THREADS) {
         const int r = j / Tr::BPR, c = j % Tr::BPR;
         const bool ok = tl.col0 + c * Tr::VEC < n;
         kl::cu::cp_async_16(st + args.b_off + (r * Tr::PB) * Tr::E + c * 16,
@@ -133,6 +133,8 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
     const T *Bs = reinterpret_cast<const T *>(st + args.b_off);
     const Tile tl = tile_of(it);
     const int nv = n - tl.col0 < kThinBN ? n - tl.col0 : kThinBN;  // valid columns
+    // (every column's MMAs, also past n on the zeros there: a branch a column block kept
+    // ptxas from interleaving the blocks' dependent 3xTF32 chains)
     float acc[kThinBN / 8][4];
 #pragma unroll
     for (int ni = 0; ni < kThinBN / 8; ++ni)
@@ -145,12 +147,10 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
         kl::cu::ldsm_x4(a, As + (warp * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 8);
 #pragma unroll
         for (int nj = 0; nj < kThinBN / 16; ++nj) {
-          if (nj * 16 < nv) {  // (warp-uniform: not the tile's columns past n)
-            uint32_t r[4];
-            kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * Tr::PB + nj * 16 + (lane >> 4) * 8);
-            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj], a, r[0], r[1]);
-            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
-          }
+          uint32_t r[4];
+          kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * Tr::PB + nj * 16 + (lane >> 4) * 8);
+          kl::cu::mma_16816<Tr::BF16>(acc[2 * nj], a, r[0], r[1]);
+          kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
         }
       } else {  // 3xTF32
         uint32_t x[4], ah[4], al[4];
@@ -159,12 +159,10 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
         for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[e], al[e]);
 #pragma unroll
         for (int ni = 0; ni < kThinBN / 8; ++ni) {
-          if (ni * 8 < nv) {
-            uint32_t bh0, bl0, bh1, bl1;
-            kl::cu::split_tf32(__float_as_uint(Bs[(kk + t) * Tr::PB + ni * 8 + g]), bh0, bl0);
-            kl::cu::split_tf32(__float_as_uint(Bs[(kk + t + 4) * Tr::PB + ni * 8 + g]), bh1, bl1);
-            mma_3xtf32(acc[ni], ah, al, bh0, bh1, bl0, bl1);
-          }
+          uint32_t bh0, bl0, bh1, bl1;
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t) * Tr::PB + ni * 8 + g]), bh0, bl0);
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t + 4) * Tr::PB + ni * 8 + g]), bh1, bl1);
+          mma_3xtf32(acc[ni], ah, al, bh0, bh1, bl0, bl1);
         }
       }
     }
@@ -190,9 +188,12 @@ __global__ void __launch_bounds__(kThinWarps * 32) thin_kernel(const ThinArgs ar
 #pragma unroll
     for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
       const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
-      if (r < mv && cpiece * Tr::VEC < nv)
-        *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
-            *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+      if (r < mv && cpiece * Tr::VEC < nv) {
+        uint4 *dst = reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC);
+        const uint4 v = *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+        if (args.streaming) __stcs(dst, v);
+        else *dst = v;
+      }
     }
     __syncwarp();  // the staging rows are free for the next tile
   }
@@ -207,8 +208,46 @@ inline bool thin_layout(const kl_batched_problem &p, int64_t count, int elem, in
 
 // Shared memory of a launch with `stages` stages of stage_bytes and the warps' staging rows.
 template <class T>
-inline int thin_smem(int stages, int stage_bytes) {
-  return stages * stage_bytes + kThinWarps * ThinTraits<T>::OUT_BYTES;
+inline int thin_smem(int warps, int stages, int stage_bytes) {
+  return stages * stage_bytes + warps * ThinTraits<T>::OUT_BYTES;
+}
+
+// KRONLINALG_BATCHED_THIN_OPTS, for comparisons: bit 0 blocks of 8 warps (128 x 128 tiles)
+// instead of 4, bit 1 stores with the evict-first hint
+inline int thin_opts() { return kl::knob_int("KRONLINALG_BATCHED_THIN_OPTS", 0); }
+
+template <class T, int WARPS>
+cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
+  using Tr = ThinTraits<T>;
+  constexpr int BM = 16 * WARPS;
+  a.tiles_m = (a.m + BM - 1) / BM;
+  a.b_off = round16(int64_t(BM) * a.pa * Tr::E);
+  a.stage_bytes = a.b_off + round16(int64_t(a.kp) * Tr::PB * Tr::E);
+  // as many stages (2..4) as leave room for 16 warps an SM (4-warp blocks: 4 of them)
+  constexpr int kSmemSM = 220 * 1024, blocks = 16 / WARPS > 2 ? 16 / WARPS : 2;
+  a.stages = 4;
+  while (a.stages > 2 && blocks * thin_smem<T>(WARPS, a.stages, a.stage_bytes) > kSmemSM)
+    --a.stages;
+  const int smem = thin_smem<T>(WARPS, a.stages, a.stage_bytes);
+  const int64_t items = a.count * a.tiles_m * a.tiles_n;
+#ifdef KL_BATCHED_EMULATE
+  (void)stream;
+  const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
+  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS>(a); });
+  return cudaSuccess;
+#else
+  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS>);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = opt_in_smem(kernel, smem);
+    if (e != cudaSuccess) return e;
+  }
+  int cap = 0;
+  const cudaError_t e = resident_blocks(kernel, WARPS * 32, smem, &cap);
+  if (e != cudaSuccess) return e;
+  const int64_t grid = items < cap ? items : cap;
+  thin_kernel<T, WARPS><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+#endif
 }
 
 // Launches the thin kernel for a problem thin_layout accepted.
@@ -222,36 +261,12 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
   a.count = count;
   a.m = int(p.m), a.n = int(p.n), a.k = int(p.k);
   a.kp = (a.k + Tr::KS - 1) / Tr::KS * Tr::KS;
-  a.tiles_m = (a.m + kThinBM - 1) / kThinBM;
   a.tiles_n = (a.n + kThinBN - 1) / kThinBN;
   a.pa = a.kp + Tr::VEC;
-  a.b_off = round16(int64_t(kThinBM) * a.pa * Tr::E);
-  a.stage_bytes = a.b_off + round16(int64_t(a.kp) * Tr::PB * Tr::E);
   a.alpha = p.alpha, a.beta = p.beta;
-  // as many stages (2..4) as leave two blocks an SM room
-  constexpr int kSmemSM = 220 * 1024;
-  a.stages = 4;
-  while (a.stages > 2 && 2 * thin_smem<T>(a.stages, a.stage_bytes) > kSmemSM) --a.stages;
-  const int smem = thin_smem<T>(a.stages, a.stage_bytes);
-  const int64_t items = count * a.tiles_m * a.tiles_n;
-#ifdef KL_BATCHED_EMULATE
-  (void)stream;
-  const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
-  emu_launch(unsigned(grid), kThinWarps * 32, smem, [a] { thin_kernel<T>(a); });
-  return cudaSuccess;
-#else
-  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T>);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = opt_in_smem(kernel, smem);
-    if (e != cudaSuccess) return e;
-  }
-  int cap = 0;
-  const cudaError_t e = resident_blocks(kernel, kThinWarps * 32, smem, &cap);
-  if (e != cudaSuccess) return e;
-  const int64_t grid = items < cap ? items : cap;
-  thin_kernel<T><<<unsigned(grid), kThinWarps * 32, smem, stream>>>(a);
-  return cudaGetLastError();
-#endif
+  const int opts = thin_opts();
+  a.streaming = (opts & 2) != 0;
+  return opts & 1 ? launch_thin_warps<T, 8>(a, stream) : launch_thin_warps<T, 4>(a, stream);
 }
 
 }  // namespace batched
