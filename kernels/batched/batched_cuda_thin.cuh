@@ -38,7 +38,6 @@ struct ThinArgs {
   int pa;                 // A's staged row pitch, elements: kp + one 16-byte piece (ldmatrix rows
                           // of a quad's 8 in distinct bank groups)
   int b_off, stage_bytes, stages;
-  bool streaming;         // results stored with the evict-first hint (st.global.cs)
   double alpha, beta;
 };
 
@@ -53,7 +52,8 @@ struct ThinTraits {
   static constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
 };
 
-template <class T, int WARPS>
+// TMA: the results leave the staging rows by bulk copies (one a row, sm_90), not 16-byte stores.
+template <class T, int WARPS, bool TMA>
 __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   using Tr = ThinTraits<T>;
   constexpr int BM = 16 * WARPS, THREADS = WARPS * 32;
@@ -133,8 +133,6 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
     const T *Bs = reinterpret_cast<const T *>(st + args.b_off);
     const Tile tl = tile_of(it);
     const int nv = n - tl.col0 < kThinBN ? n - tl.col0 : kThinBN;  // valid columns
-    // (every column's MMAs, also past n on the zeros there: a branch a column block kept
-    // ptxas from interleaving the blocks' dependent 3xTF32 chains)
     float acc[kThinBN / 8][4];
 #pragma unroll
     for (int ni = 0; ni < kThinBN / 8; ++ni)
@@ -147,12 +145,18 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
         kl::cu::ldsm_x4(a, As + (warp * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 8);
 #pragma unroll
         for (int nj = 0; nj < kThinBN / 16; ++nj) {
-          uint32_t r[4];
-          kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * Tr::PB + nj * 16 + (lane >> 4) * 8);
-          kl::cu::mma_16816<Tr::BF16>(acc[2 * nj], a, r[0], r[1]);
-          kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
+          if (nj * 16 < nv) {  // (warp-uniform: not the tile's columns past n)
+            uint32_t r[4];
+            kl::cu::ldsm_x4_trans(r, Bs + (kk + (lane & 15)) * Tr::PB + nj * 16 + (lane >> 4) * 8);
+            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj], a, r[0], r[1]);
+            kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
+          }
         }
-      } else {  // 3xTF32
+      } else {
+        // 3xTF32, every column block's MMAs, also past n on the zeros there: a branch a block
+        // kept ptxas from interleaving the blocks' dependent chains (H100, 10⁴ products of
+        // 128 x 16 x 128: 0.66 -> 0.81 of copy bandwidth; the half types' own MMAs ran slower
+        // unbranched, 0.83 -> 0.78, and keep theirs)
         uint32_t x[4], ah[4], al[4];
         kl::cu::ldsm_x4(x, As + (warp * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 4);
 #pragma unroll
@@ -171,6 +175,10 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
     // distinct banks), then out in 16-byte pieces
     const int r0 = tl.row0 + warp * 16;  // the warp's first output row
     T *os = reinterpret_cast<T *>(out_stage);
+    if constexpr (TMA) {  // the last tile's bulk copies are done reading the staging rows
+      kl::cu::bulk_wait_read();
+      __syncwarp();
+    }
     T *d = static_cast<T *>(args.d) + tl.p * args.d_bs;
     const T *c = beta != 0.0f ? static_cast<const T *>(args.c) + tl.p * args.c_bs : nullptr;
 #pragma unroll
@@ -183,21 +191,29 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
                            c && in ? c + int64_t(r0 + r) * n + tl.col0 + col : nullptr, alpha,
                            beta, acc[ni][2 * h], acc[ni][2 * h + 1]);
       }
-    __syncwarp();
     const int mv = m - r0;  // the warp's valid rows (<= 0: none)
+    if constexpr (TMA) {
+      kl::cu::fence_proxy_async_shared();  // the staging rows, to the bulk copies' proxy
+      __syncwarp();
+      if (lane < 16 && lane < mv) {
+        kl::cu::bulk_store(d + int64_t(r0 + lane) * n + tl.col0, os + lane * Tr::PB,
+                           nv * Tr::E);
+        kl::cu::bulk_commit();
+      }
+    } else {
+      __syncwarp();
 #pragma unroll
-    for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
-      const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
-      if (r < mv && cpiece * Tr::VEC < nv) {
-        uint4 *dst = reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC);
-        const uint4 v = *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
-        if (args.streaming) __stcs(dst, v);
-        else *dst = v;
+      for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
+        const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
+        if (r < mv && cpiece * Tr::VEC < nv)
+          *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
+              *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
       }
     }
     __syncwarp();  // the staging rows are free for the next tile
   }
   kl::cu::cp_async_wait<0>();
+  if constexpr (TMA) kl::cu::bulk_wait();  // (the staging rows live as long as the block)
 }
 
 // Whether a uniform problem fits this kernel (thin_variant's sizes, tiny_layout's dense layout
@@ -212,11 +228,12 @@ inline int thin_smem(int warps, int stages, int stage_bytes) {
   return stages * stage_bytes + warps * ThinTraits<T>::OUT_BYTES;
 }
 
-// KRONLINALG_BATCHED_THIN_OPTS, for comparisons: bit 0 blocks of 8 warps (128 x 128 tiles)
-// instead of 4, bit 1 stores with the evict-first hint
-inline int thin_opts() { return kl::knob_int("KRONLINALG_BATCHED_THIN_OPTS", 0); }
+// KRONLINALG_BATCHED_THIN_OPTS, for comparisons (-1, the default: the measured choice below):
+// bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the results out by
+// bulk copies (compute capability 9.0 and newer)
+inline int thin_opts() { return kl::knob_int("KRONLINALG_BATCHED_THIN_OPTS", -1); }
 
-template <class T, int WARPS>
+template <class T, int WARPS, bool TMA>
 cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   using Tr = ThinTraits<T>;
   constexpr int BM = 16 * WARPS;
@@ -233,10 +250,10 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
-  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS>(a); });
+  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS, TMA>(a); });
   return cudaSuccess;
 #else
-  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS>);
+  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS, TMA>);
   if (smem > 48 * 1024) {
     const cudaError_t e = opt_in_smem(kernel, smem);
     if (e != cudaSuccess) return e;
@@ -245,7 +262,7 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   const cudaError_t e = resident_blocks(kernel, WARPS * 32, smem, &cap);
   if (e != cudaSuccess) return e;
   const int64_t grid = items < cap ? items : cap;
-  thin_kernel<T, WARPS><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
+  thin_kernel<T, WARPS, TMA><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
   return cudaGetLastError();
 #endif
 }
@@ -264,9 +281,18 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
   a.tiles_n = (a.n + kThinBN - 1) / kThinBN;
   a.pa = a.kp + Tr::VEC;
   a.alpha = p.alpha, a.beta = p.beta;
-  const int opts = thin_opts();
-  a.streaming = (opts & 2) != 0;
-  return opts & 1 ? launch_thin_warps<T, 8>(a, stream) : launch_thin_warps<T, 4>(a, stream);
+  int opts = thin_opts();
+  if (opts < 0)  // 8 warps for float32 products of 128 rows or more (H100: 128 x 16 x 128
+                 // 0.86 of copy bandwidth against 0.81 with 4; the half types within 0.01)
+    opts = sizeof(T) == 4 && a.m >= 128 ? 1 : 0;
+  bool tma = (opts & 2) != 0;
+#ifndef KL_BATCHED_EMULATE
+  DeviceInfo dev;
+  tma = tma && query_device(&dev) == cudaSuccess && dev.cc_major >= 9;
+#endif
+  if (opts & 1)
+    return tma ? launch_thin_warps<T, 8, true>(a, stream) : launch_thin_warps<T, 8, false>(a, stream);
+  return tma ? launch_thin_warps<T, 4, true>(a, stream) : launch_thin_warps<T, 4, false>(a, stream);
 }
 
 }  // namespace batched

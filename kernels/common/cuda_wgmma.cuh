@@ -61,13 +61,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// Makes this thread's generic-proxy shared-memory writes (stores, completed cp.async) visible to
-// the asynchronous proxy that wgmma reads through; before the barrier that publishes them.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if KL_HAS_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
 // Keeps the compiler from moving accumulator accesses across the asynchronous MMAs.
 template <int R>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {

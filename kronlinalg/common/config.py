@@ -80,10 +80,10 @@ KNOBS: dict = {k.name: k for k in (
          "batched_matmul: 0 turns off the thin-product kernel (float16 / bfloat16 / 3xTF32 "
          "low-rank stacks: k <= 32 from order 64, dense row-major operands a fixed stride apart)",
          "c++"),
-    Knob("KRONLINALG_BATCHED_THIN_OPTS", int, 0,
-         "batched_matmul's thin-product kernel, for comparisons: bit 0 blocks of 8 warps (128 x "
-         "128 tiles) instead of 4 (64 x 128), bit 1 results stored with the evict-first hint",
-         "c++"),
+    Knob("KRONLINALG_BATCHED_THIN_OPTS", int, -1,
+         "batched_matmul's thin-product kernel, for comparisons (-1: the launcher's measured "
+         "choice): bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the "
+         "results out by bulk copies (compute capability 9.0+)", "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),
