@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   const int per_product = args.tiles_m * args.tiles_n;
   const int64_t items = args.count * per_product;
   const int apr = k * Tr::E / 16;  // 16-byte pieces an A row (k * E is a multiple of 16)
-  unsigned char *out_stage = smem + size_t(S) * SB + size_t(warp) * Tr::OUT_BYTES;
+  unsigned char *out_stage = smem + size_t(S) * SB + size_t(warp) * Tr::OUT_BYTES;  // (halves)
   const float alpha = float(args.alpha), beta = float(args.beta);
 
   // the zeros past k (A's columns, B's rows up to kp) no copy ever writes
@@ -171,46 +171,62 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
       }
     }
 
-    // alpha·AB + beta·C, rounded once, into the warp's staging rows (pairs: a quad's in
-    // distinct banks), then out in 16-byte pieces
     const int r0 = tl.row0 + warp * 16;  // the warp's first output row
-    T *os = reinterpret_cast<T *>(out_stage);
-    if constexpr (TMA) {  // the last tile's bulk copies are done reading the staging rows
-      kl::cu::bulk_wait_read();
-      __syncwarp();
-    }
+    const int mv = m - r0;                // the warp's valid rows (<= 0: none)
     T *d = static_cast<T *>(args.d) + tl.p * args.d_bs;
     const T *c = beta != 0.0f ? static_cast<const T *>(args.c) + tl.p * args.c_bs : nullptr;
+    if constexpr (sizeof(T) == 4) {
+      // float32: alpha·AB + beta·C straight from the accumulators, a quad's 8-byte pairs one
+      // whole 32-byte sector of a row (no staging rows: their shared memory went to stages)
 #pragma unroll
-    for (int ni = 0; ni < kThinBN / 8; ++ni)
+      for (int ni = 0; ni < kThinBN / 8; ++ni)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = g + 8 * h, col = ni * 8 + 2 * t;
-        const bool in = r0 + r < m && col < nv;  // (C is read only there)
-        tiny_store_pair<T>(os + r * Tr::PB + col,
-                           c && in ? c + int64_t(r0 + r) * n + tl.col0 + col : nullptr, alpha,
-                           beta, acc[ni][2 * h], acc[ni][2 * h + 1]);
-      }
-    const int mv = m - r0;  // the warp's valid rows (<= 0: none)
-    if constexpr (TMA) {
-      kl::cu::fence_proxy_async_shared();  // the staging rows, to the bulk copies' proxy
-      __syncwarp();
-      if (lane < 16 && lane < mv) {
-        kl::cu::bulk_store(d + int64_t(r0 + lane) * n + tl.col0, os + lane * Tr::PB,
-                           nv * Tr::E);
-        kl::cu::bulk_commit();
-      }
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h, col = ni * 8 + 2 * t;
+          if (r < mv && col < nv) {
+            const int64_t off = int64_t(r0 + r) * n + tl.col0 + col;
+            tiny_store_pair<T>(d + off, c ? c + off : nullptr, alpha, beta, acc[ni][2 * h],
+                               acc[ni][2 * h + 1]);
+          }
+        }
     } else {
-      __syncwarp();
-#pragma unroll
-      for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
-        const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
-        if (r < mv && cpiece * Tr::VEC < nv)
-          *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
-              *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+      // the half types: alpha·AB + beta·C, rounded once, into the warp's staging rows (pairs: a
+      // quad's in distinct banks), then out in 16-byte pieces or, TMA, a bulk copy a row
+      T *os = reinterpret_cast<T *>(out_stage);
+      if constexpr (TMA) {  // the last tile's bulk copies are done reading the staging rows
+        kl::cu::bulk_wait_read();
+        __syncwarp();
       }
+#pragma unroll
+      for (int ni = 0; ni < kThinBN / 8; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h, col = ni * 8 + 2 * t;
+          const bool in = r < mv && col < nv;  // (C is read only there)
+          tiny_store_pair<T>(os + r * Tr::PB + col,
+                             c && in ? c + int64_t(r0 + r) * n + tl.col0 + col : nullptr, alpha,
+                             beta, acc[ni][2 * h], acc[ni][2 * h + 1]);
+        }
+      if constexpr (TMA) {
+        kl::cu::fence_proxy_async_shared();  // the staging rows, to the bulk copies' proxy
+        __syncwarp();
+        if (lane < 16 && lane < mv) {
+          kl::cu::bulk_store(d + int64_t(r0 + lane) * n + tl.col0, os + lane * Tr::PB,
+                             nv * Tr::E);
+          kl::cu::bulk_commit();
+        }
+      } else {
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 16 * Tr::BPR / 32; ++i) {
+          const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
+          if (r < mv && cpiece * Tr::VEC < nv)
+            *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
+                *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+        }
+      }
+      __syncwarp();  // the staging rows are free for the next tile
     }
-    __syncwarp();  // the staging rows are free for the next tile
   }
   kl::cu::cp_async_wait<0>();
   if constexpr (TMA) kl::cu::bulk_wait();  // (the staging rows live as long as the block)
@@ -225,7 +241,7 @@ inline bool thin_layout(const kl_batched_problem &p, int64_t count, int elem, in
 // Shared memory of a launch with `stages` stages of stage_bytes and the warps' staging rows.
 template <class T>
 inline int thin_smem(int warps, int stages, int stage_bytes) {
-  return stages * stage_bytes + warps * ThinTraits<T>::OUT_BYTES;
+  return stages * stage_bytes + (sizeof(T) == 2 ? warps * ThinTraits<T>::OUT_BYTES : 0);
 }
 
 // KRONLINALG_BATCHED_THIN_OPTS, for comparisons (-1, the default: the measured choice below):
@@ -282,17 +298,22 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
   a.pa = a.kp + Tr::VEC;
   a.alpha = p.alpha, a.beta = p.beta;
   int opts = thin_opts();
-  if (opts < 0)  // 8 warps for float32 products of 128 rows or more (H100: 128 x 16 x 128
-                 // 0.86 of copy bandwidth against 0.81 with 4; the half types within 0.01)
-    opts = sizeof(T) == 4 && a.m >= 128 ? 1 : 0;
-  bool tma = (opts & 2) != 0;
+  if (opts < 0)  // the half types' rows of 256 bytes or more by bulk copies (H100, 10⁴
+                 // products of 128 x 16 x 128 / 256 x 16 x 256: 0.86 / 0.87 of copy bandwidth
+                 // against 0.84 / 0.82; rows of 128 bytes, order 64: 0.67 against 0.74)
+    opts = a.n * Tr::E >= 256 ? 2 : 0;
+  bool tma = sizeof(T) == 2 && (opts & 2) != 0;
 #ifndef KL_BATCHED_EMULATE
   DeviceInfo dev;
   tma = tma && query_device(&dev) == cudaSuccess && dev.cc_major >= 9;
 #endif
-  if (opts & 1)
-    return tma ? launch_thin_warps<T, 8, true>(a, stream) : launch_thin_warps<T, 8, false>(a, stream);
-  return tma ? launch_thin_warps<T, 4, true>(a, stream) : launch_thin_warps<T, 4, false>(a, stream);
+  if constexpr (sizeof(T) == 2) {
+    if (tma)
+      return opts & 1 ? launch_thin_warps<T, 8, true>(a, stream)
+                      : launch_thin_warps<T, 4, true>(a, stream);
+  }
+  return opts & 1 ? launch_thin_warps<T, 8, false>(a, stream)
+                  : launch_thin_warps<T, 4, false>(a, stream);
 }
 
 }  // namespace batched
