@@ -110,17 +110,23 @@ def rel_err(out, ref):
     return float(torch.linalg.norm(out - ref) / max(torch.linalg.norm(ref), 1e-300))
 
 
-def uniform_case(dtype, batch, m, n, k, rows, label):
+def stack_inputs(dtype, batch, m, n, k):
+    """A stack of batch products m x k by k x n (seed 0), its A + B + D bytes, and the float64
+    reference of its first 8 products."""
     torch.manual_seed(0)
     dt = DT[dtype]
     a = torch.randn(batch, m, k, device="cuda").to(dt)
     b = torch.randn(batch, k, n, device="cuda").to(dt)
     nbytes = batch * (m * k + k * n + m * n) * SE[dtype]
+    return a, b, nbytes, torch.bmm(a[:8].double(), b[:8].double())
+
+
+def uniform_case(dtype, batch, m, n, k, rows, label):
+    a, b, nbytes, ref = stack_inputs(dtype, batch, m, n, k)
     row = {"case": label, "dtype": dtype, "batch": batch, "m": m, "n": n, "k": k,
            "bytes": nbytes}
     t_bmm = timed(lambda: torch.bmm(a, b))
     row["torch_bmm_us"] = t_bmm * 1e6
-    ref = torch.bmm(a[:8].double(), b[:8].double())
     plan = kronlinalg.plan("batched_matmul", tuple(a.shape), tuple(b.shape), dtype=dtype,
                            device=a)
     row["planned"] = plan[0].name

@@ -24,27 +24,23 @@ import torch
 import kronlinalg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batched_gpu import COPY_BW, DT, SE, env_scope, rel_err, timed  # noqa: E402
+from batched_gpu import COPY_BW, env_scope, rel_err, stack_inputs, timed  # noqa: E402
 
 SHAPES = ((128, 16, 128), (128, 32, 128), (128, 8, 128), (256, 16, 256), (256, 32, 256),
           (64, 16, 64), (64, 32, 64))
 
 
-# name, KRONLINALG_BATCHED_THIN, KRONLINALG_BATCHED_THIN_OPTS (bit 0: 8-warp blocks, bit 1:
-# the results out by bulk copies; -1: the launcher's choice), algorithm
-VARIANTS = (("thin", "1", "-1", "kami1d"), ("thin4", "1", "0", "kami1d"),
-            ("thin8", "1", "1", "kami1d"), ("thin_tma", "1", "2", "kami1d"),
-            ("tiles", "0", "-1", "kami1d"), ("auto", "1", "-1", "auto"),
+# name, KRONLINALG_BATCHED_THIN, KRONLINALG_BATCHED_THIN_OPTS (-1: the launcher's choice; bit 0
+# 8-warp blocks, bit 1 the half types' results by bulk copies, bit 2 float32's warps in rows),
+# algorithm
+VARIANTS = (("thin", "1", "-1", "kami1d"), ("thin_rows", "1", "4", "kami1d"),
+            ("thin8", "1", "1", "kami1d"), ("tiles", "0", "-1", "kami1d"),
+            ("auto", "1", "-1", "auto"),
             ("thin_last", "1", "-1", "kami1d"))  # (the default again: an order effect shows)
 
 
 def case(dtype, batch, m, k, n):
-    torch.manual_seed(0)
-    dt = DT[dtype]
-    a = torch.randn(batch, m, k, device="cuda").to(dt)
-    b = torch.randn(batch, k, n, device="cuda").to(dt)
-    nbytes = batch * (m * k + k * n + m * n) * SE[dtype]
-    ref = torch.bmm(a[:8].double(), b[:8].double())
+    a, b, nbytes, ref = stack_inputs(dtype, batch, m, n, k)
     row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
            "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6,
            "torch_bmm_err": rel_err(torch.bmm(a[:8], b[:8]), ref)}

@@ -26,8 +26,8 @@ import torch
 import kronlinalg
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batched_gpu import (COPY_BW, DT, SE, env_scope, packed_error, packed_inputs,  # noqa: E402
-                         rel_err, timed)
+from batched_gpu import (COPY_BW, SE, env_scope, packed_error, packed_inputs,  # noqa: E402
+                         rel_err, stack_inputs, timed)
 
 # name: KRONLINALG_BATCHED_WGMMA (1: the wgmma kernel where rows are aligned; "staged", the
 # default since 2026-11-27: and its staged form for variable products of rows at other offsets)
@@ -42,12 +42,7 @@ def with_env(level, fn):
 
 
 def uniform(dtype, batch, m, n, k):
-    torch.manual_seed(0)
-    dt = DT[dtype]
-    a = torch.randn(batch, m, k, device="cuda").to(dt)
-    b = torch.randn(batch, k, n, device="cuda").to(dt)
-    nbytes = batch * (m * k + k * n + m * n) * SE[dtype]
-    ref = torch.bmm(a[:8].double(), b[:8].double())
+    a, b, nbytes, ref = stack_inputs(dtype, batch, m, n, k)
     row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
            "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6}
     for name, level in VARIANTS.items():

@@ -760,8 +760,8 @@ static void thin_suite(const char *name, double tol) {
   check_tiny<T, true>(name, 7, 64, 64, 3 * v, false, 0.0, tol);
   check_tiny<T, true>(name, 1, 256, 256, 32, true, 0.0, tol);
   check_tiny<T, true>(name, 6, 33, 72, 16, false, 0.5, tol);
-  if (!kl::knob_set("KRONLINALG_BATCHED_THIN_OPTS")) {  // 4 and 8 warps, with bulk stores
-    for (const char *opts : {"0", "1", "2", "3"}) {
+  if (!kl::knob_set("KRONLINALG_BATCHED_THIN_OPTS")) {  // 4 and 8 warps, bulk stores, rows
+    for (const char *opts : {"0", "1", "2", "3", "4", "5"}) {
       setenv("KRONLINALG_BATCHED_THIN_OPTS", opts, 1);
       check_tiny<T, true>(name, 3, 200, 136, v, false, 0.5, tol);
       check_tiny<T, true>(name, 2, 100, 72, 2 * v, true, 0.0, tol);

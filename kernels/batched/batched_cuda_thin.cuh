@@ -52,8 +52,10 @@ struct ThinTraits {
   static constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
 };
 
-// TMA: the results leave the staging rows by bulk copies (one a row, sm_90), not 16-byte stores.
-template <class T, int WARPS, bool TMA>
+// TMA (half types): the results leave the staging rows by bulk copies (one a row, sm_90), not
+// 16-byte stores.  GRID (float32): the warps in a grid of two columns, each 32 rows x 64 columns
+// of the tile, not 16 rows x 128 (half the B elements split to TF32 a warp, a quarter more A).
+template <class T, int WARPS, bool TMA, bool GRID>
 __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   using Tr = ThinTraits<T>;
   constexpr int BM = 16 * WARPS, THREADS = WARPS * 32;
@@ -152,6 +154,26 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
             kl::cu::mma_16816<Tr::BF16>(acc[2 * nj + 1], a, r[2], r[3]);
           }
         }
+      } else if constexpr (GRID) {  // 3xTF32 on a 2-column warp grid, every column's MMAs
+        const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;  // the warp's rows and columns
+        uint32_t ah[2][4], al[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          uint32_t x[4];
+          kl::cu::ldsm_x4(x, As + (wr + mi * 16 + (lane & 15)) * pa + kk + (lane >> 4) * 4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) kl::cu::split_tf32(x[e], ah[mi][e], al[mi][e]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni) {
+          uint32_t bh0, bl0, bh1, bl1;
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t) * Tr::PB + wc + ni * 8 + g]), bh0, bl0);
+          kl::cu::split_tf32(__float_as_uint(Bs[(kk + t + 4) * Tr::PB + wc + ni * 8 + g]), bh1,
+                             bl1);
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+            mma_3xtf32(acc[mi * 8 + ni], ah[mi], al[mi], bh0, bh1, bl0, bl1);
+        }
       } else {
         // 3xTF32, every column block's MMAs, also past n on the zeros there: a branch a block
         // kept ptxas from interleaving the blocks' dependent chains (H100, 10⁴ products of
@@ -182,7 +204,11 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
       for (int ni = 0; ni < kThinBN / 8; ++ni)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int r = g + 8 * h, col = ni * 8 + 2 * t;
+          // (GRID: accumulator block ni is rows 16 (ni / 8) of the warp's 32, columns 8 (ni % 8)
+          // of its 64)
+          const int r = GRID ? (warp >> 1) * 32 - warp * 16 + (ni / 8) * 16 + g + 8 * h
+                             : g + 8 * h;
+          const int col = GRID ? (warp & 1) * 64 + (ni % 8) * 8 + 2 * t : ni * 8 + 2 * t;
           if (r < mv && col < nv) {
             const int64_t off = int64_t(r0 + r) * n + tl.col0 + col;
             tiny_store_pair<T>(d + off, c ? c + off : nullptr, alpha, beta, acc[ni][2 * h],
@@ -245,11 +271,12 @@ inline int thin_smem(int warps, int stages, int stage_bytes) {
 }
 
 // KRONLINALG_BATCHED_THIN_OPTS, for comparisons (-1, the default: the measured choice below):
-// bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the results out by
-// bulk copies (compute capability 9.0 and newer)
+// bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the half types'
+// results out by bulk copies (compute capability 9.0 and newer), bit 2 float32's warps in rows
+// of the tile (16 x 128 each) instead of the grid
 inline int thin_opts() { return kl::knob_int("KRONLINALG_BATCHED_THIN_OPTS", -1); }
 
-template <class T, int WARPS, bool TMA>
+template <class T, int WARPS, bool TMA, bool GRID>
 cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   using Tr = ThinTraits<T>;
   constexpr int BM = 16 * WARPS;
@@ -266,10 +293,10 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
   const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
-  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS, TMA>(a); });
+  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS, TMA, GRID>(a); });
   return cudaSuccess;
 #else
-  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS, TMA>);
+  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS, TMA, GRID>);
   if (smem > 48 * 1024) {
     const cudaError_t e = opt_in_smem(kernel, smem);
     if (e != cudaSuccess) return e;
@@ -278,7 +305,7 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   const cudaError_t e = resident_blocks(kernel, WARPS * 32, smem, &cap);
   if (e != cudaSuccess) return e;
   const int64_t grid = items < cap ? items : cap;
-  thin_kernel<T, WARPS, TMA><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
+  thin_kernel<T, WARPS, TMA, GRID><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
   return cudaGetLastError();
 #endif
 }
@@ -309,11 +336,15 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
 #endif
   if constexpr (sizeof(T) == 2) {
     if (tma)
-      return opts & 1 ? launch_thin_warps<T, 8, true>(a, stream)
-                      : launch_thin_warps<T, 4, true>(a, stream);
+      return opts & 1 ? launch_thin_warps<T, 8, true, false>(a, stream)
+                      : launch_thin_warps<T, 4, true, false>(a, stream);
+  } else {
+    if (!(opts & 4))  // float32: the warp grid unless bit 2 asks for rows
+      return opts & 1 ? launch_thin_warps<T, 8, false, true>(a, stream)
+                      : launch_thin_warps<T, 4, false, true>(a, stream);
   }
-  return opts & 1 ? launch_thin_warps<T, 8, false>(a, stream)
-                  : launch_thin_warps<T, 4, false>(a, stream);
+  return opts & 1 ? launch_thin_warps<T, 8, false, false>(a, stream)
+                  : launch_thin_warps<T, 4, false, false>(a, stream);
 }
 
 }  // namespace batched
