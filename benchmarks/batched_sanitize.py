@@ -35,7 +35,7 @@ for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
             worst[key] = max(worst.get(key, 0.0), err)
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     key = str(dtype) + " thin"
-    for (m, k, n) in ((128, 16, 128), (71, 24, 264), (33, 16, 72)):
+    for (m, k, n) in ((128, 16, 128), (71, 24, 264), (33, 16, 72), (136, 8, 200)):
         a = torch.randn(5, m, k, device=dev).to(dtype)
         b = torch.randn(5, k, n, device=dev).to(dtype)
         c = torch.randn(5, m, n, device=dev).to(dtype)

@@ -164,7 +164,8 @@ def test_low_rank_products(xp, rng, monkeypatch, thin):
     monkeypatch.setenv("KRONLINALG_BATCHED_THIN", thin)
     for dtype in xp.dtypes:
         for (m, k, n) in ((128, 16, 128), (128, 32, 128), (200, 8, 136), (71, 24, 264),
-                          (33, 16, 72), (64, 12, 64), (96, 33, 96), (96, 16, 97)):
+                          (33, 16, 72), (64, 12, 64), (136, 8, 200), (96, 33, 96),
+                          (96, 16, 97)):
             a, an = random(xp, rng, (3, m, k), dtype)
             b, bn = random(xp, rng, (3, k, n), dtype)
             c, cn = random(xp, rng, (3, m, n), dtype)
@@ -609,8 +610,8 @@ def test_plan_held_out_grid_picks():
 
 def test_plan_thin_kernel():
     """Dense low-rank stacks of the half types and float32 are priced as the thin-product
-    kernel (its measured bandwidth fraction, no tile tail); float64, k beyond 32 and strided
-    stacks (dense not claimed) are not."""
+    kernel (its measured bandwidth fraction, no tile tail); float64, k beyond 32, float32 of
+    order 64 with k = 32 and strided stacks (dense not claimed) are not."""
     def kami1d(dtype, k, **opts):
         plan = kronlinalg.plan("batched_matmul", (10000, 128, k), (10000, k, 128), dtype=dtype,
                                device="h100-sxm", **opts)
@@ -621,6 +622,13 @@ def test_plan_thin_kernel():
             d = kami1d(dtype, k, dense=True)
             assert d["tile"] == "tiny (thin)" and d["block_cycles"] == 0.0
     assert kami1d("float64", 16, dense=True)["tile"] != "tiny (thin)"
+    # (float32 below order 128 only with k <= 16)
+    plan = kronlinalg.plan("batched_matmul", (10000, 64, 32), (10000, 32, 64), dtype="float32",
+                           device="h100-sxm", dense=True)
+    assert next(ch for ch in plan if ch.name == "kami1d").details["tile"] != "tiny (thin)"
+    plan = kronlinalg.plan("batched_matmul", (10000, 64, 16), (10000, 16, 64), dtype="float32",
+                           device="h100-sxm", dense=True)
+    assert next(ch for ch in plan if ch.name == "kami1d").details["tile"] == "tiny (thin)"
     assert kami1d("float16", 40, dense=True)["tile"] != "tiny (thin)"
     assert kami1d("float16", 16)["tile"] != "tiny (thin)"
 

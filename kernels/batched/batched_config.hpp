@@ -73,6 +73,13 @@ inline bool thin_variant(int64_t m, int64_t n, int64_t k, int elem) {
   const int64_t lo = m < n ? m : n, hi = m > n ? m : n;
   return lo >= 32 && hi >= 64 && 2 * k <= lo;
 }
+// ... and where the launcher and the cost model take it: the half types wherever it fits (H100,
+// 10⁴ products of 64 x 16 x 64: 0.73 of copy bandwidth against the tile kernels' 0.47), float32
+// from order 128 or with k <= 16 (its 3xTF32 MMAs run on every column of a 128-wide tile: at
+// 64 x 32 x 64 the tile kernels measured 0.71 against its 0.68; 64 x 16 x 64 0.72 against 0.79).
+inline bool thin_pays(int64_t m, int64_t n, int64_t k, int elem) {
+  return thin_variant(m, n, k, elem) && (elem == 2 || k <= 16 || (m < n ? m : n) >= 128);
+}
 
 inline int pick_shape(int64_t m, int64_t n, int algo, int mma = -1) {
   const int64_t order = m > n ? m : n;

@@ -55,6 +55,6 @@ extern "C" int kl_batched_cuda_config(int64_t m, int64_t n, int64_t k, int dtype
                                                                            : 2;
   out->thin = algo != KL_BATCHED_2D &&
               (mma == batched::kHmma || mma == batched::kTf32x3) &&
-              batched::thin_variant(m, n, k, elem);
+              batched::thin_pays(m, n, k, elem);
   return KL_OK;
 }

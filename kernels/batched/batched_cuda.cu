@@ -88,7 +88,8 @@ extern "C" int kl_batched_matmul_cuda(const kl_batched_problem *p, int dtype, in
       return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");
     }
     // low-rank products (k <= 32 from order 64): the thin-product kernel
-    if ((mma == kHmma || mma == kTf32x3) && thin_on() && thin_layout(*p, count, elem, strides)) {
+    if ((mma == kHmma || mma == kTf32x3) && thin_on() && thin_pays(p->m, p->n, p->k, elem) &&
+        thin_layout(*p, count, elem, strides)) {
       const cudaError_t e =
           launch_thin_dtype(dtype, *p, count, strides, static_cast<cudaStream_t>(stream));
       return e == cudaSuccess ? KL_OK : cuda_fail(e, "kernel launch");

@@ -4,17 +4,21 @@
 //
 // Why a kernel of its own: a product of 128 x 16 by 16 x 128 reads 8 KB and writes 32 KB (float16),
 // so its time is the store stream, and the tile kernels spend theirs on what a long k needs (a
-// k-panel pipeline per tile, a barrier a panel): 0.40-0.55 of the copy bandwidth on the H100
-// where torch.bmm reaches 0.88.  Here a block of 4 warps walks output tiles of 64 x 128 of the
-// stack (persistent, a ring of 2-4 stages: the next tiles' A rows and B columns land by 16-byte
-// cp.async while this one computes and stores), each warp multiplies its 16 rows by the whole k
-// straight from the stage (ldmatrix fragments from padded rows, as the tiny kernel's fixed
-// orders), rounds alpha·AB + beta·C once into its own staging rows and writes them out in 16-byte
-// pieces, a warp's store covering whole 128-byte lines.  One block barrier a tile.
+// k-panel pipeline per tile, a barrier a panel): 0.43-0.65 of the copy bandwidth on the H100
+// where torch.bmm reaches 0.85-0.9.  Here a block of 4 warps walks output tiles of 64 x 128 of
+// the stack (persistent, a ring of 2-4 stages: the next tiles' A rows and B columns land by
+// 16-byte cp.async while this one computes and stores), each warp multiplies the whole k straight
+// from the stage (ldmatrix fragments from padded rows, as the tiny kernel's fixed orders).  One
+// block barrier a tile.  The results: the half types round alpha·AB + beta·C once into the warp's
+// staging rows and send them out by bulk copies (rows of 256 bytes or more, sm_90) or 16-byte
+// stores; float32 stores a quad's 8-byte pairs (whole 32-byte sectors) from the accumulators and
+// gives the staging rows' shared memory to the stages.
 //
 // MMAs: float16 / bfloat16 m16n8k16 (float32 accumulators), float32 as 3xTF32 m16n8k8; the
 // launcher takes this kernel only for those (float64's low-rank stacks reach 0.89-0.94 of copy
-// bandwidth on the small tiles already).
+// bandwidth on the small tiles already).  H100, 10⁴ products of 128 x 16 x 128 / 128 x 32 x 128,
+// loops of calls: float16 0.87-0.89 / 0.89-0.90 of copy bandwidth, float32 0.85 / 0.84
+// (benchmarks/batched_thin_ab.py; the versions on the way in docs/batched_matmul.md).
 #ifndef KRONLINALG_BATCHED_CUDA_THIN_CUH
 #define KRONLINALG_BATCHED_CUDA_THIN_CUH
 
@@ -54,7 +58,9 @@ struct ThinTraits {
 
 // TMA (half types): the results leave the staging rows by bulk copies (one a row, sm_90), not
 // 16-byte stores.  GRID (float32): the warps in a grid of two columns, each 32 rows x 64 columns
-// of the tile, not 16 rows x 128 (half the B elements split to TF32 a warp, a quarter more A).
+// of the tile, not 16 rows x 128: half the B elements split to TF32 a warp, twice the A (H100,
+// 10⁴ products: 256 x 32 x 256 0.72 -> 0.78-0.80 of copy, 64 x 16 x 64 0.70 -> 0.78, 128 x k x
+// 128 within 0.01).
 template <class T, int WARPS, bool TMA, bool GRID>
 __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   using Tr = ThinTraits<T>;

@@ -138,9 +138,11 @@ TINY_MEASURED = {
 
 
 # The thin-product kernel (kernels/batched/batched_cuda_thin.cuh): dense stacks of a short k (low
-# rank: k <= 32 from order 64, float16 / bfloat16 / 3xTF32 float32): the fraction of the copy
-# bandwidth it reached on the A + B + D bytes, batch 10⁴, loops of calls (H100, 2026-11-27).
-THIN_MEASURED = {"float32": 0.85, "float16": 0.85}
+# rank: k <= 32 from order 64, float16 / bfloat16 / 3xTF32 float32), the fraction of the copy
+# bandwidth it reached on the A + B + D bytes by order (k 8-32), batch 10⁴, loops of calls
+# (H100, 2026-11-27, benchmarks/data/batched_thin_ab_h100_2026-11-27_s15e.json)
+THIN_MEASURED = {"float32": {64: 0.78, 128: 0.84, 256: 0.78},
+                 "float16": {64: 0.78, 128: 0.88, 256: 0.87}}
 
 
 # ... and its generic variant (orders up to 16 but the square 16, outside float64: sizes read at
@@ -389,7 +391,7 @@ def predict_kami(dims):
         tiny = cfg.get("tiny") if dense else None
         if not tiny and dense and cfg.get("thin"):  # the thin-product kernel (same layout)
             tiny = "thin"
-            frac = THIN_MEASURED[dt]
+            frac = _fraction(THIN_MEASURED[dt], order)
             block = 0.0
         elif tiny == "fixed":  # the tiny-product kernel: its own measured fractions, no tile tail
             frac = _fraction(TINY_MEASURED[dt], order)
