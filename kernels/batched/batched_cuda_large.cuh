@@ -651,34 +651,36 @@ static __global__ void __launch_bounds__(256) bin_kernel(const kl_batched_entry 
   }
 }
 
-// A persistent kernel of THREADS threads and SMEM bytes of shared memory over `items` work
-// items: as many blocks as the items, at most as many as the GPU holds at once (the occupancy,
-// asked once a kernel).  The large-tile kernels of this file and batched_cuda_wgmma.cuh.
-template <auto KERNEL, int THREADS, int SMEM>
-cudaError_t launch_persistent(const Args &args, int64_t items, cudaStream_t stream) {
-  if (items <= 0) return cudaSuccess;
-  int64_t grid = items;
+// A persistent kernel of `threads` threads and `smem` bytes of dynamic shared memory over
+// `blocks` blocks' worth of work: as many blocks as that, at most as many as the GPU holds at once
+// (the occupancy, asked once a kernel, device and size: resident_blocks).  Every batched kernel's
+// launch: the large-tile kernels of this file and batched_cuda_wgmma.cuh (launch_persistent), the
+// tiny- and thin-product kernels.  The emulator runs at most 3 blocks, so that blocks share the
+// work as on the GPU.
+template <class Kernel, class A>
+cudaError_t launch_resident(Kernel kernel, const A &args, int threads, int smem, int64_t blocks,
+                            cudaStream_t stream) {
+  if (blocks <= 0) return cudaSuccess;
 #ifdef KL_BATCHED_EMULATE
   (void)stream;
-  if (grid > 3) grid = 3;  // persistent: the blocks share the items
-  emu_launch(unsigned(grid), THREADS, SMEM, [args] { KERNEL(args); });
+  emu_launch(unsigned(blocks > 3 ? 3 : blocks), threads, smem, [kernel, args] { kernel(args); });
   return cudaSuccess;
 #else
-  static int cap = -1;
-  const cudaError_t e0 = opt_in_smem(reinterpret_cast<const void *>(KERNEL), SMEM);
-  if (e0 != cudaSuccess) return e0;
-  if (cap < 0) {
-    int per_sm = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, THREADS, SMEM);
-    DeviceInfo d;
-    if (e == cudaSuccess) e = query_device(&d);
+  if (smem > 48 * 1024) {
+    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
     if (e != cudaSuccess) return e;
-    cap = (per_sm > 0 ? per_sm : 1) * d.sms;
   }
-  if (grid > cap) grid = cap;
-  KERNEL<<<unsigned(grid), THREADS, SMEM, stream>>>(args);
+  int cap = 0;
+  const cudaError_t e = resident_blocks(reinterpret_cast<const void *>(kernel), threads, smem, &cap);
+  if (e != cudaSuccess) return e;
+  kernel<<<unsigned(blocks < cap ? blocks : cap), threads, smem, stream>>>(args);
   return cudaGetLastError();
 #endif
+}
+
+template <auto KERNEL, int THREADS, int SMEM>
+cudaError_t launch_persistent(const Args &args, int64_t items, cudaStream_t stream) {
+  return launch_resident(KERNEL, args, THREADS, SMEM, items, stream);
 }
 
 template <class T, class Src, bool RAW>

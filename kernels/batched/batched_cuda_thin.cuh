@@ -294,26 +294,9 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   a.stages = 4;
   while (a.stages > 2 && blocks * thin_smem<T>(WARPS, a.stages, a.stage_bytes) > kSmemSM)
     --a.stages;
-  const int smem = thin_smem<T>(WARPS, a.stages, a.stage_bytes);
-  const int64_t items = a.count * a.tiles_m * a.tiles_n;
-#ifdef KL_BATCHED_EMULATE
-  (void)stream;
-  const int64_t grid = items > 3 ? 3 : items;  // several tiles a block, every stage turning
-  emu_launch(unsigned(grid), WARPS * 32, smem, [a] { thin_kernel<T, WARPS, TMA, GRID>(a); });
-  return cudaSuccess;
-#else
-  const void *kernel = reinterpret_cast<const void *>(thin_kernel<T, WARPS, TMA, GRID>);
-  if (smem > 48 * 1024) {
-    const cudaError_t e = opt_in_smem(kernel, smem);
-    if (e != cudaSuccess) return e;
-  }
-  int cap = 0;
-  const cudaError_t e = resident_blocks(kernel, WARPS * 32, smem, &cap);
-  if (e != cudaSuccess) return e;
-  const int64_t grid = items < cap ? items : cap;
-  thin_kernel<T, WARPS, TMA, GRID><<<unsigned(grid), WARPS * 32, smem, stream>>>(a);
-  return cudaGetLastError();
-#endif
+  return launch_resident(thin_kernel<T, WARPS, TMA, GRID>, a, WARPS * 32,
+                         thin_smem<T>(WARPS, a.stages, a.stage_bytes),
+                         a.count * a.tiles_m * a.tiles_n, stream);
 }
 
 // Launches the thin kernel for a problem thin_layout accepted.

@@ -515,27 +515,11 @@ inline int tiny_stages(int stage_bytes) {
   return 2;
 }
 
+// A launch of a tiny kernel: a warp per product at a time (launch_resident).
 template <class Kernel>
 cudaError_t launch_tiny_kernel(Kernel kernel, const TinyArgs &a, int smem, cudaStream_t stream) {
-  const int64_t blocks = (a.count + kTinyWarps - 1) / kTinyWarps;
-#ifdef KL_BATCHED_EMULATE
-  (void)stream;
-  const int64_t grid = blocks > 3 ? 3 : blocks;  // several products a warp
-  emu_launch(unsigned(grid), kTinyWarps * 32, smem, [kernel, a] { kernel(a); });
-  return cudaSuccess;
-#else
-  if (smem > 48 * 1024) {
-    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
-    if (e != cudaSuccess) return e;
-  }
-  int cap = 0;
-  const cudaError_t e =
-      resident_blocks(reinterpret_cast<const void *>(kernel), kTinyWarps * 32, smem, &cap);
-  if (e != cudaSuccess) return e;
-  const int64_t grid = blocks < cap ? blocks : cap;
-  kernel<<<unsigned(grid), kTinyWarps * 32, smem, stream>>>(a);
-  return cudaGetLastError();
-#endif
+  return launch_resident(kernel, a, kTinyWarps * 32, smem, (a.count + kTinyWarps - 1) / kTinyWarps,
+                         stream);
 }
 
 // Launches the tiny kernel for a problem tiny_layout accepted.
