@@ -666,12 +666,12 @@ cudaError_t launch_resident(Kernel kernel, const A &args, int threads, int smem,
   emu_launch(unsigned(blocks > 3 ? 3 : blocks), threads, smem, [kernel, args] { kernel(args); });
   return cudaSuccess;
 #else
-  if (smem > 48 * 1024) {
-    const cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
-    if (e != cudaSuccess) return e;
-  }
+  // (whatever the size: a kernel's static shared memory counts against the 48 KB a launch gets
+  // without the opt-in -- the large-tile and wgmma kernels have some; opt_in_smem remembers)
+  cudaError_t e = opt_in_smem(reinterpret_cast<const void *>(kernel), smem);
+  if (e != cudaSuccess) return e;
   int cap = 0;
-  const cudaError_t e = resident_blocks(reinterpret_cast<const void *>(kernel), threads, smem, &cap);
+  e = resident_blocks(reinterpret_cast<const void *>(kernel), threads, smem, &cap);
   if (e != cudaSuccess) return e;
   kernel<<<unsigned(blocks < cap ? blocks : cap), threads, smem, stream>>>(args);
   return cudaGetLastError();
