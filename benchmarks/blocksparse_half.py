@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from blocksparse_gpu import cuda_time as bench_cuda_time, random_bsm, rel
+from blocksparse_morton import kernel_1d
 from kronlinalg import BatchedBlockSparseMatrix, spmm, spmm_batched
 from kronlinalg.blocksparse import bs_cuda
 from kronlinalg.blocksparse_batched import bs_cuda as batched_cuda
@@ -100,6 +101,17 @@ def spmm_section():
             finally:
                 bs_cuda.spmm_variant(prev)
         best["default"] = cuda_time(lambda: spmm(A, X, algorithm="blocksparse"))
+        # the launch alone with the work list by row and longest first (A.work_items' orders),
+        # alternated twice: the lower of each
+        out = torch.empty((16384, n), device="cuda", dtype=dt)
+        launches = {o: kernel_1d(A, X, out, order=o) for o in ("row", "longest")}
+        for _ in range(2):
+            for o, run in launches.items():
+                best[f"items_{o}"] = min(best.get(f"items_{o}", 1e9), cuda_time(run))
+        for o, run in launches.items():
+            out.fill_(float("nan"))
+            run()
+            row["same_bits"][f"items_{o}"] = bool(torch.equal(out, first))
         row["ms"] = best
         nnzb = A.nnz_blocks
         l2_bytes = nnzb * (16 * n * 2 + 512) + 16384 * n * 2  # B rows + blocks + C

@@ -96,12 +96,13 @@ def bsm(mask, dtype, g, b=16):
 CODE = {torch.float16: 2, torch.bfloat16: 3, torch.float32: 0, torch.float64: 1}
 
 
-def kernel_1d(A, X, out):
+def kernel_1d(A, X, out, order="longest"):
     """The 1D launch alone (the arrays spmm would pass, uploaded once): its time without the
-    ~20-50 us of Python a spmm call costs, which hides a kernel of that length in a loop."""
+    ~20-50 us of Python a spmm call costs, which hides a kernel of that length in a loop.
+    `order`: the work list's (A.work_items)."""
     m, k = A.shape
     n = X.shape[1]
-    items, split = A.work_items(32)
+    items, split = A.work_items(32, order=order)
     rp, cols, perm = A.host_structure()
     dev = [torch.from_numpy(a).cuda() for a in (rp, cols, items)]
     dperm = torch.from_numpy(perm).cuda() if perm is not None else None
@@ -253,8 +254,8 @@ def batched_section(budget):
     """Exactly half of the blocks stored (a random choice), FP16, batch 10^4."""
     rows = []
     batch, b = 10_000, 16
-    for order, n in ((256, 16), (256, 32), (128, 8), (128, 16), (128, 32), (64, 8), (64, 16),
-                     (256, 256), (64, 4), (128, 4), (256, 8)):
+    for order, n in ((256, 8), (256, 4), (128, 4), (64, 4), (256, 16), (128, 8), (64, 8),
+                     (128, 16), (256, 32), (128, 32), (64, 16), (256, 256)):
         if time.time() - START > budget:
             return rows
         q = order // b
@@ -273,6 +274,16 @@ def batched_section(budget):
         row = {"batch": batch, "order": order, "rhs": n, "nnzb": nnzb,
                "density": nnzb / (q * q)}
         row["ours_ms"] = cuda_time(lambda: spmm_batched(A, X, algorithm="blocksparse"))
+        if n <= 16:  # the narrow forms (bs_cuda.batched_narrow): 0 = the kernel before them
+            row["forms_ms"] = {}
+            prev = bs_cuda.batched_narrow()
+            try:
+                for forms in (0, 1, 2, 3):
+                    bs_cuda.batched_narrow(forms)
+                    row["forms_ms"][forms] = cuda_time(
+                        lambda: spmm_batched(A, X, algorithm="blocksparse"))
+            finally:
+                bs_cuda.batched_narrow(prev)
         row["bmm_ms"] = cuda_time(lambda: torch.bmm(dense, X))
         row["auto_ms"] = cuda_time(lambda: spmm_batched(A, X))
         row["ratio"] = row["ours_ms"] / row["bmm_ms"]
@@ -326,7 +337,9 @@ def main():
         print(f"| wide {r['pattern']} | {r['rhs']} | {r['reuse']:.2f} | "
               + " | ".join(f"{k}={v:.4g}" for k, v in r["ms"].items()) + f" | {r['auto']} |")
     for r in res.get("batched", []):
+        forms = " ".join(f"f{f}={v:.4g}" for f, v in r.get("forms_ms", {}).items())
         print(f"| batched {r['order']} | {r['rhs']} | {r['nnzb']} | ours {r['ours_ms']:.4g} | "
+              f"{forms} | "
               f"bmm {r['bmm_ms']:.4g} | ratio {r['ratio']:.3f} | bytes {r['bytes_ratio']:.3f} | "
               f"TB/s {r['ours_tbs']:.2f}/{r['bmm_tbs']:.2f} | auto {r['auto_ms']:.4g} | "
               f"err {r['err_ours']:.1e}")

@@ -61,6 +61,25 @@ def batched_calls():
                       ("batched", dt, m, k, n, pipeline, stage_c))
                 batched_cuda.batched_pipeline(prev)
                 batched_cuda.batched_c_stage(prev_c)
+    # narrow right-hand sides in each form (batched_narrow: the 8-column tile, n = 4 unpadded,
+    # bulk loads; k not a multiple of 16: X's zero rows), C staged and not
+    for dt in (torch.float16, torch.bfloat16):
+        for (m, k, n) in ((256, 256, 8), (40, 50, 4), (128, 120, 8), (64, 64, 16), (48, 40, 1)):
+            batch = 3
+            R, C = -(-m // 16), -(-k // 16)
+            mask = rng.random((R, C)) < 0.5
+            a = np.kron(mask, np.ones((16, 16)))[None] * rng.standard_normal(
+                (batch, R * 16, C * 16))
+            A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
+            x = torch.randn((batch, k, n), device="cuda").to(dt)
+            ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
+            for forms, stage_c in ((3, 1), (3, 0), (1, 1), (0, 1)):
+                prev = batched_cuda.batched_narrow(forms)
+                prev_c = batched_cuda.batched_c_stage(stage_c)
+                check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
+                      ("batched narrow", dt, m, k, n, forms, stage_c))
+                batched_cuda.batched_narrow(prev)
+                batched_cuda.batched_c_stage(prev_c)
     print("done batched", flush=True)
 
 

@@ -339,10 +339,18 @@ class BlockSparseMatrix(StoredBlocks):
     def row_counts(self) -> np.ndarray:
         return np.diff(self._row_ptr)
 
-    def work_items(self, min_piece: int = 32) -> tuple:
+    def work_items(self, min_piece: int = 32, order: str = "longest") -> tuple:
         """(items, has split rows): 3 int64 per item (row, first block, end block in row order)
         covering every block row, rows heavier than max(min_piece, 4 x mean) cut into pieces
-        of that many blocks, whose row is then stored as -(row + 1): the CUDA SpMM work list."""
+        of that many blocks, whose row is then stored as -(row + 1): the CUDA SpMM work list.
+
+        ``order="longest"`` lists the items longest first (ties in row order), ``"row"`` by
+        row.  The GPU starts a CTA an item in list order as SMs free up, so longest first is
+        the LPT schedule: the short items fill the gaps at the end instead of one long item
+        starting last (random rows of 51 +- 7 blocks on 528 CTA slots: a makespan ~1.03x the
+        balanced one against ~1.27x in row order, simulated)."""
+        if order not in ("longest", "row"):
+            raise ValueError(f"work_items: order must be 'longest' or 'row', got {order!r}")
         rp = self._row_ptr
         counts = np.diff(rp)
         R = counts.size
@@ -354,7 +362,10 @@ class BlockSparseMatrix(StoredBlocks):
         end = np.minimum(start + piece, rp[rows + 1])
         split = np.repeat(pieces > 1, pieces)
         enc = np.where(split, -rows - 1, rows)
-        return np.stack([enc, start, end], axis=1).ravel(), bool(split.any())
+        items = np.stack([enc, start, end], axis=1)
+        if order == "longest":
+            items = items[np.argsort(start - end, kind="stable")]
+        return items.ravel(), bool(split.any())
 
     def panel_reuse(self, rows: int) -> float:
         """Stored blocks per step of row_steps(rows): how many block rows of a panel of `rows`

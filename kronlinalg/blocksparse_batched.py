@@ -258,15 +258,26 @@ def _normalise(shapes, options) -> dict:
             "gpu_tile": 0}
 
 
+def _kernel_cols(code, m, k, n, nnzb) -> tuple:
+    """(RHS tile, columns) of the batched CUDA kernel for n right-hand sides: it takes n = 4
+    itself on its 8-column tile, else a multiple of 8; other n are padded up to those."""
+    if n <= 4:
+        tile = bs_cuda.batched_tile_n(code, m, k, 4, nnzb)
+        if tile == 8:
+            return tile, 4
+    n8 = -(-n // 8) * 8
+    return bs_cuda.batched_tile_n(code, m, k, n8, nnzb), n8
+
+
 def _facts(problem) -> dict:
-    """The RHS tile the batched CUDA kernel takes (0: it does not run this problem)."""
+    """The RHS tile the batched CUDA kernel takes (0: it does not run this problem) and the
+    columns it computes (n padded)."""
     i = problem.info
     if (problem.kind != "cuda" or bs_cuda is None or i["block"] != 16
             or problem.dtype not in KERNEL_CODE):
         return {"gpu_tile": 0}
-    n8 = -(-i["n"] // 8) * 8
-    return {"gpu_tile": bs_cuda.batched_tile_n(KERNEL_CODE[problem.dtype], i["m"], i["k"], n8,
-                                               i["nnzb"])}
+    tile, cols = _kernel_cols(KERNEL_CODE[problem.dtype], i["m"], i["k"], i["n"], i["nnzb"])
+    return {"gpu_tile": tile, "gpu_cols": cols}
 
 
 def _kernel_applies(problem) -> bool:
@@ -278,7 +289,7 @@ def _run_kernel(call: BatchedCall):
     A, xp, cdt = call.A, call.xp, call.result
     batch, m, k = A.shape
     n = int(call.X.shape[2])
-    n8 = -(-n // 8) * 8
+    n8 = _kernel_cols(KERNEL_CODE[cdt], m, k, n, A.nnz_blocks)[1]
     with _backend.cuda_device_scope(call.X):
         val = _cached(A, ("val", cdt), lambda: _device_val(A, cdt))
         X = _cast(xp, call.X, cdt)
@@ -455,7 +466,8 @@ def _replay_ours(call: BatchedCall):
     batch, m, k = A.shape
     n = int(X.shape[2])
     ptr = _backend.address_getter(X)
-    if (_backend.dtype_name(X.dtype) != cdt or n % 8 or not _backend.is_c_contiguous(X)):
+    if (_backend.dtype_name(X.dtype) != cdt or not _backend.is_c_contiguous(X)
+            or _kernel_cols(KERNEL_CODE[cdt], m, k, n, A.nnz_blocks)[1] != n):
         return out, None
     fixed = (ptr(A.row_ptr), ptr(A.col_idx),
              ptr(A._cache[("val", cdt)]) if A.nnz_blocks else 0)

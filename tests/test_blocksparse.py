@@ -310,6 +310,36 @@ def test_spmm_cuda_2d_options_and_strip_major(xp, rng, n):
         bs_cuda.spmm_panel_opts(prev_panel)
 
 
+def test_work_items_orders(rng):
+    """The CUDA work list in both orders holds the same items: every block row's blocks exactly
+    once (a heavy row cut into pieces, stored as -(row + 1)), empty rows too; "longest" lists
+    them by length, longest first, ties by row; "row" by row; anything else is refused."""
+    a, mask = block_pattern(rng, 16 * 40, 16 * 60, 16, 0.1)
+    a[:16] = rng.standard_normal((16, 16 * 60))  # one heavy row (60 blocks, ~10x the mean)
+    a[16 * 7:16 * 8] = 0.0  # an empty row
+    A = BlockSparseMatrix.from_dense(a)
+    counts = np.diff(A.host_structure()[0])
+    lists = {}
+    for order in ("row", "longest"):
+        items, split = A.work_items(4, order=order)
+        items = items.reshape(-1, 3)
+        assert split
+        rows = np.where(items[:, 0] < 0, -items[:, 0] - 1, items[:, 0])
+        covered = np.zeros(A.nnz_blocks, dtype=int)
+        for r, s, e in zip(rows, items[:, 1], items[:, 2]):
+            assert A.host_structure()[0][r] <= s <= e <= A.host_structure()[0][r + 1]
+            covered[s:e] += 1
+        assert np.all(covered == 1)
+        assert set(rows.tolist()) == set(range(counts.size))
+        lists[order] = items
+    lengths = lists["longest"][:, 2] - lists["longest"][:, 1]
+    assert np.all(np.diff(lengths) <= 0) and lengths[-1] == 0
+    assert np.all(np.diff(lists["row"][:, 1]) >= 0)
+    assert sorted(map(tuple, lists["row"])) == sorted(map(tuple, lists["longest"]))
+    with pytest.raises(ValueError, match="order"):
+        A.work_items(4, order="random")
+
+
 def test_panel_reuse(rng):
     """panel_reuse(P) = stored blocks / steps of row_steps(P): P on a full grid, 1 on a
     diagonal, the exact count on a random pattern, 1 on an empty matrix."""

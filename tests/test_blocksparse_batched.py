@@ -133,6 +133,42 @@ def test_batched_kernel_every_tile(xp, rng, order):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m,k", [(256, 256), (128, 120), (40, 50), (64, 64)])
+def test_batched_kernel_narrow_forms(xp, rng, m, k):
+    """Narrow right-hand sides in each of the kernel's forms (batched_narrow: the 8-column tile,
+    n = 4 without padding, bulk loads; and neither): n of 1-16, k not a multiple of 16 (X's
+    rows past k must read as zeros), an X whose rows are not packed (no bulk loads), an odd
+    batch, on poisoned output memory."""
+    if not xp.is_cuda:
+        pytest.skip("the CUDA kernel")
+    from kronlinalg.blocksparse_batched import bs_cuda
+
+    batch = 33
+    a, mask = stack_pattern(rng, batch, m, k, 16, 0.5)
+    prev = bs_cuda.batched_narrow()
+    try:
+        for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
+            A, ae = from_mask(xp, a, mask, 16, dtype)
+            for n, forms in itertools.product((1, 3, 4, 8, 16), (3, 2, 1, 0)):
+                bs_cuda.batched_narrow(forms)
+                x = to_xp(xp, rng.standard_normal((batch, k, n)), dtype)
+                ref = ae @ to_numpy(x).astype(np.float64)
+                poison = to_xp(xp, np.full(batch * m * 16 + 4096, np.nan), dtype)
+                del poison  # its memory goes back to the pool the result comes from
+                for _ in range(2):  # the second call takes the fast path
+                    got = spmm_batched(A, x, alpha=-1.5, algorithm="blocksparse")
+                    assert_close(got, -1.5 * ref, xp, dtype, msg=f"{dtype} n={n} {forms}: ")
+            bs_cuda.batched_narrow(3)
+            for n in (4, 8):  # rows 16 apart: the columns of a wider X
+                x = to_xp(xp, rng.standard_normal((batch, k, 16)), dtype)[:, :, :n]
+                ref = ae @ to_numpy(x).astype(np.float64)
+                assert_close(spmm_batched(A, x, algorithm="blocksparse"), ref, xp, dtype,
+                             msg=f"{dtype} n={n} strided X: ")
+    finally:
+        bs_cuda.batched_narrow(prev)
+
+
+@pytest.mark.gpu
 def test_batched_kernel_refuses_what_it_cannot_run(xp, rng):
     if not xp.is_cuda:
         pytest.skip("the CUDA kernel")
@@ -287,3 +323,24 @@ def test_predictor_prices_the_padded_right_hand_side():
     assert ours < dense
     ours, dense = both(64, 8)
     assert ours < dense
+
+
+def test_predictor_prices_the_columns_the_kernel_computes():
+    """Where the kernel takes n = 4 itself (facts' gpu_cols 4, its 8-column tile) no padding
+    copy is priced, and the bytes are those of 4 columns."""
+    import types
+
+    from kronlinalg.planner import profiles
+    from kronlinalg.planner.costs import blocksparse as costs
+
+    prof = profiles.KNOWN_GPUS["h100-sxm"]
+    info = {"batch": 10_000, "m": 64, "k": 64, "n": 4, "block": 16, "nnzb": 8, "lib": "torch"}
+    native = types.SimpleNamespace(info=dict(info, gpu_tile=8, gpu_cols=4), kind="cuda",
+                                   dtype="float16")
+    padded = types.SimpleNamespace(info=dict(info, gpu_tile=8, gpu_cols=8), kind="cuda",
+                                   dtype="float16")
+    t_native, d_native = costs.predict_batched_ours(native, prof)
+    t_padded, d_padded = costs.predict_batched_ours(padded, prof)
+    assert d_native["terms"]["padding"] == 0.0 < d_padded["terms"]["padding"]
+    assert d_native["bytes"] == 10_000 * (8 * 256 + 64 * 4 + 64 * 4) * 2
+    assert t_native < t_padded

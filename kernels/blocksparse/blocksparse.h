@@ -120,8 +120,9 @@ typedef struct {
 } kl_bs_batched_problem;
 
 int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream);
-/* The RHS tile (64, 32 or 16 columns) the batched kernel takes for these sizes; 0: none runs
- * them (another dtype, an order over 256, or the blocks and the X tile overflow shared memory). */
+/* The RHS tile (64, 32, 16 or, n <= 8, 8 columns) the batched kernel takes for these sizes; 0:
+ * none runs them (another dtype, an order over 256, or the blocks and the X tile overflow shared
+ * memory).  The kernel takes n = 4 itself on the 8-column tile, else n a multiple of 8. */
 int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb);
 /* The widest RHS tile the batched kernel may take (64 by default; 16 or 32 to compare), set
  * when cap is 16, 32 or 64 (anything else only queries); the previous. */
@@ -133,6 +134,10 @@ int kl_bs_batched_pipeline(int pipeline);
 /* Whether the batched kernel stages C through shared memory for 16-byte stores (1, the default)
  * or stores its fragments directly (0, the first version); sets it when 0 or 1; the previous. */
 int kl_bs_batched_c_stage(int stage);
+/* The batched kernel's forms for narrow right-hand sides, bits: 1 the 8-column tile for n <= 8,
+ * 2 bulk (TMA) loads where they apply (compute capability 9.0, n = 8 or 16, X's rows packed);
+ * 3 (both) the default.  Sets them when 0-3 (anything else only queries); the previous. */
+int kl_bs_batched_narrow(int forms);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,14 @@
 // own 16 x WN scratch in shared memory and stores them to C as 16-byte row pieces.  (The
 // first version stored each thread's fragments as 4-byte pairs, half a 32-byte sector per row
 // and store: C written at 1.1 TB/s on the H100 where bmm writes at 2.5.)
+//
+// Narrow right-hand sides (n <= 8, where the product streams A's blocks and the 0.6x-of-bmm mark
+// lives): an 8-column tile (n = 4 natively: 8-byte rows of X and C, no padding copy) whose
+// stage is A's blocks plus a sliver of X, so 256 x 256 at 50 % fits three stages; and, on
+// compute capability 9.0 with the unit's A and X each one contiguous piece (n = NT, X rows
+// packed), bulk (TMA) loads: one thread copies a unit's blocks and X slice with two bulk copies
+// counted on the stage's mbarrier, where 256 threads issued 16-byte cp.async (A's blocks then
+// land unswizzled: the ldmatrix of an A block meets 2-way bank conflicts, one a block).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,8 +47,13 @@ __host__ __device__ constexpr int64_t align16(int64_t bytes) { return (bytes + 1
 __host__ __device__ inline int64_t index_bytes(int64_t rb, int64_t nnzb) {
   return align16((rb + 1 + nnzb) * 4);
 }
-__host__ __device__ inline int64_t stage_elems(int64_t nnzb, int64_t kpad, int nt) {
-  return nnzb * 256 + kpad * (nt + 8);
+// X's pitch in a stage: NT + 8, or 8 for the 8-column tile (8 rows of 16 bytes are 128
+// consecutive bytes), or with bulk loads the packed rows of X itself (n = NT).
+__host__ __device__ constexpr int x_pitch(int nt, bool bulk) {
+  return bulk || nt == 8 ? nt : nt + 8;
+}
+__host__ __device__ inline int64_t stage_elems(int64_t nnzb, int64_t kpad, int nt, bool bulk) {
+  return nnzb * 256 + kpad * x_pitch(nt, bulk);
 }
 // Each warp's C scratch: 16 rows of WN + 8 elements (the pitch puts the 8 rows of a fragment
 // store on distinct banks).
@@ -67,32 +80,49 @@ __device__ __forceinline__ int swizzled_chunk(int row, int half) {
   return row * 2 + (half ^ ((row >> 2) & 1));
 }
 
-template <bool BF16, int NT, int S>
+// BULK: the units arrive by bulk copies (above; the launcher checks their conditions).
+template <bool BF16, int NT, int S, bool BULK>
 __global__ void __launch_bounds__(kThreads)
     batched_kernel(kl_bs_batched_problem p, int64_t ntn, bool stage_c) {
   using T = typename Elem<BF16>::T;
   using T2 = typename Elem<BF16>::T2;
   constexpr int WN = strip_cols(NT);  // columns of a warp's strip
   constexpr int NSTRIP = NT / WN;
-  constexpr int XP = NT + 8;
+  constexpr int XP = x_pitch(NT, BULK);
   KL_DYNAMIC_SMEM(smem_raw);
   const int rb = int((p.m + 15) / 16), cb = int((p.k + 15) / 16);
   const int kpad = cb * 16, nnzb = int(p.nnzb);
   int *s_rp = reinterpret_cast<int *>(smem_raw);
   int *s_col = s_rp + rb + 1;
   T *stages = reinterpret_cast<T *>(smem_raw + index_bytes(rb, nnzb));
-  const int64_t selems = stage_elems(nnzb, kpad, NT);
+  const int64_t selems = stage_elems(nnzb, kpad, NT, BULK);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   constexpr int CP = WN + 8;  // the C scratch's pitch
   T *cs = stages + S * selems + warp * 16 * CP;  // this warp's (only when stage_c)
+  // the stages' mbarriers (BULK), after the C scratch
+  uint64_t *full = reinterpret_cast<uint64_t *>(stages + S * selems + c_scratch_bytes(NT) / 2);
   for (int i = tid; i <= rb; i += kThreads) s_rp[i] = int(p.row_ptr[i]);
   for (int i = tid; i < nnzb; i += kThreads) s_col[i] = int(p.col_idx[i]);
+  if constexpr (BULK) {
+    // X's rows [k, kpad) meet A's zero padding: zeros (not stale bits that may be NaN), which
+    // no bulk copy overwrites
+    for (int s = 0; s < S; ++s) {
+      T *Xs = stages + s * selems + int64_t(nnzb) * 256;
+      for (int i = tid; i < (kpad - int(p.k)) * XP; i += kThreads) Xs[p.k * XP + i] = T(0.0f);
+    }
+    if (tid == 0) {
+      for (int s = 0; s < S; ++s) cu::mbar_init(&full[s], 1);
+      cu::fence_mbar_init();
+    }
+    __syncthreads();
+  }
 
   const T *val = static_cast<const T *>(p.val);
   const T *X = static_cast<const T *>(p.X);
   T *C = static_cast<T *>(p.C);
   const int64_t total = p.batch * ntn;
   const int a_chunks = nnzb * 32, x_row_chunks = NT / 8, x_chunks = kpad * x_row_chunks;
+  const bool x_rows8 = NT == 8 && p.n == 4;
 
   // the unit's blocks and X slice into stage s (rows past k and columns past n zero-filled)
   auto load = [&](int64_t u, int s) {
@@ -111,23 +141,49 @@ __global__ void __launch_bounds__(kThreads)
       const int r = c / x_row_chunks, cc = c % x_row_chunks;
       const int64_t col = col0 + cc * 8;
       const bool ok = r < p.k && col < p.n;
-      cu::cp_async_16(Xs + r * XP + cc * 8, ok ? Xg + r * p.ldx + col : Xg, ok);
+      if (x_rows8) {  // rows of 8 bytes: the row, then zeros in columns 4-7
+        cu::cp_async_elem<8>(Xs + r * XP, ok ? Xg + r * p.ldx : Xg, ok);
+        cu::cp_async_elem<8>(Xs + r * XP + 4, Xg, false);
+      } else {
+        cu::cp_async_16(Xs + r * XP + cc * 8, ok ? Xg + r * p.ldx + col : Xg, ok);
+      }
     }
+  };
+  // BULK (thread 0): the unit's blocks and its k x n slice of X (ntn = 1), two bulk copies
+  // counted on stage s's mbarrier
+  const uint32_t a_bytes = uint32_t(nnzb) * 512, x_bytes = uint32_t(p.k * p.n) * 2;
+  auto load_bulk = [&](int64_t u, int s) {
+    T *As = stages + s * selems;
+    cu::fence_proxy_async_shared();  // the stage's last reads (generic) before the copies' writes
+    cu::mbar_arrive_expect_tx(&full[s], a_bytes + x_bytes);
+    if (a_bytes) cu::bulk_load(As, val + u * p.nnzb * 256, a_bytes, &full[s]);
+    if (x_bytes) cu::bulk_load(As + int64_t(nnzb) * 256, X + u * p.x_stride, x_bytes, &full[s]);
   };
 
   // S stages: units u, u + G, ..., u + (S - 2) G are in flight while u is multiplied
   const int64_t G = gridDim.x;
   for (int i = 0; i < S - 1; ++i) {
-    if (blockIdx.x + i * G < total) load(blockIdx.x + i * G, i);
-    cu::cp_async_commit();
+    if constexpr (BULK) {
+      if (tid == 0 && blockIdx.x + i * G < total) load_bulk(blockIdx.x + i * G, i);
+    } else {
+      if (blockIdx.x + i * G < total) load(blockIdx.x + i * G, i);
+      cu::cp_async_commit();
+    }
   }
   int s = 0;
-  for (int64_t u = blockIdx.x; u < total; u += G, s = s + 1 == S ? 0 : s + 1) {
+  uint32_t phase = 0;  // (BULK) the parity of stage s's fill being waited for
+  for (int64_t u = blockIdx.x; u < total; u += G) {
     const int64_t ahead = u + (S - 1) * G;
-    if (ahead < total) load(ahead, s == 0 ? S - 1 : s - 1);  // the stage freed last iteration
-    cu::cp_async_commit();
-    cu::cp_async_wait<S - 1>();
-    __syncthreads();
+    const int freed = s == 0 ? S - 1 : s - 1;  // the stage freed last iteration
+    if constexpr (BULK) {
+      if (tid == 0 && ahead < total) load_bulk(ahead, freed);
+      cu::mbar_wait_parity(&full[s], phase);
+    } else {
+      if (ahead < total) load(ahead, freed);
+      cu::cp_async_commit();
+      cu::cp_async_wait<S - 1>();
+      __syncthreads();
+    }
     const T *As = stages + s * selems;
     const T *Xs = As + int64_t(nnzb) * 256;
     const int64_t item = u / ntn;
@@ -136,7 +192,7 @@ __global__ void __launch_bounds__(kThreads)
     const int g = lane >> 2, t = lane & 3;
     // the lane's ldmatrix rows: A (x4: rows 0-7 / 8-15, k 0-7 / 8-15), X (x4.trans: k rows)
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8;
-    const int a_off = swizzled_chunk(arow, lane >> 4) * 8;
+    const int a_off = BULK ? arow * 16 + (lane >> 4) * 8 : swizzled_chunk(arow, lane >> 4) * 8;
     for (int task = warp; task < rb * NSTRIP; task += kThreads / 32) {
       const int r = task / NSTRIP, n0 = (task % NSTRIP) * WN;
       float acc[WN / 8][4];
@@ -148,6 +204,11 @@ __global__ void __launch_bounds__(kThreads)
       for (int b = s_rp[r]; b < end; ++b) {
         uint32_t a[4];
         cu::ldsm_x4(a, As + b * 256 + a_off);
+        if constexpr (WN == 8) {
+          uint32_t x0, x1;  // (the addresses of lanes 16-31 are not read)
+          cu::ldsm_x2_trans(x0, x1, Xs + (s_col[b] * 16 + (lane & 15)) * XP);
+          cu::mma_16816<BF16>(acc[0], a, x0, x1);
+        }
         const T *xrow = Xs + (s_col[b] * 16 + (lane & 15)) * XP + n0 + (lane >> 4) * 8;
 #pragma unroll
         for (int jp = 0; jp < WN / 16; ++jp) {
@@ -171,7 +232,12 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = lane; c < 16 * CH; c += 32) {
           const int rr = c / CH, cc = c % CH;
           const int64_t row = int64_t(r) * 16 + rr, col = col0 + n0 + cc * 8;
-          if (row < p.m && col < p.n)  // n is a multiple of 8: a piece is in or out whole
+          if (row >= p.m || col >= p.n) continue;  // n = 4 or a multiple of 8: a piece is in
+                                                   // or out whole
+          if (NT == 8 && p.n == 4)
+            *reinterpret_cast<uint2 *>(Cg + row * p.ldc + col) =
+                *reinterpret_cast<const uint2 *>(cs + rr * CP);
+          else
             *reinterpret_cast<uint4 *>(Cg + row * p.ldc + col) =
                 *reinterpret_cast<const uint4 *>(cs + rr * CP + cc * 8);
         }
@@ -192,8 +258,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // stage s is refilled by the next iteration's copies
+    if (++s == S) s = 0, phase ^= 1;
   }
-  cu::cp_async_wait_all();
+  if constexpr (!BULK) cu::cp_async_wait_all();  // (BULK: every copy issued was waited for)
 }
 
 int cuda_fail(cudaError_t e, const char *what) {
@@ -201,16 +268,21 @@ int cuda_fail(cudaError_t e, const char *what) {
   return fail(KL_ERR_CUDA, msg.c_str());
 }
 
-int64_t stage_bytes(int64_t m, int64_t k, int64_t nnzb, int nt) {
-  return stage_elems(nnzb, (k + 15) / 16 * 16, nt) * 2;
+int64_t stage_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, bool bulk) {
+  return stage_elems(nnzb, (k + 15) / 16 * 16, nt, bulk) * 2;
 }
 // Whether C goes through the warps' shared-memory scratch (1, the default) or straight from
 // the fragments (0, the first version, to compare).
 std::atomic<int> g_stage_c{1};
+// The narrow right-hand sides' forms, bits (for comparisons; 3, the default): bit 0 the 8-column
+// tile for n <= 8 (else 16 columns, n = 4 padded by the caller), bit 1 bulk loads.
+std::atomic<int> g_narrow{3};
 
-int64_t smem_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, int stages) {
-  return index_bytes((m + 15) / 16, nnzb) + stages * stage_bytes(m, k, nnzb, nt) +
-         (g_stage_c.load(std::memory_order_relaxed) ? c_scratch_bytes(nt) : 0);
+// (the mbarriers of BULK follow the C scratch, which is then always there)
+int64_t smem_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, int stages, bool bulk) {
+  return index_bytes((m + 15) / 16, nnzb) + stages * stage_bytes(m, k, nnzb, nt, bulk) +
+         (g_stage_c.load(std::memory_order_relaxed) || bulk ? c_scratch_bytes(nt) : 0) +
+         (bulk ? 8 * 4 : 0);
 }
 
 // The widest tile tile_n may take (64; 32 or 16 to compare narrower tiles), and the pipeline
@@ -221,13 +293,15 @@ std::atomic<int> g_pipeline{0};
 
 struct Config {
   int nt = 0, stages = 0;
+  bool bulk = false;
 };
 
-// The widest RHS tile (64, 32 or 16 columns, no wider than n rounded up to 16) whose two stages
-// fit in a CTA's shared memory, then the depth (2-4 stages) that keeps the most bytes in flight
-// per SM: (CTAs an SM holds, by shared memory and by registers, at most 5 of 256 threads) x
-// (stages - 1) x stage.
-Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb) {
+// The RHS tile: 8 columns for n <= 8, else the widest (64, 32 or 16 columns, no wider than n
+// rounded up to 16) whose two stages fit in a CTA's shared memory; bulk loads where they apply
+// (n = the tile's 8 or 16 columns, compute capability 9.0, `packed`: the caller's X rows are
+// n apart); then the depth (2-4 stages) that keeps the most bytes in flight per SM: (CTAs an
+// SM holds, by shared memory and by registers, at most 5 of 256 threads) x (stages - 1) x stage.
+Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb, bool packed) {
   Config c;
   if ((dtype != 2 && dtype != 3) || m < 1 || k < 0 || n < 1 || m > kMaxOrder || k > kMaxOrder ||
       nnzb < 0 || nnzb > ((m + 15) / 16) * ((k + 15) / 16))
@@ -235,20 +309,25 @@ Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb) {
   DeviceInfo d;
   const bool ok = query_device(&d) == cudaSuccess;
   const int64_t limit = ok ? d.smem_optin : 227 * 1024, per_sm = ok ? d.smem_sm : 228 * 1024;
+  const int narrow = g_narrow.load(std::memory_order_relaxed);
   const int64_t want = (n + 15) / 16 * 16;
   const int cap = g_tile_cap.load(std::memory_order_relaxed);
-  for (int nt : {64, 32, 16})
-    if ((nt <= want || nt == 16) && nt <= cap && smem_bytes(m, k, nnzb, nt, 2) <= limit) {
+  for (int nt : {64, 32, 16, 8}) {
+    const bool fits = nt == 8 ? n <= 8 && (narrow & 1) : (nt <= want || nt == 16) && nt <= cap;
+    if (!fits) continue;
+    c.bulk = (narrow & 2) && packed && n == nt && nt <= 16 && ok && d.cc_major >= 9;
+    if (smem_bytes(m, k, nnzb, nt, 2, c.bulk) <= limit) {
       c.nt = nt;
       break;
     }
+  }
   if (c.nt == 0) return c;
   c.stages = 2;
   if (g_pipeline.load(std::memory_order_relaxed) == 1) return c;
-  const int64_t st = stage_bytes(m, k, nnzb, c.nt);
+  const int64_t st = stage_bytes(m, k, nnzb, c.nt, c.bulk);
   int64_t best = -1;
   for (int stages : {2, 3, 4}) {
-    const int64_t smem = smem_bytes(m, k, nnzb, c.nt, stages);
+    const int64_t smem = smem_bytes(m, k, nnzb, c.nt, stages, c.bulk);
     if (smem > limit) break;
     int64_t ctas = per_sm / (smem + 1024);
     if (ctas > 5) ctas = 5;
@@ -261,10 +340,10 @@ Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb) {
   return c;
 }
 
-template <bool BF16, int NT, int S>
+template <bool BF16, int NT, int S, bool BULK>
 int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
-  auto kernel = batched_kernel<BF16, NT, S>;
-  const int64_t smem = smem_bytes(p.m, p.k, p.nnzb, NT, S);
+  auto kernel = batched_kernel<BF16, NT, S, BULK>;
+  const int64_t smem = smem_bytes(p.m, p.k, p.nnzb, NT, S, BULK);
   static int64_t configured = 0;  // the largest size set so far (a benign race: sets only grow)
   cudaError_t e;
   if (smem > configured) {
@@ -289,20 +368,22 @@ int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
   const int64_t units = p.batch * ntn;
   int64_t grid = int64_t(d.sms) * (per_sm > 0 ? per_sm : 1);
   if (grid > units) grid = units;
-  // C goes through 16-byte stores when every row piece is 16-byte aligned
-  const bool stage_c = g_stage_c.load(std::memory_order_relaxed) && p.ldc % 8 == 0 &&
-                       p.c_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.C) % 16 == 0;
+  // C goes through 16-byte (n = 4: 8-byte) stores when every row piece is so aligned
+  const int piece = p.n == 4 ? 4 : 8;
+  const bool stage_c = g_stage_c.load(std::memory_order_relaxed) && p.ldc % piece == 0 &&
+                       p.c_stride % piece == 0 &&
+                       reinterpret_cast<uintptr_t>(p.C) % (2 * piece) == 0;
   kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(p, ntn, stage_c);
   e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }
 
-template <bool BF16, int NT>
+template <bool BF16, int NT, bool BULK>
 int launch_nt(const kl_bs_batched_problem &p, const Config &c, cudaStream_t s) {
   switch (c.stages) {
-    case 2: return launch<BF16, NT, 2>(p, s);
-    case 3: return launch<BF16, NT, 3>(p, s);
-    case 4: return launch<BF16, NT, 4>(p, s);
+    case 2: return launch<BF16, NT, 2, BULK>(p, s);
+    case 3: return launch<BF16, NT, 3, BULK>(p, s);
+    case 4: return launch<BF16, NT, 4, BULK>(p, s);
   }
   return fail(KL_ERR_INVALID, "blocksparse batched (CUDA): no pipeline for this problem");
 }
@@ -310,9 +391,10 @@ int launch_nt(const kl_bs_batched_problem &p, const Config &c, cudaStream_t s) {
 template <bool BF16>
 int launch_dtype(const kl_bs_batched_problem &p, const Config &c, cudaStream_t s) {
   switch (c.nt) {
-    case 64: return launch_nt<BF16, 64>(p, c, s);
-    case 32: return launch_nt<BF16, 32>(p, c, s);
-    case 16: return launch_nt<BF16, 16>(p, c, s);
+    case 64: return launch_nt<BF16, 64, false>(p, c, s);
+    case 32: return launch_nt<BF16, 32, false>(p, c, s);
+    case 16: return c.bulk ? launch_nt<BF16, 16, true>(p, c, s) : launch_nt<BF16, 16, false>(p, c, s);
+    case 8: return c.bulk ? launch_nt<BF16, 8, true>(p, c, s) : launch_nt<BF16, 8, false>(p, c, s);
   }
   return fail(KL_ERR_INVALID, "blocksparse batched (CUDA): no kernel for this problem");
 }
@@ -332,6 +414,12 @@ extern "C" int kl_bs_batched_pipeline(int pipeline) {
   return prev;
 }
 
+extern "C" int kl_bs_batched_narrow(int forms) {
+  const int prev = kl::bsb::g_narrow.load();
+  if (forms >= 0 && forms <= 3) kl::bsb::g_narrow.store(forms);
+  return prev;
+}
+
 extern "C" int kl_bs_batched_c_stage(int stage) {
   const int prev = kl::bsb::g_stage_c.load();
   if (stage == 0 || stage == 1) kl::bsb::g_stage_c.store(stage);
@@ -340,7 +428,7 @@ extern "C" int kl_bs_batched_c_stage(int stage) {
 
 extern "C" int kl_bs_batched_cuda_tile_n(int dtype, int64_t m, int64_t k, int64_t n,
                                          int64_t nnzb) {
-  return kl::bsb::configure(dtype, m, k, n, nnzb).nt;
+  return kl::bsb::configure(dtype, m, k, n, nnzb, true).nt;
 }
 
 extern "C" int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, void *stream) {
@@ -348,15 +436,18 @@ extern "C" int kl_bs_batched_cuda(const kl_bs_batched_problem *p, int dtype, voi
   if (!p || p->batch < 0 || p->m < 0 || p->k < 0 || p->n < 0 || p->nnzb < 0)
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): invalid problem");
   if (p->batch == 0 || p->m == 0 || p->n == 0) return KL_OK;
-  const Config c = configure(dtype, p->m, p->k, p->n, p->nnzb);
+  const Config c = configure(dtype, p->m, p->k, p->n, p->nnzb, p->ldx == p->n);
   if (c.nt == 0)
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): FP16/BF16, orders up to 256 "
                                     "whose blocks and X tile fit in shared memory");
-  if (p->n % 8 || p->ldx % 8 || p->x_stride % 8 || p->ldc % 2 || p->c_stride % 2 ||
+  // n = 4: rows of 8 bytes (8-byte copies of X's rows, the 8-column tile)
+  const int64_t q = p->n == 4 && c.nt == 8 ? 4 : 8;
+  if (p->n % q || p->ldx % q || p->x_stride % q || p->ldc % 2 || p->c_stride % 2 ||
       (reinterpret_cast<uintptr_t>(p->X) | reinterpret_cast<uintptr_t>(p->val)) % 16 ||
       reinterpret_cast<uintptr_t>(p->C) % 4)
     return kl::fail(KL_ERR_INVALID, "blocksparse batched (CUDA): n, ldx and the X stride must be "
-                                    "multiples of 8, X and val 16-byte aligned");
+                                    "multiples of 8 (or n = 4 and multiples of 4), X and val "
+                                    "16-byte aligned");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return dtype == 3 ? launch_dtype<true>(*p, c, s) : launch_dtype<false>(*p, c, s);
 }

@@ -102,6 +102,34 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar))
                : "memory");
 }
+// Bulk (TMA) loads completing on an mbarrier (sm_90; launchers select the code that uses them on
+// compute capability 9.0 and newer only): the initialised barriers made visible to the
+// asynchronous proxy (before the block barrier that publishes them); one arrival on `bar` that
+// also announces `bytes` of bulk loads the phase must wait for; and a bulk copy of `bytes` (a
+// multiple of 16, both addresses 16-byte aligned) from global to this block's shared memory,
+// counted on `bar` as it lands.
+__device__ __forceinline__ void fence_mbar_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_load(void *sdst, const void *gsrc, uint32_t bytes,
+                                          uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_u32(sdst)),
+      "l"(gsrc), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+#endif
+}
 // Waits until the phase of parity `parity` has completed (the data its arrivals announced is
 // then visible to this thread).
 __device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity) {

@@ -5,7 +5,8 @@ from libc.stdint cimport int64_t, uintptr_t
 
 from .blocksparse_abi cimport (fill_spgemm, fill_spmm, fill_tiles, kl_bs_batched_cuda,
                                kl_bs_batched_cuda_tile_n, kl_bs_batched_problem,
-                               kl_bs_batched_c_stage, kl_bs_batched_pipeline,
+                               kl_bs_batched_c_stage, kl_bs_batched_narrow,
+                               kl_bs_batched_pipeline,
                                kl_bs_batched_tile_cap,
                                kl_bs_cuda_device_check,
                                kl_bs_float32_mode, kl_bs_spgemm_cuda, kl_bs_spgemm_problem,
@@ -131,3 +132,10 @@ def batched_c_stage(int stage=-1):
     """Whether the batched kernel stages C through shared memory for 16-byte stores (1, default)
     or stores fragments directly (0); sets it when 0 or 1; returns the previous."""
     return kl_bs_batched_c_stage(stage)
+
+
+def batched_narrow(int forms=-1):
+    """The batched kernel's forms for narrow right-hand sides, bits: 1 the 8-column tile for
+    n <= 8 (n = 4 without padding), 2 bulk (TMA) loads where they apply; 3 (both) the default;
+    sets them when 0-3; returns the previous."""
+    return kl_bs_batched_narrow(forms)

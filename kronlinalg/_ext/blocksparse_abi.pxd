@@ -68,6 +68,7 @@ cdef extern from "blocksparse.h" nogil:
     int kl_bs_batched_tile_cap(int cap)
     int kl_bs_batched_pipeline(int pipeline)
     int kl_bs_batched_c_stage(int stage)
+    int kl_bs_batched_narrow(int forms)
     int kl_bs_cuda_device_check()
     const char *kl_last_error()
 

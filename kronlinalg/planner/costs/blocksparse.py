@@ -237,8 +237,8 @@ def predict_batched_ours(problem, prof):
     i, s, b2 = _batched_sizes(problem)
     batch, n = i["batch"], i["n"]
     pad = 0.0
-    if problem.kind == "cuda" and n % 8:
-        n8 = -(-n // 8) * 8
+    n8 = i.get("gpu_cols", -(-n // 8) * 8)  # the columns the kernel computes
+    if problem.kind == "cuda" and n8 != n:
         pad = batch * i["k"] * (n8 + 2 * n) * s / prof.bandwidth + 2 * prof.launch_s
         n = n8
     flops = 2.0 * batch * i["nnzb"] * b2 * n
