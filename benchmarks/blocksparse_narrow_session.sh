@@ -8,7 +8,8 @@
 #    against torch.bmm; 3. the FP16 SpMM with the work list by row and longest first, and the
 #    panel variants (NS_HALF_ARGS, default --quick); 4. compute-sanitizer memcheck and racecheck
 #    over the block-sparse batched kernel (every form) and the panel kernel's options;
-#    5. memcheck over test_batched's large-tile kernels (NS_LARGE=0 skips).
+#    5. memcheck over test_batched's large-tile kernels (NS_LARGE=0 skips); NS_GPU=1: issue 34's
+#    SpMM table (blocksparse_gpu.py --sections spmm) before the sanitizers.
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== tests ($SECONDS s)"
@@ -37,6 +38,12 @@ for row in r.get("spmm", []):
         if k != "dense":
             print(f"   {k:20s} {v:.4f} ms  x_dense {row['x_dense'][k]:.3f}  {row['tbs'][k]:.2f} TB/s")
 PY
+if [ "${NS_GPU:-0}" = 1 ]; then  # issue 34's SpMM table: every dtype against torch BSR, dense,
+                                 # cuSPARSE CSR (the spmm section of blocksparse_gpu.py)
+  echo "== blocksparse_gpu.py --sections spmm ($SECONDS s)"
+  timeout ${NS_GPU_S:-150} python benchmarks/blocksparse_gpu.py --budget 130 --sections spmm \
+    --out "$OUT/spmm.json" 2>&1 | grep -E '^\| (dtype|fp|---)' | cut -c1-260 | tee "$OUT/spmm_table.txt"
+fi
 echo "== sanitizer ($SECONDS s)"
 {
   echo "-- memcheck, block-sparse batched (every form) + panel options"

@@ -149,8 +149,11 @@ def test_batched_kernel_narrow_forms(xp, rng, m, k):
     try:
         for dtype in [d for d in xp.dtypes if d in ("float16", "bfloat16")]:
             A, ae = from_mask(xp, a, mask, 16, dtype)
+            code = {"float16": 2, "bfloat16": 3}[dtype]
             for n, forms in itertools.product((1, 3, 4, 8, 16), (3, 2, 1, 0)):
                 bs_cuda.batched_narrow(forms)
+                tile = bs_cuda.batched_tile_n(code, m, k, max(n, 4), A.nnz_blocks)
+                assert tile == (8 if n <= 8 and forms & 1 else 16), (n, forms, tile)
                 x = to_xp(xp, rng.standard_normal((batch, k, n)), dtype)
                 ref = ae @ to_numpy(x).astype(np.float64)
                 poison = to_xp(xp, np.full(batch * m * 16 + 4096, np.nan), dtype)

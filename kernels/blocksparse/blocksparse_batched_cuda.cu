@@ -312,7 +312,7 @@ Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb, bool 
   const int narrow = g_narrow.load(std::memory_order_relaxed);
   const int64_t want = (n + 15) / 16 * 16;
   const int cap = g_tile_cap.load(std::memory_order_relaxed);
-  for (int nt : {64, 32, 16, 8}) {
+  for (int nt : {8, 64, 32, 16}) {  // (8 first: n <= 8 takes it where it is allowed)
     const bool fits = nt == 8 ? n <= 8 && (narrow & 1) : (nt <= want || nt == 16) && nt <= cap;
     if (!fits) continue;
     c.bulk = (narrow & 2) && packed && n == nt && nt <= 16 && ok && d.cc_major >= 9;
