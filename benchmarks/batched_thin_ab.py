@@ -31,12 +31,16 @@ SHAPES = ((128, 16, 128), (128, 32, 128), (128, 8, 128), (256, 16, 256), (256, 3
 
 
 # name, KRONLINALG_BATCHED_THIN, KRONLINALG_BATCHED_THIN_OPTS (-1: the launcher's choice; bit 0
-# 8-warp blocks, bit 1 the half types' results by bulk copies, bit 2 float32's warps in rows),
-# algorithm
-VARIANTS = (("thin", "1", "-1", "kami1d"), ("thin_rows", "1", "4", "kami1d"),
-            ("thin8", "1", "1", "kami1d"), ("tiles", "0", "-1", "kami1d"),
-            ("auto", "1", "-1", "auto"),
-            ("thin_last", "1", "-1", "kami1d"))  # (the default again: an order effect shows)
+# 8-warp blocks, bit 1 the half types' results by bulk copies, bit 2 float32's warps in rows,
+# bit 3 float32's results through staging rows by bulk copies), algorithm, the dtypes it runs
+# (None: all)
+VARIANTS = (("thin", "1", "-1", "kami1d", None), ("thin_rows", "1", "4", "kami1d", None),
+            ("thin8", "1", "1", "kami1d", None),
+            ("thin_f32_staged", "1", "8", "kami1d", ("float32",)),
+            ("thin8_f32_staged", "1", "9", "kami1d", ("float32",)),
+            ("tiles", "0", "-1", "kami1d", None),
+            ("auto", "1", "-1", "auto", None),
+            ("thin_last", "1", "-1", "kami1d", None))  # (the default again: an order effect shows)
 
 
 def case(dtype, batch, m, k, n):
@@ -44,7 +48,9 @@ def case(dtype, batch, m, k, n):
     row = {"case": f"{m}x{k}x{n}", "dtype": dtype, "batch": batch, "bytes": nbytes,
            "torch_bmm_us": timed(lambda: torch.bmm(a, b)) * 1e6,
            "torch_bmm_err": rel_err(torch.bmm(a[:8], b[:8]), ref)}
-    for name, env, opts, algo in VARIANTS:
+    for name, env, opts, algo, dtypes in VARIANTS:
+        if dtypes is not None and dtype not in dtypes:
+            continue
         with env_scope({"KRONLINALG_BATCHED_THIN": env, "KRONLINALG_BATCHED_THIN_OPTS": opts}):
             def call():
                 return kronlinalg.batched_matmul(a, b, algorithm=algo)
@@ -56,9 +62,12 @@ def case(dtype, batch, m, k, n):
 def line(row):
     frac = {k[:-3]: row["bytes"] / (row[k] * 1e-6) / COPY_BW for k in row if k.endswith("_us")}
     parts = [f"{row['case']:>12} {row['dtype']:>8}"]
-    for name in ("torch_bmm",) + tuple(v[0] for v in VARIANTS):
+    for name in ("torch_bmm",) + tuple(v[0] for v in VARIANTS if v[0] + "_us" in row):
         parts.append(f"{name} {row[name + '_us']:8.1f} ({frac[name]:.2f})")
-    parts.append(f"err thin {row['thin_err']:.1e} bmm {row['torch_bmm_err']:.1e}")
+    errs = " ".join(f"{name} {row[name + '_err']:.1e}"
+                    for name in ("thin", "thin_f32_staged", "thin8_f32_staged")
+                    if name + "_err" in row)
+    parts.append(f"err {errs} bmm {row['torch_bmm_err']:.1e}")
     return "  ".join(parts)
 
 

@@ -12,7 +12,8 @@ timeout ${BT_TEST_S:-200} python -m pytest -q -m gpu -p no:cacheprovider tests/t
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/batched_sanitize.py --tiny-only 2>&1 | tail -4
   echo "racecheck rc=${PIPESTATUS[0]}"; } 2>&1 | tee $OUT/sanitizer.txt
 timeout ${BT_AB_S:-220} python benchmarks/batched_thin_ab.py $BT_ARGS --out $OUT/thin_ab.json 2>&1 | grep -v Warn | tee $OUT/thin_ab.txt
-for opts in ${BT_OPTS:-3 4}; do  # other forms: bulk stores from 8-warp blocks; float32's warps in rows
+# other forms: bulk stores from 8-warp blocks; float32's warps in rows; float32 staged, bulk stores
+for opts in ${BT_OPTS:-3 4 8}; do
   KRONLINALG_BATCHED_THIN_OPTS=$opts timeout 60 python -m pytest -q -m gpu -p no:cacheprovider tests/test_batched.py -k low_rank 2>&1 | tail -1 | sed "s/^/THIN_OPTS=$opts: /"
   KRONLINALG_BATCHED_THIN_OPTS=$opts timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/batched_sanitize.py --tiny-only 2>&1 | tail -1
   echo "memcheck (THIN_OPTS=$opts) rc=${PIPESTATUS[0]}"

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -760,11 +761,15 @@ static void thin_suite(const char *name, double tol) {
   check_tiny<T, true>(name, 7, 64, 64, 3 * v, false, 0.0, tol);
   check_tiny<T, true>(name, 1, 256, 256, 32, true, 0.0, tol);
   check_tiny<T, true>(name, 6, 33, 72, 16, false, 0.5, tol);
-  if (!kl::knob_set("KRONLINALG_BATCHED_THIN_OPTS")) {  // 4 and 8 warps, bulk stores, rows
-    for (const char *opts : {"0", "1", "2", "3", "4", "5"}) {
+  // 4 and 8 warps, bulk stores, rows, float32's staged grid (8, 9: bulk copies of a warp's
+  // 16 x 64 halves; rows past m, copies of 8, 40 and 64 columns)
+  if (!kl::knob_set("KRONLINALG_BATCHED_THIN_OPTS")) {
+    for (const char *opts : {"0", "1", "2", "3", "4", "5", "8", "9"}) {
       setenv("KRONLINALG_BATCHED_THIN_OPTS", opts, 1);
-      check_tiny<T, true>(name, 3, 200, 136, v, false, 0.5, tol);
-      check_tiny<T, true>(name, 2, 100, 72, 2 * v, true, 0.0, tol);
+      const std::string label = std::string(name) + " opts " + opts;
+      check_tiny<T, true>(label.c_str(), 3, 200, 136, v, false, 0.5, tol);
+      check_tiny<T, true>(label.c_str(), 2, 100, 72, 2 * v, true, 0.0, tol);
+      check_tiny<T, true>(label.c_str(), 2, 97, 232, 3 * v, false, 1.0, tol);
     }
     unsetenv("KRONLINALG_BATCHED_THIN_OPTS");
   }

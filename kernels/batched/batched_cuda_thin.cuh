@@ -12,7 +12,8 @@
 // block barrier a tile.  The results: the half types round alpha·AB + beta·C once into the warp's
 // staging rows and send them out by bulk copies (rows of 256 bytes or more, sm_90) or 16-byte
 // stores; float32 stores a quad's 8-byte pairs (whole 32-byte sectors) from the accumulators and
-// gives the staging rows' shared memory to the stages.
+// gives the staging rows' shared memory to the stages (or, KRONLINALG_BATCHED_THIN_OPTS bit 3,
+// sm_90, stages each warp's results half at a time and sends rows out by bulk copies).
 //
 // MMAs: float16 / bfloat16 m16n8k16 (float32 accumulators), float32 as 3xTF32 m16n8k8; the
 // launcher takes this kernel only for those (float64's low-rank stacks reach 0.89-0.94 of copy
@@ -49,22 +50,27 @@ template <class T>
 struct ThinTraits {
   static constexpr int E = int(sizeof(T));
   static constexpr int VEC = 16 / E;                    // elements a 16-byte piece
-  static constexpr int PB = kThinBN + kThinPad;         // B's and the staging rows' pitch
+  static constexpr int PB = kThinBN + kThinPad;         // B's pitch
   static constexpr int BPR = kThinBN / VEC;             // 16-byte pieces a tile row
-  static constexpr int OUT_BYTES = 16 * PB * E;         // a warp's staging rows
+  // the staging rows' pitch: a tile row (half types), or half of one (float32's staged form: a
+  // grid warp's 64 columns); 16 rows a warp
+  static constexpr int PO = (E == 4 ? kThinBN / 2 : kThinBN) + kThinPad;
+  static constexpr int OUT_BYTES = 16 * PO * E;         // a warp's staging rows
   static constexpr int KS = sizeof(T) == 2 ? 16 : 8;    // k of one MMA
   static constexpr bool BF16 = std::is_same_v<T, __nv_bfloat16>;
 };
 
 // TMA (half types): the results leave the staging rows by bulk copies (one a row, sm_90), not
-// 16-byte stores.  GRID (float32): the warps in a grid of two columns, each 32 rows x 64 columns
-// of the tile, not 16 rows x 128: half the B elements split to TF32 a warp, twice the A (H100,
-// 10⁴ products: 256 x 32 x 256 0.72 -> 0.78-0.80 of copy, 64 x 16 x 64 0.70 -> 0.78, 128 x k x
-// 128 within 0.01).
+// 16-byte stores; (float32, GRID only) they go through staging rows too and out by bulk copies,
+// not as 8-byte pairs from the accumulators.  GRID (float32): the warps in a grid of two
+// columns, each 32 rows x 64 columns of the tile, not 16 rows x 128: half the B elements split
+// to TF32 a warp, twice the A (H100, 10⁴ products: 256 x 32 x 256 0.72 -> 0.78-0.80 of copy,
+// 64 x 16 x 64 0.70 -> 0.78, 128 x k x 128 within 0.01).
 template <class T, int WARPS, bool TMA, bool GRID>
 __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   using Tr = ThinTraits<T>;
   constexpr int BM = 16 * WARPS, THREADS = WARPS * 32;
+  static_assert(sizeof(T) == 2 || !TMA || GRID, "float32's staged form: the warp grid only");
   KL_DYNAMIC_SMEM(smem);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -73,7 +79,8 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
   const int per_product = args.tiles_m * args.tiles_n;
   const int64_t items = args.count * per_product;
   const int apr = k * Tr::E / 16;  // 16-byte pieces an A row (k * E is a multiple of 16)
-  unsigned char *out_stage = smem + size_t(S) * SB + size_t(warp) * Tr::OUT_BYTES;  // (halves)
+  // (the half types; float32's staged form)
+  unsigned char *out_stage = smem + size_t(S) * SB + size_t(warp) * Tr::OUT_BYTES;
   const float alpha = float(args.alpha), beta = float(args.beta);
 
   // the zeros past k (A's columns, B's rows up to kp) no copy ever writes
@@ -203,7 +210,45 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
     const int mv = m - r0;                // the warp's valid rows (<= 0: none)
     T *d = static_cast<T *>(args.d) + tl.p * args.d_bs;
     const T *c = beta != 0.0f ? static_cast<const T *>(args.c) + tl.p * args.c_bs : nullptr;
-    if constexpr (sizeof(T) == 4) {
+    if constexpr (sizeof(T) == 4 && TMA) {
+      // float32 staged: alpha·AB + beta·C into 16 staging rows of 64 columns (pitch 72: a
+      // half-warp's pairs, 4 rows x 8 words, in distinct banks), one bulk copy a row, and the
+      // warp's 32 x 64 in two halves of 16 rows, the second after the first's copies have read
+      // the rows: 4.5 KB a warp (a whole 64 x 128 tile staged, 32 KB a block, cost stages and
+      // blocks an SM), and rows of 256 bytes (the half types' bulk copies of 128-byte rows ran
+      // slower than 16-byte stores: 0.67 against 0.74; 32 x 32 halves would send 128-byte ones).
+      // Every copy is whole 16-byte pieces at 16-byte aligned addresses: n % 4 == 0 (the
+      // launcher's check, thin_variant's rows), column offsets multiples of 64.
+      T *os = reinterpret_cast<T *>(out_stage);
+      const int wr = (warp >> 1) * 32, wc = (warp & 1) * 64;  // the warp's rows and columns
+      const int nw = nv - wc;                                  // its valid columns (<= 0: none)
+      // (no branch skipping a half without valid rows or columns: with one, ptxas gave the
+      // 8-warp form 208 registers, not 128)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int rh = tl.row0 + wr + mi * 16;  // the half's first output row
+        const int mh = m - rh;                  // its valid rows (<= 0: none)
+        kl::cu::bulk_wait_read();  // the last copies out of the staging rows are done reading
+        __syncwarp();
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = g + 8 * h, col = ni * 8 + 2 * t;
+            const bool in = r < mh && col < nw;  // (C is read only there)
+            tiny_store_pair<T>(os + r * Tr::PO + col,
+                               c && in ? c + int64_t(rh + r) * n + tl.col0 + wc + col : nullptr,
+                               alpha, beta, acc[mi * 8 + ni][2 * h], acc[mi * 8 + ni][2 * h + 1]);
+          }
+        kl::cu::fence_proxy_async_shared();  // the staging rows, to the bulk copies' proxy
+        __syncwarp();
+        if (lane < 16 && lane < mh && nw > 0) {
+          kl::cu::bulk_store(d + int64_t(rh + lane) * n + tl.col0 + wc, os + lane * Tr::PO,
+                             (nw < 64 ? nw : 64) * Tr::E);
+          kl::cu::bulk_commit();
+        }
+      }
+    } else if constexpr (sizeof(T) == 4) {
       // float32: alpha·AB + beta·C straight from the accumulators, a quad's 8-byte pairs one
       // whole 32-byte sector of a row (no staging rows: their shared memory went to stages)
 #pragma unroll
@@ -235,7 +280,7 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
         for (int h = 0; h < 2; ++h) {
           const int r = g + 8 * h, col = ni * 8 + 2 * t;
           const bool in = r < mv && col < nv;  // (C is read only there)
-          tiny_store_pair<T>(os + r * Tr::PB + col,
+          tiny_store_pair<T>(os + r * Tr::PO + col,
                              c && in ? c + int64_t(r0 + r) * n + tl.col0 + col : nullptr, alpha,
                              beta, acc[ni][2 * h], acc[ni][2 * h + 1]);
         }
@@ -243,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
         kl::cu::fence_proxy_async_shared();  // the staging rows, to the bulk copies' proxy
         __syncwarp();
         if (lane < 16 && lane < mv) {
-          kl::cu::bulk_store(d + int64_t(r0 + lane) * n + tl.col0, os + lane * Tr::PB,
+          kl::cu::bulk_store(d + int64_t(r0 + lane) * n + tl.col0, os + lane * Tr::PO,
                              nv * Tr::E);
           kl::cu::bulk_commit();
         }
@@ -254,7 +299,7 @@ __global__ void __launch_bounds__(WARPS * 32) thin_kernel(const ThinArgs args) {
           const int jj = lane + 32 * i, r = jj / Tr::BPR, cpiece = jj % Tr::BPR;
           if (r < mv && cpiece * Tr::VEC < nv)
             *reinterpret_cast<uint4 *>(d + int64_t(r0 + r) * n + tl.col0 + cpiece * Tr::VEC) =
-                *reinterpret_cast<const uint4 *>(os + r * Tr::PB + cpiece * Tr::VEC);
+                *reinterpret_cast<const uint4 *>(os + r * Tr::PO + cpiece * Tr::VEC);
         }
       }
       __syncwarp();  // the staging rows are free for the next tile
@@ -270,16 +315,18 @@ inline bool thin_layout(const kl_batched_problem &p, int64_t count, int elem, in
   return thin_variant(p.m, p.n, p.k, elem) && dense_layout(p, count, elem, strides);
 }
 
-// Shared memory of a launch with `stages` stages of stage_bytes and the warps' staging rows.
-template <class T>
+// Shared memory of a launch with `stages` stages of stage_bytes and the warps' staging rows (the
+// half types; float32 only in its staged form, TMA).
+template <class T, bool TMA>
 inline int thin_smem(int warps, int stages, int stage_bytes) {
-  return stages * stage_bytes + (sizeof(T) == 2 ? warps * ThinTraits<T>::OUT_BYTES : 0);
+  return stages * stage_bytes + (sizeof(T) == 2 || TMA ? warps * ThinTraits<T>::OUT_BYTES : 0);
 }
 
 // KRONLINALG_BATCHED_THIN_OPTS, for comparisons (-1, the default: the measured choice below):
 // bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the half types'
 // results out by bulk copies (compute capability 9.0 and newer), bit 2 float32's warps in rows
-// of the tile (16 x 128 each) instead of the grid
+// of the tile (16 x 128 each) instead of the grid, bit 3 float32's grid results through staging
+// rows and out by bulk copies (compute capability 9.0 and newer; not with bit 2)
 inline int thin_opts() { return kl::knob_int("KRONLINALG_BATCHED_THIN_OPTS", -1); }
 
 template <class T, int WARPS, bool TMA, bool GRID>
@@ -289,13 +336,15 @@ cudaError_t launch_thin_warps(ThinArgs a, cudaStream_t stream) {
   a.tiles_m = (a.m + BM - 1) / BM;
   a.b_off = round16(int64_t(BM) * a.pa * Tr::E);
   a.stage_bytes = a.b_off + round16(int64_t(a.kp) * Tr::PB * Tr::E);
-  // as many stages (2..4) as leave room for 16 warps an SM (4-warp blocks: 4 of them)
+  // as many stages (2..4) as leave room for 16 warps an SM (4-warp blocks: 4 of them), the
+  // staging rows counted (float32 staged, 4 warps, order 128: k = 16 2 stages, k = 32 2 stages
+  // and 3 blocks an SM; 8 warps: 4 and 2 stages, 2 blocks)
   constexpr int kSmemSM = 220 * 1024, blocks = 16 / WARPS > 2 ? 16 / WARPS : 2;
   a.stages = 4;
-  while (a.stages > 2 && blocks * thin_smem<T>(WARPS, a.stages, a.stage_bytes) > kSmemSM)
+  while (a.stages > 2 && blocks * thin_smem<T, TMA>(WARPS, a.stages, a.stage_bytes) > kSmemSM)
     --a.stages;
   return launch_resident(thin_kernel<T, WARPS, TMA, GRID>, a, WARPS * 32,
-                         thin_smem<T>(WARPS, a.stages, a.stage_bytes),
+                         thin_smem<T, TMA>(WARPS, a.stages, a.stage_bytes),
                          a.count * a.tiles_m * a.tiles_n, stream);
 }
 
@@ -318,7 +367,10 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
                  // products of 128 x 16 x 128 / 256 x 16 x 256: 0.86 / 0.87 of copy bandwidth
                  // against 0.84 / 0.82; rows of 128 bytes, order 64: 0.67 against 0.74)
     opts = a.n * Tr::E >= 256 ? 2 : 0;
-  bool tma = sizeof(T) == 2 && (opts & 2) != 0;
+  // bulk copies: the half types' (bit 1), float32's staged grid (bit 3: its copies are whole
+  // 16-byte pieces where n % 4 == 0, which thin_layout's rows of 16-byte pieces give; else its
+  // 8-byte pairs)
+  bool tma = sizeof(T) == 2 ? (opts & 2) != 0 : (opts & 12) == 8 && a.n % Tr::VEC == 0;
 #ifndef KL_BATCHED_EMULATE
   DeviceInfo dev;
   tma = tma && query_device(&dev) == cudaSuccess && dev.cc_major >= 9;
@@ -328,6 +380,9 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
       return opts & 1 ? launch_thin_warps<T, 8, true, false>(a, stream)
                       : launch_thin_warps<T, 4, true, false>(a, stream);
   } else {
+    if (tma)
+      return opts & 1 ? launch_thin_warps<T, 8, true, true>(a, stream)
+                      : launch_thin_warps<T, 4, true, true>(a, stream);
     if (!(opts & 4))  // float32: the warp grid unless bit 2 asks for rows
       return opts & 1 ? launch_thin_warps<T, 8, false, true>(a, stream)
                       : launch_thin_warps<T, 4, false, true>(a, stream);

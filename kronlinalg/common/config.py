@@ -84,7 +84,9 @@ KNOBS: dict = {k.name: k for k in (
          "batched_matmul's thin-product kernel, for comparisons (-1: the launcher's measured "
          "choice): bit 0 blocks of 8 warps (128 x 128 tiles) instead of 4 (64 x 128), bit 1 the "
          "half types' results out by bulk copies (compute capability 9.0+), bit 2 float32's "
-         "warps in rows of the tile instead of a 2-column grid", "c++"),
+         "warps in rows of the tile instead of a 2-column grid, bit 3 float32's grid results "
+         "staged half a warp's tile at a time and out by bulk copies (compute capability 9.0+)",
+         "c++"),
     Knob("KRONLINALG_BATCHED_MID", int, 48,
          "batched_matmul: order from which uniform stacks run the 64 x 64 tiles of the same "
          "kernel (0: off)", "c++"),
