@@ -698,38 +698,6 @@ def test_natural_groups_are_longer(gxp, monkeypatch):
     assert _kernels_of("float32", [(16, 16)] * 6, 16) == ["f32.tf32x3.natural.p16"] * 2
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
-def test_natural_row_groups(gxp, rng, monkeypatch, dtype):
-    """KRONLINALG_KRON_ROW_GROUP_KB: rows through both passes a few at a time (8^5: 3 + 2
-    steps; 11 rows in groups of 4, 4 and the last of 3), alpha and beta on each group's rows,
-    from a NaN-poisoned pool: the same bits as all rows at once, and the float64 reference.
-    The plan says so, and a group's scratch is what the workspace asks for."""
-    _natural_on(monkeypatch, True)
-    shapes, m = [(8, 8)] * 5, 11
-    k = 8 ** 5
-    es = {"float64": 8, "float32": 4, "float16": 2}[dtype]
-    budget_kb = 4 * k * es // 1024  # 4 rows' intermediate (K = N elements a row)
-    fs, fns = _factors(gxp, rng, shapes, dtype)
-    x, xn = random(gxp, rng, (m, k), dtype)
-    y, yn = random(gxp, rng, (m, k), dtype)
-    outs = []
-    for kb in (0, budget_kb):
-        monkeypatch.setenv("KRONLINALG_KRON_ROW_GROUP_KB", str(kb))
-        _kron_cuda().tune()
-        _poison_pool(gxp, 3 * 8 * m * k)
-        outs.append(kronlinalg.kron_matmul(x, list(fs), alpha=0.5, beta=-2.0, y=y,
-                                           algorithm="sliced"))
-    ref = kron_matmul_ref(xn, fns, "right", alpha=0.5, beta=-2.0, y=yn)
-    assert_close(outs[1], ref, gxp, dtype,
-                 rtol={"float64": 1e-12, "float32": 2e-5, "float16": 4e-3}[dtype])
-    assert np.array_equal(to_numpy(outs[0]), to_numpy(outs[1]))
-    kc = _kron_cuda()
-    descs = [(0, p, q, q, 1) for p, q in shapes]
-    text = kc.config(1, m, descs, (256, m * k, k, 1), (256, m * k, k, 1), kc.DTYPES[dtype])
-    assert "row groups of 4 rows" in text, text
-    assert kc.workspace(1, m, descs, (256, m * k, k, 1), kc.DTYPES[dtype])[0] <= 4 * k
-
-
 def test_natural_two_passes_of_three_steps(gxp, rng, monkeypatch):
     """16^6 in two 3-step passes (the second on column tiles of 4 i, opt-in), x and y 16-byte
     aligned, alpha and beta applied: every element against the float64 reference."""

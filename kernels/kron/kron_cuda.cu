@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -122,10 +121,6 @@ struct Plan {
   int rows_fast = 0;           // lines run along rows (rows are adjacent in memory)
   int64_t scratch_elems = 0;  // per scratch buffer
   int nscratch = 0;
-  // row groups (row_group): rows through every pass this many at a time (0: all at once), with
-  // the plans of a group and of the last, shorter one (null where the rows divide evenly)
-  int64_t group_rows = 0;
-  std::shared_ptr<const Plan> group_plan, rest_plan;
 };
 
 // Geometry of a group for a tile of L lines: shared-memory pitches, factor area, buffer size.
@@ -944,12 +939,6 @@ std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
                 int(plan.passes.size()), (long long)plan.scratch_elems, plan.nscratch,
                 plan.natural ? "natural" : "sliced", plan.rows_fast ? "rows" : "instances");
   s += line;
-  if (plan.group_rows) {  // (the passes below are the full problem's; a group's have its rows)
-    std::snprintf(line, sizeof line, "row groups of %lld rows, scratch=%lldx%d\n",
-                  (long long)plan.group_rows, (long long)plan.group_plan->scratch_elems,
-                  plan.group_plan->nscratch);
-    s += line;
-  }
   for (const PassCfg &c : plan.passes) {
     std::snprintf(line, sizeof line,
                   "  factors %d..%d kernel=%s L=%d(TM=%d,C=%d) threads=%d TQ=%d smem=%zu "
@@ -962,74 +951,13 @@ std::string describe(const kl_kron_problem *p, const Plan &plan, int dev_sms) {
   return s;
 }
 
-int dtype_bytes(int dtype) {
-  return dtype == KL_FLOAT64 ? 8 : dtype == KL_FLOAT32 ? 4 : 2;
-}
-
-// Row groups.  A natural-order plan of two passes or more writes its intermediate (all rows)
-// out and reads it back; once that outgrows the L2 (1024 rows of 16^5 in float64: 8.6 GB) each
-// pass streams from DRAM, and a bytes-bound product takes twice its one-pass time (1024 x 16^5
-// float64: two passes at 94 % of the copy bandwidth, 0.47 of its roof).  Rows through every
-// pass a group at a time, the group's intermediate at most KRONLINALG_KRON_ROW_GROUP_KB KB (0:
-// off), so the next pass reads it back from L2.  The rows of the group: 0 where this does not
-// apply (one pass, not natural, every row's intermediate already within the budget, one row
-// over it, or row starts off 16-byte alignment, which the plans' key holds).
-constexpr int kRowGroupKB = 0;  // (the default budget: off until measured)
-int64_t row_group(const kl_kron_problem *p, int dtype, const Plan &plan, int budget_kb) {
-  const int64_t M = p->m1 * p->m2, es = dtype_bytes(dtype);
-  const int n = p->nfactors;
-  if (budget_kb <= 0 || !plan.natural || plan.passes.size() < 2 || M < 2) return 0;
-  if ((prod_range(p->P, 0, n - 1) * es) % 16 || (prod_range(p->Q, 0, n - 1) * es) % 16) return 0;
-  const int64_t row_bytes = std::max<int64_t>(1, plan.scratch_elems / M * es);
-  const int64_t G = (int64_t(budget_kb) << 10) / row_bytes;
-  return G >= 1 && G < M ? G : 0;
-}
-
-// Rows [r0, r0 + rows) of a natural-layout problem (rows contiguous, K and N elements apart).
-kl_kron_problem rows_of(const kl_kron_problem *p, int dtype, int64_t r0, int64_t rows) {
-  const int n = p->nfactors;
-  const int64_t K = prod_range(p->P, 0, n - 1), N = prod_range(p->Q, 0, n - 1);
-  const int64_t es = dtype_bytes(dtype);
-  kl_kron_problem q = *p;
-  q.m1 = rows;
-  q.m2 = 1;
-  if (p->x) q.x = static_cast<const char *>(p->x) + r0 * K * es;
-  if (p->y) q.y = static_cast<char *>(p->y) + r0 * N * es;
-  q.x_rs1 = q.x_rs2 = K;
-  q.y_rs1 = q.y_rs2 = N;
-  q.x_es = q.y_es = 1;
-  return q;
-}
-
-int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev);
-
-// The plans of the row groups (above), into plan.
-int plan_row_groups(const kl_kron_problem *p, int dtype, Plan *plan, int budget_kb) {
-  const int64_t G = row_group(p, dtype, *plan, budget_kb), M = p->m1 * p->m2;
-  if (!G) return KL_OK;
-  DeviceInfo dev;
-  Plan g, r;
-  kl_kron_problem q = rows_of(p, dtype, 0, G);
-  int st = cached_plan(&q, dtype, &g, &dev);
-  if (st == KL_OK && M % G) {
-    q = rows_of(p, dtype, 0, M % G);
-    st = cached_plan(&q, dtype, &r, &dev);
-  }
-  if (st != KL_OK) return st;
-  plan->group_rows = G;
-  plan->group_plan = std::make_shared<const Plan>(std::move(g));
-  if (M % G) plan->rest_plan = std::make_shared<const Plan>(std::move(r));
-  return KL_OK;
-}
-
 // Plans depend on shapes, dtype, row layout class, fusion cap, tuning and device: cached by those.
 int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev) {
   int st = device_info(dev);
   if (st != KL_OK) return st;
   // (the natural-order kernels' knobs, read once a call: every dtype's plans depend on them)
   const NatTune nt = natural_tune();
-  const int group_kb = kl::knob_int("KRONLINALG_KRON_ROW_GROUP_KB", kRowGroupKB);
-  std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused, group_kb,
+  std::vector<int64_t> key = {dtype, dev->id, p->m1, p->m2, p->nfactors, p->max_fused,
                               rows_adjacent(p->m1, p->m2, p->x_rs1, p->x_rs2, p->x_es),
                               natural_layout(p),
                               g_tune.L, g_tune.tile_q, g_tune.threads, g_tune.budget_kb,
@@ -1052,7 +980,6 @@ int cached_plan(const kl_kron_problem *p, int dtype, Plan *plan, DeviceInfo *dev
   }
   if ((st = make_plan(p, dtype, plan)) != KL_OK) return st;
   for (PassCfg &c : plan->passes) c.grid = int(std::min<int64_t>(c.ntiles, int64_t(c.occ) * dev->sms));
-  if ((st = plan_row_groups(p, dtype, plan, group_kb)) != KL_OK) return st;
   std::lock_guard<std::mutex> lock(g_plan_mutex);
   if (cache.size() > 4096) cache.clear();
   cache.emplace(key, *plan);
@@ -1089,9 +1016,8 @@ extern "C" int kl_kron_cuda_workspace(const kl_kron_problem *p, int dtype, int64
   Plan plan;
   DeviceInfo dev;
   if ((st = cached_plan(p, dtype, &plan, &dev)) != KL_OK) return st;
-  const Plan &run = plan.group_rows ? *plan.group_plan : plan;  // (a group's scratch, reused)
-  *elems = run.nscratch ? run.scratch_elems : 0;
-  *nbufs = run.nscratch;
+  *elems = plan.nscratch ? plan.scratch_elems : 0;
+  *nbufs = plan.nscratch;
   return KL_OK;
 }
 
@@ -1140,8 +1066,8 @@ extern "C" int kl_cuda_device_check(void) {
 namespace kl {
 namespace cu {
 namespace {
-int run_groups(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
-               void *scratch1, int64_t scratch_elems, void *stream);
+int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
+             void *scratch1, int64_t scratch_elems, void *stream);
 }  // namespace
 }  // namespace cu
 }  // namespace kl
@@ -1156,7 +1082,7 @@ extern "C" int kl_kron_matmul_cuda(const kl_kron_problem *p, int dtype, void *sc
   Plan plan;
   DeviceInfo dev;
   if ((st = plan_and_prepare(p, dtype, &plan, &dev)) != KL_OK) return st;
-  return run_groups(p, dtype, plan, scratch0, scratch1, scratch_elems, stream);
+  return run_plan(p, dtype, plan, scratch0, scratch1, scratch_elems, stream);
 }
 
 // A repeated signature's plan, made once: a replay launches it with new pointers and skips
@@ -1183,8 +1109,8 @@ extern "C" int kl_kron_cuda_launch_bound(const void *bound, const kl_kron_proble
                                          void *scratch0, void *scratch1, int64_t scratch_elems,
                                          void *stream) {
   if (!bound || !p->x || !p->y) return kl::fail(KL_ERR_INVALID, "kron_matmul_cuda: bad replay");
-  return kl::cu::run_groups(p, dtype, *static_cast<const kl::cu::Plan *>(bound), scratch0,
-                            scratch1, scratch_elems, stream);
+  return kl::cu::run_plan(p, dtype, *static_cast<const kl::cu::Plan *>(bound), scratch0,
+                          scratch1, scratch_elems, stream);
 }
 
 namespace kl {
@@ -1240,21 +1166,6 @@ int run_plan(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratc
     if (e != cudaSuccess) return cuda_fail(e, "launch");
     src = dst;
     in = out;
-  }
-  return KL_OK;
-}
-
-// A plan's launches, a row group at a time where it has them (row_group).
-int run_groups(const kl_kron_problem *p, int dtype, const Plan &plan, void *scratch0,
-               void *scratch1, int64_t scratch_elems, void *stream) {
-  if (!plan.group_rows) return run_plan(p, dtype, plan, scratch0, scratch1, scratch_elems, stream);
-  const int64_t M = p->m1 * p->m2;
-  for (int64_t r0 = 0; r0 < M; r0 += plan.group_rows) {
-    const int64_t rows = std::min(plan.group_rows, M - r0);
-    const kl_kron_problem q = rows_of(p, dtype, r0, rows);
-    const int st = run_plan(&q, dtype, rows == plan.group_rows ? *plan.group_plan : *plan.rest_plan,
-                            scratch0, scratch1, scratch_elems, stream);
-    if (st != KL_OK) return st;
   }
   return KL_OK;
 }

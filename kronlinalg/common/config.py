@@ -111,9 +111,6 @@ KNOBS: dict = {k.name: k for k in (
     Knob("KRONLINALG_KRON_NATURAL_RING_HALF", int, 3,
          "half ring kernel: 0 none, 1 groups no other tile fits, 2 +P=32 columns of 64 i, 3 +P=16",
          "c++"),
-    Knob("KRONLINALG_KRON_ROW_GROUP_KB", int, 0,
-         "kron natural plans of 2+ passes: rows through every pass in groups whose intermediate "
-         "is at most this many KB, read back from L2 (0: all rows at once)", "c++"),
     Knob("KRONLINALG_KRON_CLUSTER", int, 0,
          "1 enables kron's 16-block cluster kernel for six 8x8 float32 factors (sm_90)", "c++"),
     Knob("KRONLINALG_KS_KT", int, -1,
