@@ -363,10 +363,15 @@ cudaError_t launch_thin(const kl_batched_problem &p, int64_t count, const int64_
   a.pa = a.kp + Tr::VEC;
   a.alpha = p.alpha, a.beta = p.beta;
   int opts = thin_opts();
-  if (opts < 0)  // the half types' rows of 256 bytes or more by bulk copies (H100, 10⁴
-                 // products of 128 x 16 x 128 / 256 x 16 x 256: 0.86 / 0.87 of copy bandwidth
-                 // against 0.84 / 0.82; rows of 128 bytes, order 64: 0.67 against 0.74)
-    opts = a.n * Tr::E >= 256 ? 2 : 0;
+  if (opts < 0) {
+    // the half types' rows of 256 bytes or more by bulk copies (H100, 10⁴ products of 128 x 16
+    // x 128 / 256 x 16 x 256: 0.86 / 0.87 of copy bandwidth against 0.84 / 0.82; rows of 128
+    // bytes, order 64: 0.67 against 0.74); float32 from 128 x 128: 8-warp blocks, staged (H100,
+    // run s16e, 10⁴ products, m x k x n: 128 x 16 / 32 x 128 0.88 / 0.88 against 0.83 / 0.81,
+    // 256 x 16 / 32 x 256 0.84 / 0.77 against 0.74 / 0.74; at 64 x 16 x 64 it ran 0.35)
+    if constexpr (sizeof(T) == 2) opts = a.n * Tr::E >= 256 ? 2 : 0;
+    else opts = a.m >= 128 && a.n >= 128 ? 9 : 0;
+  }
   // bulk copies: the half types' (bit 1), float32's staged grid (bit 3: its copies are whole
   // 16-byte pieces where n % 4 == 0, which thin_layout's rows of 16-byte pieces give; else its
   // 8-byte pairs)
