@@ -30,6 +30,7 @@ from ._operation import Algorithm, Call, Operation
 from .block_sparse_matrix import BlockSparseMatrix, _host, _lib
 from .common import backend as _backend, precision as _precision, validation as _validation
 from .common.dtypes import KERNEL_CODE
+from .common.signatures import ScaledFront, arrays_signature, operand_call
 from .planner.costs import blocksparse as _costs
 
 __all__ = ["spmm", "spgemm", "symbolic", "float32_precision", "BlockSparseMatrix"]
@@ -385,9 +386,8 @@ def _spmm_signature(arrays, options, algorithm):
         return None
     if type(options.get("alpha", 1.0)) not in (float, int):
         return None
-    B = arrays[1]
-    key = _backend.cuda_array_key(B) or _backend.host_array_key(B)
-    return None if key is None else (arrays[0]._serial, key, algorithm)
+    sig = arrays_signature(arrays[1:], True)  # (the key the compiled front builds too)
+    return None if sig is None else (arrays[0]._serial, sig[0], algorithm)
 
 
 def _replayable(call) -> bool:
@@ -475,6 +475,7 @@ _SPMM.register(Algorithm("morton", _run_morton, _costs.predict_spmm_morton, devi
                          applies=_morton_applies,
                          doc="2D kernel over panels of block rows (B rows staged once per panel)"))
 _SPMM.grad_algorithm = "dense"
+_FRONT = ScaledFront(_SPMM, _SPMM.fast_cache, True, False)  # (NumPy and device arrays)
 
 
 def spmm(A, B, /, *, alpha=1.0, beta=0.0, c=None, algorithm="auto"):
@@ -496,7 +497,7 @@ def spmm(A, B, /, *, alpha=1.0, beta=0.0, c=None, algorithm="auto"):
     array of B's library and device, m x n (or (m,)), in the promoted dtype (float16/bfloat16:
     float32 accumulation).
     """
-    return _SPMM(A, B, algorithm=algorithm, alpha=alpha, beta=beta, c=c)
+    return operand_call(_FRONT, A, B, alpha, beta, c, algorithm)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -118,11 +118,19 @@ def test_spmm_repeated_calls(xp, rng, algorithm):
     mats = [bsm_on(xp, block_pattern(rng, 80, 64, 16, 0.4)[0], 16, dtype) for _ in range(2)]
     for it in range(3):
         for A, ae in mats:
-            x = to_xp(xp, rng.standard_normal((64, 32)), dtype)
-            alpha = [1.0, -2.0, 3][it]
-            assert_close(spmm(A, x, alpha=alpha, algorithm=algorithm),
-                         alpha * ae @ to_numpy(x).astype(np.float64), xp, dtype,
-                         msg=f"call {it}: ")
+            wide = to_xp(xp, rng.standard_normal((64, 64)), dtype)
+            # the same A twice in a row: a contiguous B, then a column view of the same shape
+            # (other strides: the last replayed call's memo must not take it), then 16 columns
+            cont = to_xp(xp, rng.standard_normal((64, 32)), dtype)
+            for x in (cont, wide[:, ::2], wide[:, 16:32]):
+                alpha = [1.0, -2.0, 3][it]
+                assert_close(spmm(A, x, alpha=alpha, algorithm=algorithm),
+                             alpha * ae @ to_numpy(x).astype(np.float64), xp, dtype,
+                             msg=f"call {it}: ")
+            c = to_xp(xp, rng.standard_normal((80, 32)), dtype)
+            assert_close(spmm(A, cont, beta=2.0, c=c, algorithm=algorithm),  # (never replayed)
+                         ae @ to_numpy(cont).astype(np.float64)
+                         + 2.0 * to_numpy(c).astype(np.float64), xp, dtype, msg=f"beta {it}: ")
 
 
 def test_spmm_degenerate(xp, rng):

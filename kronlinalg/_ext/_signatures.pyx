@@ -353,6 +353,38 @@ def pair_call(ScaledFront front, a, b):
     return front.operation(a, b)
 
 
+def operand_call(ScaledFront front, A, B, alpha, beta, c, algorithm):
+    """``front.operation(A, B, alpha=…, beta=…, c=…, algorithm=…)`` for an operand type A (a
+    block-sparse matrix: its ``_serial`` names it, never reused) and one array B -- spmm's
+    call -- replayed without a Python frame of the skeleton when the call is the common
+    repeated one: c None, beta an exact 0, alpha a plain number, and (A's serial, B's key,
+    algorithm), the operation's own key, remembered.  A repeat of the last replayed call is
+    checked field by field (no key built or looked up)."""
+    cdef object ta = type(alpha), tb = type(beta)
+    cdef _CallMemo m
+    if (c is None and (tb is float or tb is int) and beta == 0
+            and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)):
+        serial = getattr(A, "_serial", None)
+        if type(serial) is int:
+            m = front.call_memo
+            if (m is not None and m.entries is front.cache.entries and m.side == serial
+                    and _same_option(algorithm, m.algorithm) and _memo_matches(m, B, ())):
+                out = m.replayer(A, B, alpha=alpha)
+                if out is not None:
+                    return out
+                front.call_memo = None  # (stale: the key path below decides)
+            sig = arrays_signature((B,), front.host, front.torch_cpu)
+            if sig is not None:
+                entries = front.cache.entries
+                replayer = remembered(front.cache, (serial, sig[0], algorithm))
+                if replayer is not None:
+                    out = replayer(A, B, alpha=alpha)
+                    if out is not None:
+                        front.call_memo = _call_memo(entries, replayer, serial, algorithm, sig)
+                        return out
+    return front.operation(A, B, alpha=alpha, beta=beta, c=c, algorithm=algorithm)
+
+
 cdef inline bint _device_memo_hit(ScaledFront front, a, b, algorithm):
     """Whether a, b (not NumPy arrays) repeat the last device pair the front replayed, field
     by field (no key tuples built or hashed: ~1 us of a torch call on an H100's host)."""

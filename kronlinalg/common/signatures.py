@@ -89,6 +89,8 @@ scaled_call = _compiled.scaled_call
 pair_call = _compiled.pair_call
 # stack_call(front, a, b, c, alpha, beta, sizes, out_size, algorithm): batched_matmul's call
 stack_call = _compiled.stack_call
+# operand_call(front, A, B, alpha, beta, c, algorithm): an operand type and one array (spmm's)
+operand_call = _compiled.operand_call
 
 
 def plain_repeat(alpha, beta, c, rest) -> bool:
