@@ -1,14 +1,13 @@
 #!/bin/bash
-# One device call for issue 34's narrow right-hand sides and the SpMM work-list order, with
+# One device call for issue 34's narrow right-hand sides (spmm_batched), with
 # test_batched's GPU tests beside them (each step under its own limit, so what finished comes
 # back):
 #   OUT=/tmp/out KL_GPU_ARCH=90a bash .wheelhouse/gpu-run.sh bash benchmarks/blocksparse_narrow_session.sh
 # 1. GPU tests: test_batched (NS_BATCHED=0 skips), the block-sparse batched kernel's and the
 #    panel kernel's; 2. spmm_batched at narrow right-hand sides in each form (batched_narrow)
-#    against torch.bmm; 3. the FP16 SpMM with the work list by row and longest first, and the
-#    panel variants (NS_HALF_ARGS, default --quick); 4. compute-sanitizer memcheck and racecheck
-#    over the block-sparse batched kernel (every form) and the panel kernel's options;
-#    5. memcheck over test_batched's large-tile kernels (NS_LARGE=0 skips); NS_GPU=1: issue 34's
+#    against torch.bmm and batched_matmul (the FP16 SpMM's work-list orders and panel variants:
+#    blocksparse_half.sh); 3. compute-sanitizer memcheck and racecheck over the block-sparse
+#    batched kernel (every form) and the panel kernel's options; 4. memcheck over test_batched's large-tile kernels (NS_LARGE=0 skips); NS_GPU=1: issue 34's
 #    SpMM table (blocksparse_gpu.py --sections spmm) before the sanitizers.
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,20 +23,6 @@ timeout ${NS_TEST_S:-120} python -m pytest -q -m gpu -p no:cacheprovider -rf \
 echo "== spmm_batched narrow ($SECONDS s)"
 timeout ${NS_BATCHED_S:-90} python benchmarks/blocksparse_morton.py --budget 80 --sections batched \
   --out "$OUT/narrow.json" 2>&1 | grep -v '^{' | tee "$OUT/narrow.txt" | tail -14
-echo "== FP16 SpMM: work-list order, panel variants ($SECONDS s)"
-timeout ${NS_HALF_S:-120} python benchmarks/blocksparse_half.py ${NS_HALF_ARGS:---quick} \
-  --sections spmm --out "$OUT/half.json" 2>&1 | grep -v '^{' | tail -3
-python - "$OUT/half.json" <<'PY' 2>&1 | tee "$OUT/half_table.md"
-import json, sys
-r = json.load(open(sys.argv[1]))
-for row in r.get("spmm", []):
-    ms = row["ms"]
-    print(f"{row['dtype']} d={row['density']} rhs={row['rhs']} dense={ms['dense']:.4f} "
-          f"bits={all(row['same_bits'].values())}")
-    for k, v in ms.items():
-        if k != "dense":
-            print(f"   {k:20s} {v:.4f} ms  x_dense {row['x_dense'][k]:.3f}  {row['tbs'][k]:.2f} TB/s")
-PY
 if [ "${NS_GPU:-0}" = 1 ]; then  # issue 34's SpMM table: every dtype against torch BSR, dense,
                                  # cuSPARSE CSR (the spmm section of blocksparse_gpu.py)
   echo "== blocksparse_gpu.py --sections spmm ($SECONDS s)"

@@ -42,44 +42,37 @@ def check(got, ref, tol, what):
 
 def batched_calls():
     """The batched kernel at each RHS tile (16 / 32 / 64 columns), FP16 and BF16, orders 48
-    (edge-free), 40 x 70 (edge blocks), 256, an odd batch, an empty pattern."""
+    (edge-free), 40 x 70 (edge blocks), 256, an odd batch, an empty pattern, in its pipelines
+    (2-4 stages; two) with C staged and not; then narrow right-hand sides in each form
+    (batched_narrow: the 8-column tile, n = 4 unpadded, bulk loads; k not a multiple of 16: X's
+    zero rows)."""
+    wide = ((48, 48, 8, 0.5), (40, 70, 40, 0.6), (256, 256, 64, 0.5), (128, 128, 128, 0.5),
+            (64, 64, 24, 0.0))
+    narrow = ((256, 256, 8, 0.5), (40, 50, 4, 0.5), (128, 120, 8, 0.5), (64, 64, 16, 0.5),
+              (48, 40, 1, 0.5))
+    # (pipeline, C staged, narrow forms) of each case
+    settings = {wide: ((0, 1, 3), (1, 1, 3), (0, 0, 3)),
+                narrow: ((0, 1, 3), (0, 0, 3), (0, 1, 1), (0, 1, 0))}
+    knobs = (batched_cuda.batched_pipeline, batched_cuda.batched_c_stage,
+             batched_cuda.batched_narrow)
     for dt in (torch.float16, torch.bfloat16):
-        for (m, k, n, d) in ((48, 48, 8, 0.5), (40, 70, 40, 0.6), (256, 256, 64, 0.5),
-                             (128, 128, 128, 0.5), (64, 64, 24, 0.0)):
-            batch = 3
-            R, C = -(-m // 16), -(-k // 16)
-            mask = rng.random((R, C)) < d
-            a = np.kron(mask, np.ones((16, 16)))[None] * rng.standard_normal(
-                (batch, R * 16, C * 16))
-            A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
-            x = torch.randn((batch, k, n), device="cuda").to(dt)
-            ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
-            for pipeline, stage_c in ((0, 1), (1, 1), (0, 0)):  # 2-4 stages; two; C staged
-                prev = batched_cuda.batched_pipeline(pipeline)
-                prev_c = batched_cuda.batched_c_stage(stage_c)
-                check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
-                      ("batched", dt, m, k, n, pipeline, stage_c))
-                batched_cuda.batched_pipeline(prev)
-                batched_cuda.batched_c_stage(prev_c)
-    # narrow right-hand sides in each form (batched_narrow: the 8-column tile, n = 4 unpadded,
-    # bulk loads; k not a multiple of 16: X's zero rows), C staged and not
-    for dt in (torch.float16, torch.bfloat16):
-        for (m, k, n) in ((256, 256, 8), (40, 50, 4), (128, 120, 8), (64, 64, 16), (48, 40, 1)):
-            batch = 3
-            R, C = -(-m // 16), -(-k // 16)
-            mask = rng.random((R, C)) < 0.5
-            a = np.kron(mask, np.ones((16, 16)))[None] * rng.standard_normal(
-                (batch, R * 16, C * 16))
-            A = BatchedBlockSparseMatrix.from_dense(torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
-            x = torch.randn((batch, k, n), device="cuda").to(dt)
-            ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
-            for forms, stage_c in ((3, 1), (3, 0), (1, 1), (0, 1)):
-                prev = batched_cuda.batched_narrow(forms)
-                prev_c = batched_cuda.batched_c_stage(stage_c)
-                check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
-                      ("batched narrow", dt, m, k, n, forms, stage_c))
-                batched_cuda.batched_narrow(prev)
-                batched_cuda.batched_c_stage(prev_c)
+        for cases, values in settings.items():
+            for (m, k, n, d) in cases:
+                batch = 3
+                R, C = -(-m // 16), -(-k // 16)
+                mask = rng.random((R, C)) < d
+                a = np.kron(mask, np.ones((16, 16)))[None] * rng.standard_normal(
+                    (batch, R * 16, C * 16))
+                A = BatchedBlockSparseMatrix.from_dense(
+                    torch.from_numpy(a[:, :m, :k]).to("cuda", dt))
+                x = torch.randn((batch, k, n), device="cuda").to(dt)
+                ref = A.to_dense().double().cpu().numpy() @ x.double().cpu().numpy()
+                for value in values:
+                    prev = [set_(v) for set_, v in zip(knobs, value)]
+                    check(spmm_batched(A, x, algorithm="blocksparse"), ref, TOL[dt],
+                          ("batched", dt, m, k, n) + value)
+                    for set_, v in zip(knobs, prev):
+                        set_(v)
     print("done batched", flush=True)
 
 
