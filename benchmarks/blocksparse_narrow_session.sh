@@ -7,8 +7,9 @@
 #    panel kernel's; 2. spmm_batched at narrow right-hand sides in each form (batched_narrow)
 #    against torch.bmm and batched_matmul (the FP16 SpMM's work-list orders and panel variants:
 #    blocksparse_half.sh); 3. compute-sanitizer memcheck and racecheck over the block-sparse
-#    batched kernel (every form) and the panel kernel's options; 4. memcheck over test_batched's large-tile kernels (NS_LARGE=0 skips); NS_GPU=1: issue 34's
-#    SpMM table (blocksparse_gpu.py --sections spmm) before the sanitizers.
+#    batched kernel (every form) and the panel kernel's options; 4. memcheck over
+#    test_batched's large-tile kernels (NS_LARGE=0 skips). NS_GPU=1: issue 34's SpMM table
+#    (blocksparse_gpu.py --sections spmm) before the sanitizers.
 set +e
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 echo "== tests ($SECONDS s)"
