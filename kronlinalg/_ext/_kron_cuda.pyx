@@ -1,7 +1,10 @@
 # cython: language_level=3
 """Thin wrapper of the CUDA Kronecker-matmul kernels: device pointers and a stream handle in."""
+from .fields cimport (CupyFields, TorchFields, cupy_fields_resolve, cupy_ptr, field_read,
+                      torch_fields_resolve)
 from .status cimport check_status
 from cpython.array cimport array
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 import sys
@@ -26,6 +29,10 @@ cdef extern from "kron.h" nogil:
 #: dtype codes of kron.h
 DTYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3}
 
+# the arrays' pointers, read through their types' descriptors (fields.pxd), resolved by the
+# first Replay of each library
+cdef TorchFields _tf
+cdef CupyFields _cf
 cdef int _generation = 0  # bumped when the packed layouts go stale (tune, float32_mode)
 
 
@@ -156,6 +163,10 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
 # every Python frame and temporary between the caller and the launch shows in its time
 
 
+cdef object _call_replay(object replayer, object x, object factors, double alpha):
+    return (<Replay> replayer).run(x, factors, alpha)
+
+
 cdef class Replay:
     """A packed layout (see prepare) bound to one signature — library, dtype, device, result
     shape: a call allocates the result in the caller's library, reads the pointers and enqueues
@@ -176,6 +187,8 @@ cdef class Replay:
     cdef dict kept
     cdef void *bound_aligned  # the plans, bound once (kl_kron_cuda_bind; NULL: plan per call)
     cdef void *bound_unaligned
+    # the compiled fronts' C entry point (_signatures.pyx: "kronlinalg.call_replay")
+    cdef readonly object _kl_call_replay
 
     def __dealloc__(self):
         kl_kron_cuda_unbind(self.bound_aligned)
@@ -200,8 +213,11 @@ cdef class Replay:
         # CuPy: ctor = cupy.ndarray, called (shape, dtype).  torch: ctor(shape) gives the template
         # (common/backend.py replay_template) the results are allocated from by torch.empty_like
         self.template = None
-        if not is_cupy:
+        if is_cupy:
+            cupy_fields_resolve(&_cf, ctor, sys.modules["cupy"].cuda.MemoryPointer)
+        else:
             self.template = ctor(self.alloc_shape)
+            torch_fields_resolve(&_tf, sys.modules["torch"].Tensor)
             ctor = sys.modules["torch"].empty_like
         self.ctor = ctor
         self.npdtype = npdtype
@@ -215,9 +231,14 @@ cdef class Replay:
         self.bound_aligned = kl_kron_cuda_bind(&c, dtype)
         fill_packed(&c, self.packed, None, 4, 4, 1.0, 0.0)
         self.bound_unaligned = kl_kron_cuda_bind(&c, dtype)
+        self._kl_call_replay = PyCapsule_New(<void *> _call_replay, b"kronlinalg.call_replay",
+                                             NULL)
 
     def __call__(self, x, factors, *, side="right", double alpha=1.0, beta=0.0, y=None):
         # (the signature fixed side, beta == 0 and y is None: they are not read)
+        return self.run(x, factors, alpha)
+
+    cdef object run(self, x, factors, double alpha):
         # (the device the launches go to, asked of the CUDA runtime: ~0.5 us less than torch's
         # current_device(), and it is the context the kernels are enqueued in whoever set it)
         if self.generation != _generation or kl_kron_cuda_current_device() != self.device:
@@ -228,16 +249,16 @@ cdef class Replay:
             return None
         if self.is_cupy:
             out = self.ctor(self.alloc_shape, self.npdtype)
-            xptr = x.data.ptr
-            yptr = out.data.ptr
+            xptr = cupy_ptr(&_cf, x)
+            yptr = cupy_ptr(&_cf, out)
             for i in range(self.nfactors):
-                self.fptrs.data.as_ulonglongs[i] = factors[i].data.ptr
+                self.fptrs.data.as_ulonglongs[i] = cupy_ptr(&_cf, factors[i])
         else:
             out = self.ctor(self.template)
-            xptr = x.data_ptr()
-            yptr = out.data_ptr()
+            xptr = field_read(&_tf.data_ptr, x)
+            yptr = field_read(&_tf.data_ptr, out)
             for i in range(self.nfactors):
-                self.fptrs.data.as_ulonglongs[i] = factors[i].data_ptr()
+                self.fptrs.data.as_ulonglongs[i] = field_read(&_tf.data_ptr, factors[i])
         cdef bint aligned = (xptr | yptr) % 16 == 0
         cdef int64_t n = self.n_aligned if aligned else self.n_unaligned
         cdef int nbuf = self.nb_aligned if aligned else self.nb_unaligned

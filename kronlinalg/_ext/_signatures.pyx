@@ -9,6 +9,9 @@ import numpy as np
 from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
+from .fields cimport (CupyFields, TorchFields, cupy_fields_resolve, field_read,
+                      torch_fields_resolve)
+
 cdef extern from *:
     """
     #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
@@ -30,6 +33,8 @@ cdef object _ndarray = np.ndarray
 cdef object _cupy_ndarray = None  # resolved once CuPy is imported
 cdef object _torch_tensor = None
 cdef object _functorch_level = None  # torch._C._functorch.maybe_current_level, if torch has it
+cdef TorchFields _tf  # a torch.Tensor's reads, resolved with _torch_tensor (fields.pxd)
+cdef CupyFields _cf  # a cupy.ndarray's reads, resolved with _cupy_ndarray
 
 
 cpdef arrays_signature(arrays, bint host, bint torch_cpu=False):
@@ -55,17 +60,20 @@ cpdef arrays_signature(arrays, bint host, bint torch_cpu=False):
     if _cupy_ndarray is None:
         cupy = sys.modules.get("cupy")
         if cupy is not None:
+            cupy_fields_resolve(&_cf, cupy.ndarray, cupy.cuda.MemoryPointer)
             _cupy_ndarray = cupy.ndarray
     if t is _cupy_ndarray:
         for a in arrays:
             if type(a) is not t:
                 return None
-            keys.append((t, a.shape, a.strides, a.dtype, a.data.device_id))
+            keys.append((t, field_read(&_cf.shape, a), field_read(&_cf.strides, a),
+                         field_read(&_cf.dtype, a), _cupy_device(a)))
         return tuple(keys)
     if _torch_tensor is None:
         torch = sys.modules.get("torch")
         if torch is not None:
             _torch_tensor = torch.Tensor
+            torch_fields_resolve(&_tf, torch.Tensor)
             _functorch_level = getattr(getattr(torch._C, "_functorch", None),
                                        "maybe_current_level", None)
     if t is _torch_tensor:
@@ -78,18 +86,26 @@ cpdef arrays_signature(arrays, bint host, bint torch_cpu=False):
         if not cuda and not torch_cpu:
             return None
         for a in arrays:
-            if type(a) is not t or a.requires_grad:
+            if type(a) is not t or field_read(&_tf.requires_grad, a):
                 return None
-            device = a.get_device()  # (-1 on the CPU: one read tells the device kind too)
+            # (-1 on the CPU: one read tells the device kind too)
+            device = field_read(&_tf.get_device, a)
             if (device >= 0) != cuda:
                 return None
             # a contiguous tensor's key says so instead of its strides (is_contiguous costs
             # ~0.1 us less than stride() a tensor): every tensor torch calls contiguous has the
             # same element offsets as the others of its shape (it ignores only the strides of
             # size-1 dimensions, which never multiply a valid index, and of empty tensors)
-            keys.append((t, a.shape, True if a.is_contiguous() else a.stride(), a.dtype, device))
+            keys.append((t, field_read(&_tf.shape, a),
+                         True if field_read(&_tf.is_contiguous, a) else a.stride(),
+                         field_read(&_tf.dtype, a), device))
         return tuple(keys)
     return None
+
+
+cdef inline object _cupy_device(a):
+    """a.data.device_id"""
+    return field_read(&_cf.device_id, field_read(&_cf.data, a))
 
 
 cdef object _EXACT = 2 ** 53  # ints beyond it: the full path (validation) judges them
@@ -104,6 +120,11 @@ cdef enum:
 # checked (the result, or None to decline).  A repeat then runs without a Python call.
 ctypedef object (*_pair_replay_fn)(object, object, object, double)
 cdef const char *_PAIR_CAPSULE = b"kronlinalg.pair_replay"
+# The call memo's the same way (kronlinalg/_ext/_kron_cuda.pyx's Replay): `_kl_call_replay`, a
+# capsule of this name holding the same function type, called fn(replayer, x, factors, alpha)
+# for a call whose arrays and options the memo has checked (~0.15-0.3 us less than a call with
+# a keyword argument).
+cdef const char *_CALL_CAPSULE = b"kronlinalg.call_replay"
 
 
 cdef class _PairMemo:
@@ -179,9 +200,24 @@ cdef class _CallMemo:
     ~1.5 us on an H100's).  Immutable once made (a front swaps the whole object), valid while
     `entries` is the cache's current dict (a cleared cache makes a new one)."""
 
-    cdef object entries, replayer, side, algorithm, kind
+    cdef readonly object replayer
+    cdef object entries, side, algorithm, kind
+    cdef _pair_replay_fn fast  # the replayer's C entry point, or NULL
     cdef Py_ssize_t n
     cdef list shapes, layouts, dtypes, devices
+
+    cpdef bint repeats(self, cache, side, algorithm, x, arrays):
+        """Whether a call with these options and arrays (x, then the sequence arrays) repeats
+        the remembered one and cache was not cleared since (another front than ScaledFront
+        keeps one this way: structured_matmul's chain_call)."""
+        return (self.entries is cache.entries and _same_option(side, self.side)
+                and _same_option(algorithm, self.algorithm) and _memo_matches(self, x, arrays))
+
+
+def call_memo(entries, replayer, side, algorithm, tuple sig):
+    """A _CallMemo of the call whose arrays' keys are sig (arrays_signature's), replayed by
+    replayer from the cache's dict entries under the options side and algorithm."""
+    return _call_memo(entries, replayer, side, algorithm, sig)
 
 
 cdef _CallMemo _call_memo(entries, replayer, side, algorithm, tuple sig):
@@ -194,6 +230,10 @@ cdef _CallMemo _call_memo(entries, replayer, side, algorithm, tuple sig):
     m.layouts = [k[2] for k in sig]
     m.dtypes = [k[3] for k in sig]
     m.devices = [k[4] if len(k) > 4 else None for k in sig]
+    m.fast = NULL
+    cap = getattr(replayer, "_kl_call_replay", None)
+    if cap is not None and PyCapsule_IsValid(cap, _CALL_CAPSULE):
+        m.fast = <_pair_replay_fn> PyCapsule_GetPointer(cap, _CALL_CAPSULE)
     return m
 
 
@@ -215,17 +255,18 @@ cdef bint _memo_matches(_CallMemo m, x, factors):
             return False
         for i in range(n):
             a = x if i == 0 else factors[i - 1]
-            if type(a) is not t or a.requires_grad or a.dtype is not m.dtypes[i]:
+            if (type(a) is not t or field_read(&_tf.requires_grad, a)
+                    or field_read(&_tf.dtype, a) is not m.dtypes[i]):
                 return False
-            if a.get_device() != m.devices[i]:
+            if field_read(&_tf.get_device, a) != m.devices[i]:
                 return False
             layout = m.layouts[i]
             if layout is True:
-                if not a.is_contiguous():
+                if not field_read(&_tf.is_contiguous, a):
                     return False
             elif a.stride() != layout:
                 return False
-            if a.shape != m.shapes[i]:
+            if field_read(&_tf.shape, a) != m.shapes[i]:
                 return False
         return True
     for i in range(n):
@@ -233,12 +274,20 @@ cdef bint _memo_matches(_CallMemo m, x, factors):
         if type(a) is not t:
             return False
         dt = m.dtypes[i]
-        adt = a.dtype
+        if t is _ndarray:
+            adt = a.dtype
+            if adt is not dt and adt != dt:
+                return False
+            if a.shape != m.shapes[i] or a.strides != m.layouts[i]:
+                return False
+            continue
+        adt = field_read(&_cf.dtype, a)
         if adt is not dt and adt != dt:
             return False
-        if a.shape != m.shapes[i] or a.strides != m.layouts[i]:
+        if (field_read(&_cf.shape, a) != m.shapes[i]
+                or field_read(&_cf.strides, a) != m.layouts[i]):
             return False
-        if t is not _ndarray and a.data.device_id != m.devices[i]:
+        if _cupy_device(a) != m.devices[i]:
             return False
     return True
 
@@ -306,7 +355,10 @@ def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
         m = front.call_memo
         if (m is not None and m.entries is front.cache.entries and _same_option(side, m.side)
                 and _same_option(algorithm, m.algorithm) and _memo_matches(m, x, factors)):
-            out = m.replayer(x, factors, alpha=alpha)
+            if m.fast != NULL:
+                out = m.fast(m.replayer, x, factors, alpha)
+            else:
+                out = m.replayer(x, factors, alpha=alpha)
             if out is not None:
                 return out
             front.call_memo = None  # (stale: the full path remembers anew)
