@@ -6,7 +6,8 @@ kron_matmul and structured_matmul on tiny problems (host-bound: the kernels run 
 
 Each row: the median over 9 rounds of the mean host time of 300 back-to-back calls (CUDA: the
 device idle at the start of a round, no synchronisation inside it: the time the caller's
-thread spends in the call, not the kernels').
+thread spends in the call, not the kernels'); auto_cpu_us, the same rounds' median of the
+thread's CPU time per call.
 """
 
 from __future__ import annotations
@@ -18,21 +19,26 @@ import time
 import numpy as np
 
 
-def per_call(fn, sync, n=300, rounds=9):
+def per_call(fn, sync, n=300, rounds=9, cpu=None):
     """Host time per call: n calls back to back (fewer launches than a GPU's queue holds, so
     the host never waits for the device), timed without synchronising; (median, best) of
     rounds, each started on an idle device.  The best round is what the call costs when the
-    shared host's other tenants leave it alone (the medians of two H100 hosts differed 1.5×)."""
+    shared host's other tenants leave it alone (the medians of two H100 hosts differed 1.5×).
+    cpu: a list that receives the median of the calling thread's CPU time per call (the wall
+    time less what the OS gave other tenants: a shared host's steal and preemption)."""
     for _ in range(50):
         fn()
-    out = []
+    out, thread = [], []
     for _ in range(rounds):
         sync()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(n):
             fn()
+        thread.append((time.thread_time() - c0) / n * 1e6)
         out.append((time.perf_counter() - t0) / n * 1e6)
     sync()
+    if cpu is not None:
+        cpu.append(float(np.median(thread)))
     return float(np.median(out)), float(min(out))
 
 
@@ -76,8 +82,10 @@ def cases(lib, device):
             auto = kronlinalg.plan("kron_matmul", tuple(x.shape), *shapes, dtype=dt,
                                    device=x)[0].name
             row = {"op": "kron_matmul", "case": name, "dtype": dt, "lib": lib, "auto_picks": auto}
+            cpu = []
             row["auto_us"], row["auto_best_us"] = per_call(
-                lambda: kronlinalg.kron_matmul(x, fs), sync)
+                lambda: kronlinalg.kron_matmul(x, fs), sync, cpu=cpu)
+            row["auto_cpu_us"] = cpu[0]
             row["forced_us"] = per_call_us(
                 lambda: kronlinalg.kron_matmul(x, fs, algorithm=auto), sync)
             row["sliced_us"] = per_call_us(
@@ -87,9 +95,11 @@ def cases(lib, device):
             rows.append(row)
     if lib != "numpy":  # the host's yardstick, same run: one elementwise kernel of the library
         x = conv(rng.standard_normal((8, 512)).astype("float32"))
+        cpu = []
         rows.append({"op": "x + 0 (one library kernel)", "case": "8x512", "dtype": "float32",
                      "lib": lib, **dict(zip(("auto_us", "auto_best_us"),
-                                            per_call(lambda: x + 0, sync)))})
+                                            per_call(lambda: x + 0, sync, cpu=cpu))),
+                     "auto_cpu_us": cpu[0]})
         chain = KSChain.random([(2, 16, 16, 4)], rng=1, xp=xp if lib == "cupy" else None,
                                dtype="float32")
         if lib == "torch":
@@ -100,8 +110,10 @@ def cases(lib, device):
                                dtype="float32", device=x)[0].name
         row = {"op": "structured_matmul", "case": "64x(2,16,16,4)", "dtype": "float32",
                "lib": lib, "auto_picks": auto}
+        cpu = []
         row["auto_us"], row["auto_best_us"] = per_call(
-            lambda: kronlinalg.structured_matmul(x, chain), sync)
+            lambda: kronlinalg.structured_matmul(x, chain), sync, cpu=cpu)
+        row["auto_cpu_us"] = cpu[0]
         row["forced_us"] = per_call_us(
             lambda: kronlinalg.structured_matmul(x, chain, algorithm=auto), sync)
         row["kernel_us"] = per_call_us(
@@ -122,7 +134,8 @@ def main():
             rows += cases(lib, args.device)
         except ImportError as exc:
             print(f"{lib}: skipped ({exc})")
-    keys = ["op", "case", "dtype", "lib", "auto_picks", "auto_us", "auto_best_us", "forced_us",
+    keys = ["op", "case", "dtype", "lib", "auto_picks", "auto_us", "auto_best_us", "auto_cpu_us",
+            "forced_us",
             "sliced_us", "kernel_us", "library_shuffle_us"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:
