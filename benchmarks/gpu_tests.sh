@@ -3,7 +3,8 @@
 # poison the CUDA context of the others), with skip reasons; then compute-sanitizer memcheck
 # on the kron and structured launch paths.
 #   run: bash benchmarks/gpu_tests.sh [test files...]   (wheels from .wheelhouse, logs to $OUT)
-# TESTS_S: seconds for all the files (default 480); TESTS_PARALLEL=1 runs the files at once.
+# TESTS_S: seconds for all the files (default 480); TESTS_PARALLEL=1 runs the files at once,
+# TESTS_SHARDS=n then each in n processes.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KRONLINALG_CACHE_DIR=$OUT/kl-cache
@@ -14,13 +15,18 @@ t0=$SECONDS
 if [ -n "$TESTS_PARALLEL" ]; then
   # every file at once, each its own process and plan cache, within TESTS_S (the GPU is shared:
   # test time only, never timings)
+  # (TESTS_SHARDS=n: each file in n processes, every n-th test each: conftest.py's shards)
+  n=${TESTS_SHARDS:-1}
   for f in $files; do
-    log="$OUT/gpu_$(basename $f .py).txt"
-    KRONLINALG_CACHE_DIR=/tmp/kl-cache-$(basename $f .py) timeout ${TESTS_S:-480} \
-      python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs "$f" > "$log" 2>&1 &
+    for i in $(seq 0 $((n - 1))); do
+      name=$(basename $f .py)$([ $n -gt 1 ] && echo "_$i")
+      KRONLINALG_TEST_SHARD=$([ $n -gt 1 ] && echo "$i/$n") KRONLINALG_CACHE_DIR=/tmp/kl-cache-$name \
+        timeout ${TESTS_S:-480} python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs "$f" \
+        > "$OUT/gpu_$name.txt" 2>&1 &
+    done
   done
   wait
-  for f in $files; do echo "$f: $(tail -1 "$OUT/gpu_$(basename $f .py).txt")"; done \
+  for log in "$OUT"/gpu_test_*.txt; do echo "$(basename $log .txt): $(tail -1 "$log")"; done \
     | tee "$OUT/gpu_tests.txt"
 else
 for f in $files; do

@@ -2,12 +2,12 @@
 forced algorithm it picks, and against the array library's own reshape-matmul-transpose:
 kron_matmul and structured_matmul on tiny problems (host-bound: the kernels run for a few µs).
 
-    python benchmarks/host_time.py [--device cpu|cuda] [--out DIR]
+    python benchmarks/host_time.py [--device cpu|cuda] [--out DIR] [--rounds 15]
 
-Each row: the median over 9 rounds of the mean host time of 300 back-to-back calls (CUDA: the
-device idle at the start of a round, no synchronisation inside it: the time the caller's
-thread spends in the call, not the kernels'); auto_cpu_us, the same rounds' median of the
-thread's CPU time per call.
+Each figure: the median over 15 rounds of the mean host time of 300 back-to-back calls (CUDA:
+the device idle at the start of a round, no synchronisation inside it: the time the caller's
+thread spends in the call, not the kernels'), every call of the table timed once per round
+(Interleaved).
 """
 
 from __future__ import annotations
@@ -19,32 +19,38 @@ import time
 import numpy as np
 
 
-def per_call(fn, sync, n=300, rounds=9, cpu=None):
-    """Host time per call: n calls back to back (fewer launches than a GPU's queue holds, so
-    the host never waits for the device), timed without synchronising; (median, best) of
-    rounds, each started on an idle device.  The best round is what the call costs when the
-    shared host's other tenants leave it alone (the medians of two H100 hosts differed 1.5×).
-    cpu: a list that receives the median of the calling thread's CPU time per call (the wall
-    time less what the OS gave other tenants: a shared host's steal and preemption)."""
-    for _ in range(50):
-        fn()
-    out, thread = [], []
-    for _ in range(rounds):
-        sync()
-        t0, c0 = time.perf_counter(), time.thread_time()
-        for _ in range(n):
-            fn()
-        thread.append((time.thread_time() - c0) / n * 1e6)
-        out.append((time.perf_counter() - t0) / n * 1e6)
-    sync()
-    if cpu is not None:
-        cpu.append(float(np.median(thread)))
-    return float(np.median(out)), float(min(out))
+class Interleaved:
+    """Host time per call of several calls, measured in turns: each round times every call
+    once — n calls back to back (fewer launches than a GPU's queue holds, so the host never
+    waits for the device), without synchronising, each started on an idle device — and a
+    call's figure is the median over the rounds (its best round beside it where asked).  A
+    shared host's slow spells (its other tenants: the same build timed 1.3-1.8x apart minutes
+    later) then fall on every row of a round alike, and the median drops them, where rows timed
+    one after the other took a spell each."""
 
+    def __init__(self, n=300, rounds=15):
+        self.n, self.rounds, self.jobs = n, rounds, []
 
-def per_call_us(fn, sync, n=300, rounds=9):
-    """per_call's median."""
-    return per_call(fn, sync, n, rounds)[0]
+    def add(self, row, key, fn, sync, best_key=None):
+        self.jobs.append((row, key, best_key, fn, sync, []))
+
+    def run(self):
+        for job in self.jobs:
+            for _ in range(50):
+                job[3]()
+            job[4]()
+        for _ in range(self.rounds):
+            for row, key, best_key, fn, sync, times in self.jobs:
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(self.n):
+                    fn()
+                times.append((time.perf_counter() - t0) / self.n * 1e6)
+        for row, key, best_key, fn, sync, times in self.jobs:
+            sync()
+            row[key] = float(np.median(times))
+            if best_key:
+                row[best_key] = float(min(times))
 
 
 def shuffle(xp, x, fs):
@@ -59,7 +65,9 @@ def shuffle(xp, x, fs):
     return cur
 
 
-def cases(lib, device):
+def cases(lib, timer):
+    """The rows of one library, their calls added to timer (an Interleaved, run by the
+    caller)."""
     import kronlinalg
     from kronlinalg.structured import KSChain
 
@@ -82,24 +90,21 @@ def cases(lib, device):
             auto = kronlinalg.plan("kron_matmul", tuple(x.shape), *shapes, dtype=dt,
                                    device=x)[0].name
             row = {"op": "kron_matmul", "case": name, "dtype": dt, "lib": lib, "auto_picks": auto}
-            cpu = []
-            row["auto_us"], row["auto_best_us"] = per_call(
-                lambda: kronlinalg.kron_matmul(x, fs), sync, cpu=cpu)
-            row["auto_cpu_us"] = cpu[0]
-            row["forced_us"] = per_call_us(
-                lambda: kronlinalg.kron_matmul(x, fs, algorithm=auto), sync)
-            row["sliced_us"] = per_call_us(
-                lambda: kronlinalg.kron_matmul(x, fs, algorithm="sliced"), sync)
+            timer.add(row, "auto_us", lambda x=x, fs=fs: kronlinalg.kron_matmul(x, fs), sync,
+                      "auto_best_us")
+            timer.add(row, "forced_us",
+                      lambda x=x, fs=fs, a=auto: kronlinalg.kron_matmul(x, fs, algorithm=a), sync)
+            timer.add(row, "sliced_us",
+                      lambda x=x, fs=fs: kronlinalg.kron_matmul(x, fs, algorithm="sliced"), sync)
             if lib != "torch":
-                row["library_shuffle_us"] = per_call_us(lambda: shuffle(xp, x, fs), sync)
+                timer.add(row, "library_shuffle_us", lambda x=x, fs=fs: shuffle(xp, x, fs), sync)
             rows.append(row)
     if lib != "numpy":  # the host's yardstick, same run: one elementwise kernel of the library
-        x = conv(rng.standard_normal((8, 512)).astype("float32"))
-        cpu = []
-        rows.append({"op": "x + 0 (one library kernel)", "case": "8x512", "dtype": "float32",
-                     "lib": lib, **dict(zip(("auto_us", "auto_best_us"),
-                                            per_call(lambda: x + 0, sync, cpu=cpu))),
-                     "auto_cpu_us": cpu[0]})
+        x8 = conv(rng.standard_normal((8, 512)).astype("float32"))
+        row = {"op": "x + 0 (one library kernel)", "case": "8x512", "dtype": "float32",
+               "lib": lib}
+        timer.add(row, "auto_us", lambda: x8 + 0, sync, "auto_best_us")
+        rows.append(row)
         chain = KSChain.random([(2, 16, 16, 4)], rng=1, xp=xp if lib == "cupy" else None,
                                dtype="float32")
         if lib == "torch":
@@ -110,14 +115,12 @@ def cases(lib, device):
                                dtype="float32", device=x)[0].name
         row = {"op": "structured_matmul", "case": "64x(2,16,16,4)", "dtype": "float32",
                "lib": lib, "auto_picks": auto}
-        cpu = []
-        row["auto_us"], row["auto_best_us"] = per_call(
-            lambda: kronlinalg.structured_matmul(x, chain), sync, cpu=cpu)
-        row["auto_cpu_us"] = cpu[0]
-        row["forced_us"] = per_call_us(
-            lambda: kronlinalg.structured_matmul(x, chain, algorithm=auto), sync)
-        row["kernel_us"] = per_call_us(
-            lambda: kronlinalg.structured_matmul(x, chain, algorithm="kernel"), sync)
+        timer.add(row, "auto_us", lambda: kronlinalg.structured_matmul(x, chain), sync,
+                  "auto_best_us")
+        timer.add(row, "forced_us",
+                  lambda: kronlinalg.structured_matmul(x, chain, algorithm=auto), sync)
+        timer.add(row, "kernel_us",
+                  lambda: kronlinalg.structured_matmul(x, chain, algorithm="kernel"), sync)
         rows.append(row)
     return rows
 
@@ -126,16 +129,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     libs = ["numpy"] if args.device == "cpu" else ["cupy", "torch"]
-    rows = []
+    rows, timer = [], Interleaved(rounds=args.rounds)
     for lib in libs:
         try:
-            rows += cases(lib, args.device)
+            rows += cases(lib, timer)
         except ImportError as exc:
             print(f"{lib}: skipped ({exc})")
-    keys = ["op", "case", "dtype", "lib", "auto_picks", "auto_us", "auto_best_us", "auto_cpu_us",
-            "forced_us",
+    timer.run()
+    keys = ["op", "case", "dtype", "lib", "auto_picks", "auto_us", "auto_best_us", "forced_us",
             "sliced_us", "kernel_us", "library_shuffle_us"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for r in rows:

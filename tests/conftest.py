@@ -85,6 +85,12 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_collection_modifyitems(config, items):
+    # KRONLINALG_TEST_SHARD=i/n keeps every n-th test from the i-th (0-based): n processes run a
+    # long file at once on one device (benchmarks/gpu_tests.sh's TESTS_SHARDS)
+    shard = os.environ.get("KRONLINALG_TEST_SHARD")
+    if shard:
+        i, n = (int(v) for v in shard.split("/"))
+        items[:] = items[i::n]
     # A test that asks for a GPU backend through `xp` carries the gpu marker already (param
     # marks); tests marked gpu by hand also skip cleanly when there is no device.
     from _helpers import _gpu_count_cupy, _torch_cuda
