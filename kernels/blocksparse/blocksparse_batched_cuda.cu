@@ -275,7 +275,9 @@ int64_t stage_bytes(int64_t m, int64_t k, int64_t nnzb, int nt, bool bulk) {
 // the fragments (0, the first version, to compare).
 std::atomic<int> g_stage_c{1};
 // The narrow right-hand sides' forms, bits (for comparisons; 3, the default): bit 0 the 8-column
-// tile for n <= 8 (else 16 columns, n = 4 padded by the caller), bit 1 bulk loads.
+// tile for n of 5-8 (else 16 columns), bit 1 bulk loads.  n <= 4 always takes the 8-column tile,
+// the one form that reads rows of 8 bytes: no setting makes a signature the kernel ran before
+// unrunnable (a replay made under one form stays valid under the others).
 std::atomic<int> g_narrow{3};
 
 // (the mbarriers of BULK follow the C scratch, which is then always there)
@@ -313,7 +315,8 @@ Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb, bool 
   const int64_t want = (n + 15) / 16 * 16;
   const int cap = g_tile_cap.load(std::memory_order_relaxed);
   for (int nt : {8, 64, 32, 16}) {  // (8 first: n <= 8 takes it where it is allowed)
-    const bool fits = nt == 8 ? n <= 8 && (narrow & 1) : (nt <= want || nt == 16) && nt <= cap;
+    const bool fits =
+        nt == 8 ? n <= 4 || (n <= 8 && (narrow & 1)) : (nt <= want || nt == 16) && nt <= cap;
     if (!fits) continue;
     c.bulk = (narrow & 2) && packed && n == nt && nt <= 16 && ok && d.cc_major >= 9;
     if (smem_bytes(m, k, nnzb, nt, 2, c.bulk) <= limit) {
@@ -342,38 +345,24 @@ Config configure(int dtype, int64_t m, int64_t k, int64_t n, int64_t nnzb, bool 
 
 template <bool BF16, int NT, int S, bool BULK>
 int launch(const kl_bs_batched_problem &p, cudaStream_t stream) {
-  auto kernel = batched_kernel<BF16, NT, S, BULK>;
-  const int64_t smem = smem_bytes(p.m, p.k, p.nnzb, NT, S, BULK);
-  static int64_t configured = 0;  // the largest size set so far (a benign race: sets only grow)
-  cudaError_t e;
-  if (smem > configured) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return cuda_fail(e, "shared memory");
-    configured = smem;
-  }
-  DeviceInfo d;
-  if ((e = query_device(&d)) != cudaSuccess) return cuda_fail(e, "device");
-  // CTAs an SM holds at this shared-memory size, remembered for the last size asked
-  static std::atomic<int64_t> occupancy{-1};  // smem << 8 | CTAs per SM
-  int64_t known = occupancy.load(std::memory_order_relaxed);
-  int per_sm = 0;
-  if (known >= 0 && (known >> 8) == smem) {
-    per_sm = int(known & 255);
-  } else {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, size_t(smem));
-    if (e != cudaSuccess) return cuda_fail(e, "occupancy");
-    occupancy.store(smem << 8 | (per_sm & 255), std::memory_order_relaxed);
-  }
+  const void *kernel = reinterpret_cast<const void *>(batched_kernel<BF16, NT, S, BULK>);
+  const int smem = int(smem_bytes(p.m, p.k, p.nnzb, NT, S, BULK));
+  // (the opt-in and the resident CTAs, per kernel and device: cuda_device.hpp)
+  cudaError_t e = opt_in_smem(kernel, smem);
+  if (e != cudaSuccess) return cuda_fail(e, "shared memory");
+  int resident = 0;
+  if ((e = resident_blocks(kernel, kThreads, smem, &resident)) != cudaSuccess)
+    return cuda_fail(e, "occupancy");
   const int64_t ntn = (p.n + NT - 1) / NT;
   const int64_t units = p.batch * ntn;
-  int64_t grid = int64_t(d.sms) * (per_sm > 0 ? per_sm : 1);
-  if (grid > units) grid = units;
+  const int64_t grid = units < resident ? units : resident;
   // C goes through 16-byte (n = 4: 8-byte) stores when every row piece is so aligned
   const int piece = p.n == 4 ? 4 : 8;
   const bool stage_c = g_stage_c.load(std::memory_order_relaxed) && p.ldc % piece == 0 &&
                        p.c_stride % piece == 0 &&
                        reinterpret_cast<uintptr_t>(p.C) % (2 * piece) == 0;
-  kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(p, ntn, stage_c);
+  batched_kernel<BF16, NT, S, BULK><<<unsigned(grid), kThreads, size_t(smem), stream>>>(
+      p, ntn, stage_c);
   e = cudaGetLastError();
   return e == cudaSuccess ? KL_OK : cuda_fail(e, "launch");
 }

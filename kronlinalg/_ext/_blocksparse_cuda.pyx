@@ -136,6 +136,6 @@ def batched_c_stage(int stage=-1):
 
 def batched_narrow(int forms=-1):
     """The batched kernel's forms for narrow right-hand sides, bits: 1 the 8-column tile for
-    n <= 8 (n = 4 without padding), 2 bulk (TMA) loads where they apply; 3 (both) the default;
-    sets them when 0-3; returns the previous."""
+    n of 5-8 (n <= 4 takes it always, without padding to 8), 2 bulk (TMA) loads where they
+    apply; 3 (both) the default; sets them when 0-3; returns the previous."""
     return kl_bs_batched_narrow(forms)
