@@ -72,8 +72,10 @@ cpdef arrays_signature(arrays, bint host, bint torch_cpu=False):
     if _torch_tensor is None:
         torch = sys.modules.get("torch")
         if torch is not None:
-            _torch_tensor = torch.Tensor
+            # (the reads resolved before the type is published: another thread that sees
+            # _torch_tensor set finds them ready)
             torch_fields_resolve(&_tf, torch.Tensor)
+            _torch_tensor = torch.Tensor
             _functorch_level = getattr(getattr(torch._C, "_functorch", None),
                                        "maybe_current_level", None)
     if t is _torch_tensor:

@@ -48,9 +48,13 @@ cdef struct Field:
     PyObject *name  # for a generic read: an interned str the resolving module keeps alive
 
 
-cdef inline void field_resolve(Field *f, object t, str name, bint method):
+cdef inline void field_resolve(Field *out, object t, str name, bint method):
     """Resolve name on type t as the generic lookup would find it (first class of the MRO whose
-    __dict__ holds it); name must stay alive (a literal of the calling module)."""
+    __dict__ holds it); name must stay alive (a literal of the calling module).  Written to out
+    in one assignment at the end (a read meanwhile sees the old value; a module resolves its
+    fields before it publishes what reads them)."""
+    cdef Field r
+    cdef Field *f = &r
     f.name = <PyObject *> name
     f.kind = _GENERIC_METHOD if method else _GENERIC_ATTR
     f.fn = NULL
@@ -61,10 +65,10 @@ cdef inline void field_resolve(Field *f, object t, str name, bint method):
         if name in d:
             descr = d[name]
             break
-    if descr is None:
-        return
     cdef _MethodDef *md
-    if not method and type(descr) is <object> <PyObject *> &PyGetSetDescr_Type:
+    if descr is None:
+        pass  # (read the generic way, which raises AttributeError as it should)
+    elif not method and type(descr) is <object> <PyObject *> &PyGetSetDescr_Type:
         f.kind = _GETSET
         f.fn = <void *> (<_GetSetDescr *> <PyObject *> descr).d_getset.get
         f.closure = (<_GetSetDescr *> <PyObject *> descr).d_getset.closure
@@ -80,6 +84,7 @@ cdef inline void field_resolve(Field *f, object t, str name, bint method):
         elif md.ml_flags == (METH_VARARGS | METH_KEYWORDS):
             f.kind = _VARARGS_KW
             f.fn = md.ml_meth
+    out[0] = r
 
 
 cdef inline object field_read(const Field *f, object obj):
