@@ -111,7 +111,7 @@ def _plan_options(call: _KSCall) -> dict:
 
 
 def _signature(arrays, options, algorithm):
-    """Hashable signature of a call on CUDA arrays, or None (the full path)."""
+    """Hashable signature of a call on CUDA or NumPy arrays, or None (the full path)."""
     if len(arrays) != 2:
         return None
     x, factors = arrays
@@ -122,7 +122,7 @@ def _signature(arrays, options, algorithm):
         factors = factors.factors
     elif type(factors) not in (list, tuple) or not all(isinstance(f, KSFactor) for f in factors):
         return None
-    sig = arrays_signature([x] + [f.values for f in factors], host=False)
+    sig = arrays_signature([x] + [f.values for f in factors], host=True)
     if sig is None:
         return None
     return (options.get("layout", "batch_first"), algorithm, packed, sig,
@@ -190,15 +190,22 @@ def _values_desc(view):
     return (view.ptr,) + tuple(view.strides)
 
 
-def _run_cpu(spec: _KSCall):
+def _run_cpu(spec: _KSCall, want_replay=False):
+    """The product through the CPU kernel; with want_replay, (result, replayer) where the
+    replayer (ks_cpu.HostChainReplay) repeats the same kernel calls on new NumPy arrays of the
+    same signature, or is None when this call needed casts or copies, or was not NumPy's."""
     if ks_cpu is None:
         raise RuntimeError("structured_matmul: the CPU kernel is not built (reinstall kronlinalg)")
     xp, cdt = spec.xp, spec.compute_dtype
     xn = backend.to_numpy(backend.cast(xp, spec.x, cdt))
     first = spec.layout == "batch_first"
     cur = np.reshape(xn, (spec.rows, spec.in_len) if first else (spec.in_len, spec.rows))
+    # (a replay reads x's memory as the rows: NumPy's x itself, of the compute dtype, viewed)
+    clean = (xn is spec.x and cdt == spec.result_dtype
+             and backend.host_address(cur) == backend.host_address(xn))
     vals = [backend.to_numpy(backend.cast(xp, f.values, cdt)) for f in reversed(spec.chain)]
     code = _CODE[cdt]
+    steps = []
     for f, v in zip(reversed(spec.chain), vals):
         a, b, c, d = f.pattern
         xv = backend.host_view(cur)
@@ -207,12 +214,21 @@ def _run_cpu(spec: _KSCall):
             cur = np.ascontiguousarray(cur)
             xv = backend.host_view(cur)
             ld = xv.strides[0] if cur.shape[0] > 1 else cur.shape[1]
-        out = np.empty((spec.rows, a * b * d) if first else (a * b * d, spec.rows), dtype=cdt)
-        ks_cpu.matmul(f.pattern, spec.rows, 0 if first else 1, _values_desc(backend.host_view(v)),
-                      (xv.ptr, ld), (out.ctypes.data, out.shape[1]), code)
+        clean = clean and ok and v is f.values
+        out_2d = (spec.rows, a * b * d) if first else (a * b * d, spec.rows)
+        out = np.empty(out_2d, dtype=cdt)
+        vdesc = _values_desc(backend.host_view(v))
+        ks_cpu.matmul(f.pattern, spec.rows, 0 if first else 1, vdesc, (xv.ptr, ld),
+                      (out.ctypes.data, out.shape[1]), code)
+        steps.append((tuple(f.pattern), tuple(vdesc[1:]), ld, out_2d))
         cur = out
-    out = np.reshape(cur, spec.out_shape)
-    return _finish(spec, backend.from_host(spec.x, xp, out))
+    out = _finish(spec, backend.from_host(spec.x, xp, np.reshape(cur, spec.out_shape)))
+    if not want_replay:
+        return out
+    if not clean or not hasattr(ks_cpu, "HostChainReplay"):
+        return out, None
+    return out, ks_cpu.HostChainReplay(spec.rows, 0 if first else 1, code, tuple(spec.out_shape),
+                                        tuple(steps), np.dtype(cdt), KSFactor, KSChain)
 
 
 def _run_cuda(spec: _KSCall, want_replay=False):
@@ -381,7 +397,7 @@ def _kernel(call):
 def _kernel_replay(call):
     if backend.on_cuda(call.x):
         return _run_cuda(call, want_replay=True)
-    return _run_cpu(call), None
+    return _run_cpu(call, want_replay=True)
 
 
 def _strided(call):
