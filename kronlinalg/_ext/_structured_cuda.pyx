@@ -91,7 +91,7 @@ def tile(pattern, int64_t batch, int layout, int dtype, int units):
     return (out[0], out[1], out[2], out[3], out[4])
 
 
-# -- the public call's first step, compiled (structured_matmul's fast path on CUDA arrays) -------
+# -- the public call's first step, compiled (structured_matmul's fast path, CUDA and NumPy) ----
 
 from kronlinalg._ext._signatures import arrays_signature, call_memo, remembered
 
