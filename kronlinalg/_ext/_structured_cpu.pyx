@@ -4,7 +4,8 @@ from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuff
 from libc.stdint cimport int64_t, uintptr_t
 
 from .status cimport check_status
-from .structured_abi cimport fill_problem, kl_ks_matmul_cpu, kl_ks_problem, kl_last_error
+from .structured_abi cimport (factor_chain, fill_problem, kl_ks_matmul_cpu, kl_ks_problem,
+                             kl_last_error)
 
 import numpy as np
 
@@ -59,13 +60,7 @@ cdef class HostChainReplay:
 
     def __call__(self, x, factors, *, layout="batch_first"):
         # (the signature fixed the layout, the patterns and the arrays' layouts: not read again)
-        tf = type(factors)
-        if tf is self.factor_type:
-            chain = (factors,)
-        elif isinstance(factors, self.chain_type):
-            chain = factors.factors
-        else:
-            chain = tuple(factors)
+        chain = factor_chain(factors, self.factor_type, self.chain_type)
         cdef Py_ssize_t n = len(self.steps), i
         if len(chain) != n:
             return None

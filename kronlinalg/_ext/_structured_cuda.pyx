@@ -8,9 +8,10 @@ from libc.stdint cimport int64_t, uintptr_t
 
 import sys
 
-from .structured_abi cimport (fill_problem, kl_ks_cuda_current_device, kl_ks_cuda_tile,
-                      kl_ks_dense_slabs_cuda, kl_ks_float32_mode, kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
-                      kl_ks_transpose_values_cuda, kl_last_error)
+from .structured_abi cimport (factor_chain, fill_problem, kl_ks_cuda_current_device,
+                             kl_ks_cuda_tile, kl_ks_dense_slabs_cuda, kl_ks_float32_mode,
+                             kl_ks_matmul_cuda, kl_ks_planar_cuda, kl_ks_problem,
+                             kl_ks_transpose_values_cuda, kl_last_error)
 
 
 def matmul(pattern, batch, int layout, values, x, y, int dtype, stream):
@@ -244,13 +245,7 @@ cdef class ChainReplay:
         # (the device the launches go to, asked of the CUDA runtime: ~0.5 us less than torch's)
         if kl_ks_cuda_current_device() != self.device:
             return None
-        tf = type(factors)
-        if tf is self.factor_type:
-            chain = (factors,)
-        elif isinstance(factors, self.chain_type):
-            chain = factors.factors
-        else:
-            chain = tuple(factors)
+        chain = factor_chain(factors, self.factor_type, self.chain_type)
         cdef int n = self.nsteps, i
         if len(chain) != n:
             return None

@@ -36,3 +36,13 @@ cdef inline void fill_problem(kl_ks_problem *c, pattern, int64_t batch, int layo
     c.x_ld = x[1]
     c.y = <void *> <uintptr_t> y[0]
     c.y_ld = y[1]
+
+
+cdef inline object factor_chain(factors, factor_type, chain_type):
+    """A replay's factors argument as the sequence of its KSFactors: one KSFactor, a KSChain
+    (or KSPacked) or a list / tuple of them (the replays of _structured_cpu and _cuda)."""
+    if type(factors) is factor_type:
+        return (factors,)
+    if isinstance(factors, chain_type):
+        return factors.factors
+    return tuple(factors)
