@@ -1166,6 +1166,40 @@ def test_repeated_calls_take_fresh_operands(xp, rng, layout, algorithm):
         structured_matmul(x, chain, layout=[layout], algorithm=algorithm)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_numpy_repeats_replay_only_the_same_call(rng, layout):
+    """NumPy calls take the per-signature fast path (the CPU kernel's replay; on a CUDA build
+    also the compiled front's memo of the last call): each call is made three times (the full
+    path, the replay found by its key, the remembered call), and a call that differs from the
+    one before only in x's strides, x's dtype, the values' strides, the values themselves or
+    the form of the factors argument gets its own answer, never the previous call's."""
+    patterns = [(2, 3, 4, 3), (1, 4, 6, 6)]
+    chain = KSChain([KSFactor(p, rng.standard_normal(p).astype(np.float32)) for p in patterns])
+    n = chain.shape[1]
+    shape = (9, n) if layout == "batch_first" else (n, 9)
+    x = rng.standard_normal(shape).astype(np.float32)
+    wide = rng.standard_normal((shape[0], 2 * shape[1])).astype(np.float32)
+    strided_values = KSChain([KSFactor(f.pattern, np.repeat(f.values, 2, axis=-1)[..., ::2])
+                              for f in chain])
+    fresh = KSChain([KSFactor(f.pattern, rng.standard_normal(f.pattern).astype(np.float32))
+                     for f in chain])
+    cases = [("base", x, chain), ("x strided", wide[:, ::2], chain),
+             ("x Fortran order", np.asfortranarray(x), chain),
+             ("x float64", x.astype(np.float64), chain), ("values strided", x, strided_values),
+             ("new values", x, fresh), ("a list", x, list(fresh)), ("base again", x, chain),
+             ("one factor", x[..., : chain[1].shape[1]] if layout == "batch_first"
+              else x[: chain[1].shape[1]], chain[1])]
+    for name, xc, factors in cases:
+        one = KSChain([factors]) if isinstance(factors, KSFactor) else KSChain(list(factors))
+        want = reference(xc.astype(np.float64), one, layout)
+        for call in range(3):
+            got = structured_matmul(xc, factors, layout=layout)
+            assert got.dtype == xc.dtype, name
+            tol = 1e-12 if xc.dtype == np.float64 else 2e-5
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
+                                       err_msg=f"{name}, call {call}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_cuda_natural_tiles(rng, monkeypatch, dtype):
