@@ -42,12 +42,11 @@ sanitize() {  # name tool timeout script [args]: one compute-sanitizer run, its 
   echo $? > "/tmp/san_$name.rc"
 }
 sanitizers() {  # memcheck of every operation's script; racecheck of the block-sparse panels and
-  # batched C staging and of strassen's FP64 leaf (CUTLASS mainloop where built); with an
-  # argument, in two chains side by side
+  # batched C staging and of strassen's FP64 leaf (CUTLASS mainloop where built); two chains
+  # side by side
   { sanitize blocksparse_sanitize memcheck 150 blocksparse_sanitize
     sanitize race_bs racecheck 150 blocksparse_sanitize --panel --batched
     sanitize sanitize_fastpath memcheck 90 sanitize_fastpath; } &
-  [ -n "$1" ] || wait
   sanitize batched_sanitize memcheck 90 batched_sanitize
   sanitize strassen_sanitize memcheck 90 strassen_sanitize
   sanitize tensor_sanitize memcheck 90 tensor_sanitize
@@ -56,7 +55,7 @@ sanitizers() {  # memcheck of every operation's script; racecheck of the block-s
 }
 if [ "${VERIFY_SAN:-1}" = 1 ] && [ "${VERIFY_ALL:-0}" = 1 ]; then
   # (beside the tests: the sanitizers run their own processes)
-  sanitizers both &
+  sanitizers &
   san_pid=$!
 fi
 bash benchmarks/gpu_tests.sh ${VERIFY_FILES:-tests/test_signatures.py tests/test_batched.py \

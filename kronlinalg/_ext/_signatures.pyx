@@ -210,8 +210,8 @@ cdef class _CallMemo:
 
     cpdef bint repeats(self, cache, side, algorithm, x, arrays):
         """Whether a call with these options and arrays (x, then the sequence arrays) repeats
-        the remembered one and cache was not cleared since (another front than ScaledFront
-        keeps one this way: structured_matmul's chain_call)."""
+        the remembered one and cache was not cleared since (the fronts' one check: scaled_call,
+        the device pairs, structured_matmul's chain_call)."""
         return (self.entries is cache.entries and _same_option(side, self.side)
                 and _same_option(algorithm, self.algorithm) and _memo_matches(self, x, arrays))
 
@@ -355,8 +355,7 @@ def scaled_call(ScaledFront front, x, factors, side, alpha, beta, y, algorithm):
             and (ta is float or ta is int and -_EXACT <= alpha <= _EXACT)
             and (tf is list or tf is tuple)):
         m = front.call_memo
-        if (m is not None and m.entries is front.cache.entries and _same_option(side, m.side)
-                and _same_option(algorithm, m.algorithm) and _memo_matches(m, x, factors)):
+        if m is not None and m.repeats(front.cache, side, algorithm, x, factors):
             if m.fast != NULL:
                 out = m.fast(m.replayer, x, factors, alpha)
             else:
@@ -443,8 +442,9 @@ cdef inline bint _device_memo_hit(ScaledFront front, a, b, algorithm):
     """Whether a, b (not NumPy arrays) repeat the last device pair the front replayed, field
     by field (no key tuples built or hashed: ~1 us of a torch call on an H100's host)."""
     cdef _CallMemo cm = front.call_memo
-    return (cm is not None and type(a) is not _ndarray and cm.entries is front.cache.entries
-            and _same_option(algorithm, cm.algorithm) and _memo_matches(cm, a, (b,)))
+    # (side: None, as _remember_device_pair made it)
+    return (cm is not None and type(a) is not _ndarray
+            and cm.repeats(front.cache, None, algorithm, a, (b,)))
 
 
 cdef inline void _remember_device_pair(ScaledFront front, a, replayer, algorithm, tuple sig,
