@@ -1,9 +1,9 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-matmul kernel: pointers, shapes, strides in; status out."""
+from .fields cimport buffer_address
 from .status cimport check_status
 from cpython.array cimport array
-from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuffer
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport uintptr_t
 
 from .kron_abi cimport (fill_packed, fill_problem, kl_kron_cpu_pass_counts, kl_kron_matmul_cpu,
                         kl_kron_problem, kl_last_error, pack_layout)
@@ -60,16 +60,6 @@ def launch(tuple packed, fptrs, uintptr_t xptr, uintptr_t yptr, double alpha, do
     check_status(status)
 
 
-cdef inline uint64_t _address(obj) except? 0:
-    """The address of a buffer's first element (NumPy arrays: their data pointer), through the
-    buffer protocol: a fraction of what reading __array_interface__ costs per array."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
-    cdef uint64_t p = <uint64_t> <uintptr_t> view.buf
-    PyBuffer_Release(&view)
-    return p
-
-
 def launch_arrays(tuple packed, factors, x, y, double alpha, double beta, int dtype,
                   int num_threads=0):
     """launch() with the pointers taken from NumPy arrays of the packed problem's layout (the
@@ -78,8 +68,8 @@ def launch_arrays(tuple packed, factors, x, y, double alpha, double beta, int dt
     cdef Py_ssize_t n = len(factors), i
     cdef array ptrs = array('Q', [0]) * n
     for i in range(n):
-        ptrs.data.as_ulonglongs[i] = _address(factors[i])
-    fill_packed(&c, packed, ptrs, <uintptr_t> _address(x), <uintptr_t> _address(y), alpha, beta)
+        ptrs.data.as_ulonglongs[i] = buffer_address(factors[i])
+    fill_packed(&c, packed, ptrs, buffer_address(x), buffer_address(y), alpha, beta)
     cdef int status
     with nogil:
         status = kl_kron_matmul_cpu(&c, dtype, num_threads)

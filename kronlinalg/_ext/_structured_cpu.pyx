@@ -1,8 +1,8 @@
 # cython: language_level=3
 """Thin wrapper of the CPU Kronecker-sparse kernel: pointers, pattern, strides in; status out."""
-from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uintptr_t
 
+from .fields cimport buffer_address
 from .status cimport check_status
 from .structured_abi cimport (factor_chain, fill_problem, kl_ks_matmul_cpu, kl_ks_problem,
                              kl_last_error)
@@ -21,15 +21,6 @@ def matmul(pattern, batch, int layout, values, x, y, int dtype, int num_threads=
     with nogil:
         status = kl_ks_matmul_cpu(&c, dtype, num_threads)
     check_status(status)
-
-
-cdef inline uintptr_t _address(obj) except? 0:
-    """The address of a NumPy array's first element, through the buffer protocol."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
-    cdef uintptr_t p = <uintptr_t> view.buf
-    PyBuffer_Release(&view)
-    return p
 
 
 cdef class HostChainReplay:
@@ -65,7 +56,7 @@ cdef class HostChainReplay:
         if len(chain) != n:
             return None
         cdef kl_ks_problem c
-        cdef uintptr_t src = _address(x)
+        cdef uintptr_t src = buffer_address(x)
         cdef int status
         out = None
         for i in range(n):
@@ -73,8 +64,8 @@ cdef class HostChainReplay:
             prev = out  # (the intermediate this step reads stays alive until it has run)
             out = self.empty(self.out_shape if i == n - 1 else out_2d, self.npdtype)
             fill_problem(&c, pattern, self.rows, self.layout,
-                         (_address(chain[n - 1 - i].values),) + vstrides, (src, x_ld),
-                         (_address(out), out_2d[1]))
+                         (buffer_address(chain[n - 1 - i].values),) + vstrides, (src, x_ld),
+                         (buffer_address(out), out_2d[1]))
             with nogil:
                 status = kl_ks_matmul_cpu(&c, self.dtype, 0)
             check_status(status)

@@ -7,7 +7,9 @@
 # and `data` struct members.  The functions called are the very ones the lookup ends in (torch's
 # own __torch_function__ checks are inside them), so what is read does not change.  A
 # descriptor of any other kind (a Python property, a slot) is read the generic way.
+from cpython.buffer cimport PyBUF_RECORDS_RO, PyBuffer_Release, PyObject_GetBuffer
 from cpython.object cimport PyObject, PyTypeObject
+from libc.stdint cimport uintptr_t
 
 cdef extern from "Python.h":
     ctypedef object (*getter)(object, void *)
@@ -133,3 +135,13 @@ cdef inline void cupy_fields_resolve(CupyFields *cf, object ndarray, object memo
 cdef inline object cupy_ptr(const CupyFields *cf, object a):
     """a.data.ptr"""
     return field_read(&cf.ptr, field_read(&cf.data, a))
+
+
+cdef inline uintptr_t buffer_address(obj) except? 0:
+    """The address of a buffer's first element (a NumPy array's data pointer), through the
+    buffer protocol: a fraction of what reading __array_interface__ costs per array."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
+    cdef uintptr_t p = <uintptr_t> view.buf
+    PyBuffer_Release(&view)
+    return p
